@@ -1,0 +1,128 @@
+-- Carillon schema, version 1: cluster, executors, jobs, runs, attempts.
+-- Instants are epoch milliseconds (UTC) in BIGINT on every backend.
+
+-- Cluster-wide settings fixed at cluster init (one row).
+CREATE TABLE cluster_meta (
+    id BIGINT NOT NULL PRIMARY KEY,
+    partition_count BIGINT NOT NULL,
+    created_at_ms BIGINT NOT NULL
+);
+
+-- Admin nodes. Liveness is heartbeat_at_ms compared with the database clock.
+CREATE TABLE nodes (
+    node_id VARCHAR(64) NOT NULL PRIMARY KEY,
+    incarnation VARCHAR(64) NOT NULL,
+    address VARCHAR(255) NOT NULL,
+    version VARCHAR(64) NOT NULL,
+    started_at_ms BIGINT NOT NULL,
+    heartbeat_at_ms BIGINT NOT NULL,
+    left_at_ms BIGINT NULL
+);
+
+-- The single leader lease row; term is the fencing token.
+CREATE TABLE leader (
+    id BIGINT NOT NULL PRIMARY KEY,
+    node_id VARCHAR(64) NULL,
+    term BIGINT NOT NULL,
+    lease_until_ms BIGINT NOT NULL,
+    acquired_at_ms BIGINT NOT NULL
+);
+INSERT INTO leader (id, node_id, term, lease_until_ms, acquired_at_ms) VALUES (1, NULL, 0, 0, 0);
+
+-- Partition -> owner node. epoch increases on every change of owner.
+CREATE TABLE partitions (
+    partition_id BIGINT NOT NULL PRIMARY KEY,
+    owner_node_id VARCHAR(64) NULL,
+    pending_owner_node_id VARCHAR(64) NULL,
+    epoch BIGINT NOT NULL,
+    updated_at_ms BIGINT NOT NULL
+);
+CREATE INDEX partitions_owner_idx ON partitions (owner_node_id);
+
+-- Executor apps, their instances and the handlers each instance registered.
+CREATE TABLE apps (
+    app_name VARCHAR(128) NOT NULL PRIMARY KEY,
+    description VARCHAR(1024) NOT NULL,
+    created_at_ms BIGINT NOT NULL
+);
+
+CREATE TABLE executors (
+    executor_id VARCHAR(64) NOT NULL PRIMARY KEY,
+    app_name VARCHAR(128) NOT NULL,
+    address VARCHAR(512) NOT NULL,
+    weight BIGINT NOT NULL,
+    capacity BIGINT NOT NULL,
+    in_flight BIGINT NOT NULL,
+    state VARCHAR(16) NOT NULL,
+    registered_at_ms BIGINT NOT NULL,
+    heartbeat_at_ms BIGINT NOT NULL
+);
+CREATE INDEX executors_app_idx ON executors (app_name, heartbeat_at_ms);
+
+CREATE TABLE handlers (
+    executor_id VARCHAR(64) NOT NULL,
+    handler_name VARCHAR(128) NOT NULL,
+    app_name VARCHAR(128) NOT NULL,
+    description VARCHAR(1024) NOT NULL,
+    PRIMARY KEY (executor_id, handler_name)
+);
+CREATE INDEX handlers_app_idx ON handlers (app_name, handler_name);
+
+-- Jobs: a handler of an app bound to a schedule. partition_id is derived from job_id.
+CREATE TABLE jobs (
+    job_id BIGINT NOT NULL PRIMARY KEY,
+    partition_id BIGINT NOT NULL,
+    name VARCHAR(200) NOT NULL,
+    app_name VARCHAR(128) NOT NULL,
+    handler_name VARCHAR(128) NOT NULL,
+    schedule_json TEXT NOT NULL,
+    timezone VARCHAR(64) NOT NULL,
+    args_json TEXT NOT NULL,
+    policy_json TEXT NOT NULL,
+    state VARCHAR(16) NOT NULL,
+    version BIGINT NOT NULL,
+    next_fire_at_ms BIGINT NULL,
+    last_fired_at_ms BIGINT NULL,
+    created_at_ms BIGINT NOT NULL,
+    updated_at_ms BIGINT NOT NULL
+);
+CREATE UNIQUE INDEX jobs_name_idx ON jobs (name);
+CREATE INDEX jobs_partition_idx ON jobs (partition_id, state);
+CREATE INDEX jobs_updated_idx ON jobs (updated_at_ms);
+
+-- Runs: one per scheduled instant of a job (the unique key is the exactly-once guarantee).
+CREATE TABLE runs (
+    run_id BIGINT NOT NULL PRIMARY KEY,
+    job_id BIGINT NOT NULL,
+    scheduled_at_ms BIGINT NOT NULL,
+    partition_id BIGINT NOT NULL,
+    epoch BIGINT NOT NULL,
+    node_id VARCHAR(64) NOT NULL,
+    trigger_kind VARCHAR(16) NOT NULL,
+    state VARCHAR(16) NOT NULL,
+    priority BIGINT NOT NULL,
+    created_at_ms BIGINT NOT NULL,
+    started_at_ms BIGINT NULL,
+    finished_at_ms BIGINT NULL,
+    message TEXT NULL
+);
+CREATE UNIQUE INDEX runs_job_instant_idx ON runs (job_id, scheduled_at_ms);
+CREATE INDEX runs_state_idx ON runs (state, partition_id);
+
+-- Attempts: one dispatch of a run (or of one shard of it) to an executor.
+CREATE TABLE attempts (
+    attempt_id BIGINT NOT NULL PRIMARY KEY,
+    run_id BIGINT NOT NULL,
+    shard_index BIGINT NOT NULL,
+    shard_total BIGINT NOT NULL,
+    attempt_no BIGINT NOT NULL,
+    executor_id VARCHAR(64) NULL,
+    args_json TEXT NOT NULL,
+    state VARCHAR(16) NOT NULL,
+    dispatched_at_ms BIGINT NULL,
+    finished_at_ms BIGINT NULL,
+    result_code BIGINT NULL,
+    output TEXT NULL,
+    error TEXT NULL
+);
+CREATE UNIQUE INDEX attempts_run_shard_idx ON attempts (run_id, shard_index, attempt_no);

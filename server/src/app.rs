@@ -1,0 +1,245 @@
+//! The node's lifecycle: [`Application::build`] connects, migrates, joins and binds;
+//! [`Application::run_until_stopped`] serves until told to stop, then leaves the cluster.
+//! Signal handling lives only in the binary: the stop signal is a parameter here, so tests
+//! start and stop nodes in-process.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn};
+
+use crate::api::{self, ApiState};
+use crate::cluster::{Coordinator, CoordinatorError, LocalView};
+use crate::config::{Config, ConfigError};
+use crate::data_dir::{DataDir, DataDirError};
+use crate::store::{self, DatabaseUrl, NodeRegistration, PoolOptions, Store};
+
+/// Why a node could not start. Each names what it was doing.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    DataDir(#[from] DataDirError),
+    #[error("database.url: {0}")]
+    DatabaseUrl(store::Error),
+    #[error("connecting to {url}: {source}")]
+    Connect { url: String, source: store::Error },
+    #[error("applying migrations to {url}: {source}")]
+    Migrate { url: String, source: store::Error },
+    #[error("initialising the cluster in {url}: {source}")]
+    ClusterInit { url: String, source: store::Error },
+    #[error("registering node {node_id}: {source}")]
+    Register {
+        node_id: String,
+        source: store::Error,
+    },
+    #[error("http.listen: cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// Why a running node stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Cluster(#[from] CoordinatorError),
+    #[error("http server failed: {0}")]
+    Http(std::io::Error),
+    #[error("a node task panicked: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+/// A node that has joined the cluster and bound its listener, ready to run.
+#[derive(Debug)]
+pub struct Application {
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    api_state: ApiState,
+    coordinator: Coordinator,
+    shutdown_grace: Duration,
+}
+
+impl Application {
+    pub async fn build(config: Config) -> Result<Self, StartupError> {
+        config.validate()?;
+        let data_dir = DataDir::open(&config.data_dir())?;
+        let node_id = match &config.cluster.node_id {
+            Some(id) => id.clone(),
+            None => data_dir.node_id()?.value,
+        };
+        let admin_token = match &config.auth.admin_token {
+            Some(token) => token.clone(),
+            None => {
+                let token = data_dir.admin_token()?;
+                if token.created {
+                    info!(path = %token.path.display(), "generated an admin token; read it from this file");
+                } else {
+                    info!(path = %token.path.display(), "using the admin token kept in this file");
+                }
+                token.value
+            }
+        };
+        let url = match &config.database.url {
+            Some(url) => DatabaseUrl::parse(url.expose()),
+            None => DatabaseUrl::parse(&data_dir.sqlite_url()),
+        }
+        .map_err(StartupError::DatabaseUrl)?;
+
+        let db = &config.database;
+        let api_pool = PoolOptions {
+            max_connections: db.max_connections,
+            acquire_timeout: Duration::from_millis(db.acquire_timeout_ms),
+            statement_timeout: Duration::from_millis(db.statement_timeout_ms),
+        };
+        // Leases get their own small pool, so a busy API never delays a renewal, with timeouts
+        // well inside the node lease, so a lost database is noticed before the lease runs out.
+        let lease_budget = config.timings().node_lease / 4;
+        let lease_pool = PoolOptions {
+            max_connections: 2,
+            acquire_timeout: api_pool.acquire_timeout.min(lease_budget),
+            statement_timeout: api_pool.statement_timeout.min(lease_budget),
+        };
+        let connect = |options: PoolOptions| {
+            let url = url.clone();
+            async move {
+                store::connect(&url, &options)
+                    .await
+                    .map_err(|source| StartupError::Connect {
+                        url: url.to_string(),
+                        source,
+                    })
+            }
+        };
+        let api_store = connect(api_pool).await?;
+        let lease_store = connect(lease_pool).await?;
+        info!(database = %url, backend = url.backend().as_str(), "connected");
+
+        if db.migrate {
+            api_store
+                .migrate()
+                .await
+                .map_err(|source| StartupError::Migrate {
+                    url: url.to_string(),
+                    source,
+                })?;
+        }
+        let partitions = i64::from(config.cluster.partitions);
+        let meta = api_store.cluster_init(partitions).await.map_err(|source| {
+            StartupError::ClusterInit {
+                url: url.to_string(),
+                source,
+            }
+        })?;
+        if meta.partition_count != partitions {
+            warn!(
+                configured = partitions,
+                cluster = meta.partition_count,
+                "cluster.partitions is fixed when the cluster is first initialised; using the cluster's"
+            );
+        }
+
+        let listen = config.http.listen;
+        let listener = TcpListener::bind(listen)
+            .await
+            .map_err(|source| StartupError::Bind {
+                addr: listen,
+                source,
+            })?;
+        let local_addr = listener.local_addr().map_err(|source| StartupError::Bind {
+            addr: listen,
+            source,
+        })?;
+        let address = config
+            .http
+            .advertise
+            .clone()
+            .unwrap_or_else(|| format!("http://{local_addr}"));
+
+        let incarnation = crate::data_dir::random_hex(8)?;
+        register(
+            &*lease_store,
+            NodeRegistration {
+                node_id: node_id.clone(),
+                incarnation: incarnation.clone(),
+                address,
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+            },
+        )
+        .await?;
+
+        let view = Arc::new(LocalView::new(node_id));
+        let timings = config.timings();
+        let coordinator = Coordinator::new(lease_store, Arc::clone(&view), incarnation, timings);
+        let api_state = ApiState {
+            store: api_store,
+            view,
+            admin_token: Arc::new(admin_token),
+            timings,
+        };
+        Ok(Self {
+            listener,
+            local_addr,
+            api_state,
+            coordinator,
+            shutdown_grace: Duration::from_millis(config.cluster.shutdown_grace_ms),
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    pub fn node_id(&self) -> &str {
+        self.api_state.view.node_id()
+    }
+
+    /// Serves until `shutdown` is cancelled (or the node must stop on its own), then leaves
+    /// the cluster and waits up to the grace period for the node's tasks.
+    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), RunError> {
+        let tracker = TaskTracker::new();
+        let http_stop = shutdown.child_token();
+        let server = axum::serve(self.listener, api::router(self.api_state))
+            .with_graceful_shutdown(http_stop.cancelled_owned());
+        let mut http = tracker.spawn(async move { server.await });
+        let mut coordinator = tracker.spawn(self.coordinator.run(shutdown.child_token()));
+        tracker.close();
+        info!(address = %self.local_addr, "carillon node listening");
+
+        let outcome: Result<(), RunError> = tokio::select! {
+            _ = shutdown.cancelled() => Ok(()),
+            joined = &mut coordinator => joined?.map_err(RunError::from),
+            served = &mut http => match served? {
+                Ok(()) => Ok(()),
+                Err(err) => Err(RunError::Http(err)),
+            },
+        };
+        shutdown.cancel();
+        if tokio::time::timeout(self.shutdown_grace, tracker.wait())
+            .await
+            .is_err()
+        {
+            warn!(grace = ?self.shutdown_grace, "tasks still running after the grace period; stopping hard");
+        }
+        info!("node stopped");
+        outcome
+    }
+}
+
+async fn register(store: &dyn Store, node: NodeRegistration) -> Result<(), StartupError> {
+    store
+        .node_register(&node)
+        .await
+        .map_err(|source| StartupError::Register {
+            node_id: node.node_id.clone(),
+            source,
+        })?;
+    info!(node_id = %node.node_id, address = %node.address, "registered in the cluster");
+    Ok(())
+}

@@ -1,0 +1,238 @@
+//! The `carillon` command line: `carillon server` runs a node, `carillon migrate` applies the
+//! schema. Flags and `CARILLON_*` environment variables override the config file.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info};
+
+use crate::app::Application;
+use crate::config::{Config, ConfigError, LogFormat, Secret};
+use crate::data_dir::DataDir;
+use crate::store::{self, DatabaseUrl, PoolOptions};
+use crate::telemetry;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "carillon",
+    version,
+    about = "Carillon: a distributed cron scheduler"
+)]
+pub struct Cli {
+    /// A TOML configuration file.
+    #[arg(long, global = true, env = "CARILLON_CONFIG")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run an admin node (with no configuration: a single node on SQLite, on 127.0.0.1:9001).
+    Server(ServerArgs),
+    /// Apply the database migrations and exit.
+    Migrate(CommonArgs),
+}
+
+#[derive(Debug, Args)]
+struct CommonArgs {
+    /// postgres://…, mysql://… (MariaDB too) or sqlite://…; default: SQLite in the data dir.
+    #[arg(long, env = "CARILLON_DATABASE_URL", hide_env_values = true)]
+    database_url: Option<String>,
+    /// Where the node keeps its id, its generated admin token and its default SQLite file.
+    #[arg(long, env = "CARILLON_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Log output format.
+    #[arg(long, env = "CARILLON_LOG_FORMAT", value_enum)]
+    log_format: Option<LogFormat>,
+    /// Log filter, e.g. `info` or `carillon_server=debug`.
+    #[arg(long, env = "CARILLON_LOG")]
+    log: Option<String>,
+}
+
+#[derive(Debug, Args)]
+struct ServerArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Address to listen on (port 0 picks a free one).
+    #[arg(long, env = "CARILLON_LISTEN")]
+    listen: Option<SocketAddr>,
+    /// Address other nodes and executors reach this node at.
+    #[arg(long, env = "CARILLON_ADVERTISE")]
+    advertise: Option<String>,
+    /// The admin bearer token (prefer the environment variable: flags show in `ps`).
+    #[arg(long, env = "CARILLON_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// This node's stable id.
+    #[arg(long, env = "CARILLON_NODE_ID")]
+    node_id: Option<String>,
+    /// Partition count, used only when the cluster is first initialised.
+    #[arg(long, env = "CARILLON_PARTITIONS")]
+    partitions: Option<u32>,
+    #[arg(long, env = "CARILLON_HEARTBEAT_MS")]
+    heartbeat_ms: Option<u64>,
+    #[arg(long, env = "CARILLON_NODE_LEASE_MS")]
+    node_lease_ms: Option<u64>,
+    #[arg(long, env = "CARILLON_LEADER_LEASE_MS")]
+    leader_lease_ms: Option<u64>,
+}
+
+impl CommonArgs {
+    fn apply(self, config: &mut Config) {
+        if let Some(url) = self.database_url {
+            config.database.url = Some(Secret::new(url));
+        }
+        set(&mut config.data_dir, self.data_dir.map(Some));
+        set(&mut config.log.format, self.log_format);
+        set(&mut config.log.filter, self.log);
+    }
+}
+
+impl ServerArgs {
+    fn apply(self, config: &mut Config) {
+        self.common.apply(config);
+        set(&mut config.http.listen, self.listen);
+        set(&mut config.http.advertise, self.advertise.map(Some));
+        if let Some(token) = self.admin_token {
+            config.auth.admin_token = Some(Secret::new(token));
+        }
+        set(&mut config.cluster.node_id, self.node_id.map(Some));
+        set(&mut config.cluster.partitions, self.partitions);
+        set(&mut config.cluster.heartbeat_ms, self.heartbeat_ms);
+        set(&mut config.cluster.node_lease_ms, self.node_lease_ms);
+        set(&mut config.cluster.leader_lease_ms, self.leader_lease_ms);
+    }
+}
+
+fn set<T>(field: &mut T, value: Option<T>) {
+    if let Some(value) = value {
+        *field = value;
+    }
+}
+
+impl Cli {
+    fn base_config(&self) -> Result<Config, ConfigError> {
+        match &self.config {
+            Some(path) => Config::from_file(path),
+            None => Ok(Config::default()),
+        }
+    }
+}
+
+/// Runs the parsed command line; the binary's `main` is only this.
+pub async fn run(cli: Cli) -> ExitCode {
+    let mut config = match cli.base_config() {
+        Ok(config) => config,
+        Err(err) => return fail_early(&err),
+    };
+    match cli.command {
+        Command::Server(args) => {
+            args.apply(&mut config);
+            telemetry::init(&config.log);
+            serve(config).await
+        }
+        Command::Migrate(args) => {
+            args.apply(&mut config);
+            telemetry::init(&config.log);
+            migrate(config).await
+        }
+    }
+}
+
+/// Before logging is set up, errors go straight to standard error.
+fn fail_early(err: &dyn std::error::Error) -> ExitCode {
+    eprintln!("carillon: {err}");
+    ExitCode::FAILURE
+}
+
+async fn serve(config: Config) -> ExitCode {
+    let app = match Application::build(config).await {
+        Ok(app) => app,
+        Err(err) => {
+            error!(error = %err, "node failed to start");
+            return ExitCode::FAILURE;
+        }
+    };
+    let shutdown = CancellationToken::new();
+    tokio::spawn(stop_on_signal(shutdown.clone()));
+    match app.run_until_stopped(shutdown).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            error!(error = %err, "node stopped with an error");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn migrate(config: Config) -> ExitCode {
+    let result = async {
+        config.validate().map_err(|e| e.to_string())?;
+        let url = match &config.database.url {
+            Some(url) => DatabaseUrl::parse(url.expose()),
+            None => {
+                let dir = DataDir::open(&config.data_dir()).map_err(|e| e.to_string())?;
+                DatabaseUrl::parse(&dir.sqlite_url())
+            }
+        }
+        .map_err(|e| format!("database.url: {e}"))?;
+        let options = PoolOptions {
+            max_connections: 2,
+            acquire_timeout: std::time::Duration::from_millis(config.database.acquire_timeout_ms),
+            // DDL on a large table may take long: no statement limit beyond the default.
+            statement_timeout: std::time::Duration::from_secs(600),
+        };
+        let store = store::connect(&url, &options)
+            .await
+            .map_err(|e| format!("connecting to {url}: {e}"))?;
+        store
+            .migrate()
+            .await
+            .map_err(|e| format!("applying migrations to {url}: {e}"))?;
+        info!(database = %url, "migrations applied");
+        Ok::<(), String>(())
+    }
+    .await;
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            error!(error = %err, "migrate failed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The first SIGINT or SIGTERM stops the node gracefully; a second one exits at once.
+async fn stop_on_signal(shutdown: CancellationToken) {
+    wait_for_signal().await;
+    info!("stop signal received; leaving the cluster");
+    shutdown.cancel();
+    wait_for_signal().await;
+    error!("second stop signal; exiting without waiting");
+    std::process::exit(130);
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(err) => {
+                error!(error = %err, "cannot listen for SIGTERM; only Ctrl-C stops the node");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

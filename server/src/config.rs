@@ -1,0 +1,362 @@
+//! The node's configuration: one typed tree built from defaults, an optional TOML file, then
+//! environment variables and flags (see `cli`), validated once before anything starts.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::cluster::ClusterTimings;
+
+/// Why a configuration was refused. Every message names the setting at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{field}: {reason}")]
+    Invalid { field: &'static str, reason: String },
+}
+
+fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field,
+        reason: reason.into(),
+    }
+}
+
+/// A value that must never reach a log line or an error message.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: String) -> Self {
+        Self(value)
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// Everything a node can be told.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Where the node keeps its id, its generated admin token and, by default, its SQLite file.
+    pub data_dir: Option<PathBuf>,
+    pub http: HttpConfig,
+    pub database: DatabaseConfig,
+    pub cluster: ClusterConfig,
+    pub auth: AuthConfig,
+    pub log: LogConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConfig {
+    pub listen: SocketAddr,
+    /// The address other nodes and executors reach this node at; defaults to the bound address.
+    pub advertise: Option<String>,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9001)),
+            advertise: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatabaseConfig {
+    /// `postgres://…`, `mysql://…` (also MariaDB) or `sqlite://…`; default: SQLite in the data dir.
+    pub url: Option<Secret>,
+    /// Apply the migrations at start. Turn off when a DBA manages the schema from `sql/`.
+    pub migrate: bool,
+    pub max_connections: u32,
+    pub acquire_timeout_ms: u64,
+    pub statement_timeout_ms: u64,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self {
+            url: None,
+            migrate: true,
+            max_connections: 10,
+            acquire_timeout_ms: 2_000,
+            statement_timeout_ms: 2_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Stable id of this node; default: generated once and kept in the data dir.
+    pub node_id: Option<String>,
+    /// Number of partitions, fixed when the cluster is first initialised.
+    pub partitions: u32,
+    pub heartbeat_ms: u64,
+    pub node_lease_ms: u64,
+    pub leader_lease_ms: u64,
+    /// How long a graceful stop waits for in-flight work before it stops hard.
+    pub shutdown_grace_ms: u64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        let timings = ClusterTimings::default();
+        Self {
+            node_id: None,
+            partitions: 256,
+            heartbeat_ms: timings.heartbeat.as_millis() as u64,
+            node_lease_ms: timings.node_lease.as_millis() as u64,
+            leader_lease_ms: timings.leader_lease.as_millis() as u64,
+            shutdown_grace_ms: 10_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// The admin bearer token; default: generated at first start and kept in the data dir.
+    pub admin_token: Option<Secret>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    /// A `tracing` filter, e.g. `info` or `carillon_server=debug,info`.
+    pub filter: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Text,
+            filter: "info".to_owned(),
+        }
+    }
+}
+
+/// The longest node id: it is stored in `VARCHAR(64)` columns.
+const NODE_ID_MAX: usize = 64;
+/// The shortest admin token accepted; shorter ones are guessable.
+const TOKEN_MIN: usize = 16;
+
+impl Config {
+    /// Reads a TOML file over the defaults.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|err| ConfigError::Parse {
+            path: path.to_owned(),
+            message: err.to_string(),
+        })
+    }
+
+    /// Checks every setting; the first one at fault is named.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let c = &self.cluster;
+        if let Some(id) = &c.node_id {
+            validate_node_id(id)?;
+        }
+        if !(1..=65_536).contains(&c.partitions) {
+            return Err(invalid(
+                "cluster.partitions",
+                format!("{} is out of range 1..=65536", c.partitions),
+            ));
+        }
+        if c.heartbeat_ms < 10 {
+            return Err(invalid(
+                "cluster.heartbeat_ms",
+                format!("{} is too small: use at least 10", c.heartbeat_ms),
+            ));
+        }
+        for (field, lease) in [
+            ("cluster.node_lease_ms", c.node_lease_ms),
+            ("cluster.leader_lease_ms", c.leader_lease_ms),
+        ] {
+            if lease < 2 * c.heartbeat_ms {
+                return Err(invalid(
+                    field,
+                    format!(
+                        "{lease} must be at least twice cluster.heartbeat_ms ({}), or a node \
+                         loses its lease between two renewals",
+                        c.heartbeat_ms
+                    ),
+                ));
+            }
+        }
+        let db = &self.database;
+        if db.max_connections < 2 {
+            return Err(invalid(
+                "database.max_connections",
+                format!("{} is too small: use at least 2", db.max_connections),
+            ));
+        }
+        if db.acquire_timeout_ms == 0 {
+            return Err(invalid("database.acquire_timeout_ms", "must be above 0"));
+        }
+        if db.statement_timeout_ms == 0 {
+            return Err(invalid("database.statement_timeout_ms", "must be above 0"));
+        }
+        if let Some(token) = &self.auth.admin_token {
+            validate_token(token.expose())?;
+        }
+        Ok(())
+    }
+
+    pub fn timings(&self) -> ClusterTimings {
+        ClusterTimings {
+            heartbeat: Duration::from_millis(self.cluster.heartbeat_ms),
+            node_lease: Duration::from_millis(self.cluster.node_lease_ms),
+            leader_lease: Duration::from_millis(self.cluster.leader_lease_ms),
+        }
+    }
+
+    /// The data directory: configured, or `$XDG_DATA_HOME/carillon`, or
+    /// `$HOME/.local/share/carillon`, or `./carillon-data`.
+    pub fn data_dir(&self) -> PathBuf {
+        if let Some(dir) = &self.data_dir {
+            return dir.clone();
+        }
+        let non_empty = |name| std::env::var_os(name).filter(|v| !v.is_empty());
+        if let Some(xdg) = non_empty("XDG_DATA_HOME") {
+            return PathBuf::from(xdg).join("carillon");
+        }
+        if let Some(home) = non_empty("HOME") {
+            return PathBuf::from(home).join(".local/share/carillon");
+        }
+        PathBuf::from("carillon-data")
+    }
+}
+
+pub fn validate_node_id(id: &str) -> Result<(), ConfigError> {
+    let ok_chars = id
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if id.is_empty() || id.len() > NODE_ID_MAX || !ok_chars {
+        return Err(invalid(
+            "cluster.node_id",
+            format!(
+                "{id:?} is not a node id: use 1 to {NODE_ID_MAX} letters, digits, '-', '_' or '.'"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+pub fn validate_token(token: &str) -> Result<(), ConfigError> {
+    if token.trim().len() < TOKEN_MIN {
+        return Err(invalid(
+            "auth.admin_token",
+            format!("too short or blank: use at least {TOKEN_MIN} characters"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: "test.toml".into(),
+            message: e.to_string(),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    #[test]
+    fn defaults_are_a_single_local_node_with_documented_timings() {
+        let config = Config::default();
+        config.validate().unwrap();
+        assert_eq!(config.http.listen.to_string(), "127.0.0.1:9001");
+        assert!(
+            config.database.url.is_none(),
+            "SQLite in the data dir by default"
+        );
+        assert_eq!(config.cluster.partitions, 256);
+        assert_eq!(config.timings(), ClusterTimings::default());
+        assert_eq!(config.timings().heartbeat, Duration::from_secs(1));
+        assert_eq!(config.timings().node_lease, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_file_overrides_only_what_it_names() {
+        let config = parse("[cluster]\nheartbeat_ms = 200\nnode_lease_ms = 1000\n").unwrap();
+        assert_eq!(config.cluster.heartbeat_ms, 200);
+        assert_eq!(config.cluster.leader_lease_ms, 5_000);
+        assert_eq!(config.http.listen.port(), 9001);
+    }
+
+    #[test]
+    fn unknown_settings_are_named() {
+        let err = parse("[cluster]\nheartbeat = 5\n").unwrap_err().to_string();
+        assert!(err.contains("heartbeat"), "{err}");
+    }
+
+    #[test]
+    fn a_lease_shorter_than_two_heartbeats_is_refused() {
+        let err = parse("[cluster]\nheartbeat_ms = 1000\nleader_lease_ms = 1500\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("cluster.leader_lease_ms"), "{err}");
+    }
+
+    #[test]
+    fn blank_or_short_tokens_are_refused() {
+        let err = parse("[auth]\nadmin_token = \"   \"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("auth.admin_token"), "{err}");
+        assert!(parse("[auth]\nadmin_token = \"0123456789abcdef\"\n").is_ok());
+    }
+
+    #[test]
+    fn node_ids_must_fit_the_schema() {
+        assert!(validate_node_id("node-1.eu_west").is_ok());
+        assert!(validate_node_id("").is_err());
+        assert!(validate_node_id("has space").is_err());
+        assert!(validate_node_id(&"x".repeat(65)).is_err());
+    }
+
+    #[test]
+    fn secrets_do_not_print() {
+        let config = parse("[auth]\nadmin_token = \"0123456789abcdef-secret\"\n").unwrap();
+        assert!(!format!("{config:?}").contains("secret\""));
+        assert!(!format!("{config:?}").contains("0123456789abcdef"));
+    }
+}

@@ -1,0 +1,13 @@
+//! Carillon admin node: everything `carillon server` does, as a library so tests can start
+//! real nodes in-process or as processes.
+//!
+//! See `ARCHITECTURE.md` at the repository root for the map.
+
+pub mod api;
+pub mod app;
+pub mod cli;
+pub mod cluster;
+pub mod config;
+pub mod data_dir;
+pub mod store;
+pub mod telemetry;

@@ -1,0 +1,166 @@
+//! The SQL of every query, written once, and its rendering for each backend.
+//!
+//! Templates use `?` for parameters, `{now}` for the database clock in epoch milliseconds and
+//! `{for_update}` for a row lock. Only these differ between the backends we support; anything
+//! that differs more gets its own template per backend.
+
+use std::sync::Arc;
+
+use super::Backend;
+
+/// Backend-specific fragments.
+#[derive(Debug, Clone, Copy)]
+struct Dialect {
+    now_ms: &'static str,
+    for_update: &'static str,
+    numbered_params: bool,
+}
+
+impl Dialect {
+    fn of(backend: Backend) -> Self {
+        match backend {
+            Backend::Postgres => Dialect {
+                // clock_timestamp(), not now(): a lease must be compared with the time of the
+                // statement, not with the start of its transaction.
+                now_ms: "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT",
+                for_update: "FOR UPDATE",
+                numbered_params: true,
+            },
+            Backend::Mysql => Dialect {
+                // sqlx sets the session time zone to UTC, so this round trip is exact.
+                now_ms: "CAST(UNIX_TIMESTAMP(SYSDATE(3)) * 1000 AS SIGNED)",
+                for_update: "FOR UPDATE",
+                numbered_params: false,
+            },
+            Backend::Sqlite => Dialect {
+                now_ms: "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
+                // SQLite has no row locks: writers are serialised by BEGIN IMMEDIATE instead.
+                for_update: "",
+                numbered_params: false,
+            },
+        }
+    }
+
+    fn render(self, template: &str) -> Arc<str> {
+        let text = template
+            .replace("{now}", self.now_ms)
+            .replace("{for_update}", self.for_update);
+        if !self.numbered_params {
+            return text.into();
+        }
+        let mut out = String::with_capacity(text.len() + 8);
+        let mut n = 0;
+        for ch in text.chars() {
+            if ch == '?' {
+                n += 1;
+                out.push('$');
+                out.push_str(&n.to_string());
+            } else {
+                out.push(ch);
+            }
+        }
+        out.into()
+    }
+}
+
+macro_rules! queries {
+    ($($name:ident = $template:expr;)*) => {
+        /// Every query of the store, rendered for one backend at connect time.
+        #[derive(Debug)]
+        pub(super) struct Queries {
+            $(pub(super) $name: Arc<str>,)*
+        }
+
+        impl Queries {
+            pub(super) fn for_backend(backend: Backend) -> Self {
+                let dialect = Dialect::of(backend);
+                Queries { $($name: dialect.render($template),)* }
+            }
+        }
+    };
+}
+
+queries! {
+    now = "SELECT {now} AS now_ms";
+
+    cluster_meta_get = "SELECT partition_count, created_at_ms FROM cluster_meta WHERE id = 1";
+    cluster_meta_insert =
+        "INSERT INTO cluster_meta (id, partition_count, created_at_ms) VALUES (1, ?, {now})";
+    partition_insert = "INSERT INTO partitions \
+        (partition_id, owner_node_id, pending_owner_node_id, epoch, updated_at_ms) \
+        VALUES (?, NULL, NULL, 0, {now})";
+
+    node_update_registration = "UPDATE nodes SET incarnation = ?, address = ?, version = ?, \
+        started_at_ms = {now}, heartbeat_at_ms = {now}, left_at_ms = NULL WHERE node_id = ?";
+    node_insert = "INSERT INTO nodes \
+        (node_id, incarnation, address, version, started_at_ms, heartbeat_at_ms, left_at_ms) \
+        VALUES (?, ?, ?, ?, {now}, {now}, NULL)";
+    node_heartbeat = "UPDATE nodes SET heartbeat_at_ms = {now} \
+        WHERE node_id = ? AND incarnation = ? AND left_at_ms IS NULL";
+    node_mark_left = "UPDATE nodes SET left_at_ms = {now} \
+        WHERE node_id = ? AND incarnation = ? AND left_at_ms IS NULL";
+    nodes_list = "SELECT node_id, address, version, started_at_ms, heartbeat_at_ms, left_at_ms \
+        FROM nodes ORDER BY node_id";
+
+    leader_get = "SELECT node_id, term, lease_until_ms, acquired_at_ms, {now} AS now_ms \
+        FROM leader WHERE id = 1";
+    leader_lock = "SELECT node_id, term, lease_until_ms, acquired_at_ms, {now} AS now_ms \
+        FROM leader WHERE id = 1 {for_update}";
+    leader_take = "UPDATE leader SET node_id = ?, term = ?, lease_until_ms = {now} + ?, \
+        acquired_at_ms = {now} WHERE id = 1";
+    leader_renew = "UPDATE leader SET lease_until_ms = {now} + ? WHERE id = 1 AND node_id = ?";
+    leader_release = "UPDATE leader SET node_id = NULL, lease_until_ms = 0 \
+        WHERE id = 1 AND node_id = ?";
+
+    partitions_list = "SELECT partition_id, owner_node_id, pending_owner_node_id, epoch, \
+        updated_at_ms FROM partitions ORDER BY partition_id";
+    partitions_owned = "SELECT partition_id, owner_node_id, pending_owner_node_id, epoch, \
+        updated_at_ms FROM partitions WHERE owner_node_id = ? ORDER BY partition_id";
+    partitions_release_owned = "UPDATE partitions SET owner_node_id = NULL, \
+        pending_owner_node_id = NULL, epoch = epoch + 1, updated_at_ms = {now} \
+        WHERE owner_node_id = ?";
+    partitions_cancel_pending_to = "UPDATE partitions SET pending_owner_node_id = NULL, \
+        updated_at_ms = {now} WHERE pending_owner_node_id = ?";
+    partition_assign = "UPDATE partitions SET owner_node_id = ?, pending_owner_node_id = NULL, \
+        epoch = epoch + 1, updated_at_ms = {now} WHERE partition_id = ? AND epoch = ?";
+    partition_request_hand_off = "UPDATE partitions SET pending_owner_node_id = ?, \
+        updated_at_ms = {now} WHERE partition_id = ? AND epoch = ?";
+    partition_cancel_hand_off = "UPDATE partitions SET pending_owner_node_id = NULL, \
+        updated_at_ms = {now} WHERE partition_id = ? AND epoch = ?";
+    // MySQL applies single-table SET clauses left to right; owner is read before pending is
+    // cleared on every backend.
+    partition_hand_off = "UPDATE partitions SET owner_node_id = pending_owner_node_id, \
+        pending_owner_node_id = NULL, epoch = epoch + 1, updated_at_ms = {now} \
+        WHERE partition_id = ? AND owner_node_id = ? AND epoch = ? \
+        AND pending_owner_node_id IS NOT NULL";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn postgres_parameters_are_numbered_in_order() {
+        let q = Queries::for_backend(Backend::Postgres);
+        assert!(q.partition_assign.contains("owner_node_id = $1"));
+        assert!(
+            q.partition_assign
+                .contains("partition_id = $2 AND epoch = $3")
+        );
+        assert!(q.leader_lock.ends_with("FOR UPDATE"));
+    }
+
+    #[test]
+    fn sqlite_and_mysql_keep_question_marks_and_clock_is_inlined() {
+        for backend in [Backend::Mysql, Backend::Sqlite] {
+            let q = Queries::for_backend(backend);
+            assert!(q.node_heartbeat.contains("node_id = ? AND incarnation = ?"));
+            assert!(!q.node_heartbeat.contains("{now}"));
+        }
+        assert!(
+            !Queries::for_backend(Backend::Sqlite)
+                .leader_lock
+                .contains("FOR UPDATE")
+        );
+    }
+}

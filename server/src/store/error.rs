@@ -1,0 +1,30 @@
+//! The storage layer's error type.
+
+/// What can go wrong in the storage layer.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("applying migrations failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("unsupported database url {url}: expected postgres://, mysql:// or sqlite:")]
+    UnsupportedUrl { url: String },
+    #[error("invalid database url {url}: {reason}")]
+    InvalidUrl { url: String, reason: String },
+    #[error("fenced: this node's leader term {term} is no longer current")]
+    Fenced { term: i64 },
+    #[error("node {node_id} was registered again by another process or has left")]
+    IncarnationLost { node_id: String },
+    #[error("the schema has no cluster row; run the migrations first")]
+    NotInitialised,
+}
+
+impl Error {
+    /// True when the database refused a row because a unique key already holds it.
+    pub fn is_unique_violation(&self) -> bool {
+        match self {
+            Error::Database(sqlx::Error::Database(db)) => db.is_unique_violation(),
+            _ => false,
+        }
+    }
+}
