@@ -1,0 +1,248 @@
+//! A fresh, empty database per test, on Postgres, MySQL/MariaDB or SQLite.
+//!
+//! With `CI=true` an unreachable server fails the test loudly; otherwise the test is skipped
+//! with a message saying what was not reachable.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use carillon_server::store::{self, DatabaseUrl, PoolOptions, Store};
+use sqlx::{AssertSqlSafe, Connection, Executor};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    Postgres,
+    Mysql,
+    Sqlite,
+}
+
+impl Engine {
+    fn admin_url(self) -> String {
+        let (var, default) = match self {
+            Engine::Postgres => (
+                "CARILLON_TEST_POSTGRES_URL",
+                "postgres://postgres@127.0.0.1:5432/test",
+            ),
+            Engine::Mysql => ("CARILLON_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test"),
+            Engine::Sqlite => ("", ""),
+        };
+        std::env::var(var).unwrap_or_else(|_| default.to_owned())
+    }
+
+    /// The schema script for DBAs, from `sql/`.
+    pub fn schema_script(self) -> String {
+        let name = match self {
+            Engine::Postgres => "postgres",
+            Engine::Mysql => "mysql",
+            Engine::Sqlite => "sqlite",
+        };
+        let path = format!("{}/../sql/{name}.sql", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"))
+    }
+}
+
+/// A database created for one test and dropped after it.
+#[derive(Debug)]
+pub struct TestDb {
+    pub engine: Engine,
+    pub url: String,
+    name: String,
+    admin_url: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+fn required() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+impl TestDb {
+    /// A new empty database, or `None` (with a message) when the server is not reachable
+    /// outside CI.
+    pub async fn create(engine: Engine) -> Option<TestDb> {
+        if engine == Engine::Sqlite {
+            let dir = tempfile::tempdir().expect("temp dir");
+            let url = format!("sqlite://{}", dir.path().join("carillon.db").display());
+            return Some(TestDb {
+                engine,
+                url,
+                name: String::new(),
+                admin_url: String::new(),
+                _dir: Some(dir),
+            });
+        }
+        let admin_url = engine.admin_url();
+        let name = format!("carillon_t_{}", carillon_server::data_dir::random_hex(6).expect("random"));
+        let create = format!("CREATE DATABASE {name}");
+        if let Err(err) = admin_execute(engine, &admin_url, &create).await {
+            if required() {
+                panic!("CI=true: {engine:?} must be reachable at {admin_url}: {err}");
+            }
+            eprintln!(
+                "skipping: {engine:?} is not reachable at {admin_url} ({err}); \
+                 set CI=true to make this a failure"
+            );
+            return None;
+        }
+        let base = admin_url.rsplit_once('/').map_or(admin_url.as_str(), |(b, _)| b);
+        let url = format!("{base}/{name}");
+        Some(TestDb {
+            engine,
+            url,
+            name,
+            admin_url,
+            _dir: None,
+        })
+    }
+
+    /// A store on this database (not migrated).
+    pub async fn store(&self) -> Arc<dyn Store> {
+        let url = DatabaseUrl::parse(&self.url).expect("test url");
+        let options = PoolOptions {
+            max_connections: 10,
+            acquire_timeout: Duration::from_secs(10),
+            statement_timeout: Duration::from_secs(10),
+        };
+        store::connect(&url, &options).await.expect("connect")
+    }
+
+    /// A store on this database with the migrations applied.
+    pub async fn migrated_store(&self) -> Arc<dyn Store> {
+        let store = self.store().await;
+        store.migrate().await.expect("migrate");
+        store
+    }
+
+    /// Runs a multi-statement SQL script.
+    pub async fn execute_script(&self, script: &str) {
+        let script = AssertSqlSafe(script.to_owned());
+        match self.engine {
+            Engine::Postgres => {
+                let mut c = sqlx::PgConnection::connect(&self.url).await.expect("connect");
+                c.execute(sqlx::raw_sql(script)).await.expect("script");
+            }
+            Engine::Mysql => {
+                let mut c = sqlx::MySqlConnection::connect(&self.url).await.expect("connect");
+                c.execute(sqlx::raw_sql(script)).await.expect("script");
+            }
+            Engine::Sqlite => {
+                let mut c = sqlx::SqliteConnection::connect(&format!("{}?mode=rwc", self.url))
+                    .await
+                    .expect("connect");
+                c.execute(sqlx::raw_sql(script)).await.expect("script");
+            }
+        }
+    }
+
+    /// Every table, column (type, nullability, default) and index, plus the seeded leader row,
+    /// as sorted lines: two schemas are equal when their fingerprints are.
+    pub async fn schema_fingerprint(&self) -> Vec<String> {
+        let (columns, indexes) = match self.engine {
+            Engine::Postgres => (
+                "SELECT concat_ws(' ', table_name::text, column_name::text, data_type::text, \
+                 is_nullable::text, coalesce(column_default::text, '-'), \
+                 coalesce(character_maximum_length::text, '-')) FROM information_schema.columns \
+                 WHERE table_schema = 'public' AND table_name <> '_sqlx_migrations'",
+                "SELECT concat_ws(' ', tablename::text, indexname::text, indexdef::text) \
+                 FROM pg_indexes WHERE schemaname = 'public' AND tablename <> '_sqlx_migrations'",
+            ),
+            Engine::Mysql => (
+                "SELECT CAST(CONCAT_WS(' ', TABLE_NAME, COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, \
+                 COALESCE(COLUMN_DEFAULT, '-'), COLUMN_KEY) AS CHAR) FROM information_schema.COLUMNS \
+                 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME <> '_sqlx_migrations'",
+                "SELECT CAST(CONCAT_WS(' ', TABLE_NAME, INDEX_NAME, NON_UNIQUE, SEQ_IN_INDEX, \
+                 COLUMN_NAME) AS CHAR) FROM information_schema.STATISTICS \
+                 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME <> '_sqlx_migrations'",
+            ),
+            Engine::Sqlite => (
+                "SELECT m.name || ' ' || p.name || ' ' || p.type || ' ' || p.\"notnull\" || ' ' || \
+                 ifnull(p.dflt_value, '-') || ' ' || p.pk FROM sqlite_master m \
+                 JOIN pragma_table_info(m.name) p WHERE m.type = 'table' \
+                 AND m.name NOT LIKE 'sqlite_%' AND m.name <> '_sqlx_migrations'",
+                "SELECT m.name || ' ' || il.name || ' ' || il.\"unique\" || ' ' || ii.seqno || ' ' \
+                 || ii.name FROM sqlite_master m JOIN pragma_index_list(m.name) il \
+                 JOIN pragma_index_info(il.name) ii WHERE m.type = 'table' \
+                 AND m.name NOT LIKE 'sqlite_%' AND m.name <> '_sqlx_migrations'",
+            ),
+        };
+        let mut lines = Vec::new();
+        for (label, query) in [("column", columns), ("index", indexes)] {
+            for line in self.fetch_strings(query).await {
+                lines.push(format!("{label} {line}"));
+            }
+        }
+        let seeded = match self.engine {
+            Engine::Mysql => {
+                "SELECT CAST(CONCAT('leader row ', id, ' term ', term) AS CHAR) FROM leader"
+            }
+            Engine::Postgres | Engine::Sqlite => {
+                "SELECT 'leader row ' || id || ' term ' || term FROM leader"
+            }
+        };
+        lines.extend(self.fetch_strings(seeded).await);
+        lines.sort();
+        lines
+    }
+
+    async fn fetch_strings(&self, query: &'static str) -> Vec<String> {
+        match self.engine {
+            Engine::Postgres => {
+                let mut c = sqlx::PgConnection::connect(&self.url).await.expect("connect");
+                sqlx::query_scalar(query).fetch_all(&mut c).await.expect(query)
+            }
+            Engine::Mysql => {
+                let mut c = sqlx::MySqlConnection::connect(&self.url).await.expect("connect");
+                sqlx::query_scalar(query).fetch_all(&mut c).await.expect(query)
+            }
+            Engine::Sqlite => {
+                let mut c = sqlx::SqliteConnection::connect(&self.url).await.expect("connect");
+                sqlx::query_scalar(query).fetch_all(&mut c).await.expect(query)
+            }
+        }
+    }
+}
+
+async fn admin_execute(engine: Engine, url: &str, statement: &str) -> Result<(), sqlx::Error> {
+    let statement = AssertSqlSafe(statement.to_owned());
+    let attempt = async {
+        match engine {
+            Engine::Postgres => {
+                let mut c = sqlx::PgConnection::connect(url).await?;
+                c.execute(statement).await?;
+                c.close().await
+            }
+            Engine::Mysql => {
+                let mut c = sqlx::MySqlConnection::connect(url).await?;
+                c.execute(statement).await?;
+                c.close().await
+            }
+            Engine::Sqlite => Ok(()),
+        }
+    };
+    match tokio::time::timeout(Duration::from_secs(5), attempt).await {
+        Ok(result) => result,
+        Err(_) => Err(sqlx::Error::PoolTimedOut),
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if self.engine == Engine::Sqlite {
+            return;
+        }
+        let (engine, url, name) = (self.engine, self.admin_url.clone(), self.name.clone());
+        // Drop runs outside any runtime guarantee: use a thread with its own small runtime.
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let force = if engine == Engine::Postgres { " WITH (FORCE)" } else { "" };
+            let statement = format!("DROP DATABASE IF EXISTS {name}{force}");
+            runtime.block_on(admin_execute(engine, &url, &statement))
+        })
+        .join();
+        if let Ok(Err(err)) = dropped {
+            eprintln!("note: could not drop test database {}: {err}", self.name);
+        }
+    }
+}

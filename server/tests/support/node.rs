@@ -1,0 +1,278 @@
+//! `carillon server` processes on loopback ports, and a client for their API.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+use serde::Deserialize;
+use tokio::time::Instant;
+
+pub const TOKEN: &str = "test-admin-token-0123456789";
+
+/// How a test node is started.
+#[derive(Debug, Clone)]
+pub struct NodeSpec {
+    pub node_id: String,
+    pub database_url: String,
+    pub data_dir: PathBuf,
+    pub partitions: u32,
+    pub heartbeat_ms: u64,
+    pub node_lease_ms: u64,
+    pub leader_lease_ms: u64,
+}
+
+impl NodeSpec {
+    /// Fast timings so failover tests take seconds: heartbeat 200 ms, leases 1 s.
+    pub fn fast(node_id: &str, database_url: &str, data_dir: &Path) -> Self {
+        Self {
+            node_id: node_id.to_owned(),
+            database_url: database_url.to_owned(),
+            data_dir: data_dir.join(node_id),
+            partitions: 24,
+            heartbeat_ms: 200,
+            node_lease_ms: 1_000,
+            leader_lease_ms: 1_000,
+        }
+    }
+}
+
+/// A running `carillon server` child process; killed when dropped.
+#[derive(Debug)]
+pub struct NodeProcess {
+    pub spec: NodeSpec,
+    pub addr: SocketAddr,
+    child: Child,
+    log: PathBuf,
+    client: reqwest::Client,
+}
+
+/// Starts `carillon` with `args` and `env`, its standard error going to `log`.
+pub fn spawn_carillon(args: &[&str], env: &[(&str, String)], home: &Path, log: &Path) -> Child {
+    let log_file = std::fs::File::create(log).expect("log file");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_carillon"));
+    command.args(args);
+    // Nothing from the developer's environment may change what the test sees.
+    for (key, _) in std::env::vars() {
+        if key.starts_with("CARILLON_") || key == "XDG_DATA_HOME" {
+            command.env_remove(key);
+        }
+    }
+    command
+        .env("HOME", home)
+        .env("CARILLON_LOG", "info,carillon_server=debug")
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log_file);
+    command.spawn().expect("spawn carillon")
+}
+
+/// Waits until the node logs the address it listens on.
+pub async fn wait_for_listen_address(child: &mut Child, log: &Path) -> SocketAddr {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(addr) = text
+            .lines()
+            .filter(|l| l.contains("carillon node listening"))
+            .find_map(|l| l.split("address=").nth(1))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|a| a.parse().ok())
+        {
+            return addr;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("carillon exited with {status} before listening; its log:\n{text}");
+        }
+        if Instant::now() >= deadline {
+            panic!("carillon did not start listening in time; its log:\n{text}");
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+impl NodeProcess {
+    pub async fn start(spec: NodeSpec) -> NodeProcess {
+        std::fs::create_dir_all(&spec.data_dir).expect("data dir");
+        let log = spec.data_dir.join(format!(
+            "node-{}.log",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        ));
+        let env = [
+            ("CARILLON_DATABASE_URL", spec.database_url.clone()),
+            ("CARILLON_DATA_DIR", spec.data_dir.display().to_string()),
+            ("CARILLON_LISTEN", "127.0.0.1:0".to_owned()),
+            ("CARILLON_ADMIN_TOKEN", TOKEN.to_owned()),
+            ("CARILLON_NODE_ID", spec.node_id.clone()),
+            ("CARILLON_PARTITIONS", spec.partitions.to_string()),
+            ("CARILLON_HEARTBEAT_MS", spec.heartbeat_ms.to_string()),
+            ("CARILLON_NODE_LEASE_MS", spec.node_lease_ms.to_string()),
+            ("CARILLON_LEADER_LEASE_MS", spec.leader_lease_ms.to_string()),
+        ];
+        let mut child = spawn_carillon(&["server"], &env, &spec.data_dir, &log);
+        let addr = wait_for_listen_address(&mut child, &log).await;
+        NodeProcess {
+            spec,
+            addr,
+            child,
+            log,
+            client: reqwest::Client::new(),
+        }
+    }
+
+    pub fn node_id(&self) -> &str {
+        &self.spec.node_id
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// `kill -9`: no chance to leave the cluster.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then waits for the process to exit.
+    pub async fn terminate(&mut self) -> ExitStatus {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill -TERM");
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "node did not stop:\n{}", self.log_text());
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `GET /api/v1/cluster` on this node; `None` if it does not answer.
+    pub async fn cluster(&self) -> Option<ClusterSnapshot> {
+        let response = self
+            .client
+            .get(self.url("/api/v1/cluster"))
+            .bearer_auth(TOKEN)
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .ok()?;
+        if !response.status().is_success() {
+            return None;
+        }
+        response.json().await.ok()
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("--- log of {} ---\n{}", self.spec.node_id, self.log_text());
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ClusterSnapshot {
+    pub partition_count: usize,
+    pub leader: Option<LeaderSnapshot>,
+    pub nodes: Vec<NodeSnapshot>,
+    pub this_node: ThisNodeSnapshot,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct LeaderSnapshot {
+    pub node_id: String,
+    pub term: i64,
+    pub lease_until: Option<String>,
+    pub acquired_at: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct NodeSnapshot {
+    pub node_id: String,
+    pub address: String,
+    pub alive: bool,
+    pub leader: bool,
+    pub partitions: Vec<i64>,
+    pub handing_off: Vec<i64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ThisNodeSnapshot {
+    pub node_id: String,
+    pub member: bool,
+    pub leader_term: Option<i64>,
+    pub acting_partitions: usize,
+}
+
+impl ClusterSnapshot {
+    pub fn node(&self, node_id: &str) -> Option<&NodeSnapshot> {
+        self.nodes.iter().find(|n| n.node_id == node_id)
+    }
+
+    /// True when exactly `live` are alive, one of them leads, every partition is owned by one of
+    /// them with no hand-off pending, and the counts differ by at most one.
+    pub fn is_settled_on(&self, live: &[&str]) -> bool {
+        let Some(leader) = &self.leader else {
+            return false;
+        };
+        let mut alive: Vec<&str> = self
+            .nodes
+            .iter()
+            .filter(|n| n.alive)
+            .map(|n| n.node_id.as_str())
+            .collect();
+        alive.sort();
+        let mut expected = live.to_vec();
+        expected.sort();
+        if alive != expected || !live.contains(&leader.node_id.as_str()) {
+            return false;
+        }
+        let counts: Vec<usize> = live
+            .iter()
+            .map(|id| self.node(id).map_or(0, |n| n.partitions.len()))
+            .collect();
+        let owned: usize = counts.iter().sum();
+        let pending = self.nodes.iter().any(|n| !n.handing_off.is_empty());
+        let (min, max) = (counts.iter().min(), counts.iter().max());
+        owned == self.partition_count
+            && !pending
+            && matches!((min, max), (Some(lo), Some(hi)) if hi - lo <= 1)
+    }
+
+    /// Owner of every partition, indexed by partition id.
+    pub fn owners(&self) -> Vec<Option<String>> {
+        let mut owners = vec![None; self.partition_count];
+        for node in &self.nodes {
+            for p in &node.partitions {
+                let slot = &mut owners[*p as usize];
+                assert!(slot.is_none(), "partition {p} owned twice: {self:#?}");
+                *slot = Some(node.node_id.clone());
+            }
+        }
+        owners
+    }
+}
+
+/// Milliseconds since the epoch of an RFC 3339 instant the API returned.
+pub fn epoch_ms(instant: &Option<String>) -> i64 {
+    let text = instant.as_deref().expect("instant present");
+    chrono::DateTime::parse_from_rfc3339(text)
+        .expect("RFC 3339")
+        .timestamp_millis()
+}
