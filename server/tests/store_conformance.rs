@@ -101,7 +101,10 @@ async fn cluster(db: &TestDb) -> Arc<dyn Store> {
 async fn migrations_can_be_applied_twice(db: TestDb) {
     let store = db.migrated_store().await;
     store.migrate().await.unwrap();
-    assert!(store.now_ms().await.unwrap() > 1_700_000_000_000, "epoch milliseconds");
+    assert!(
+        store.now_ms().await.unwrap() > 1_700_000_000_000,
+        "epoch milliseconds"
+    );
 }
 
 async fn the_schema_script_matches_the_migrations(db: TestDb) {
@@ -131,9 +134,12 @@ async fn cluster_init_creates_the_partitions_once(db: TestDb) {
     assert_eq!(again, meta, "the count is fixed at first init");
     let partitions = store.partitions_list().await.unwrap();
     assert_eq!(partitions.len(), 16);
-    assert!(partitions.iter().enumerate().all(|(i, p)| p.partition_id == i as i64
-        && p.owner_node_id.is_none()
-        && p.epoch == 0));
+    assert!(
+        partitions
+            .iter()
+            .enumerate()
+            .all(|(i, p)| p.partition_id == i as i64 && p.owner_node_id.is_none() && p.epoch == 0)
+    );
 }
 
 async fn concurrent_cluster_inits_agree(db: TestDb) {
@@ -201,7 +207,10 @@ async fn a_deposed_leaders_partition_writes_are_rejected(db: TestDb) {
     let store = cluster(&db).await;
     let a = store.leader_try_acquire("a", 200).await.unwrap();
     assert_eq!(
-        store.partitions_apply(&fence("a", a.term), &[assign(0, 0, "a")]).await.unwrap(),
+        store
+            .partitions_apply(&fence("a", a.term), &[assign(0, 0, "a")])
+            .await
+            .unwrap(),
         1
     );
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -211,8 +220,15 @@ async fn a_deposed_leaders_partition_writes_are_rejected(db: TestDb) {
     let stale = store
         .partitions_apply(&fence("a", a.term), &[assign(1, 0, "a")])
         .await;
-    assert!(matches!(stale, Err(Error::Fenced { term }) if term == a.term), "{stale:?}");
-    assert_eq!(partition(&*store, 1).await.owner_node_id, None, "nothing written");
+    assert!(
+        matches!(stale, Err(Error::Fenced { term }) if term == a.term),
+        "{stale:?}"
+    );
+    assert_eq!(
+        partition(&*store, 1).await.owner_node_id,
+        None,
+        "nothing written"
+    );
 
     // Claiming the new term under the old node's name is refused too.
     let forged = store
@@ -225,7 +241,10 @@ async fn a_deposed_leaders_partition_writes_are_rejected(db: TestDb) {
         .await
         .unwrap();
     assert_eq!(current, 1);
-    assert_eq!(partition(&*store, 1).await.owner_node_id.as_deref(), Some("b"));
+    assert_eq!(
+        partition(&*store, 1).await.owner_node_id.as_deref(),
+        Some("b")
+    );
 }
 
 async fn a_leader_whose_lease_expired_cannot_write_even_if_nobody_took_over(db: TestDb) {
@@ -243,12 +262,27 @@ async fn partition_changes_are_compare_and_set_on_the_epoch(db: TestDb) {
     let store = cluster(&db).await;
     let term = store.leader_try_acquire("a", 60_000).await.unwrap().term;
     let f = fence("a", term);
-    assert_eq!(store.partitions_apply(&f, &[assign(2, 0, "a")]).await.unwrap(), 1);
+    assert_eq!(
+        store
+            .partitions_apply(&f, &[assign(2, 0, "a")])
+            .await
+            .unwrap(),
+        1
+    );
     let after = partition(&*store, 2).await;
-    assert_eq!((after.owner_node_id.as_deref(), after.epoch), (Some("a"), 1));
+    assert_eq!(
+        (after.owner_node_id.as_deref(), after.epoch),
+        (Some("a"), 1)
+    );
 
     // A plan made from a stale read changes nothing.
-    assert_eq!(store.partitions_apply(&f, &[assign(2, 0, "b")]).await.unwrap(), 0);
+    assert_eq!(
+        store
+            .partitions_apply(&f, &[assign(2, 0, "b")])
+            .await
+            .unwrap(),
+        0
+    );
     assert_eq!(partition(&*store, 2).await, after);
 }
 
@@ -256,7 +290,10 @@ async fn a_hand_off_is_completed_only_by_the_owner(db: TestDb) {
     let store = cluster(&db).await;
     let term = store.leader_try_acquire("a", 60_000).await.unwrap().term;
     let f = fence("a", term);
-    store.partitions_apply(&f, &[assign(3, 0, "a")]).await.unwrap();
+    store
+        .partitions_apply(&f, &[assign(3, 0, "a")])
+        .await
+        .unwrap();
     let request = PartitionChange::RequestHandOff {
         partition_id: 3,
         expected_epoch: 1,
@@ -265,22 +302,45 @@ async fn a_hand_off_is_completed_only_by_the_owner(db: TestDb) {
     assert_eq!(store.partitions_apply(&f, &[request]).await.unwrap(), 1);
     let asked = partition(&*store, 3).await;
     assert_eq!(
-        (asked.owner_node_id.as_deref(), asked.pending_owner_node_id.as_deref(), asked.epoch),
+        (
+            asked.owner_node_id.as_deref(),
+            asked.pending_owner_node_id.as_deref(),
+            asked.epoch
+        ),
         (Some("a"), Some("b"), 1),
         "the owner keeps it until it lets go"
     );
-    assert_eq!(store.partitions_owned("a").await.unwrap(), vec![asked.clone()]);
+    assert_eq!(
+        store.partitions_owned("a").await.unwrap(),
+        vec![asked.clone()]
+    );
 
-    assert!(!store.partition_hand_off("b", &asked).await.unwrap(), "not the owner");
-    let stale = PartitionRecord { epoch: 0, ..asked.clone() };
-    assert!(!store.partition_hand_off("a", &stale).await.unwrap(), "stale epoch");
+    assert!(
+        !store.partition_hand_off("b", &asked).await.unwrap(),
+        "not the owner"
+    );
+    let stale = PartitionRecord {
+        epoch: 0,
+        ..asked.clone()
+    };
+    assert!(
+        !store.partition_hand_off("a", &stale).await.unwrap(),
+        "stale epoch"
+    );
     assert!(store.partition_hand_off("a", &asked).await.unwrap());
     let moved = partition(&*store, 3).await;
     assert_eq!(
-        (moved.owner_node_id.as_deref(), moved.pending_owner_node_id, moved.epoch),
+        (
+            moved.owner_node_id.as_deref(),
+            moved.pending_owner_node_id,
+            moved.epoch
+        ),
         (Some("b"), None, 2)
     );
-    assert!(!store.partition_hand_off("a", &asked).await.unwrap(), "only once");
+    assert!(
+        !store.partition_hand_off("a", &asked).await.unwrap(),
+        "only once"
+    );
 }
 
 async fn node_liveness_is_judged_by_the_database_clock(db: TestDb) {
@@ -295,7 +355,10 @@ async fn node_liveness_is_judged_by_the_database_clock(db: TestDb) {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(store.nodes_list().await.unwrap().alive_ids(200).is_empty());
     store.node_heartbeat("a", "i1").await.unwrap();
-    assert_eq!(store.nodes_list().await.unwrap().alive_ids(200), vec!["a".to_owned()]);
+    assert_eq!(
+        store.nodes_list().await.unwrap().alive_ids(200),
+        vec!["a".to_owned()]
+    );
 }
 
 async fn re_registering_a_node_releases_what_its_previous_process_held(db: TestDb) {
@@ -310,14 +373,22 @@ async fn re_registering_a_node_releases_what_its_previous_process_held(db: TestD
     register(&*store, "a", "second").await;
     for id in [0, 1] {
         let p = partition(&*store, id).await;
-        assert_eq!((p.owner_node_id, p.epoch), (None, 2), "released with a new epoch");
+        assert_eq!(
+            (p.owner_node_id, p.epoch),
+            (None, 2),
+            "released with a new epoch"
+        );
     }
     assert_eq!(store.leader_get().await.unwrap().holder(), None);
     let old = store.node_heartbeat("a", "first").await;
     assert!(matches!(old, Err(Error::IncarnationLost { .. })), "{old:?}");
     store.node_heartbeat("a", "second").await.unwrap();
     let again = store.leader_try_acquire("a", 60_000).await.unwrap();
-    assert_eq!(again.term, term + 1, "the new process leads under a new term");
+    assert_eq!(
+        again.term,
+        term + 1,
+        "the new process leads under a new term"
+    );
 }
 
 async fn leaving_releases_partitions_and_leadership_at_once(db: TestDb) {
@@ -346,10 +417,19 @@ async fn leaving_releases_partitions_and_leadership_at_once(db: TestDb) {
         (Some("b"), None),
         "no hand-off to a node that left"
     );
-    assert_eq!(store.leader_get().await.unwrap().holder(), None, "no lease to wait for");
+    assert_eq!(
+        store.leader_get().await.unwrap().holder(),
+        None,
+        "no lease to wait for"
+    );
     let listed = store.nodes_list().await.unwrap();
     assert_eq!(listed.alive_ids(60_000), vec!["b".to_owned()]);
-    assert!(listed.nodes.iter().any(|n| n.node_id == "a" && n.left_at_ms.is_some()));
+    assert!(
+        listed
+            .nodes
+            .iter()
+            .any(|n| n.node_id == "a" && n.left_at_ms.is_some())
+    );
     assert!(matches!(
         store.node_heartbeat("a", "i1").await,
         Err(Error::IncarnationLost { .. })

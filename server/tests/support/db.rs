@@ -23,7 +23,10 @@ impl Engine {
                 "CARILLON_TEST_POSTGRES_URL",
                 "postgres://postgres@127.0.0.1:5432/test",
             ),
-            Engine::Mysql => ("CARILLON_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test"),
+            Engine::Mysql => (
+                "CARILLON_TEST_MYSQL_URL",
+                "mysql://root@127.0.0.1:3306/test",
+            ),
             Engine::Sqlite => ("", ""),
         };
         std::env::var(var).unwrap_or_else(|_| default.to_owned())
@@ -71,7 +74,10 @@ impl TestDb {
             });
         }
         let admin_url = engine.admin_url();
-        let name = format!("carillon_t_{}", carillon_server::data_dir::random_hex(6).expect("random"));
+        let name = format!(
+            "carillon_t_{}",
+            carillon_server::data_dir::random_hex(6).expect("random")
+        );
         let create = format!("CREATE DATABASE {name}");
         if let Err(err) = admin_execute(engine, &admin_url, &create).await {
             if required() {
@@ -83,7 +89,9 @@ impl TestDb {
             );
             return None;
         }
-        let base = admin_url.rsplit_once('/').map_or(admin_url.as_str(), |(b, _)| b);
+        let base = admin_url
+            .rsplit_once('/')
+            .map_or(admin_url.as_str(), |(b, _)| b);
         let url = format!("{base}/{name}");
         Some(TestDb {
             engine,
@@ -117,11 +125,15 @@ impl TestDb {
         let script = AssertSqlSafe(script.to_owned());
         match self.engine {
             Engine::Postgres => {
-                let mut c = sqlx::PgConnection::connect(&self.url).await.expect("connect");
+                let mut c = sqlx::PgConnection::connect(&self.url)
+                    .await
+                    .expect("connect");
                 c.execute(sqlx::raw_sql(script)).await.expect("script");
             }
             Engine::Mysql => {
-                let mut c = sqlx::MySqlConnection::connect(&self.url).await.expect("connect");
+                let mut c = sqlx::MySqlConnection::connect(&self.url)
+                    .await
+                    .expect("connect");
                 c.execute(sqlx::raw_sql(script)).await.expect("script");
             }
             Engine::Sqlite => {
@@ -186,16 +198,31 @@ impl TestDb {
     async fn fetch_strings(&self, query: &'static str) -> Vec<String> {
         match self.engine {
             Engine::Postgres => {
-                let mut c = sqlx::PgConnection::connect(&self.url).await.expect("connect");
-                sqlx::query_scalar(query).fetch_all(&mut c).await.expect(query)
+                let mut c = sqlx::PgConnection::connect(&self.url)
+                    .await
+                    .expect("connect");
+                sqlx::query_scalar(query)
+                    .fetch_all(&mut c)
+                    .await
+                    .expect(query)
             }
             Engine::Mysql => {
-                let mut c = sqlx::MySqlConnection::connect(&self.url).await.expect("connect");
-                sqlx::query_scalar(query).fetch_all(&mut c).await.expect(query)
+                let mut c = sqlx::MySqlConnection::connect(&self.url)
+                    .await
+                    .expect("connect");
+                sqlx::query_scalar(query)
+                    .fetch_all(&mut c)
+                    .await
+                    .expect(query)
             }
             Engine::Sqlite => {
-                let mut c = sqlx::SqliteConnection::connect(&self.url).await.expect("connect");
-                sqlx::query_scalar(query).fetch_all(&mut c).await.expect(query)
+                let mut c = sqlx::SqliteConnection::connect(&self.url)
+                    .await
+                    .expect("connect");
+                sqlx::query_scalar(query)
+                    .fetch_all(&mut c)
+                    .await
+                    .expect(query)
             }
         }
     }
@@ -236,7 +263,11 @@ impl Drop for TestDb {
                 .enable_all()
                 .build()
                 .expect("runtime");
-            let force = if engine == Engine::Postgres { " WITH (FORCE)" } else { "" };
+            let force = if engine == Engine::Postgres {
+                " WITH (FORCE)"
+            } else {
+                ""
+            };
             let statement = format!("DROP DATABASE IF EXISTS {name}{force}");
             runtime.block_on(admin_execute(engine, &url, &statement))
         })

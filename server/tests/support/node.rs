@@ -150,7 +150,11 @@ impl NodeProcess {
             if let Some(status) = self.child.try_wait().expect("wait") {
                 return status;
             }
-            assert!(Instant::now() < deadline, "node did not stop:\n{}", self.log_text());
+            assert!(
+                Instant::now() < deadline,
+                "node did not stop:\n{}",
+                self.log_text()
+            );
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
     }
