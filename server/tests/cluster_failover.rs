@@ -2,7 +2,10 @@
 //! and recover from `kill -9`, graceful stops and restarts. Run on Postgres and MariaDB.
 //!
 //! Timings are judged on the database's clock (the lease's own clock), with the figures printed.
-#![allow(clippy::unwrap_used, reason = "a test fails loudly on any unexpected error")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on any unexpected error"
+)]
 
 mod support;
 

@@ -1,6 +1,9 @@
 //! A node cut off from its database stops acting as leader and on its partitions before its
 //! leases run out in the database, so no other node can ever act alongside it.
-#![allow(clippy::unwrap_used, reason = "a test fails loudly on any unexpected error")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on any unexpected error"
+)]
 
 mod support;
 

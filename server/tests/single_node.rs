@@ -1,6 +1,9 @@
 //! `carillon` as a newcomer meets it: no configuration, SQLite in the data directory, a
 //! generated admin token; and the command line's errors.
-#![allow(clippy::unwrap_used, reason = "a test fails loudly on any unexpected error")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on any unexpected error"
+)]
 
 mod support;
 

@@ -1,6 +1,9 @@
 //! The storage conformance suite: the same test bodies run against Postgres, MySQL/MariaDB
 //! and SQLite, each on a fresh database.
-#![allow(clippy::unwrap_used, reason = "a test fails loudly on any unexpected error")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on any unexpected error"
+)]
 
 mod support;
 
