@@ -20,6 +20,19 @@ pub enum Error {
 }
 
 impl Error {
+    /// True when the database aborted a transaction to break a deadlock or a serialisation
+    /// conflict; the whole transaction may be tried again.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Database(sqlx::Error::Database(db)) => {
+                // 40001: serialisation failure (and MySQL's deadlock, error 1213);
+                // 40P01: Postgres deadlock.
+                matches!(db.code().as_deref(), Some("40001" | "40P01" | "1213"))
+            }
+            _ => false,
+        }
+    }
+
     /// True when the database refused a row because a unique key already holds it.
     pub fn is_unique_violation(&self) -> bool {
         match self {

@@ -31,6 +31,29 @@ fn sql(query: &Arc<str>) -> AssertSqlSafe<Arc<str>> {
     AssertSqlSafe(Arc::clone(query))
 }
 
+/// How often a transaction that lost a deadlock or serialisation race is tried in all.
+const TRANSIENT_ATTEMPTS: u32 = 4;
+
+/// Runs `attempt` again when the database aborted it for a deadlock or serialisation failure:
+/// the transaction was rolled back whole, so trying again is safe.
+async fn retry_transient<T, F, Fut>(mut attempt: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, Error>>,
+{
+    let mut tries = 1;
+    loop {
+        match attempt().await {
+            Err(err) if err.is_transient() && tries < TRANSIENT_ATTEMPTS => {
+                tracing::debug!(error = %err, tries, "transaction aborted by the database; retrying");
+                tokio::time::sleep(std::time::Duration::from_millis(5 << tries)).await;
+                tries += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
 fn invalid_url(url: &DatabaseUrl, err: sqlx::Error) -> Error {
     Error::InvalidUrl {
         url: url.to_string(),
@@ -98,6 +121,10 @@ impl MysqlStore {
                 Box::pin(async move {
                     let set = format!("SET SESSION innodb_lock_wait_timeout = {lock_wait_s}");
                     conn.execute(AssertSqlSafe(set)).await?;
+                    // Our transactions lock what they need explicitly (FOR UPDATE, epoch
+                    // compare-and-set); REPEATABLE READ's gap locks would only add deadlocks.
+                    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                        .await?;
                     Ok(())
                 })
             })
@@ -183,16 +210,20 @@ macro_rules! sql_store {
                 )
             }
 
+            /// Gives up the node's leadership and partitions. Lock order, here as in every
+            /// transaction that writes partitions: the leader row first, then partitions;
+            /// otherwise two such transactions can deadlock.
             async fn node_release_everything(
                 &self,
                 tx: &mut Transaction<'static, $db>,
                 node_id: &str,
             ) -> Result<(), Error> {
-                sqlx::query::<$db>(sql(&self.q.partitions_release_owned))
+                self.leader_lock(tx).await?;
+                sqlx::query::<$db>(sql(&self.q.leader_release))
                     .bind(node_id)
                     .execute(&mut **tx)
                     .await?;
-                sqlx::query::<$db>(sql(&self.q.leader_release))
+                sqlx::query::<$db>(sql(&self.q.partitions_release_owned))
                     .bind(node_id)
                     .execute(&mut **tx)
                     .await?;
@@ -246,29 +277,20 @@ macro_rules! sql_store {
             }
 
             async fn node_register(&self, node: &NodeRegistration) -> Result<(), Error> {
-                let mut tx = self.begin_write().await?;
-                let updated = sqlx::query::<$db>(sql(&self.q.node_update_registration))
-                    .bind(&node.incarnation)
-                    .bind(&node.address)
-                    .bind(&node.version)
-                    .bind(&node.node_id)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-                if updated == 0 {
-                    sqlx::query::<$db>(sql(&self.q.node_insert))
-                        .bind(&node.node_id)
-                        .bind(&node.incarnation)
-                        .bind(&node.address)
-                        .bind(&node.version)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                self.node_release_everything(&mut tx, &node.node_id).await?;
-                tx.commit().await?;
-                Ok(())
+                retry_transient(|| self.node_register_once(node)).await
             }
 
+            async fn node_leave(&self, node_id: &str, incarnation: &str) -> Result<(), Error> {
+                retry_transient(|| self.node_leave_once(node_id, incarnation)).await
+            }
+
+            async fn partitions_apply(
+                &self,
+                fence: &LeaderFence,
+                changes: &[PartitionChange],
+            ) -> Result<u64, Error> {
+                retry_transient(|| self.partitions_apply_once(fence, changes)).await
+            }
             async fn node_heartbeat(&self, node_id: &str, incarnation: &str) -> Result<(), Error> {
                 let beat = sqlx::query::<$db>(sql(&self.q.node_heartbeat))
                     .bind(node_id)
@@ -280,29 +302,6 @@ macro_rules! sql_store {
                         node_id: node_id.to_owned(),
                     });
                 }
-                Ok(())
-            }
-
-            async fn node_leave(&self, node_id: &str, incarnation: &str) -> Result<(), Error> {
-                let mut tx = self.begin_write().await?;
-                let left = sqlx::query::<$db>(sql(&self.q.node_mark_left))
-                    .bind(node_id)
-                    .bind(incarnation)
-                    .execute(&mut *tx)
-                    .await?;
-                if left.rows_affected() == 0 {
-                    // Whatever the node id owns now belongs to another process: leave it be.
-                    tx.rollback().await?;
-                    return Err(Error::IncarnationLost {
-                        node_id: node_id.to_owned(),
-                    });
-                }
-                self.node_release_everything(&mut tx, node_id).await?;
-                sqlx::query::<$db>(sql(&self.q.partitions_cancel_pending_to))
-                    .bind(node_id)
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
                 Ok(())
             }
 
@@ -374,7 +373,70 @@ macro_rules! sql_store {
                 )
             }
 
-            async fn partitions_apply(
+            async fn partition_hand_off(
+                &self,
+                node_id: &str,
+                partition: &PartitionRecord,
+            ) -> Result<bool, Error> {
+                let moved = sqlx::query::<$db>(sql(&self.q.partition_hand_off))
+                    .bind(partition.partition_id)
+                    .bind(node_id)
+                    .bind(partition.epoch)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(moved.rows_affected() == 1)
+            }
+        }
+
+        impl $store {
+            async fn node_register_once(&self, node: &NodeRegistration) -> Result<(), Error> {
+                let mut tx = self.begin_write().await?;
+                let updated = sqlx::query::<$db>(sql(&self.q.node_update_registration))
+                    .bind(&node.incarnation)
+                    .bind(&node.address)
+                    .bind(&node.version)
+                    .bind(&node.node_id)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                if updated == 0 {
+                    sqlx::query::<$db>(sql(&self.q.node_insert))
+                        .bind(&node.node_id)
+                        .bind(&node.incarnation)
+                        .bind(&node.address)
+                        .bind(&node.version)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                self.node_release_everything(&mut tx, &node.node_id).await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn node_leave_once(&self, node_id: &str, incarnation: &str) -> Result<(), Error> {
+                let mut tx = self.begin_write().await?;
+                let left = sqlx::query::<$db>(sql(&self.q.node_mark_left))
+                    .bind(node_id)
+                    .bind(incarnation)
+                    .execute(&mut *tx)
+                    .await?;
+                if left.rows_affected() == 0 {
+                    // Whatever the node id owns now belongs to another process: leave it be.
+                    tx.rollback().await?;
+                    return Err(Error::IncarnationLost {
+                        node_id: node_id.to_owned(),
+                    });
+                }
+                self.node_release_everything(&mut tx, node_id).await?;
+                sqlx::query::<$db>(sql(&self.q.partitions_cancel_pending_to))
+                    .bind(node_id)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn partitions_apply_once(
                 &self,
                 fence: &LeaderFence,
                 changes: &[PartitionChange],
@@ -417,20 +479,6 @@ macro_rules! sql_store {
                 }
                 tx.commit().await?;
                 Ok(applied)
-            }
-
-            async fn partition_hand_off(
-                &self,
-                node_id: &str,
-                partition: &PartitionRecord,
-            ) -> Result<bool, Error> {
-                let moved = sqlx::query::<$db>(sql(&self.q.partition_hand_off))
-                    .bind(partition.partition_id)
-                    .bind(node_id)
-                    .bind(partition.epoch)
-                    .execute(&self.pool)
-                    .await?;
-                Ok(moved.rows_affected() == 1)
             }
         }
     };
