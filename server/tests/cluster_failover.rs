@@ -7,40 +7,17 @@
     reason = "a test fails loudly on any unexpected error"
 )]
 
+#[macro_use]
 mod support;
 
-use std::future::Future;
 use std::time::Duration;
 
 use carillon_server::store::{DatabaseUrl, PoolOptions, Store};
-use support::db::{Engine, TestDb};
+use support::db::TestDb;
 use support::node::{ClusterSnapshot, NodeProcess, NodeSpec, epoch_ms};
 use support::wait_for;
 
 const SETTLE: Duration = Duration::from_secs(30);
-
-async fn run<F, Fut>(engine: Engine, body: F)
-where
-    F: FnOnce(TestDb) -> Fut,
-    Fut: Future<Output = ()>,
-{
-    if let Some(db) = TestDb::create(engine).await {
-        body(db).await;
-    }
-}
-
-macro_rules! for_engine {
-    ($module:ident, $engine:ident, [$($test:ident),*]) => {
-        mod $module {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    super::run(super::Engine::$engine, super::$test).await;
-                }
-            )*
-        }
-    };
-}
 
 macro_rules! cluster_tests {
     ($($test:ident),* $(,)?) => {
@@ -96,6 +73,11 @@ impl Cluster {
 
     fn ids(&self) -> Vec<String> {
         self.nodes.iter().map(|n| n.node_id().to_owned()).collect()
+    }
+
+    /// Every node id but `except`.
+    fn others(&self, except: &str) -> Vec<String> {
+        self.ids().into_iter().filter(|id| id != except).collect()
     }
 
     /// The database's clock now: the clock leases are measured with.
@@ -180,11 +162,7 @@ async fn killing_the_leader_elects_a_new_leader_and_moves_its_partitions(db: Tes
     let mut cluster = Cluster::start(&db, |_| {}).await;
     let before = cluster.settled("n1", &["n1", "n2", "n3"]).await;
     let (old_leader, old_term) = leader_of(&before);
-    let survivors: Vec<String> = cluster
-        .ids()
-        .into_iter()
-        .filter(|id| *id != old_leader)
-        .collect();
+    let survivors = cluster.others(&old_leader);
     let survivors: Vec<&str> = survivors.iter().map(String::as_str).collect();
 
     cluster.node(&old_leader).kill9();
@@ -249,11 +227,7 @@ async fn a_graceful_stop_hands_over_without_waiting_for_the_lease(db: TestDb) {
     .await;
     let before = cluster.settled("n1", &["n1", "n2", "n3"]).await;
     let (old_leader, old_term) = leader_of(&before);
-    let survivors: Vec<String> = cluster
-        .ids()
-        .into_iter()
-        .filter(|id| *id != old_leader)
-        .collect();
+    let survivors = cluster.others(&old_leader);
     let survivors: Vec<&str> = survivors.iter().map(String::as_str).collect();
 
     let stopped_at = cluster.db_now().await;
@@ -302,11 +276,7 @@ async fn a_restarted_node_rejoins_and_gets_partitions_back(db: TestDb) {
         .into_iter()
         .find(|id| *id != leader)
         .expect("a follower");
-    let others: Vec<String> = cluster
-        .ids()
-        .into_iter()
-        .filter(|id| *id != victim)
-        .collect();
+    let others = cluster.others(&victim);
     let others: Vec<&str> = others.iter().map(String::as_str).collect();
 
     let spec = cluster.node(&victim).spec.clone();

@@ -5,9 +5,9 @@
     reason = "a test fails loudly on any unexpected error"
 )]
 
+#[macro_use]
 mod support;
 
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -18,7 +18,7 @@ use carillon_server::store::{
     Backend, ClusterMeta, Error, LeaderFence, LeaderRecord, NodeList, NodeRegistration,
     PartitionChange, PartitionRecord, Store,
 };
-use support::db::{Engine, TestDb};
+use support::db::TestDb;
 use support::wait_for;
 use tokio_util::sync::CancellationToken;
 
@@ -109,32 +109,23 @@ impl Store for Severable {
     }
 }
 
-async fn run<F, Fut>(engine: Engine, body: F)
-where
-    F: FnOnce(TestDb) -> Fut,
-    Fut: Future<Output = ()>,
-{
-    if let Some(db) = TestDb::create(engine).await {
-        body(db).await;
-    }
-}
+for_engine!(
+    postgres,
+    Postgres,
+    [a_node_cut_off_from_its_database_stops_acting_in_time]
+);
+for_engine!(
+    mysql,
+    Mysql,
+    [a_node_cut_off_from_its_database_stops_acting_in_time]
+);
+for_engine!(
+    sqlite,
+    Sqlite,
+    [a_node_cut_off_from_its_database_stops_acting_in_time]
+);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_cut_off_from_postgres_stops_acting_before_its_leases_expire() {
-    run(Engine::Postgres, cut_off_node_stops_acting_in_time).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_cut_off_from_mysql_stops_acting_before_its_leases_expire() {
-    run(Engine::Mysql, cut_off_node_stops_acting_in_time).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_cut_off_from_sqlite_stops_acting_before_its_leases_expire() {
-    run(Engine::Sqlite, cut_off_node_stops_acting_in_time).await;
-}
-
-async fn cut_off_node_stops_acting_in_time(db: TestDb) {
+async fn a_node_cut_off_from_its_database_stops_acting_in_time(db: TestDb) {
     let direct = db.migrated_store().await;
     direct.cluster_init(8).await.unwrap();
     let severable = Arc::new(Severable {

@@ -5,39 +5,16 @@
     reason = "a test fails loudly on any unexpected error"
 )]
 
+#[macro_use]
 mod support;
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use carillon_server::store::{
     Error, LeaderFence, NodeRegistration, PartitionChange, PartitionRecord, Store,
 };
-use support::db::{Engine, TestDb};
-
-async fn run<F, Fut>(engine: Engine, body: F)
-where
-    F: FnOnce(TestDb) -> Fut,
-    Fut: Future<Output = ()>,
-{
-    if let Some(db) = TestDb::create(engine).await {
-        body(db).await;
-    }
-}
-
-macro_rules! for_engine {
-    ($module:ident, $engine:ident, [$($test:ident),*]) => {
-        mod $module {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $test() {
-                    super::run(super::Engine::$engine, super::$test).await;
-                }
-            )*
-        }
-    };
-}
+use support::db::TestDb;
 
 macro_rules! conformance {
     ($($test:ident),* $(,)?) => {

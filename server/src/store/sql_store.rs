@@ -69,8 +69,6 @@ pub(super) struct PostgresStore {
 }
 
 impl PostgresStore {
-    const BACKEND: Backend = Backend::Postgres;
-
     pub(super) async fn connect(url: &DatabaseUrl, options: &PoolOptions) -> Result<Self, Error> {
         let timeout_ms = options.statement_timeout.as_millis().to_string();
         let connect = PgConnectOptions::from_str(url.expose())
@@ -84,14 +82,7 @@ impl PostgresStore {
             .acquire_timeout(options.acquire_timeout)
             .connect_with(connect)
             .await?;
-        Ok(Self {
-            pool,
-            q: Arc::new(Queries::for_backend(Self::BACKEND)),
-        })
-    }
-
-    fn migrator() -> &'static Migrator {
-        &POSTGRES_MIGRATOR
+        Ok(Self::from_pool(pool))
     }
 
     async fn begin_write(&self) -> Result<Transaction<'static, Postgres>, Error> {
@@ -107,8 +98,6 @@ pub(super) struct MysqlStore {
 }
 
 impl MysqlStore {
-    const BACKEND: Backend = Backend::Mysql;
-
     pub(super) async fn connect(url: &DatabaseUrl, options: &PoolOptions) -> Result<Self, Error> {
         let connect =
             MySqlConnectOptions::from_str(url.expose()).map_err(|e| invalid_url(url, e))?;
@@ -130,14 +119,7 @@ impl MysqlStore {
             })
             .connect_with(connect)
             .await?;
-        Ok(Self {
-            pool,
-            q: Arc::new(Queries::for_backend(Self::BACKEND)),
-        })
-    }
-
-    fn migrator() -> &'static Migrator {
-        &MYSQL_MIGRATOR
+        Ok(Self::from_pool(pool))
     }
 
     async fn begin_write(&self) -> Result<Transaction<'static, MySql>, Error> {
@@ -153,8 +135,6 @@ pub(super) struct SqliteStore {
 }
 
 impl SqliteStore {
-    const BACKEND: Backend = Backend::Sqlite;
-
     pub(super) async fn connect(url: &DatabaseUrl, options: &PoolOptions) -> Result<Self, Error> {
         let connect = SqliteConnectOptions::from_str(url.expose())
             .map_err(|e| invalid_url(url, e))?
@@ -169,14 +149,7 @@ impl SqliteStore {
             .acquire_timeout(options.acquire_timeout)
             .connect_with(connect)
             .await?;
-        Ok(Self {
-            pool,
-            q: Arc::new(Queries::for_backend(Self::BACKEND)),
-        })
-    }
-
-    fn migrator() -> &'static Migrator {
-        &SQLITE_MIGRATOR
+        Ok(Self::from_pool(pool))
     }
 
     /// SQLite has no row locks: `BEGIN IMMEDIATE` takes the write lock up front, so a
@@ -187,8 +160,15 @@ impl SqliteStore {
 }
 
 macro_rules! sql_store {
-    ($store:ident, $db:ty) => {
+    ($store:ident, $db:ty, $backend:expr, $migrator:expr) => {
         impl $store {
+            fn from_pool(pool: sqlx::Pool<$db>) -> Self {
+                Self {
+                    pool,
+                    q: Arc::new(Queries::for_backend($backend)),
+                }
+            }
+
             async fn cluster_meta_get(&self) -> Result<Option<ClusterMeta>, Error> {
                 let row = sqlx::query_as::<$db, (i64, i64)>(sql(&self.q.cluster_meta_get))
                     .fetch_optional(&self.pool)
@@ -234,11 +214,11 @@ macro_rules! sql_store {
         #[async_trait]
         impl Store for $store {
             fn backend(&self) -> Backend {
-                Self::BACKEND
+                $backend
             }
 
             async fn migrate(&self) -> Result<(), Error> {
-                Self::migrator().run(&self.pool).await?;
+                $migrator.run(&self.pool).await?;
                 Ok(())
             }
 
@@ -484,6 +464,11 @@ macro_rules! sql_store {
     };
 }
 
-sql_store!(PostgresStore, Postgres);
-sql_store!(MysqlStore, MySql);
-sql_store!(SqliteStore, Sqlite);
+sql_store!(
+    PostgresStore,
+    Postgres,
+    Backend::Postgres,
+    POSTGRES_MIGRATOR
+);
+sql_store!(MysqlStore, MySql, Backend::Mysql, MYSQL_MIGRATOR);
+sql_store!(SqliteStore, Sqlite, Backend::Sqlite, SQLITE_MIGRATOR);

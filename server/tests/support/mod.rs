@@ -14,6 +14,40 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use db::{Engine, TestDb};
+
+/// Runs a test body on a fresh database of `engine`, or skips it (outside CI) when the
+/// engine's server is not reachable.
+pub async fn on_fresh_database<F, Fut>(engine: Engine, body: F)
+where
+    F: FnOnce(TestDb) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    if let Some(db) = TestDb::create(engine).await {
+        body(db).await;
+    }
+}
+
+/// Instantiates each named test body (an `async fn(TestDb)` in the calling file) once per
+/// engine, as `#[tokio::test]`s in a module named after the engine.
+#[macro_export]
+macro_rules! for_engine {
+    ($module:ident, $engine:ident, [$($test:ident),* $(,)?]) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    $crate::support::on_fresh_database(
+                        $crate::support::db::Engine::$engine,
+                        super::$test,
+                    )
+                    .await;
+                }
+            )*
+        }
+    };
+}
+
 /// Polls `check` every 50 ms until it returns `Some`, or panics with `what` after `limit`.
 pub async fn wait_for<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
 where
