@@ -9,5 +9,6 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod data_dir;
+pub mod schedule;
 pub mod store;
 pub mod telemetry;

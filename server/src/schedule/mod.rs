@@ -1,0 +1,197 @@
+//! Schedules: parsing (cron, RRULE, one-shot `at`, fixed interval `every`) and the pure
+//! next-instant function. No I/O and no clock: callers say what "after" means.
+//!
+//! Every job has an IANA time zone. Cron and RRULE are evaluated on wall-clock time in that zone
+//! and turned into instants by one DST rule (see `zone`), so both behave alike across gaps and
+//! overlaps.
+
+mod cron;
+mod every;
+mod rrule;
+mod zone;
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use chrono_tz::Tz;
+use serde::{Deserialize, Serialize};
+
+pub use every::parse_interval;
+
+/// Why a schedule was refused; `field` names the JSON field at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ScheduleError {
+    pub field: &'static str,
+    pub message: String,
+}
+
+impl ScheduleError {
+    fn new(field: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            field,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn cron(message: impl Into<String>) -> Self {
+        Self::new("schedule.cron", message)
+    }
+
+    pub(crate) fn rrule(message: impl Into<String>) -> Self {
+        Self::new("schedule.rrule", message)
+    }
+}
+
+/// A schedule as a user writes it: exactly one of the four fields.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cron: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rrule: Option<String>,
+    /// An RFC 3339 instant, or a wall time (`2026-12-01T09:00:00`) in the job's zone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<String>,
+    /// A duration such as `30s`, `5m`, `1h30m`, `2d`; anchored to the job's start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every: Option<String>,
+}
+
+/// Parses an IANA zone name.
+pub fn parse_zone(name: &str) -> Result<Tz, ScheduleError> {
+    if name.len() > 64 {
+        return Err(ScheduleError::new(
+            "timezone",
+            "is longer than 64 characters",
+        ));
+    }
+    Tz::from_str(name).map_err(|_| {
+        ScheduleError::new(
+            "timezone",
+            format!("unknown IANA time zone {name:?} (use e.g. \"Europe/Paris\" or \"UTC\")"),
+        )
+    })
+}
+
+#[derive(Debug)]
+enum Kind {
+    Cron(cron::CronSchedule),
+    Rrule(rrule::RruleSchedule),
+    At(DateTime<Utc>),
+    Every(chrono::Duration),
+}
+
+/// A parsed schedule in a zone. Cheap to clone; jobs with the same expression and zone can
+/// share one.
+#[derive(Debug, Clone)]
+pub struct Schedule {
+    kind: Arc<Kind>,
+    zone: Tz,
+}
+
+/// What the next-instant search may know about the job beyond its schedule.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NextHints {
+    /// When the job was started: the anchor of an `every` schedule.
+    pub anchor: Option<DateTime<Utc>>,
+    /// An earlier instant of this schedule (the last fired), from which an RRULE search
+    /// resumes instead of replaying its history.
+    pub cursor: Option<DateTime<Utc>>,
+}
+
+impl Schedule {
+    /// Parses `spec` in `zone`. Exactly one field must be set.
+    pub fn parse(spec: &ScheduleSpec, zone: Tz) -> Result<Self, ScheduleError> {
+        let kind = match (&spec.cron, &spec.rrule, &spec.at, &spec.every) {
+            (Some(expr), None, None, None) => Kind::Cron(cron::CronSchedule::parse(expr)?),
+            (None, Some(text), None, None) => Kind::Rrule(rrule::RruleSchedule::parse(text, zone)?),
+            (None, None, Some(at), None) => Kind::At(parse_at(at, zone)?),
+            (None, None, None, Some(every)) => Kind::Every(parse_interval(every)?),
+            _ => {
+                return Err(ScheduleError::new(
+                    "schedule",
+                    "give exactly one of \"cron\", \"rrule\", \"at\" or \"every\"",
+                ));
+            }
+        };
+        Ok(Self {
+            kind: Arc::new(kind),
+            zone,
+        })
+    }
+
+    pub fn zone(&self) -> Tz {
+        self.zone
+    }
+
+    /// True for schedules that fire once (`at`).
+    pub fn is_one_shot(&self) -> bool {
+        matches!(*self.kind, Kind::At(_))
+    }
+
+    /// The first instant of the schedule strictly after `after`, or `None` when it has no more.
+    pub fn next_after(
+        &self,
+        after: DateTime<Utc>,
+        hints: NextHints,
+    ) -> Result<Option<DateTime<Utc>>, ScheduleError> {
+        match &*self.kind {
+            Kind::Cron(cron) => cron.next_after(after, self.zone),
+            Kind::Rrule(rule) => rule.next_after(after, hints.cursor),
+            Kind::At(at) => Ok((*at > after).then_some(*at)),
+            Kind::Every(interval) => Ok(every::next_after(*interval, hints.anchor, after)),
+        }
+    }
+
+    /// Up to `count` instants after `after`, strictly increasing.
+    pub fn preview(
+        &self,
+        after: DateTime<Utc>,
+        count: usize,
+        hints: NextHints,
+    ) -> Result<Vec<DateTime<Utc>>, ScheduleError> {
+        let mut instants = Vec::with_capacity(count);
+        let mut cursor = after;
+        while instants.len() < count {
+            let hints = NextHints {
+                cursor: instants.last().copied().or(hints.cursor),
+                ..hints
+            };
+            match self.next_after(cursor, hints)? {
+                Some(next) => {
+                    instants.push(next);
+                    cursor = next;
+                }
+                None => break,
+            }
+        }
+        Ok(instants)
+    }
+
+    /// The wall time of `instant` in this schedule's zone.
+    pub fn local(&self, instant: DateTime<Utc>) -> DateTime<Tz> {
+        zone::local(instant, self.zone)
+    }
+}
+
+fn parse_at(text: &str, zone: Tz) -> Result<DateTime<Utc>, ScheduleError> {
+    let text = text.trim();
+    if let Ok(instant) = DateTime::parse_from_rfc3339(text) {
+        return Ok(instant.with_timezone(&Utc));
+    }
+    NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f")
+        .or_else(|_| NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M"))
+        .map(|wall| zone::resolve(wall, zone))
+        .map_err(|_| {
+            ScheduleError::new(
+                "schedule.at",
+                format!(
+                    "{text:?} is not an instant: use RFC 3339 (2026-12-01T09:00:00Z) or a wall \
+                     time in the job's zone (2026-12-01T09:00:00)"
+                ),
+            )
+        })
+}
