@@ -84,15 +84,24 @@ CREATE TABLE jobs (
     next_fire_at_ms BIGINT NULL,
     last_fired_at_ms BIGINT NULL,
     created_at_ms BIGINT NOT NULL,
-    updated_at_ms BIGINT NOT NULL
+    updated_at_ms BIGINT NOT NULL,
+    started_at_ms BIGINT NULL
 );
 CREATE UNIQUE INDEX jobs_name_idx ON jobs (name);
 CREATE INDEX jobs_partition_idx ON jobs (partition_id, state);
 CREATE INDEX jobs_updated_idx ON jobs (updated_at_ms);
 
+-- Deleted jobs, so the node that owns a job's partition learns of the deletion by polling.
+CREATE TABLE job_deletions (
+    job_id BIGINT NOT NULL PRIMARY KEY,
+    partition_id BIGINT NOT NULL,
+    deleted_at_ms BIGINT NOT NULL
+);
+CREATE INDEX job_deletions_at_idx ON job_deletions (deleted_at_ms);
+
 -- Runs: one per scheduled instant of a job (the unique key is the exactly-once guarantee).
 CREATE TABLE runs (
-    run_id BIGINT NOT NULL PRIMARY KEY,
+    run_id INTEGER PRIMARY KEY AUTOINCREMENT,
     job_id BIGINT NOT NULL,
     scheduled_at_ms BIGINT NOT NULL,
     partition_id BIGINT NOT NULL,
@@ -111,7 +120,7 @@ CREATE INDEX runs_state_idx ON runs (state, partition_id);
 
 -- Attempts: one dispatch of a run (or of one shard of it) to an executor.
 CREATE TABLE attempts (
-    attempt_id BIGINT NOT NULL PRIMARY KEY,
+    attempt_id INTEGER PRIMARY KEY AUTOINCREMENT,
     run_id BIGINT NOT NULL,
     shard_index BIGINT NOT NULL,
     shard_total BIGINT NOT NULL,

@@ -13,9 +13,11 @@ use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 use crate::api::{self, ApiState};
+use crate::clock::ClusterClock;
 use crate::cluster::{Coordinator, CoordinatorError, LocalView};
 use crate::config::{Config, ConfigError};
 use crate::data_dir::{DataDir, DataDirError};
+use crate::scheduler::Scheduler;
 use crate::store::{self, DatabaseUrl, NodeRegistration, PoolOptions, Store};
 
 /// Why a node could not start. Each names what it was doing.
@@ -63,6 +65,7 @@ pub struct Application {
     local_addr: SocketAddr,
     api_state: ApiState,
     coordinator: Coordinator,
+    scheduler: Scheduler,
     shutdown_grace: Duration,
 }
 
@@ -175,19 +178,35 @@ impl Application {
         .await?;
 
         let view = Arc::new(LocalView::new(node_id));
+        let clock = Arc::new(ClusterClock::new());
         let timings = config.timings();
-        let coordinator = Coordinator::new(lease_store, Arc::clone(&view), incarnation, timings);
+        let coordinator = Coordinator::new(
+            lease_store,
+            Arc::clone(&view),
+            Arc::clone(&clock),
+            incarnation,
+            timings,
+        );
+        let scheduler = Scheduler::new(
+            Arc::clone(&api_store),
+            Arc::clone(&view),
+            Arc::clone(&clock),
+            config.scheduler_settings(),
+        );
         let api_state = ApiState {
             store: api_store,
             view,
+            clock,
             admin_token: Arc::new(admin_token),
             timings,
+            partition_count: meta.partition_count,
         };
         Ok(Self {
             listener,
             local_addr,
             api_state,
             coordinator,
+            scheduler,
             shutdown_grace: Duration::from_millis(config.cluster.shutdown_grace_ms),
         })
     }
@@ -209,6 +228,7 @@ impl Application {
             .with_graceful_shutdown(http_stop.cancelled_owned());
         let mut http = tracker.spawn(async move { server.await });
         let mut coordinator = tracker.spawn(self.coordinator.run(shutdown.child_token()));
+        tracker.spawn(self.scheduler.run(shutdown.child_token()));
         tracker.close();
         info!(address = %self.local_addr, "carillon node listening");
 

@@ -62,7 +62,31 @@ pub struct Config {
     pub database: DatabaseConfig,
     pub cluster: ClusterConfig,
     pub auth: AuthConfig,
+    pub scheduler: SchedulerConfig,
     pub log: LogConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchedulerConfig {
+    /// How often job changes made through any node are picked up.
+    pub poll_ms: u64,
+    /// An instant fired later than this is missed (its job's misfire policy applies); earlier
+    /// it is merely late and fires as usual.
+    pub misfire_threshold_ms: u64,
+    /// Most instants claimed in one transaction.
+    pub claim_batch: usize,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        let defaults = crate::scheduler::SchedulerSettings::default();
+        Self {
+            poll_ms: defaults.poll_interval.as_millis() as u64,
+            misfire_threshold_ms: defaults.misfire_threshold.as_millis() as u64,
+            claim_batch: defaults.claim_batch,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -233,7 +257,28 @@ impl Config {
         if let Some(token) = &self.auth.admin_token {
             validate_token(token.expose())?;
         }
+        let s = &self.scheduler;
+        if !(10..=60_000).contains(&s.poll_ms) {
+            return Err(invalid(
+                "scheduler.poll_ms",
+                format!("{} is outside 10..=60000", s.poll_ms),
+            ));
+        }
+        if !(1..=100_000).contains(&s.claim_batch) {
+            return Err(invalid(
+                "scheduler.claim_batch",
+                format!("{} is outside 1..=100000", s.claim_batch),
+            ));
+        }
         Ok(())
+    }
+
+    pub fn scheduler_settings(&self) -> crate::scheduler::SchedulerSettings {
+        crate::scheduler::SchedulerSettings {
+            poll_interval: Duration::from_millis(self.scheduler.poll_ms),
+            misfire_threshold: Duration::from_millis(self.scheduler.misfire_threshold_ms),
+            claim_batch: self.scheduler.claim_batch,
+        }
     }
 
     pub fn timings(&self) -> ClusterTimings {

@@ -6,9 +6,12 @@
 pub mod api;
 pub mod app;
 pub mod cli;
+pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod data_dir;
+pub mod jobs;
 pub mod schedule;
+pub mod scheduler;
 pub mod store;
 pub mod telemetry;

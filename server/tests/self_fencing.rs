@@ -13,10 +13,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use carillon_server::clock::ClusterClock;
 use carillon_server::cluster::{ClusterTimings, Coordinator, LocalView};
 use carillon_server::store::{
-    Backend, ClusterMeta, Error, LeaderFence, LeaderRecord, NodeList, NodeRegistration,
-    PartitionChange, PartitionRecord, Store,
+    Backend, ClaimOutcome, ClusterMeta, Error, JobChanges, JobFilter, JobRecord, JobWrite,
+    LeaderFence, LeaderRecord, NodeList, NodeRegistration, PartitionChange, PartitionRecord,
+    RunClaim, RunRecord, Store,
 };
 use support::db::TestDb;
 use support::wait_for;
@@ -107,6 +109,82 @@ impl Store for Severable {
         self.check()?;
         self.inner.partition_hand_off(node_id, partition).await
     }
+    async fn job_insert(
+        &self,
+        id: i64,
+        p: i64,
+        job: &JobWrite,
+        start: bool,
+    ) -> Result<JobRecord, Error> {
+        self.check()?;
+        self.inner.job_insert(id, p, job, start).await
+    }
+    async fn job_get(&self, job_id: i64) -> Result<Option<JobRecord>, Error> {
+        self.check()?;
+        self.inner.job_get(job_id).await
+    }
+    async fn jobs_list(&self, filter: &JobFilter) -> Result<Vec<JobRecord>, Error> {
+        self.check()?;
+        self.inner.jobs_list(filter).await
+    }
+    async fn job_update(
+        &self,
+        id: i64,
+        version: i64,
+        job: &JobWrite,
+    ) -> Result<Option<JobRecord>, Error> {
+        self.check()?;
+        self.inner.job_update(id, version, job).await
+    }
+    async fn job_start(&self, job_id: i64) -> Result<Option<JobRecord>, Error> {
+        self.check()?;
+        self.inner.job_start(job_id).await
+    }
+    async fn job_stop(&self, job_id: i64) -> Result<Option<JobRecord>, Error> {
+        self.check()?;
+        self.inner.job_stop(job_id).await
+    }
+    async fn job_delete(&self, job_id: i64) -> Result<bool, Error> {
+        self.check()?;
+        self.inner.job_delete(job_id).await
+    }
+    async fn jobs_in_partition(&self, partition_id: i64) -> Result<Vec<JobRecord>, Error> {
+        self.check()?;
+        self.inner.jobs_in_partition(partition_id).await
+    }
+    async fn jobs_changed_since(&self, since_ms: i64, limit: i64) -> Result<JobChanges, Error> {
+        self.check()?;
+        self.inner.jobs_changed_since(since_ms, limit).await
+    }
+    async fn runs_claim(
+        &self,
+        node_id: &str,
+        claims: &[RunClaim],
+    ) -> Result<Vec<ClaimOutcome>, Error> {
+        self.check()?;
+        self.inner.runs_claim(node_id, claims).await
+    }
+    async fn run_insert_manual(
+        &self,
+        job: &JobRecord,
+        node_id: &str,
+        state: &str,
+        message: Option<&str>,
+    ) -> Result<RunRecord, Error> {
+        self.check()?;
+        self.inner
+            .run_insert_manual(job, node_id, state, message)
+            .await
+    }
+    async fn runs_of_job(
+        &self,
+        job_id: i64,
+        before: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<RunRecord>, Error> {
+        self.check()?;
+        self.inner.runs_of_job(job_id, before, limit).await
+    }
 }
 
 for_engine!(
@@ -150,6 +228,7 @@ async fn a_node_cut_off_from_its_database_stops_acting_in_time(db: TestDb) {
     let coordinator = Coordinator::new(
         severable.clone(),
         Arc::clone(&view),
+        Arc::new(ClusterClock::new()),
         node.incarnation.clone(),
         timings,
     );

@@ -15,6 +15,14 @@ pub enum ApiError {
     Unauthorized,
     #[error("no such resource")]
     NotFound,
+    #[error("{what} not found")]
+    Missing { what: String },
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
+    #[error("{0}")]
+    Conflict(String),
+    #[error("request body too large")]
+    TooLarge,
     #[error("storage failed: {0}")]
     Store(#[from] store::Error),
 }
@@ -26,6 +34,25 @@ struct Problem {
     title: &'static str,
     status: u16,
     detail: String,
+    /// The request field at fault, for validation errors.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    field: Option<String>,
+}
+
+/// The largest request body accepted.
+pub(crate) const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
+
+impl ApiError {
+    pub(crate) fn invalid(field: &str, message: impl Into<String>) -> Self {
+        ApiError::Invalid {
+            field: field.to_owned(),
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn missing(what: impl Into<String>) -> Self {
+        ApiError::Missing { what: what.into() }
+    }
 }
 
 impl ApiError {
@@ -43,6 +70,36 @@ impl ApiError {
                 "Not Found",
                 "no resource at this path".to_owned(),
             ),
+            ApiError::Missing { what } => (
+                StatusCode::NOT_FOUND,
+                "urn:carillon:problem:not-found",
+                "Not Found",
+                format!("{what} not found"),
+            ),
+            ApiError::Invalid { field, message } => (
+                StatusCode::BAD_REQUEST,
+                "urn:carillon:problem:invalid-field",
+                "Invalid Field",
+                format!("{field}: {message}"),
+            ),
+            ApiError::Conflict(detail) => (
+                StatusCode::CONFLICT,
+                "urn:carillon:problem:conflict",
+                "Conflict",
+                detail.clone(),
+            ),
+            ApiError::TooLarge => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "urn:carillon:problem:too-large",
+                "Payload Too Large",
+                format!("the request body exceeds {MAX_BODY_BYTES} bytes"),
+            ),
+            ApiError::Store(store::Error::Conflict { what }) => (
+                StatusCode::CONFLICT,
+                "urn:carillon:problem:conflict",
+                "Conflict",
+                format!("{what} is already taken"),
+            ),
             ApiError::Store(err) => {
                 error!(error = %err, "request failed in storage");
                 (
@@ -59,11 +116,16 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, kind, title, detail) = self.problem();
+        let field = match &self {
+            ApiError::Invalid { field, .. } => Some(field.clone()),
+            _ => None,
+        };
         let body = Problem {
             kind,
             title,
             status: status.as_u16(),
             detail,
+            field,
         };
         let mut response = (status, Json(body)).into_response();
         let headers = response.headers_mut();

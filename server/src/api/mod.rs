@@ -1,18 +1,23 @@
 //! The HTTP surface: health probes and the admin REST API under `/api/v1`.
 
 mod auth;
+mod body;
 mod cluster;
 mod error;
 mod health;
+mod jobs;
+mod schedules;
 
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::DefaultBodyLimit;
 use axum::middleware;
-use axum::routing::get;
+use axum::routing::{get, post};
 
 pub use error::ApiError;
 
+use crate::clock::ClusterClock;
 use crate::cluster::{ClusterTimings, LocalView};
 use crate::config::Secret;
 use crate::store::Store;
@@ -22,15 +27,28 @@ use crate::store::Store;
 pub struct ApiState {
     pub store: Arc<dyn Store>,
     pub view: Arc<LocalView>,
+    pub clock: Arc<ClusterClock>,
     pub admin_token: Arc<Secret>,
     pub timings: ClusterTimings,
+    pub partition_count: i64,
 }
 
 /// The node's whole HTTP application.
 pub fn router(state: ApiState) -> Router {
     let api = Router::new()
         .route("/cluster", get(cluster::show))
+        .route("/jobs", get(jobs::list).post(jobs::create))
+        .route(
+            "/jobs/{id}",
+            get(jobs::get).patch(jobs::update).delete(jobs::delete),
+        )
+        .route("/jobs/{id}/start", post(jobs::start))
+        .route("/jobs/{id}/stop", post(jobs::stop))
+        .route("/jobs/{id}/trigger", post(jobs::trigger))
+        .route("/jobs/{id}/runs", get(jobs::runs))
+        .route("/schedules/preview", post(schedules::preview))
         .fallback(error::not_found)
+        .layer(DefaultBodyLimit::max(error::MAX_BODY_BYTES))
         // Every /api/v1 path, known or not, needs the token: unknown paths reveal nothing.
         .layer(middleware::from_fn_with_state(
             state.clone(),

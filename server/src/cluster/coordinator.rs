@@ -10,6 +10,7 @@ use tracing::{debug, info, warn};
 
 use super::view::{LocalView, OwnedPartition};
 use super::{ClusterTimings, assignment};
+use crate::clock::{ClusterClock, system_now_ms};
 use crate::store::{self, Store};
 
 /// Why the coordinator stopped on its own.
@@ -24,6 +25,7 @@ pub enum CoordinatorError {
 pub struct Coordinator {
     store: Arc<dyn Store>,
     view: Arc<LocalView>,
+    clock: Arc<ClusterClock>,
     incarnation: String,
     timings: ClusterTimings,
 }
@@ -32,12 +34,14 @@ impl Coordinator {
     pub fn new(
         store: Arc<dyn Store>,
         view: Arc<LocalView>,
+        clock: Arc<ClusterClock>,
         incarnation: String,
         timings: ClusterTimings,
     ) -> Self {
         Self {
             store,
             view,
+            clock,
             incarnation,
             timings,
         }
@@ -80,6 +84,11 @@ impl Coordinator {
             .await?;
         self.view
             .renew_membership(deadline(sent, self.timings.node_lease));
+
+        // Keep this node's scheduling clock on the database's.
+        let asked = system_now_ms();
+        let database_ms = self.store.now_ms().await?;
+        self.clock.observe(asked, database_ms, system_now_ms());
 
         let was_leader = self.view.leader_term();
         let sent = Instant::now();

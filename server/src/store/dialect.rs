@@ -13,6 +13,8 @@ use super::Backend;
 struct Dialect {
     now_ms: &'static str,
     for_update: &'static str,
+    /// MySQL needs a table in `SELECT … WHERE`; the others need none.
+    from_dual: &'static str,
     numbered_params: bool,
 }
 
@@ -24,18 +26,21 @@ impl Dialect {
                 // statement, not with the start of its transaction.
                 now_ms: "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT",
                 for_update: "FOR UPDATE",
+                from_dual: "",
                 numbered_params: true,
             },
             Backend::Mysql => Dialect {
                 // sqlx sets the session time zone to UTC, so this round trip is exact.
                 now_ms: "CAST(UNIX_TIMESTAMP(SYSDATE(3)) * 1000 AS SIGNED)",
                 for_update: "FOR UPDATE",
+                from_dual: "FROM DUAL",
                 numbered_params: false,
             },
             Backend::Sqlite => Dialect {
                 now_ms: "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
                 // SQLite has no row locks: writers are serialised by BEGIN IMMEDIATE instead.
                 for_update: "",
+                from_dual: "",
                 numbered_params: false,
             },
         }
@@ -44,7 +49,8 @@ impl Dialect {
     fn render(self, template: &str) -> Arc<str> {
         let text = template
             .replace("{now}", self.now_ms)
-            .replace("{for_update}", self.for_update);
+            .replace("{for_update}", self.for_update)
+            .replace("{from_dual}", self.from_dual);
         if !self.numbered_params {
             return text.into();
         }
@@ -133,6 +139,63 @@ queries! {
         pending_owner_node_id = NULL, epoch = epoch + 1, updated_at_ms = {now} \
         WHERE partition_id = ? AND owner_node_id = ? AND epoch = ? \
         AND pending_owner_node_id IS NOT NULL";
+
+    job_insert = "INSERT INTO jobs (job_id, partition_id, name, app_name, handler_name, \
+        schedule_json, timezone, args_json, policy_json, state, version, next_fire_at_ms, \
+        last_fired_at_ms, created_at_ms, updated_at_ms, started_at_ms) \
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, NULL, NULL, {now}, {now}, \
+        CASE WHEN ? = 1 THEN {now} ELSE NULL END)";
+    job_get = "SELECT job_id, partition_id, name, app_name, handler_name, schedule_json, \
+        timezone, args_json, policy_json, state, version, last_fired_at_ms, created_at_ms, \
+        updated_at_ms, started_at_ms FROM jobs WHERE job_id = ?";
+    jobs_list = "SELECT job_id, partition_id, name, app_name, handler_name, schedule_json, \
+        timezone, args_json, policy_json, state, version, last_fired_at_ms, created_at_ms, \
+        updated_at_ms, started_at_ms FROM jobs \
+        WHERE (? IS NULL OR app_name = ?) AND (? IS NULL OR state = ?) \
+        AND (? IS NULL OR name LIKE ? ESCAPE '!') AND (? IS NULL OR job_id < ?) \
+        ORDER BY job_id DESC LIMIT ?";
+    jobs_in_partition = "SELECT job_id, partition_id, name, app_name, handler_name, \
+        schedule_json, timezone, args_json, policy_json, state, version, last_fired_at_ms, \
+        created_at_ms, updated_at_ms, started_at_ms FROM jobs \
+        WHERE partition_id = ? AND state = 'running'";
+    jobs_changed_since = "SELECT job_id, partition_id, name, app_name, handler_name, \
+        schedule_json, timezone, args_json, policy_json, state, version, last_fired_at_ms, \
+        created_at_ms, updated_at_ms, started_at_ms FROM jobs \
+        WHERE updated_at_ms > ? ORDER BY updated_at_ms LIMIT ?";
+    job_update = "UPDATE jobs SET name = ?, app_name = ?, handler_name = ?, \
+        schedule_json = ?, timezone = ?, args_json = ?, policy_json = ?, \
+        version = version + 1, updated_at_ms = {now} WHERE job_id = ? AND version = ?";
+    job_start = "UPDATE jobs SET state = 'running', started_at_ms = {now}, \
+        version = version + 1, updated_at_ms = {now} \
+        WHERE job_id = ? AND state <> 'running'";
+    job_stop = "UPDATE jobs SET state = 'stopped', version = version + 1, \
+        updated_at_ms = {now} WHERE job_id = ? AND state = 'running'";
+    job_delete = "DELETE FROM jobs WHERE job_id = ?";
+    job_deletion_insert = "INSERT INTO job_deletions (job_id, partition_id, deleted_at_ms) \
+        VALUES (?, ?, {now})";
+    job_deletions_since = "SELECT job_id FROM job_deletions WHERE deleted_at_ms > ?";
+
+    partition_lock = "SELECT owner_node_id, epoch FROM partitions WHERE partition_id = ? \
+        {for_update}";
+    job_advance = "UPDATE jobs SET last_fired_at_ms = ?, \
+        state = CASE WHEN ? = 1 THEN 'done' ELSE state END \
+        WHERE job_id = ? AND version = ? AND state = 'running' \
+        AND (last_fired_at_ms IS NULL OR last_fired_at_ms < ?)";
+    run_unfinished_of_job = "SELECT run_id FROM runs WHERE job_id = ? \
+        AND state IN ('pending', 'queued', 'running') ORDER BY run_id LIMIT 1";
+    runs_cancel_unfinished = "UPDATE runs SET state = 'cancelled', finished_at_ms = {now}, \
+        message = ? WHERE job_id = ? AND state IN ('pending', 'queued', 'running')";
+    run_insert = "INSERT INTO runs (job_id, scheduled_at_ms, partition_id, epoch, node_id, \
+        trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, message) \
+        SELECT ?, ?, ?, ?, ?, ?, ?, ?, {now}, NULL, \
+        CASE WHEN ? = 1 THEN {now} ELSE NULL END, ? {from_dual} \
+        WHERE NOT EXISTS (SELECT 1 FROM runs WHERE job_id = ? AND scheduled_at_ms = ?)";
+    runs_of_job = "SELECT run_id, job_id, scheduled_at_ms, partition_id, epoch, node_id, \
+        trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, message \
+        FROM runs WHERE job_id = ? AND (? IS NULL OR run_id < ?) ORDER BY run_id DESC LIMIT ?";
+    run_by_instant = "SELECT run_id, job_id, scheduled_at_ms, partition_id, epoch, node_id, \
+        trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, message \
+        FROM runs WHERE job_id = ? AND scheduled_at_ms = ?";
 }
 
 #[cfg(test)]

@@ -17,6 +17,8 @@ pub enum Error {
     IncarnationLost { node_id: String },
     #[error("the schema has no cluster row; run the migrations first")]
     NotInitialised,
+    #[error("{what} is already taken")]
+    Conflict { what: String },
 }
 
 impl Error {

@@ -7,6 +7,7 @@
 mod cluster_records;
 mod dialect;
 mod error;
+mod job_records;
 mod sql_store;
 mod url;
 
@@ -20,6 +21,10 @@ pub use cluster_records::{
     PartitionChange, PartitionRecord,
 };
 pub use error::Error;
+pub use job_records::{
+    ClaimOutcome, JobChanges, JobFilter, JobRecord, JobWrite, OverlapRule, RunClaim, RunRecord,
+    job_state, run_state,
+};
 pub use url::{Backend, DatabaseUrl};
 
 /// Connection settings for one pool.
@@ -99,6 +104,72 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         node_id: &str,
         partition: &PartitionRecord,
     ) -> Result<bool, Error>;
+
+    /// Inserts a job (started at once when `start`). Fails with [`Error::Conflict`] when the
+    /// name or the id is taken.
+    async fn job_insert(
+        &self,
+        job_id: i64,
+        partition_id: i64,
+        job: &JobWrite,
+        start: bool,
+    ) -> Result<JobRecord, Error>;
+
+    async fn job_get(&self, job_id: i64) -> Result<Option<JobRecord>, Error>;
+
+    async fn jobs_list(&self, filter: &JobFilter) -> Result<Vec<JobRecord>, Error>;
+
+    /// Replaces a job's definition if its version is still `expected_version`; `None` when it
+    /// is not (or the job is gone).
+    async fn job_update(
+        &self,
+        job_id: i64,
+        expected_version: i64,
+        job: &JobWrite,
+    ) -> Result<Option<JobRecord>, Error>;
+
+    /// Starts a job (anchoring `every` schedules now); the job as it is afterwards.
+    async fn job_start(&self, job_id: i64) -> Result<Option<JobRecord>, Error>;
+
+    /// Stops a job; the job as it is afterwards.
+    async fn job_stop(&self, job_id: i64) -> Result<Option<JobRecord>, Error>;
+
+    /// Deletes a job, leaving a tombstone for the node that owns it. False if there was none.
+    async fn job_delete(&self, job_id: i64) -> Result<bool, Error>;
+
+    /// The running jobs of a partition.
+    async fn jobs_in_partition(&self, partition_id: i64) -> Result<Vec<JobRecord>, Error>;
+
+    /// Jobs updated and deleted after `since_ms` (database clock), at most `limit` updated.
+    async fn jobs_changed_since(&self, since_ms: i64, limit: i64) -> Result<JobChanges, Error>;
+
+    /// Claims scheduled instants in one transaction. Each partition is locked and checked to
+    /// still be `node_id`'s at the claim's epoch; each job must still be running at the
+    /// claim's version with its last fired instant before this one, which then advances; the
+    /// run is inserted under the unique key `(job_id, scheduled_at_ms)`. One outcome per claim,
+    /// in order.
+    async fn runs_claim(
+        &self,
+        node_id: &str,
+        claims: &[RunClaim],
+    ) -> Result<Vec<ClaimOutcome>, Error>;
+
+    /// A run now, outside the schedule (`trigger`), in `state`.
+    async fn run_insert_manual(
+        &self,
+        job: &JobRecord,
+        node_id: &str,
+        state: &str,
+        message: Option<&str>,
+    ) -> Result<RunRecord, Error>;
+
+    /// A job's runs, newest first, before `before_run_id`.
+    async fn runs_of_job(
+        &self,
+        job_id: i64,
+        before_run_id: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<RunRecord>, Error>;
 }
 
 /// Opens a pool for the database `url` names and returns its store.

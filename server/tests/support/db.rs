@@ -152,14 +152,16 @@ impl TestDb {
             Engine::Postgres => (
                 "SELECT concat_ws(' ', table_name::text, column_name::text, data_type::text, \
                  is_nullable::text, coalesce(column_default::text, '-'), \
-                 coalesce(character_maximum_length::text, '-')) FROM information_schema.columns \
+                 coalesce(character_maximum_length::text, '-'), is_identity::text) \
+                 FROM information_schema.columns \
                  WHERE table_schema = 'public' AND table_name <> '_sqlx_migrations'",
                 "SELECT concat_ws(' ', tablename::text, indexname::text, indexdef::text) \
                  FROM pg_indexes WHERE schemaname = 'public' AND tablename <> '_sqlx_migrations'",
             ),
             Engine::Mysql => (
                 "SELECT CAST(CONCAT_WS(' ', TABLE_NAME, COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, \
-                 COALESCE(COLUMN_DEFAULT, '-'), COLUMN_KEY) AS CHAR) FROM information_schema.COLUMNS \
+                 COALESCE(COLUMN_DEFAULT, '-'), COLUMN_KEY, EXTRA) AS CHAR) \
+                 FROM information_schema.COLUMNS \
                  WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME <> '_sqlx_migrations'",
                 "SELECT CAST(CONCAT_WS(' ', TABLE_NAME, INDEX_NAME, NON_UNIQUE, SEQ_IN_INDEX, \
                  COLUMN_NAME) AS CHAR) FROM information_schema.STATISTICS \

@@ -1,0 +1,420 @@
+//! `/api/v1/jobs`: create, list, get, update, delete, start, stop, trigger, and a job's runs.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use chrono::DateTime;
+use serde::{Deserialize, Serialize};
+
+use super::body::JsonBody;
+use super::cluster::rfc3339;
+use super::{ApiError, ApiState};
+use crate::jobs::{
+    JobDefinition, JobError, JobInput, JobPatch, JobPolicy, new_job_id, partition_of,
+};
+use crate::schedule::{NextHints, ScheduleSpec};
+use crate::store::{self, JobFilter, JobRecord, JobWrite, RunRecord, job_state, run_state};
+
+impl From<JobError> for ApiError {
+    fn from(err: JobError) -> Self {
+        ApiError::Invalid {
+            field: err.field,
+            message: err.message,
+        }
+    }
+}
+
+/// A job as the API shows it.
+#[derive(Debug, Serialize)]
+pub(super) struct JobView {
+    id: i64,
+    name: String,
+    app: String,
+    handler: String,
+    schedule: ScheduleSpec,
+    timezone: String,
+    args: serde_json::Value,
+    #[serde(flatten)]
+    policy: JobPolicy,
+    /// `stopped`, `running` or `done`.
+    state: String,
+    version: i64,
+    partition: i64,
+    last_fired_at: Option<String>,
+    next_fire_at: Option<String>,
+    created_at: Option<String>,
+    updated_at: Option<String>,
+    started_at: Option<String>,
+}
+
+/// A run as the API shows it.
+#[derive(Debug, Serialize)]
+pub(super) struct RunView {
+    id: i64,
+    job_id: i64,
+    scheduled_at: Option<String>,
+    /// `schedule`, `misfire` or `manual`.
+    trigger: String,
+    state: String,
+    priority: i64,
+    node_id: String,
+    partition: i64,
+    epoch: i64,
+    created_at: Option<String>,
+    started_at: Option<String>,
+    finished_at: Option<String>,
+    message: Option<String>,
+}
+
+impl From<RunRecord> for RunView {
+    fn from(r: RunRecord) -> Self {
+        Self {
+            id: r.run_id,
+            job_id: r.job_id,
+            scheduled_at: rfc3339(r.scheduled_at_ms),
+            trigger: r.trigger_kind,
+            state: r.state,
+            priority: r.priority,
+            node_id: r.node_id,
+            partition: r.partition_id,
+            epoch: r.epoch,
+            created_at: rfc3339(r.created_at_ms),
+            started_at: r.started_at_ms.and_then(rfc3339),
+            finished_at: r.finished_at_ms.and_then(rfc3339),
+            message: r.message,
+        }
+    }
+}
+
+fn definition_of(record: &JobRecord) -> Result<JobDefinition, ApiError> {
+    let unreadable = |what: &str, err: serde_json::Error| {
+        ApiError::Store(store::Error::Database(sqlx::Error::Decode(
+            format!("job {} has an unreadable {what}: {err}", record.job_id).into(),
+        )))
+    };
+    Ok(JobDefinition {
+        name: record.name.clone(),
+        app: record.app_name.clone(),
+        handler: record.handler_name.clone(),
+        schedule: serde_json::from_str(&record.schedule_json)
+            .map_err(|e| unreadable("schedule", e))?,
+        timezone: record.timezone.clone(),
+        args: serde_json::from_str(&record.args_json).map_err(|e| unreadable("args", e))?,
+        policy: serde_json::from_str(&record.policy_json).map_err(|e| unreadable("policy", e))?,
+    })
+}
+
+fn write_of(definition: &JobDefinition) -> JobWrite {
+    // Serialising our own plain data types cannot fail.
+    let json = |value: serde_json::Result<String>| value.unwrap_or_else(|_| "null".to_owned());
+    JobWrite {
+        name: definition.name.clone(),
+        app_name: definition.app.clone(),
+        handler_name: definition.handler.clone(),
+        schedule_json: json(serde_json::to_string(&definition.schedule)),
+        timezone: definition.timezone.clone(),
+        args_json: json(serde_json::to_string(&definition.args)),
+        policy_json: json(serde_json::to_string(&definition.policy)),
+    }
+}
+
+fn view_of(state: &ApiState, record: JobRecord) -> Result<JobView, ApiError> {
+    let definition = definition_of(&record)?;
+    let next_fire_at = if record.state == job_state::RUNNING {
+        let now = state.clock.now_ms();
+        let from = record.last_fired_at_ms.map_or(now, |l| l.max(now));
+        definition
+            .parsed_schedule()
+            .ok()
+            .and_then(|s| {
+                let hints = NextHints {
+                    anchor: record
+                        .started_at_ms
+                        .and_then(DateTime::from_timestamp_millis),
+                    cursor: record
+                        .last_fired_at_ms
+                        .and_then(DateTime::from_timestamp_millis),
+                };
+                DateTime::from_timestamp_millis(from)
+                    .and_then(|after| s.next_after(after, hints).ok().flatten())
+            })
+            .and_then(|n| rfc3339(n.timestamp_millis()))
+    } else {
+        None
+    };
+    Ok(JobView {
+        id: record.job_id,
+        name: definition.name,
+        app: definition.app,
+        handler: definition.handler,
+        schedule: definition.schedule,
+        timezone: definition.timezone,
+        args: definition.args,
+        policy: definition.policy,
+        state: record.state,
+        version: record.version,
+        partition: record.partition_id,
+        last_fired_at: record.last_fired_at_ms.and_then(rfc3339),
+        next_fire_at,
+        created_at: rfc3339(record.created_at_ms),
+        updated_at: rfc3339(record.updated_at_ms),
+        started_at: record.started_at_ms.and_then(rfc3339),
+    })
+}
+
+/// Refuses a schedule with nothing left to fire: a one-shot in the past, a rule that ended.
+fn check_fires(state: &ApiState, definition: &JobDefinition) -> Result<(), ApiError> {
+    let schedule = definition.parsed_schedule()?;
+    let now = DateTime::from_timestamp_millis(state.clock.now_ms()).unwrap_or_default();
+    let anchored = NextHints {
+        anchor: Some(now),
+        cursor: None,
+    };
+    if schedule
+        .next_after(now, anchored)
+        .map_err(JobError::from)?
+        .is_none()
+    {
+        let field = if definition.schedule.at.is_some() {
+            "schedule.at"
+        } else {
+            "schedule"
+        };
+        return Err(ApiError::invalid(
+            field,
+            "has no instant after now: it would never fire",
+        ));
+    }
+    Ok(())
+}
+
+async fn load(state: &ApiState, id: i64) -> Result<JobRecord, ApiError> {
+    state
+        .store
+        .job_get(id)
+        .await?
+        .ok_or_else(|| ApiError::missing(format!("job {id}")))
+}
+
+pub(super) async fn create(
+    State(state): State<ApiState>,
+    JsonBody(input): JsonBody<JobInput>,
+) -> Result<(StatusCode, HeaderMap, Json<JobView>), ApiError> {
+    let start = input.start;
+    let definition = input.into_definition()?;
+    check_fires(&state, &definition)?;
+    let write = write_of(&definition);
+    let mut attempt = 0;
+    let record = loop {
+        let id = new_job_id(state.clock.now_ms());
+        let partition = partition_of(id, state.partition_count);
+        match state.store.job_insert(id, partition, &write, start).await {
+            Err(store::Error::Conflict { what }) if what.starts_with("job id") && attempt < 5 => {
+                attempt += 1;
+            }
+            other => break other?,
+        }
+    };
+    let mut headers = HeaderMap::new();
+    if let Ok(location) = HeaderValue::from_str(&format!("/api/v1/jobs/{}", record.job_id)) {
+        headers.insert(header::LOCATION, location);
+    }
+    Ok((StatusCode::CREATED, headers, Json(view_of(&state, record)?)))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ListQuery {
+    app: Option<String>,
+    state: Option<String>,
+    /// Names starting with this.
+    name: Option<String>,
+    limit: Option<i64>,
+    cursor: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct JobList {
+    jobs: Vec<JobView>,
+    /// Pass as `cursor` for the next page; absent on the last page.
+    next_cursor: Option<String>,
+}
+
+fn page_limit(limit: Option<i64>) -> Result<i64, ApiError> {
+    let limit = limit.unwrap_or(100);
+    if !(1..=1_000).contains(&limit) {
+        return Err(ApiError::invalid(
+            "limit",
+            format!("{limit} is outside 1..=1000"),
+        ));
+    }
+    Ok(limit)
+}
+
+fn cursor_id(cursor: Option<&str>) -> Result<Option<i64>, ApiError> {
+    cursor
+        .map(|c| {
+            c.parse::<i64>()
+                .map_err(|_| ApiError::invalid("cursor", "is not a cursor this API returned"))
+        })
+        .transpose()
+}
+
+pub(super) async fn list(
+    State(state): State<ApiState>,
+    Query(query): Query<ListQuery>,
+) -> Result<Json<JobList>, ApiError> {
+    if let Some(s) = &query.state
+        && ![job_state::STOPPED, job_state::RUNNING, job_state::DONE].contains(&s.as_str())
+    {
+        return Err(ApiError::invalid("state", "use stopped, running or done"));
+    }
+    let limit = page_limit(query.limit)?;
+    let filter = JobFilter {
+        app: query.app,
+        state: query.state,
+        name_prefix: query.name,
+        before_id: cursor_id(query.cursor.as_deref())?,
+        limit,
+    };
+    let records = state.store.jobs_list(&filter).await?;
+    let next_cursor = (records.len() as i64 == limit)
+        .then(|| records.last().map(|r| r.job_id.to_string()))
+        .flatten();
+    let jobs = records
+        .into_iter()
+        .map(|r| view_of(&state, r))
+        .collect::<Result<_, _>>()?;
+    Ok(Json(JobList { jobs, next_cursor }))
+}
+
+pub(super) async fn get(
+    State(state): State<ApiState>,
+    Path(id): Path<i64>,
+) -> Result<Json<JobView>, ApiError> {
+    let record = load(&state, id).await?;
+    Ok(Json(view_of(&state, record)?))
+}
+
+pub(super) async fn update(
+    State(state): State<ApiState>,
+    Path(id): Path<i64>,
+    JsonBody(patch): JsonBody<JobPatch>,
+) -> Result<Json<JobView>, ApiError> {
+    let record = load(&state, id).await?;
+    if let Some(expected) = patch.version
+        && expected != record.version
+    {
+        return Err(ApiError::Conflict(format!(
+            "job {id} is at version {}, not {expected}: read it again and reapply your change",
+            record.version
+        )));
+    }
+    let definition = patch.apply(&definition_of(&record)?)?;
+    if record.state == job_state::RUNNING {
+        check_fires(&state, &definition)?;
+    }
+    let updated = state
+        .store
+        .job_update(id, record.version, &write_of(&definition))
+        .await?
+        .ok_or_else(|| {
+            ApiError::Conflict(format!(
+                "job {id} changed while it was being updated; retry"
+            ))
+        })?;
+    Ok(Json(view_of(&state, updated)?))
+}
+
+pub(super) async fn delete(
+    State(state): State<ApiState>,
+    Path(id): Path<i64>,
+) -> Result<StatusCode, ApiError> {
+    if state.store.job_delete(id).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::missing(format!("job {id}")))
+    }
+}
+
+pub(super) async fn start(
+    State(state): State<ApiState>,
+    Path(id): Path<i64>,
+) -> Result<Json<JobView>, ApiError> {
+    let record = load(&state, id).await?;
+    if record.state != job_state::RUNNING {
+        check_fires(&state, &definition_of(&record)?)?;
+    }
+    let started = state
+        .store
+        .job_start(id)
+        .await?
+        .ok_or_else(|| ApiError::missing(format!("job {id}")))?;
+    Ok(Json(view_of(&state, started)?))
+}
+
+pub(super) async fn stop(
+    State(state): State<ApiState>,
+    Path(id): Path<i64>,
+) -> Result<Json<JobView>, ApiError> {
+    let stopped = state
+        .store
+        .job_stop(id)
+        .await?
+        .ok_or_else(|| ApiError::missing(format!("job {id}")))?;
+    Ok(Json(view_of(&state, stopped)?))
+}
+
+pub(super) async fn trigger(
+    State(state): State<ApiState>,
+    Path(id): Path<i64>,
+) -> Result<(StatusCode, Json<RunView>), ApiError> {
+    let record = load(&state, id).await?;
+    let message = format!(
+        "no executor is registered for app {:?} (handler {:?})",
+        record.app_name, record.handler_name
+    );
+    let run = state
+        .store
+        .run_insert_manual(
+            &record,
+            state.view.node_id(),
+            run_state::NO_EXECUTOR,
+            Some(&message),
+        )
+        .await?;
+    Ok((StatusCode::ACCEPTED, Json(run.into())))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RunsQuery {
+    limit: Option<i64>,
+    cursor: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct RunList {
+    runs: Vec<RunView>,
+    next_cursor: Option<String>,
+}
+
+pub(super) async fn runs(
+    State(state): State<ApiState>,
+    Path(id): Path<i64>,
+    Query(query): Query<RunsQuery>,
+) -> Result<Json<RunList>, ApiError> {
+    load(&state, id).await?;
+    let limit = page_limit(query.limit)?;
+    let records = state
+        .store
+        .runs_of_job(id, cursor_id(query.cursor.as_deref())?, limit)
+        .await?;
+    let next_cursor = (records.len() as i64 == limit)
+        .then(|| records.last().map(|r| r.run_id.to_string()))
+        .flatten();
+    Ok(Json(RunList {
+        runs: records.into_iter().map(RunView::from).collect(),
+        next_cursor,
+    }))
+}

@@ -1,0 +1,93 @@
+//! `POST /api/v1/schedules/preview`: validates a schedule and lists its next instants, through
+//! the same code the scheduler uses.
+
+use axum::Json;
+use axum::extract::State;
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::body::JsonBody;
+use super::{ApiError, ApiState};
+use crate::jobs::JobError;
+use crate::schedule::{NextHints, Schedule, ScheduleSpec, parse_zone};
+
+const MAX_COUNT: usize = 1_000;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PreviewRequest {
+    schedule: ScheduleSpec,
+    #[serde(default = "utc")]
+    timezone: String,
+    /// RFC 3339; default now.
+    after: Option<String>,
+    #[serde(default = "ten")]
+    count: usize,
+}
+
+fn utc() -> String {
+    "UTC".to_owned()
+}
+
+fn ten() -> usize {
+    10
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct Instant {
+    utc: String,
+    local: String,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct Preview {
+    instants: Vec<Instant>,
+}
+
+pub(super) async fn preview(
+    State(state): State<ApiState>,
+    JsonBody(request): JsonBody<PreviewRequest>,
+) -> Result<Json<Preview>, ApiError> {
+    if !(1..=MAX_COUNT).contains(&request.count) {
+        return Err(ApiError::invalid(
+            "count",
+            format!("{} is outside 1..={MAX_COUNT}", request.count),
+        ));
+    }
+    let after = match &request.after {
+        Some(text) => DateTime::parse_from_rfc3339(text)
+            .map_err(|_| ApiError::invalid("after", "is not an RFC 3339 instant"))?
+            .with_timezone(&Utc),
+        None => DateTime::from_timestamp_millis(state.clock.now_ms()).unwrap_or_default(),
+    };
+    let zone = parse_zone(&request.timezone).map_err(JobError::from)?;
+    let schedule = Schedule::parse(&request.schedule, zone).map_err(JobError::from)?;
+    let hints = NextHints {
+        anchor: Some(after),
+        cursor: None,
+    };
+    let instants = schedule
+        .preview(after, request.count, hints)
+        .map_err(JobError::from)?;
+    if instants.is_empty() && !schedule.is_one_shot() {
+        let field = if request.schedule.rrule.is_some() {
+            "schedule.rrule"
+        } else {
+            "schedule.cron"
+        };
+        return Err(ApiError::invalid(
+            field,
+            format!("has no instant after {after}"),
+        ));
+    }
+    let instants = instants
+        .into_iter()
+        .map(|i| Instant {
+            utc: i.to_rfc3339_opts(SecondsFormat::Millis, true),
+            local: schedule
+                .local(i)
+                .to_rfc3339_opts(SecondsFormat::Millis, false),
+        })
+        .collect();
+    Ok(Json(Preview { instants }))
+}

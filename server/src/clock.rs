@@ -1,0 +1,60 @@
+//! The only place a node reads the wall clock.
+//!
+//! Scheduling decisions use [`ClusterClock`]: the node's clock corrected by the offset to the
+//! database clock measured at every heartbeat, so every node fires by the same clock and a node
+//! whose own clock is minutes off neither fires early nor late. Leases never use it: they are
+//! compared in SQL.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// This machine's clock in epoch milliseconds.
+pub fn system_now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Wall time as the database tells it, read locally.
+#[derive(Debug, Default)]
+pub struct ClusterClock {
+    offset_ms: AtomicI64,
+}
+
+impl ClusterClock {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Now, by the database's clock, in epoch milliseconds.
+    pub fn now_ms(&self) -> i64 {
+        system_now_ms() + self.offset_ms.load(Ordering::Relaxed)
+    }
+
+    /// Records a reading of the database clock taken between `sent_ms` and `received_ms` (both
+    /// local): the database read it, on average, half-way.
+    pub fn observe(&self, sent_ms: i64, database_ms: i64, received_ms: i64) {
+        let midpoint = sent_ms + (received_ms - sent_ms) / 2;
+        self.offset_ms
+            .store(database_ms - midpoint, Ordering::Relaxed);
+    }
+
+    /// The current correction, database minus local (for the API and logs).
+    pub fn offset_ms(&self) -> i64 {
+        self.offset_ms.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_offset_is_taken_at_the_round_trips_midpoint() {
+        let clock = ClusterClock::new();
+        clock.observe(1_000, 61_050, 1_100);
+        assert_eq!(clock.offset_ms(), 60_000);
+        let diff = clock.now_ms() - system_now_ms();
+        assert!((59_990..=60_010).contains(&diff), "{diff}");
+    }
+}

@@ -1,0 +1,383 @@
+//! Jobs as users define them: the API's job document, its validation into a
+//! [`JobDefinition`], and the policies that go with it. No I/O.
+
+pub mod policy;
+
+use chrono_tz::Tz;
+use serde::{Deserialize, Serialize};
+
+pub use policy::{Backoff, Balance, JobPolicy, Misfire, Overlap, Retry, Sharding};
+
+use crate::schedule::{Schedule, ScheduleError, ScheduleSpec, parse_zone};
+
+/// Why a job document was refused; `field` names the JSON field at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct JobError {
+    pub field: String,
+    pub message: String,
+}
+
+impl JobError {
+    fn new(field: &str, message: impl Into<String>) -> Self {
+        Self {
+            field: field.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+impl From<ScheduleError> for JobError {
+    fn from(err: ScheduleError) -> Self {
+        Self::new(err.field, err.message)
+    }
+}
+
+/// A new job id: milliseconds since 2024 in the high bits and 12 random bits below, so ids
+/// sort roughly by creation and stay below 2^53 (exact in JavaScript) for 69 years. The store
+/// refuses a colliding id and the caller draws again.
+pub fn new_job_id(now_ms: i64) -> i64 {
+    const EPOCH_2024_MS: i64 = 1_704_067_200_000;
+    let mut random = [0u8; 2];
+    // Without OS randomness the low bits stay zero; a collision is then retried.
+    let _ = getrandom::fill(&mut random);
+    let low = i64::from(u16::from_le_bytes(random) & 0x0fff);
+    ((now_ms - EPOCH_2024_MS).max(0) << 12) | low
+}
+
+/// The partition a job belongs to: a fixed mix of its id, so it never changes.
+pub fn partition_of(job_id: i64, partition_count: i64) -> i64 {
+    // splitmix64's finaliser: neighbouring ids land in unrelated partitions.
+    let mut x = job_id as u64;
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^= x >> 31;
+    (x % partition_count.max(1) as u64) as i64
+}
+
+/// Largest `args` accepted, serialised.
+pub const MAX_ARGS_BYTES: usize = 64 * 1024;
+const MAX_NAME: usize = 200;
+const MAX_IDENT: usize = 128;
+const MAX_TIMEOUT_MS: u64 = 7 * 24 * 3_600_000;
+const MAX_CATCH_UP_WINDOW_MS: u64 = 31 * 24 * 3_600_000;
+
+/// The job document of `POST /api/v1/jobs`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobInput {
+    pub name: String,
+    pub app: String,
+    pub handler: String,
+    pub schedule: ScheduleSpec,
+    #[serde(default = "utc")]
+    pub timezone: String,
+    #[serde(default)]
+    pub args: serde_json::Value,
+    #[serde(default)]
+    pub sharding: Sharding,
+    #[serde(default)]
+    pub balance: Balance,
+    #[serde(default)]
+    pub retry: Retry,
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    #[serde(default)]
+    pub misfire: Misfire,
+    #[serde(default)]
+    pub catch_up_window_ms: Option<u64>,
+    #[serde(default)]
+    pub overlap: Overlap,
+    #[serde(default)]
+    pub priority: Option<i32>,
+    /// Start the job at once (default: created stopped).
+    #[serde(default)]
+    pub start: bool,
+}
+
+fn utc() -> String {
+    "UTC".to_owned()
+}
+
+/// The document of `PATCH /api/v1/jobs/{id}`: every field optional; `version`, when given,
+/// must match the stored one.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobPatch {
+    pub name: Option<String>,
+    pub app: Option<String>,
+    pub handler: Option<String>,
+    pub schedule: Option<ScheduleSpec>,
+    pub timezone: Option<String>,
+    pub args: Option<serde_json::Value>,
+    pub sharding: Option<Sharding>,
+    pub balance: Option<Balance>,
+    pub retry: Option<Retry>,
+    pub timeout_ms: Option<u64>,
+    pub misfire: Option<Misfire>,
+    pub catch_up_window_ms: Option<u64>,
+    pub overlap: Option<Overlap>,
+    pub priority: Option<i32>,
+    pub version: Option<i64>,
+}
+
+/// A job whose every field has been checked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobDefinition {
+    pub name: String,
+    pub app: String,
+    pub handler: String,
+    pub schedule: ScheduleSpec,
+    pub timezone: String,
+    pub args: serde_json::Value,
+    pub policy: JobPolicy,
+}
+
+impl JobInput {
+    pub fn into_definition(self) -> Result<JobDefinition, JobError> {
+        let defaults = JobPolicy::default();
+        let definition = JobDefinition {
+            name: self.name,
+            app: self.app,
+            handler: self.handler,
+            schedule: self.schedule,
+            timezone: self.timezone,
+            args: self.args,
+            policy: JobPolicy {
+                balance: self.balance,
+                sharding: self.sharding,
+                retry: self.retry,
+                timeout_ms: self.timeout_ms,
+                misfire: self.misfire,
+                catch_up_window_ms: self
+                    .catch_up_window_ms
+                    .unwrap_or(defaults.catch_up_window_ms),
+                overlap: self.overlap,
+                priority: self.priority.unwrap_or(defaults.priority),
+            },
+        };
+        definition.validate()?;
+        Ok(definition)
+    }
+}
+
+impl JobPatch {
+    /// `current` with this patch applied, validated.
+    pub fn apply(self, current: &JobDefinition) -> Result<JobDefinition, JobError> {
+        let mut next = current.clone();
+        let p = &mut next.policy;
+        macro_rules! take {
+            ($($target:expr => $source:expr),* $(,)?) => {
+                $(if let Some(value) = $source { $target = value; })*
+            };
+        }
+        take!(
+            next.name => self.name,
+            next.app => self.app,
+            next.handler => self.handler,
+            next.schedule => self.schedule,
+            next.timezone => self.timezone,
+            next.args => self.args,
+            p.sharding => self.sharding,
+            p.balance => self.balance,
+            p.retry => self.retry,
+            p.misfire => self.misfire,
+            p.catch_up_window_ms => self.catch_up_window_ms,
+            p.overlap => self.overlap,
+            p.priority => self.priority,
+        );
+        if self.timeout_ms.is_some() {
+            p.timeout_ms = self.timeout_ms;
+        }
+        next.validate()?;
+        Ok(next)
+    }
+}
+
+impl JobDefinition {
+    pub fn zone(&self) -> Result<Tz, JobError> {
+        Ok(parse_zone(&self.timezone)?)
+    }
+
+    /// The parsed schedule in the job's zone.
+    pub fn parsed_schedule(&self) -> Result<Schedule, JobError> {
+        Ok(Schedule::parse(&self.schedule, self.zone()?)?)
+    }
+
+    fn validate(&self) -> Result<(), JobError> {
+        check_text("name", &self.name, MAX_NAME, |c| !c.is_control())?;
+        let ident = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+        check_text("app", &self.app, MAX_IDENT, ident)?;
+        check_text("handler", &self.handler, MAX_IDENT, ident)?;
+        self.parsed_schedule()?;
+        let args_len = serde_json::to_vec(&self.args).map_or(usize::MAX, |v| v.len());
+        if args_len > MAX_ARGS_BYTES {
+            return Err(JobError::new(
+                "args",
+                format!("is {args_len} bytes of JSON; the limit is {MAX_ARGS_BYTES}"),
+            ));
+        }
+        let p = &self.policy;
+        if !(0..=10).contains(&p.priority) {
+            return Err(JobError::new(
+                "priority",
+                format!("{} is outside 0..=10", p.priority),
+            ));
+        }
+        if !(1..=100).contains(&p.retry.max_attempts) {
+            return Err(JobError::new(
+                "retry.max_attempts",
+                format!("{} is outside 1..=100", p.retry.max_attempts),
+            ));
+        }
+        if p.retry.initial_delay_ms > p.retry.max_delay_ms {
+            return Err(JobError::new(
+                "retry.initial_delay_ms",
+                "must not exceed retry.max_delay_ms",
+            ));
+        }
+        if let Some(timeout) = p.timeout_ms
+            && !(1..=MAX_TIMEOUT_MS).contains(&timeout)
+        {
+            return Err(JobError::new(
+                "timeout_ms",
+                format!("{timeout} is outside 1..={MAX_TIMEOUT_MS} (7 days)"),
+            ));
+        }
+        if p.catch_up_window_ms > MAX_CATCH_UP_WINDOW_MS {
+            return Err(JobError::new(
+                "catch_up_window_ms",
+                format!("{} exceeds 31 days", p.catch_up_window_ms),
+            ));
+        }
+        let modes = [
+            p.sharding.split,
+            p.sharding.broadcast,
+            p.sharding.count.is_some(),
+        ];
+        if modes.iter().filter(|m| **m).count() > 1 {
+            return Err(JobError::new(
+                "sharding",
+                "choose one of split, broadcast or count",
+            ));
+        }
+        if let Some(count) = p.sharding.count
+            && !(1..=10_000).contains(&count)
+        {
+            return Err(JobError::new(
+                "sharding.count",
+                format!("{count} is outside 1..=10000"),
+            ));
+        }
+        if p.sharding.split && !self.args.is_array() {
+            return Err(JobError::new(
+                "args",
+                "must be a JSON array when sharding.split is set",
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn check_text(
+    field: &str,
+    value: &str,
+    max: usize,
+    allowed: impl Fn(char) -> bool,
+) -> Result<(), JobError> {
+    if value.trim().is_empty() {
+        return Err(JobError::new(field, "must not be empty"));
+    }
+    if value.chars().count() > max {
+        return Err(JobError::new(
+            field,
+            format!("is longer than {max} characters"),
+        ));
+    }
+    if let Some(bad) = value.chars().find(|c| !allowed(*c)) {
+        return Err(JobError::new(field, format!("must not contain {bad:?}")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(json: serde_json::Value) -> Result<JobDefinition, JobError> {
+        serde_json::from_value::<JobInput>(json)
+            .unwrap()
+            .into_definition()
+    }
+
+    fn base() -> serde_json::Value {
+        serde_json::json!({"name": "nightly-report", "app": "billing", "handler": "report",
+                           "schedule": {"cron": "0 30 2 * * ?"}, "timezone": "Asia/Shanghai"})
+    }
+
+    #[test]
+    fn the_design_example_is_accepted_with_its_policies() {
+        let job = input(
+            serde_json::json!({ "name": "nightly-report", "app": "billing",
+            "handler": "report", "schedule": { "cron": "0 30 2 * * ?" },
+            "timezone": "Asia/Shanghai", "args": ["eu", "us", "apac"],
+            "sharding": { "split": true }, "balance": "weighted",
+            "retry": { "max_attempts": 3, "backoff": "exponential", "initial_delay_ms": 1000 },
+            "timeout_ms": 600000, "misfire": "fire_once", "overlap": "skip", "priority": 5,
+            "start": true }),
+        )
+        .unwrap();
+        assert_eq!(job.policy.balance, Balance::Weighted);
+        assert_eq!(job.policy.retry.max_attempts, 3);
+        assert_eq!(job.policy.overlap, Overlap::Skip);
+    }
+
+    #[test]
+    fn each_bad_field_is_named() {
+        let cases = [
+            ("name", serde_json::json!("")),
+            ("app", serde_json::json!("bad app")),
+            ("timezone", serde_json::json!("Nowhere/City")),
+            ("priority", serde_json::json!(11)),
+        ];
+        for (field, value) in cases {
+            let mut doc = base();
+            doc[field] = value;
+            assert_eq!(input(doc).unwrap_err().field, field);
+        }
+        let mut doc = base();
+        doc["schedule"] = serde_json::json!({"cron": "99 * * * *"});
+        assert_eq!(input(doc).unwrap_err().field, "schedule.cron");
+        let mut doc = base();
+        doc["sharding"] = serde_json::json!({"split": true});
+        assert_eq!(input(doc).unwrap_err().field, "args");
+    }
+
+    #[test]
+    fn ids_are_javascript_safe_and_partitions_spread() {
+        let now = 1_795_000_000_000;
+        let id = new_job_id(now);
+        assert!(id > 0 && id < (1 << 53));
+        let mut counts = [0usize; 16];
+        for i in 0..16_000 {
+            counts[partition_of(id + i, 16) as usize] += 1;
+        }
+        assert!(
+            counts.iter().all(|c| (800..1_200).contains(c)),
+            "{counts:?}"
+        );
+    }
+
+    #[test]
+    fn a_patch_changes_only_what_it_names() {
+        let job = input(base()).unwrap();
+        let patch: JobPatch =
+            serde_json::from_value(serde_json::json!({"schedule": {"every": "5m"}})).unwrap();
+        let patched = patch.apply(&job).unwrap();
+        assert_eq!(patched.schedule.every.as_deref(), Some("5m"));
+        assert_eq!(patched.name, job.name);
+        let bad: JobPatch =
+            serde_json::from_value(serde_json::json!({"timezone": "Mars/Base"})).unwrap();
+        assert_eq!(bad.apply(&job).unwrap_err().field, "timezone");
+    }
+}

@@ -1,0 +1,115 @@
+//! How a job runs beyond its schedule: balancing, sharding, retries, timeout, misfire, overlap
+//! and priority. Stored with the job as JSON.
+
+use serde::{Deserialize, Serialize};
+
+/// What to do with instants that passed unfired (a node died, the cluster was down, the job was
+/// stopped): applied when a node takes over a partition, restarts, or a job is started again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Misfire {
+    /// One catch-up run for the missed instants (the latest of them), then on schedule.
+    #[default]
+    FireOnce,
+    /// Drop missed instants.
+    Skip,
+    /// A run for every missed instant within `catch_up_window_ms`.
+    CatchUp,
+}
+
+/// What to do when an instant comes while the job's previous run is unfinished.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Overlap {
+    #[default]
+    Allow,
+    /// Record the instant as skipped.
+    Skip,
+    /// Queue it behind the unfinished run.
+    Queue,
+    /// Cancel the unfinished run and start this one.
+    Replace,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Balance {
+    Random,
+    #[default]
+    RoundRobin,
+    Weighted,
+    LeastBusy,
+    ConsistentHash,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backoff {
+    #[default]
+    Fixed,
+    Exponential,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Retry {
+    pub max_attempts: u32,
+    pub backoff: Backoff,
+    pub initial_delay_ms: u64,
+    pub max_delay_ms: u64,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Self {
+            max_attempts: 1,
+            backoff: Backoff::Fixed,
+            initial_delay_ms: 1_000,
+            max_delay_ms: 60_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Sharding {
+    /// Split the JSON array argument across executors in proportion to their weights.
+    pub split: bool,
+    /// Every healthy executor gets the same arguments with its shard index and total.
+    pub broadcast: bool,
+    /// K shards with index and total, placed by the balancer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+}
+
+/// Everything about a job but what and when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct JobPolicy {
+    pub balance: Balance,
+    pub sharding: Sharding,
+    pub retry: Retry,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    pub misfire: Misfire,
+    pub catch_up_window_ms: u64,
+    pub overlap: Overlap,
+    /// 0 (lowest) to 10; runs waiting for capacity are dispatched highest first, with age
+    /// raising the effective priority so that low priorities are not starved.
+    pub priority: i32,
+}
+
+impl Default for JobPolicy {
+    fn default() -> Self {
+        Self {
+            balance: Balance::default(),
+            sharding: Sharding::default(),
+            retry: Retry::default(),
+            timeout_ms: None,
+            misfire: Misfire::default(),
+            catch_up_window_ms: 3_600_000,
+            overlap: Overlap::default(),
+            priority: 5,
+        }
+    }
+}

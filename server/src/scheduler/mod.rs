@@ -1,0 +1,452 @@
+//! The scheduler: each node fires the jobs of the partitions it owns.
+//!
+//! One task per node. It follows `LocalView`'s partitions (loading a partition's running jobs
+//! when it arrives, applying their misfire policy, and forgetting them when it leaves), polls
+//! job changes made through any node's API, and claims due instants in batches through
+//! `Store::runs_claim`, which fences each claim by the partition's epoch and the job's version.
+//! The scheduler never runs user code; a claimed run is handed to dispatch.
+//!
+//! Architecture invariant: an instant becomes a run only through `runs_claim`, whose unique key
+//! `(job_id, scheduled_at_ms)` makes it happen at most once cluster-wide; the job's last fired
+//! instant advances in the same transaction, so the next owner resumes exactly after it.
+
+pub mod misfire;
+pub mod timer;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::DateTime;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::clock::ClusterClock;
+use crate::cluster::LocalView;
+use crate::jobs::{JobPolicy, Overlap};
+use crate::schedule::{NextHints, Schedule, ScheduleSpec, parse_zone};
+use crate::store::{
+    self, ClaimOutcome, JobRecord, OverlapRule, RunClaim, Store, job_state, run_state,
+};
+use misfire::{MisfireRule, plan};
+use timer::{Timer, TimerEntry};
+
+/// The scheduler's settings.
+#[derive(Debug, Clone, Copy)]
+pub struct SchedulerSettings {
+    /// How often job changes are polled and partitions re-read.
+    pub poll_interval: Duration,
+    /// An instant later than this is missed (misfire policy), not merely late.
+    pub misfire_threshold: Duration,
+    /// Most instants claimed in one transaction.
+    pub claim_batch: usize,
+}
+
+impl Default for SchedulerSettings {
+    fn default() -> Self {
+        Self {
+            poll_interval: Duration::from_millis(500),
+            misfire_threshold: Duration::from_secs(60),
+            claim_batch: 512,
+        }
+    }
+}
+
+/// Re-read recent changes with this overlap: a change committed late with an earlier
+/// `updated_at` is still seen.
+const CHANGE_OVERLAP_MS: i64 = 5_000;
+const CHANGE_PAGE: i64 = 10_000;
+
+/// A job this node fires.
+#[derive(Debug)]
+struct LoadedJob {
+    version: i64,
+    partition_id: i64,
+    schedule: Schedule,
+    policy: JobPolicy,
+    app: String,
+    handler: String,
+    anchor_ms: Option<i64>,
+    last_fired_ms: Option<i64>,
+    next_ms: Option<i64>,
+}
+
+/// Why a job is being (re)loaded: decides whether missed instants count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LoadReason {
+    /// Taking over its partition, restarting, or the job was started: misfire policy applies.
+    Resume,
+    /// Its definition changed while running: the new schedule applies from now on.
+    Edit,
+}
+
+/// The per-node scheduler.
+#[derive(Debug)]
+pub struct Scheduler {
+    store: Arc<dyn Store>,
+    view: Arc<LocalView>,
+    clock: Arc<ClusterClock>,
+    settings: SchedulerSettings,
+    jobs: HashMap<i64, LoadedJob>,
+    partitions: HashMap<i64, i64>,
+    timer: Timer,
+    pending: Vec<RunClaim>,
+    changes_since_ms: Option<i64>,
+}
+
+impl Scheduler {
+    pub fn new(
+        store: Arc<dyn Store>,
+        view: Arc<LocalView>,
+        clock: Arc<ClusterClock>,
+        settings: SchedulerSettings,
+    ) -> Self {
+        Self {
+            store,
+            view,
+            clock,
+            settings,
+            jobs: HashMap::new(),
+            partitions: HashMap::new(),
+            timer: Timer::default(),
+            pending: Vec::new(),
+            changes_since_ms: None,
+        }
+    }
+
+    /// Runs until `stop` is cancelled. Claimed runs are durable, so stopping loses nothing.
+    pub async fn run(mut self, stop: CancellationToken) {
+        let mut next_poll_ms = i64::MIN;
+        loop {
+            let now = self.clock.now_ms();
+            if now >= next_poll_ms {
+                next_poll_ms = now + millis(self.settings.poll_interval);
+                if let Err(err) = self.follow_cluster(now).await {
+                    warn!(error = %err, "scheduler could not refresh its jobs");
+                }
+            }
+            if let Err(err) = self.fire_due(self.clock.now_ms()).await {
+                warn!(error = %err, "claiming due instants failed; retrying");
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                }
+                continue;
+            }
+            let now = self.clock.now_ms();
+            let wake = self.timer.next_due().unwrap_or(i64::MAX).min(next_poll_ms);
+            let wait = Duration::from_millis(u64::try_from(wake - now).unwrap_or(0));
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    /// Follows the partitions this node owns and the job changes made anywhere.
+    async fn follow_cluster(&mut self, now: i64) -> Result<(), store::Error> {
+        let owned: HashMap<i64, i64> = self
+            .view
+            .owned_partitions()
+            .into_iter()
+            .map(|p| (p.partition_id, p.epoch))
+            .collect();
+        let lost: Vec<i64> = self
+            .partitions
+            .iter()
+            .filter(|(p, e)| owned.get(p) != Some(e))
+            .map(|(p, _)| *p)
+            .collect();
+        for partition in lost {
+            self.forget_partition(partition);
+        }
+        let gained: Vec<(i64, i64)> = owned
+            .iter()
+            .filter(|(p, _)| !self.partitions.contains_key(p))
+            .map(|(p, e)| (*p, *e))
+            .collect();
+        for (partition, epoch) in gained {
+            let jobs = self.store.jobs_in_partition(partition).await?;
+            self.partitions.insert(partition, epoch);
+            let count = jobs.len();
+            for job in jobs {
+                self.load(job, now, LoadReason::Resume);
+            }
+            debug!(partition, epoch, jobs = count, "partition loaded");
+        }
+        self.poll_changes(now).await?;
+        if self.timer.len() > 2 * self.jobs.len() + 1_024 {
+            let jobs = &self.jobs;
+            self.timer.compact(|e| {
+                jobs.get(&e.job_id)
+                    .is_some_and(|j| j.version == e.version && j.next_ms == Some(e.due_ms))
+            });
+        }
+        Ok(())
+    }
+
+    async fn poll_changes(&mut self, now: i64) -> Result<(), store::Error> {
+        let since = self.changes_since_ms.unwrap_or(i64::MIN / 2) - CHANGE_OVERLAP_MS;
+        let changes = self.store.jobs_changed_since(since, CHANGE_PAGE).await?;
+        let mut latest = changes.now_ms;
+        if changes.changed.len() as i64 >= CHANGE_PAGE {
+            // A full page: resume after its last row rather than skip the rest.
+            latest = changes.changed.last().map_or(latest, |j| j.updated_at_ms);
+        }
+        self.changes_since_ms = Some(latest);
+        for job_id in changes.deleted {
+            self.jobs.remove(&job_id);
+        }
+        for job in changes.changed {
+            if !self.partitions.contains_key(&job.partition_id) {
+                continue;
+            }
+            let known = self.jobs.get(&job.job_id);
+            if known.is_some_and(|k| k.version == job.version) {
+                continue;
+            }
+            if job.state != job_state::RUNNING {
+                self.jobs.remove(&job.job_id);
+                continue;
+            }
+            let reason = match known {
+                Some(k) if k.anchor_ms == job.started_at_ms => LoadReason::Edit,
+                _ => LoadReason::Resume,
+            };
+            self.load(job, now, reason);
+        }
+        Ok(())
+    }
+
+    fn forget_partition(&mut self, partition: i64) {
+        self.partitions.remove(&partition);
+        self.jobs.retain(|_, j| j.partition_id != partition);
+        self.pending.retain(|c| c.partition_id != partition);
+        debug!(partition, "partition released");
+    }
+
+    /// Loads a running job: catch-up claims per its misfire policy, and its next instant.
+    fn load(&mut self, job: JobRecord, now: i64, reason: LoadReason) {
+        let parsed = serde_json::from_str::<ScheduleSpec>(&job.schedule_json)
+            .ok()
+            .zip(parse_zone(&job.timezone).ok())
+            .and_then(|(spec, zone)| Schedule::parse(&spec, zone).ok());
+        let policy = serde_json::from_str::<JobPolicy>(&job.policy_json).ok();
+        let (Some(schedule), Some(policy)) = (parsed, policy) else {
+            warn!(
+                job_id = job.job_id,
+                "job definition unreadable; not scheduled"
+            );
+            self.jobs.remove(&job.job_id);
+            return;
+        };
+        let hints = NextHints {
+            anchor: job.started_at_ms.and_then(DateTime::from_timestamp_millis),
+            cursor: job
+                .last_fired_at_ms
+                .and_then(DateTime::from_timestamp_millis),
+        };
+        let from = job
+            .last_fired_at_ms
+            .into_iter()
+            .chain(job.started_at_ms)
+            .max()
+            .unwrap_or(job.created_at_ms);
+        let rule = MisfireRule {
+            policy: policy.misfire,
+            threshold_ms: millis(self.settings.misfire_threshold),
+            window_ms: i64::try_from(policy.catch_up_window_ms).unwrap_or(i64::MAX),
+        };
+        let planned = match reason {
+            LoadReason::Resume => plan(&schedule, hints, from, now, rule),
+            // An edited schedule starts from now (or from its last fired instant, if later).
+            LoadReason::Edit => plan(&schedule, hints, from.max(now), now, rule),
+        };
+        let planned = match planned {
+            Ok(p) => p,
+            Err(err) => {
+                warn!(job_id = job.job_id, error = %err, "cannot compute the job's instants");
+                self.jobs.remove(&job.job_id);
+                return;
+            }
+        };
+        let mut loaded = LoadedJob {
+            version: job.version,
+            partition_id: job.partition_id,
+            schedule,
+            policy,
+            app: job.app_name,
+            handler: job.handler_name,
+            anchor_ms: job.started_at_ms,
+            last_fired_ms: job.last_fired_at_ms,
+            next_ms: planned.next,
+        };
+        if !planned.catch_up.is_empty() {
+            info!(
+                job_id = job.job_id,
+                missed = planned.catch_up.len(),
+                "firing missed instants"
+            );
+        }
+        let last = planned.catch_up.len().saturating_sub(1);
+        for (i, at) in planned.catch_up.iter().enumerate() {
+            let done = i == last && planned.next.is_none();
+            if let Some(claim) = self.claim_for(job.job_id, &loaded, *at, "misfire", done) {
+                self.pending.push(claim);
+            }
+        }
+        if let Some(next) = planned.next {
+            self.timer.push(TimerEntry {
+                due_ms: next,
+                job_id: job.job_id,
+                version: loaded.version,
+            });
+        }
+        loaded.last_fired_ms = planned.catch_up.last().copied().or(loaded.last_fired_ms);
+        self.jobs.insert(job.job_id, loaded);
+    }
+
+    fn claim_for(
+        &self,
+        job_id: i64,
+        job: &LoadedJob,
+        at: i64,
+        trigger_kind: &'static str,
+        job_done: bool,
+    ) -> Option<RunClaim> {
+        let epoch = *self.partitions.get(&job.partition_id)?;
+        Some(RunClaim {
+            job_id,
+            job_version: job.version,
+            partition_id: job.partition_id,
+            epoch,
+            scheduled_at_ms: at,
+            trigger_kind,
+            priority: i64::from(job.policy.priority),
+            // Dispatch to executors is not built yet: say so on the run rather than drop it.
+            state: run_state::NO_EXECUTOR,
+            message: Some(format!(
+                "no executor is registered for app {:?} (handler {:?})",
+                job.app, job.handler
+            )),
+            overlap: match job.policy.overlap {
+                Overlap::Allow => OverlapRule::Allow,
+                Overlap::Skip => OverlapRule::Skip,
+                Overlap::Queue => OverlapRule::Queue,
+                Overlap::Replace => OverlapRule::Replace,
+            },
+            job_done,
+        })
+    }
+
+    /// Claims every due instant (and pending catch-ups), a batch per transaction.
+    async fn fire_due(&mut self, now: i64) -> Result<(), store::Error> {
+        loop {
+            let mut batch = std::mem::take(&mut self.pending);
+            while batch.len() < self.settings.claim_batch {
+                let Some(entry) = self.timer.pop_due(now) else {
+                    break;
+                };
+                if let Some(claim) = self.due_claim(entry) {
+                    batch.push(claim);
+                }
+            }
+            if batch.is_empty() {
+                return Ok(());
+            }
+            let node_id = self.view.node_id().to_owned();
+            let outcomes = match self.store.runs_claim(&node_id, &batch).await {
+                Ok(outcomes) => outcomes,
+                Err(err) => {
+                    // Nothing was claimed: put everything back to try again.
+                    self.requeue(batch);
+                    return Err(err);
+                }
+            };
+            self.settle(batch, outcomes).await?;
+        }
+    }
+
+    /// The claim for a timer entry, if the entry is still current; the job's following instant
+    /// is computed now, so that a one-shot's claim can also mark the job done.
+    fn due_claim(&mut self, entry: TimerEntry) -> Option<RunClaim> {
+        let job = self.jobs.get(&entry.job_id)?;
+        if job.version != entry.version || job.next_ms != Some(entry.due_ms) {
+            return None;
+        }
+        let hints = NextHints {
+            anchor: job.anchor_ms.and_then(DateTime::from_timestamp_millis),
+            cursor: DateTime::from_timestamp_millis(entry.due_ms),
+        };
+        let following = DateTime::from_timestamp_millis(entry.due_ms)
+            .and_then(|due| job.schedule.next_after(due, hints).ok().flatten())
+            .map(|n| n.timestamp_millis());
+        let claim = self.claim_for(
+            entry.job_id,
+            job,
+            entry.due_ms,
+            "schedule",
+            following.is_none(),
+        );
+        if let Some(job) = self.jobs.get_mut(&entry.job_id) {
+            job.next_ms = following;
+            if let Some(next) = following {
+                self.timer.push(TimerEntry {
+                    due_ms: next,
+                    job_id: entry.job_id,
+                    version: entry.version,
+                });
+            }
+        }
+        claim
+    }
+
+    fn requeue(&mut self, batch: Vec<RunClaim>) {
+        self.pending = batch;
+    }
+
+    async fn settle(
+        &mut self,
+        batch: Vec<RunClaim>,
+        outcomes: Vec<ClaimOutcome>,
+    ) -> Result<(), store::Error> {
+        let mut reload = Vec::new();
+        for (claim, outcome) in batch.iter().zip(outcomes) {
+            match outcome {
+                ClaimOutcome::Claimed => {
+                    if let Some(job) = self.jobs.get_mut(&claim.job_id) {
+                        job.last_fired_ms = Some(claim.scheduled_at_ms);
+                    }
+                }
+                ClaimOutcome::Fenced => {
+                    warn!(
+                        partition = claim.partition_id,
+                        "partition moved; its claims refused"
+                    );
+                    self.forget_partition(claim.partition_id);
+                }
+                ClaimOutcome::Stale => reload.push(claim.job_id),
+            }
+        }
+        reload.sort_unstable();
+        reload.dedup();
+        let now = self.clock.now_ms();
+        for job_id in reload {
+            self.jobs.remove(&job_id);
+            match self.store.job_get(job_id).await? {
+                Some(job)
+                    if job.state == job_state::RUNNING
+                        && self.partitions.contains_key(&job.partition_id) =>
+                {
+                    self.load(job, now, LoadReason::Edit);
+                }
+                _ => debug!(job_id, "job stopped, changed hands or was deleted"),
+            }
+        }
+        Ok(())
+    }
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}

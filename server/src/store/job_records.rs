@@ -1,0 +1,152 @@
+//! Rows and parameters of the job tables: jobs, job deletions, runs.
+
+/// A row of `jobs`. The definition (schedule, arguments, policy) is stored as JSON text that
+/// only the `jobs` module interprets.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct JobRecord {
+    pub job_id: i64,
+    pub partition_id: i64,
+    pub name: String,
+    pub app_name: String,
+    pub handler_name: String,
+    pub schedule_json: String,
+    pub timezone: String,
+    pub args_json: String,
+    pub policy_json: String,
+    /// `stopped`, `running` or `done`.
+    pub state: String,
+    pub version: i64,
+    pub last_fired_at_ms: Option<i64>,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+    /// When the job was last started: the anchor of `every` schedules.
+    pub started_at_ms: Option<i64>,
+}
+
+impl JobRecord {
+    /// The priority in the stored policy (5 when it cannot be read).
+    pub fn policy_priority(&self) -> i32 {
+        serde_json::from_str::<serde_json::Value>(&self.policy_json)
+            .ok()
+            .and_then(|p| p.get("priority").and_then(serde_json::Value::as_i64))
+            .and_then(|p| i32::try_from(p).ok())
+            .unwrap_or(5)
+    }
+}
+
+/// The states of a job.
+pub mod job_state {
+    pub const STOPPED: &str = "stopped";
+    pub const RUNNING: &str = "running";
+    /// A schedule with no more instants (a one-shot that ran).
+    pub const DONE: &str = "done";
+}
+
+/// What a new or updated job row holds.
+#[derive(Debug, Clone)]
+pub struct JobWrite {
+    pub name: String,
+    pub app_name: String,
+    pub handler_name: String,
+    pub schedule_json: String,
+    pub timezone: String,
+    pub args_json: String,
+    pub policy_json: String,
+}
+
+/// Filters of a job listing, newest id first after `before_id`.
+#[derive(Debug, Clone, Default)]
+pub struct JobFilter {
+    pub app: Option<String>,
+    pub state: Option<String>,
+    /// Names starting with this.
+    pub name_prefix: Option<String>,
+    pub before_id: Option<i64>,
+    pub limit: i64,
+}
+
+/// Jobs changed and deleted since a point in time (database clock).
+#[derive(Debug, Clone, Default)]
+pub struct JobChanges {
+    pub changed: Vec<JobRecord>,
+    pub deleted: Vec<i64>,
+    /// The database clock when the changes were read.
+    pub now_ms: i64,
+}
+
+/// A row of `runs`.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct RunRecord {
+    pub run_id: i64,
+    pub job_id: i64,
+    pub scheduled_at_ms: i64,
+    pub partition_id: i64,
+    pub epoch: i64,
+    pub node_id: String,
+    pub trigger_kind: String,
+    pub state: String,
+    pub priority: i64,
+    pub created_at_ms: i64,
+    pub started_at_ms: Option<i64>,
+    pub finished_at_ms: Option<i64>,
+    pub message: Option<String>,
+}
+
+/// The states of a run this version writes.
+pub mod run_state {
+    /// Claimed and waiting for an executor.
+    pub const PENDING: &str = "pending";
+    /// Waiting behind an unfinished run of the same job (overlap `queue`).
+    pub const QUEUED: &str = "queued";
+    pub const RUNNING: &str = "running";
+    /// Not started because the previous run was unfinished (overlap `skip`).
+    pub const SKIPPED: &str = "skipped";
+    /// Cancelled (overlap `replace`, or through the API).
+    pub const CANCELLED: &str = "cancelled";
+    /// No executor could take it: recorded so that nothing is dropped silently.
+    pub const NO_EXECUTOR: &str = "no_executor";
+    /// States in which a run is unfinished, for the overlap policy.
+    pub const UNFINISHED: [&str; 3] = [PENDING, QUEUED, RUNNING];
+}
+
+/// How a claimed instant treats an unfinished earlier run of the same job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OverlapRule {
+    Allow,
+    Skip,
+    Queue,
+    Replace,
+}
+
+/// One scheduled instant a node claims for a job it owns.
+#[derive(Debug, Clone)]
+pub struct RunClaim {
+    pub job_id: i64,
+    /// The job version the instant was computed from: a job changed since is not claimed.
+    pub job_version: i64,
+    pub partition_id: i64,
+    /// The partition epoch the node owns: the fence.
+    pub epoch: i64,
+    pub scheduled_at_ms: i64,
+    /// `schedule`, `misfire` or `manual`.
+    pub trigger_kind: &'static str,
+    pub priority: i64,
+    /// The state a claimed run starts in, and why.
+    pub state: &'static str,
+    pub message: Option<String>,
+    pub overlap: OverlapRule,
+    /// The schedule has no instant after this one: the job becomes `done`.
+    pub job_done: bool,
+}
+
+/// What became of one claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// The run was inserted.
+    Claimed,
+    /// The job changed, stopped, was deleted, or this instant is not after its last fired
+    /// instant: nothing was inserted; reload the job.
+    Stale,
+    /// The partition is no longer this node's at this epoch: nothing was inserted.
+    Fenced,
+}
