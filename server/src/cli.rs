@@ -78,6 +78,12 @@ struct ServerArgs {
     node_lease_ms: Option<u64>,
     #[arg(long, env = "CARILLON_LEADER_LEASE_MS")]
     leader_lease_ms: Option<u64>,
+    /// How often job changes are picked up.
+    #[arg(long, env = "CARILLON_SCHEDULER_POLL_MS")]
+    scheduler_poll_ms: Option<u64>,
+    /// An instant fired later than this is missed and the job's misfire policy applies.
+    #[arg(long, env = "CARILLON_MISFIRE_THRESHOLD_MS")]
+    misfire_threshold_ms: Option<u64>,
 }
 
 impl CommonArgs {
@@ -104,6 +110,11 @@ impl ServerArgs {
         set(&mut config.cluster.heartbeat_ms, self.heartbeat_ms);
         set(&mut config.cluster.node_lease_ms, self.node_lease_ms);
         set(&mut config.cluster.leader_lease_ms, self.leader_lease_ms);
+        set(&mut config.scheduler.poll_ms, self.scheduler_poll_ms);
+        set(
+            &mut config.scheduler.misfire_threshold_ms,
+            self.misfire_threshold_ms,
+        );
     }
 }
 

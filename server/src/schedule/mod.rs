@@ -177,7 +177,14 @@ impl Schedule {
     }
 }
 
+/// Instants are kept to the millisecond, the precision they are stored with: a finer one would
+/// stay "after" its own stored millisecond forever.
 fn parse_at(text: &str, zone: Tz) -> Result<DateTime<Utc>, ScheduleError> {
+    let instant = parse_at_exact(text, zone)?;
+    Ok(DateTime::from_timestamp_millis(instant.timestamp_millis()).unwrap_or(instant))
+}
+
+fn parse_at_exact(text: &str, zone: Tz) -> Result<DateTime<Utc>, ScheduleError> {
     let text = text.trim();
     if let Ok(instant) = DateTime::parse_from_rfc3339(text) {
         return Ok(instant.with_timezone(&Utc));

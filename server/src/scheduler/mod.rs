@@ -246,11 +246,11 @@ impl Scheduler {
                 .last_fired_at_ms
                 .and_then(DateTime::from_timestamp_millis),
         };
+        // Missed instants count from the last one fired, even across a stop and start; a job
+        // that never fired starts from when it was started.
         let from = job
             .last_fired_at_ms
-            .into_iter()
-            .chain(job.started_at_ms)
-            .max()
+            .or(job.started_at_ms)
             .unwrap_or(job.created_at_ms);
         let rule = MisfireRule {
             policy: policy.misfire,

@@ -20,6 +20,7 @@ pub struct NodeSpec {
     pub heartbeat_ms: u64,
     pub node_lease_ms: u64,
     pub leader_lease_ms: u64,
+    pub misfire_threshold_ms: u64,
 }
 
 impl NodeSpec {
@@ -33,6 +34,7 @@ impl NodeSpec {
             heartbeat_ms: 200,
             node_lease_ms: 1_000,
             leader_lease_ms: 1_000,
+            misfire_threshold_ms: 60_000,
         }
     }
 }
@@ -112,6 +114,10 @@ impl NodeProcess {
             ("CARILLON_HEARTBEAT_MS", spec.heartbeat_ms.to_string()),
             ("CARILLON_NODE_LEASE_MS", spec.node_lease_ms.to_string()),
             ("CARILLON_LEADER_LEASE_MS", spec.leader_lease_ms.to_string()),
+            (
+                "CARILLON_MISFIRE_THRESHOLD_MS",
+                spec.misfire_threshold_ms.to_string(),
+            ),
         ];
         let mut child = spawn_carillon(&["server"], &env, &spec.data_dir, &log);
         let addr = wait_for_listen_address(&mut child, &log).await;
@@ -161,6 +167,49 @@ impl NodeProcess {
 
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends `method path` with the admin token and an optional JSON body; returns the status
+    /// and the JSON body (`Null` when there is none).
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
+        let mut request = self
+            .client
+            .request(method, self.url(path))
+            .bearer_auth(TOKEN)
+            .timeout(Duration::from_secs(10));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.expect("request");
+        let status = response.status().as_u16();
+        let bytes = response.bytes().await.expect("body");
+        let json = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+        (status, json)
+    }
+
+    /// Sends a raw body (for oversized or malformed requests).
+    pub async fn call_raw(&self, path: &str, body: Vec<u8>) -> (u16, serde_json::Value) {
+        let response = self
+            .client
+            .post(self.url(path))
+            .bearer_auth(TOKEN)
+            .header("content-type", "application/json")
+            .body(body)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .expect("request");
+        let status = response.status().as_u16();
+        let bytes = response.bytes().await.expect("body");
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
+        )
     }
 
     /// `GET /api/v1/cluster` on this node; `None` if it does not answer.

@@ -1,0 +1,461 @@
+//! The job and run half of the storage conformance suite: the same bodies on Postgres,
+//! MySQL/MariaDB and SQLite.
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on any unexpected error"
+)]
+
+#[macro_use]
+mod support;
+
+use std::sync::Arc;
+
+use carillon_server::store::{
+    ClaimOutcome, Error, JobFilter, JobWrite, LeaderFence, NodeRegistration, OverlapRule,
+    PartitionChange, RunClaim, Store, job_state, run_state,
+};
+use support::db::TestDb;
+
+macro_rules! conformance {
+    ($($test:ident),* $(,)?) => {
+        for_engine!(postgres, Postgres, [$($test),*]);
+        for_engine!(mysql, Mysql, [$($test),*]);
+        for_engine!(sqlite, Sqlite, [$($test),*]);
+    };
+}
+
+conformance!(
+    jobs_are_created_read_listed_and_paged,
+    a_duplicate_job_name_is_a_conflict_and_nothing_is_overwritten,
+    an_update_applies_only_at_the_expected_version,
+    changes_and_deletions_are_seen_by_polling,
+    a_claim_inserts_one_run_per_instant_and_advances_the_job,
+    a_claim_on_a_moved_partition_is_fenced,
+    a_claim_for_a_changed_or_stopped_job_is_stale,
+    overlap_rules_decide_the_state_of_a_claimed_run,
+    a_one_shot_claim_marks_the_job_done,
+    manual_runs_take_a_free_millisecond,
+);
+
+fn job(name: &str) -> JobWrite {
+    JobWrite {
+        name: name.into(),
+        app_name: "billing".into(),
+        handler_name: "report".into(),
+        schedule_json: r#"{"cron":"* * * * * *"}"#.into(),
+        timezone: "UTC".into(),
+        args_json: "null".into(),
+        policy_json: r#"{"priority":7}"#.into(),
+    }
+}
+
+/// A store whose partition 0 is owned by `n1` at epoch 1.
+async fn owned(db: &TestDb) -> Arc<dyn Store> {
+    let store = db.migrated_store().await;
+    store.cluster_init(4).await.unwrap();
+    store
+        .node_register(&NodeRegistration {
+            node_id: "n1".into(),
+            incarnation: "i".into(),
+            address: "http://n1".into(),
+            version: "t".into(),
+        })
+        .await
+        .unwrap();
+    let term = store.leader_try_acquire("n1", 60_000).await.unwrap().term;
+    let fence = LeaderFence {
+        node_id: "n1".into(),
+        term,
+    };
+    let assign = PartitionChange::Assign {
+        partition_id: 0,
+        expected_epoch: 0,
+        owner: "n1".into(),
+    };
+    store.partitions_apply(&fence, &[assign]).await.unwrap();
+    store
+}
+
+fn claim(job_id: i64, version: i64, at: i64) -> RunClaim {
+    RunClaim {
+        job_id,
+        job_version: version,
+        partition_id: 0,
+        epoch: 1,
+        scheduled_at_ms: at,
+        trigger_kind: "schedule",
+        priority: 5,
+        state: run_state::NO_EXECUTOR,
+        message: Some("nowhere to go".into()),
+        overlap: OverlapRule::Allow,
+        job_done: false,
+    }
+}
+
+async fn jobs_are_created_read_listed_and_paged(db: TestDb) {
+    let store = db.migrated_store().await;
+    for i in 1..=5 {
+        store
+            .job_insert(i, 0, &job(&format!("report_{i}")), i % 2 == 0)
+            .await
+            .unwrap();
+    }
+    store
+        .job_insert(6, 1, &job("100%_done!"), false)
+        .await
+        .unwrap();
+    let one = store.job_get(2).await.unwrap().unwrap();
+    assert_eq!(
+        (one.name.as_str(), one.state.as_str(), one.version),
+        ("report_2", "running", 1)
+    );
+    assert!(one.started_at_ms.is_some());
+    assert!(
+        store
+            .job_get(1)
+            .await
+            .unwrap()
+            .unwrap()
+            .started_at_ms
+            .is_none()
+    );
+
+    let page = |filter: JobFilter| {
+        let store = Arc::clone(&store);
+        async move {
+            store
+                .jobs_list(&filter)
+                .await
+                .unwrap()
+                .iter()
+                .map(|j| j.job_id)
+                .collect::<Vec<_>>()
+        }
+    };
+    let base = JobFilter {
+        limit: 100,
+        ..JobFilter::default()
+    };
+    assert_eq!(page(base.clone()).await, vec![6, 5, 4, 3, 2, 1]);
+    assert_eq!(
+        page(JobFilter {
+            limit: 2,
+            ..base.clone()
+        })
+        .await,
+        vec![6, 5]
+    );
+    assert_eq!(
+        page(JobFilter {
+            before_id: Some(5),
+            limit: 2,
+            ..base.clone()
+        })
+        .await,
+        vec![4, 3]
+    );
+    assert_eq!(
+        page(JobFilter {
+            state: Some("running".into()),
+            ..base.clone()
+        })
+        .await,
+        vec![4, 2]
+    );
+    // LIKE wildcards in a name are literal.
+    assert_eq!(
+        page(JobFilter {
+            name_prefix: Some("report_".into()),
+            ..base.clone()
+        })
+        .await
+        .len(),
+        5
+    );
+    assert_eq!(
+        page(JobFilter {
+            name_prefix: Some("100%_".into()),
+            ..base.clone()
+        })
+        .await,
+        vec![6]
+    );
+    assert_eq!(
+        page(JobFilter {
+            name_prefix: Some("1%".into()),
+            ..base.clone()
+        })
+        .await,
+        Vec::<i64>::new()
+    );
+    assert_eq!(
+        page(JobFilter {
+            app: Some("other".into()),
+            ..base
+        })
+        .await,
+        Vec::<i64>::new()
+    );
+    assert_eq!(
+        store.jobs_in_partition(0).await.unwrap().len(),
+        2,
+        "running jobs only"
+    );
+}
+
+async fn a_duplicate_job_name_is_a_conflict_and_nothing_is_overwritten(db: TestDb) {
+    let store = db.migrated_store().await;
+    store
+        .job_insert(1, 0, &job("nightly"), false)
+        .await
+        .unwrap();
+    let err = store
+        .job_insert(2, 0, &job("nightly"), true)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Conflict { what } if what.contains("nightly")),
+        "{err}"
+    );
+    let err = store
+        .job_insert(1, 0, &job("other"), true)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Conflict { what } if what.contains("id")),
+        "{err}"
+    );
+    assert_eq!(store.job_get(1).await.unwrap().unwrap().state, "stopped");
+    assert!(store.job_get(2).await.unwrap().is_none());
+}
+
+async fn an_update_applies_only_at_the_expected_version(db: TestDb) {
+    let store = db.migrated_store().await;
+    store.job_insert(1, 0, &job("a"), false).await.unwrap();
+    let mut changed = job("a");
+    changed.schedule_json = r#"{"every":"5m"}"#.into();
+    let updated = store.job_update(1, 1, &changed).await.unwrap().unwrap();
+    assert_eq!(
+        (updated.version, updated.schedule_json.as_str()),
+        (2, r#"{"every":"5m"}"#)
+    );
+    assert!(
+        store.job_update(1, 1, &job("a")).await.unwrap().is_none(),
+        "stale version"
+    );
+    assert_eq!(store.job_get(1).await.unwrap().unwrap().version, 2);
+    store.job_insert(2, 0, &job("b"), false).await.unwrap();
+    let clash = store.job_update(2, 1, &job("a")).await.unwrap_err();
+    assert!(matches!(clash, Error::Conflict { .. }));
+    let started = store.job_start(1).await.unwrap().unwrap();
+    assert_eq!((started.state.as_str(), started.version), ("running", 3));
+    let stopped = store.job_stop(1).await.unwrap().unwrap();
+    assert_eq!((stopped.state.as_str(), stopped.version), ("stopped", 4));
+    assert!(store.job_start(99).await.unwrap().is_none());
+}
+
+async fn changes_and_deletions_are_seen_by_polling(db: TestDb) {
+    let store = db.migrated_store().await;
+    let before = store.now_ms().await.unwrap() - 1;
+    store.job_insert(1, 0, &job("a"), true).await.unwrap();
+    store.job_insert(2, 0, &job("b"), true).await.unwrap();
+    let changes = store.jobs_changed_since(before, 100).await.unwrap();
+    assert_eq!(
+        changes
+            .changed
+            .iter()
+            .map(|j| j.job_id)
+            .collect::<Vec<_>>()
+            .len(),
+        2
+    );
+    assert!(changes.deleted.is_empty());
+    assert!(store.job_delete(1).await.unwrap());
+    assert!(!store.job_delete(1).await.unwrap());
+    let changes = store.jobs_changed_since(before, 100).await.unwrap();
+    assert_eq!(changes.deleted, vec![1]);
+    assert_eq!(
+        changes.changed.iter().map(|j| j.job_id).collect::<Vec<_>>(),
+        vec![2]
+    );
+    let later = store
+        .jobs_changed_since(changes.now_ms + 1, 100)
+        .await
+        .unwrap();
+    assert!(later.changed.is_empty() && later.deleted.is_empty());
+}
+
+async fn a_claim_inserts_one_run_per_instant_and_advances_the_job(db: TestDb) {
+    let store = owned(&db).await;
+    store.job_insert(1, 0, &job("a"), true).await.unwrap();
+    let outcomes = store
+        .runs_claim("n1", &[claim(1, 1, 1_000), claim(1, 1, 2_000)])
+        .await
+        .unwrap();
+    assert_eq!(outcomes, vec![ClaimOutcome::Claimed, ClaimOutcome::Claimed]);
+    assert_eq!(
+        store.job_get(1).await.unwrap().unwrap().last_fired_at_ms,
+        Some(2_000)
+    );
+    // The same instants again (a second owner, a retry): nothing new.
+    let again = store
+        .runs_claim("n1", &[claim(1, 1, 2_000), claim(1, 1, 1_000)])
+        .await
+        .unwrap();
+    assert_eq!(again, vec![ClaimOutcome::Stale, ClaimOutcome::Stale]);
+    let runs = store.runs_of_job(1, None, 10).await.unwrap();
+    assert_eq!(
+        runs.iter().map(|r| r.scheduled_at_ms).collect::<Vec<_>>(),
+        vec![2_000, 1_000]
+    );
+    let run = &runs[0];
+    assert_eq!(
+        (run.state.as_str(), run.node_id.as_str(), run.epoch),
+        ("no_executor", "n1", 1)
+    );
+    assert!(
+        run.finished_at_ms.is_some(),
+        "a run with nowhere to go is finished, visibly"
+    );
+    assert_eq!(run.message.as_deref(), Some("nowhere to go"));
+    assert_eq!(
+        store
+            .runs_of_job(1, Some(run.run_id), 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+async fn a_claim_on_a_moved_partition_is_fenced(db: TestDb) {
+    let store = owned(&db).await;
+    store.job_insert(1, 0, &job("a"), true).await.unwrap();
+    let stale_epoch = RunClaim {
+        epoch: 0,
+        ..claim(1, 1, 1_000)
+    };
+    assert_eq!(
+        store.runs_claim("n1", &[stale_epoch]).await.unwrap(),
+        vec![ClaimOutcome::Fenced]
+    );
+    assert_eq!(
+        store.runs_claim("n2", &[claim(1, 1, 1_000)]).await.unwrap(),
+        vec![ClaimOutcome::Fenced]
+    );
+    assert!(store.runs_of_job(1, None, 10).await.unwrap().is_empty());
+    assert_eq!(
+        store.job_get(1).await.unwrap().unwrap().last_fired_at_ms,
+        None
+    );
+}
+
+async fn a_claim_for_a_changed_or_stopped_job_is_stale(db: TestDb) {
+    let store = owned(&db).await;
+    store.job_insert(1, 0, &job("a"), true).await.unwrap();
+    store.job_update(1, 1, &job("a")).await.unwrap();
+    assert_eq!(
+        store.runs_claim("n1", &[claim(1, 1, 1_000)]).await.unwrap(),
+        vec![ClaimOutcome::Stale]
+    );
+    assert_eq!(
+        store.runs_claim("n1", &[claim(1, 2, 1_000)]).await.unwrap(),
+        vec![ClaimOutcome::Claimed]
+    );
+    store.job_stop(1).await.unwrap();
+    assert_eq!(
+        store.runs_claim("n1", &[claim(1, 3, 2_000)]).await.unwrap(),
+        vec![ClaimOutcome::Stale]
+    );
+    assert_eq!(store.runs_of_job(1, None, 10).await.unwrap().len(), 1);
+}
+
+async fn overlap_rules_decide_the_state_of_a_claimed_run(db: TestDb) {
+    let store = owned(&db).await;
+    store.job_insert(1, 0, &job("a"), true).await.unwrap();
+    let unfinished = RunClaim {
+        state: run_state::PENDING,
+        ..claim(1, 1, 1_000)
+    };
+    store.runs_claim("n1", &[unfinished]).await.unwrap();
+    let with = |at, overlap| RunClaim {
+        overlap,
+        ..claim(1, 1, at)
+    };
+    store
+        .runs_claim(
+            "n1",
+            &[
+                with(2_000, OverlapRule::Skip),
+                with(3_000, OverlapRule::Queue),
+            ],
+        )
+        .await
+        .unwrap();
+    let states = |runs: Vec<carillon_server::store::RunRecord>| {
+        runs.into_iter()
+            .map(|r| (r.scheduled_at_ms, r.state))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        states(store.runs_of_job(1, None, 10).await.unwrap()),
+        vec![
+            (3_000, "queued".into()),
+            (2_000, "skipped".into()),
+            (1_000, "pending".into())
+        ]
+    );
+    store
+        .runs_claim("n1", &[with(4_000, OverlapRule::Replace)])
+        .await
+        .unwrap();
+    assert_eq!(
+        states(store.runs_of_job(1, None, 10).await.unwrap()),
+        vec![
+            (4_000, "no_executor".into()),
+            (3_000, "cancelled".into()),
+            (2_000, "skipped".into()),
+            (1_000, "cancelled".into())
+        ]
+    );
+    store
+        .runs_claim("n1", &[with(5_000, OverlapRule::Skip)])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.runs_of_job(1, None, 1).await.unwrap()[0].state,
+        "no_executor",
+        "nothing unfinished"
+    );
+}
+
+async fn a_one_shot_claim_marks_the_job_done(db: TestDb) {
+    let store = owned(&db).await;
+    store.job_insert(1, 0, &job("once"), true).await.unwrap();
+    let last = RunClaim {
+        job_done: true,
+        ..claim(1, 1, 1_000)
+    };
+    store.runs_claim("n1", &[last]).await.unwrap();
+    assert_eq!(
+        store.job_get(1).await.unwrap().unwrap().state,
+        job_state::DONE
+    );
+    assert!(store.jobs_in_partition(0).await.unwrap().is_empty());
+}
+
+async fn manual_runs_take_a_free_millisecond(db: TestDb) {
+    let store = db.migrated_store().await;
+    let record = store.job_insert(1, 0, &job("a"), false).await.unwrap();
+    let first = store
+        .run_insert_manual(&record, "n1", "no_executor", Some("m"))
+        .await
+        .unwrap();
+    let second = store
+        .run_insert_manual(&record, "n1", "no_executor", None)
+        .await
+        .unwrap();
+    assert_ne!(first.scheduled_at_ms, second.scheduled_at_ms);
+    assert_eq!((first.trigger_kind.as_str(), first.priority), ("manual", 7));
+    assert_eq!(store.runs_of_job(1, None, 10).await.unwrap().len(), 2);
+}

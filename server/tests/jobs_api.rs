@@ -1,0 +1,408 @@
+//! Jobs through the REST API of a real node on SQLite: create, read, list, update, start,
+//! stop, trigger, delete; bad input; firing every second; misfire policies after a stop.
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on any unexpected error"
+)]
+
+mod support;
+
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use support::db::{Engine, TestDb};
+use support::node::{NodeProcess, NodeSpec};
+use support::wait_for;
+
+async fn node(misfire_threshold_ms: u64) -> (NodeProcess, TestDb, tempfile::TempDir) {
+    let db = TestDb::create(Engine::Sqlite).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = NodeSpec::fast("solo", &db.url, dir.path());
+    spec.misfire_threshold_ms = misfire_threshold_ms;
+    let node = NodeProcess::start(spec).await;
+    wait_for(
+        Duration::from_secs(20),
+        "the node to own its partitions",
+        || async {
+            node.cluster()
+                .await
+                .filter(|c| c.this_node.acting_partitions == 24)
+        },
+    )
+    .await;
+    (node, db, dir)
+}
+
+fn every_second(name: &str) -> Value {
+    json!({"name": name, "app": "billing", "handler": "report",
+           "schedule": {"cron": "* * * * * *"}, "start": true})
+}
+
+/// Scheduled instants of a job's runs (trigger `schedule`/`misfire`), oldest first, in ms.
+async fn instants(node: &NodeProcess, id: &Value) -> Vec<i64> {
+    let (status, body) = node
+        .call(
+            Method::GET,
+            &format!("/api/v1/jobs/{id}/runs?limit=1000"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let mut at: Vec<i64> = body["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["trigger"] != "manual")
+        .map(|r| {
+            chrono::DateTime::parse_from_rfc3339(r["scheduled_at"].as_str().unwrap())
+                .unwrap()
+                .timestamp_millis()
+        })
+        .collect();
+    at.sort();
+    at
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_are_created_read_listed_updated_and_deleted() {
+    let (node, _db, _dir) = node(60_000).await;
+    let doc = json!({ "name": "nightly-report", "app": "billing", "handler": "report",
+        "schedule": { "cron": "0 30 2 * * ?" }, "timezone": "Asia/Shanghai",
+        "args": ["eu", "us", "apac"], "sharding": { "split": true }, "balance": "weighted",
+        "retry": { "max_attempts": 3, "backoff": "exponential", "initial_delay_ms": 1000 },
+        "timeout_ms": 600000, "misfire": "fire_once", "overlap": "skip", "priority": 5 });
+    let (status, created) = node.call(Method::POST, "/api/v1/jobs", Some(doc)).await;
+    assert_eq!(status, 201, "{created}");
+    assert_eq!(created["state"], "stopped", "created stopped unless asked");
+    assert_eq!(created["retry"]["max_attempts"], 3);
+    assert_eq!(created["timezone"], "Asia/Shanghai");
+    let id = created["id"].clone();
+
+    let (status, got) = node
+        .call(Method::GET, &format!("/api/v1/jobs/{id}"), None)
+        .await;
+    assert_eq!((status, &got["name"]), (200, &json!("nightly-report")));
+
+    let (status, dup) = node
+        .call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(every_second("nightly-report")),
+        )
+        .await;
+    assert_eq!(status, 409, "{dup}");
+
+    for i in 0..3 {
+        node.call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(json!({"name": format!("etl-{i}"), "app": "etl",
+            "handler": "load", "schedule": {"every": "1h"}})),
+        )
+        .await;
+    }
+    let (_, page) = node
+        .call(Method::GET, "/api/v1/jobs?app=etl&limit=2", None)
+        .await;
+    assert_eq!(page["jobs"].as_array().unwrap().len(), 2);
+    let cursor = page["next_cursor"].as_str().unwrap().to_owned();
+    let (_, rest) = node
+        .call(
+            Method::GET,
+            &format!("/api/v1/jobs?app=etl&limit=2&cursor={cursor}"),
+            None,
+        )
+        .await;
+    assert_eq!(rest["jobs"].as_array().unwrap().len(), 1);
+    assert!(rest["next_cursor"].is_null());
+
+    let (status, patched) = node
+        .call(
+            Method::PATCH,
+            &format!("/api/v1/jobs/{id}"),
+            Some(json!({"priority": 9, "version": 1})),
+        )
+        .await;
+    assert_eq!(
+        (status, &patched["priority"], &patched["version"]),
+        (200, &json!(9), &json!(2))
+    );
+    let (status, stale) = node
+        .call(
+            Method::PATCH,
+            &format!("/api/v1/jobs/{id}"),
+            Some(json!({"priority": 1, "version": 1})),
+        )
+        .await;
+    assert_eq!(status, 409, "{stale}");
+
+    let (status, started) = node
+        .call(Method::POST, &format!("/api/v1/jobs/{id}/start"), None)
+        .await;
+    assert_eq!((status, &started["state"]), (200, &json!("running")));
+    assert!(
+        started["next_fire_at"]
+            .as_str()
+            .unwrap()
+            .ends_with("18:30:00.000Z"),
+        "02:30 in Shanghai"
+    );
+    let (status, stopped) = node
+        .call(Method::POST, &format!("/api/v1/jobs/{id}/stop"), None)
+        .await;
+    assert_eq!((status, &stopped["state"]), (200, &json!("stopped")));
+
+    let (status, run) = node
+        .call(Method::POST, &format!("/api/v1/jobs/{id}/trigger"), None)
+        .await;
+    assert_eq!(
+        (status, &run["trigger"], &run["state"]),
+        (202, &json!("manual"), &json!("no_executor"))
+    );
+    assert!(run["message"].as_str().unwrap().contains("billing"));
+
+    let (status, _) = node
+        .call(Method::DELETE, &format!("/api/v1/jobs/{id}"), None)
+        .await;
+    assert_eq!(status, 204);
+    let (status, gone) = node
+        .call(Method::GET, &format!("/api/v1/jobs/{id}"), None)
+        .await;
+    assert_eq!(status, 404);
+    assert_eq!(gone["type"], "urn:carillon:problem:not-found");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_jobs_and_schedules_get_a_400_naming_the_field() {
+    let (node, _db, _dir) = node(60_000).await;
+    let with = |schedule: Value, timezone: &str| json!({"name": "bad", "app": "a", "handler": "h", "schedule": schedule, "timezone": timezone});
+    let huge = "1,".repeat(512 * 1024);
+    let cases = [
+        (with(json!({"cron": ""}), "UTC"), "schedule.cron"),
+        (with(json!({"cron": "0 25 * * *"}), "UTC"), "schedule.cron"),
+        (
+            with(json!({"cron": "0 61 * * * ?"}), "UTC"),
+            "schedule.cron",
+        ),
+        (
+            with(
+                json!({"rrule": "DTSTART:20260101T000000Z\nRRULE:FREQ=SECONDLY;INTERVAL=0"}),
+                "UTC",
+            ),
+            "schedule.rrule",
+        ),
+        (
+            with(
+                json!({"rrule": "DTSTART:20260101T000000Z\nRRULE:FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=30"}),
+                "UTC",
+            ),
+            "schedule",
+        ),
+        (with(json!({"cron": "0 0 30 2 *"}), "UTC"), "schedule"),
+        (
+            with(json!({"cron": "* * * * *"}), "Mars/Olympus_Mons"),
+            "timezone",
+        ),
+        (with(json!({"cron": huge}), "UTC"), "schedule.cron"),
+        (
+            with(json!({"at": "2020-01-01T00:00:00Z"}), "UTC"),
+            "schedule.at",
+        ),
+        (
+            with(json!({"cron": "* * * * *", "every": "1m"}), "UTC"),
+            "schedule",
+        ),
+        (
+            json!({"name": "x", "app": "a", "handler": "h", "schedule": {"every": "1m"}, "priority": "high"}),
+            "priority",
+        ),
+        (
+            json!({"name": "x", "app": "a", "schedule": {"every": "1m"}}),
+            "handler",
+        ),
+        (
+            json!({"name": "x", "app": "a", "handler": "h", "schedule": {"every": "1m"}, "colour": 1}),
+            "colour",
+        ),
+    ];
+    for (doc, field) in cases {
+        let (status, problem) = node
+            .call(Method::POST, "/api/v1/jobs", Some(doc.clone()))
+            .await;
+        assert_eq!(status, 400, "{doc:.200}: {problem}");
+        assert_eq!(problem["field"], field, "{problem}");
+        assert_eq!(problem["type"], "urn:carillon:problem:invalid-field");
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(detail.len() < 500, "the detail does not echo a huge input");
+    }
+    let (status, problem) = node.call_raw("/api/v1/jobs", b"{not json".to_vec()).await;
+    assert_eq!((status, &problem["field"]), (400, &json!("body")));
+    let (status, _) = node
+        .call_raw("/api/v1/jobs", vec![b' '; 3 * 1024 * 1024])
+        .await;
+    assert_eq!(status, 413);
+
+    // The preview refuses the same schedules and lists valid ones in UTC and local time.
+    let (status, problem) = node
+        .call(Method::POST, "/api/v1/schedules/preview",
+              Some(json!({"schedule": {"rrule": "DTSTART:20260101T000000Z\nRRULE:FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=30"}})))
+        .await;
+    assert_eq!((status, &problem["field"]), (400, &json!("schedule.rrule")));
+    let (status, preview) = node
+        .call(
+            Method::POST,
+            "/api/v1/schedules/preview",
+            Some(json!({
+            "schedule": {"cron": "30 2 * * *"}, "timezone": "America/New_York",
+            "after": "2026-03-07T00:00:00Z", "count": 3})),
+        )
+        .await;
+    assert_eq!(status, 200, "{preview}");
+    assert_eq!(preview["instants"][1]["utc"], "2026-03-08T07:30:00.000Z");
+    assert_eq!(
+        preview["instants"][1]["local"],
+        "2026-03-08T03:30:00.000-04:00"
+    );
+    let (status, _) = node.call(Method::GET, "/api/v1/jobs/12345", None).await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_job_fires_each_second_once_and_follows_edits_and_stops() {
+    let (node, _db, _dir) = node(60_000).await;
+    let (status, job) = node
+        .call(Method::POST, "/api/v1/jobs", Some(every_second("tick")))
+        .await;
+    assert_eq!(status, 201, "{job}");
+    let id = job["id"].clone();
+    let fired = wait_for(Duration::from_secs(15), "five runs", || async {
+        let at = instants(&node, &id).await;
+        (at.len() >= 5).then_some(at)
+    })
+    .await;
+    for pair in fired.windows(2) {
+        assert_eq!(
+            pair[1] - pair[0],
+            1_000,
+            "one run per second, none missing: {fired:?}"
+        );
+    }
+
+    // An edit reaches the owning node within about a second.
+    let (status, _) = node
+        .call(
+            Method::PATCH,
+            &format!("/api/v1/jobs/{id}"),
+            Some(json!({"schedule": {"cron": "*/3 * * * * *"}})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let edited_at = chrono::Utc::now().timestamp_millis();
+    tokio::time::sleep(Duration::from_millis(7_000)).await;
+    let after_edit: Vec<i64> = instants(&node, &id)
+        .await
+        .into_iter()
+        .filter(|t| *t > edited_at + 1_500)
+        .collect();
+    assert!(!after_edit.is_empty());
+    assert!(
+        after_edit.iter().all(|t| (t / 1_000) % 3 == 0),
+        "only multiples of 3 s: {after_edit:?}"
+    );
+
+    let (status, _) = node
+        .call(Method::POST, &format!("/api/v1/jobs/{id}/stop"), None)
+        .await;
+    assert_eq!(status, 200);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let settled = instants(&node, &id).await.len();
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    assert_eq!(
+        instants(&node, &id).await.len(),
+        settled,
+        "a stopped job does not fire"
+    );
+
+    let at = (chrono::Utc::now() + chrono::Duration::seconds(2)).to_rfc3339();
+    let (status, once) = node
+        .call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(json!({"name": "once", "app": "a", "handler": "h",
+            "schedule": {"at": at}, "start": true})),
+        )
+        .await;
+    assert_eq!(status, 201, "{once}");
+    let once_id = once["id"].clone();
+    let done = wait_for(Duration::from_secs(10), "the one-shot to run", || async {
+        let (_, job) = node
+            .call(Method::GET, &format!("/api/v1/jobs/{once_id}"), None)
+            .await;
+        (job["state"] == "done").then_some(job)
+    })
+    .await;
+    assert!(done["last_fired_at"].is_string());
+    assert_eq!(instants(&node, &once_id).await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn misfire_policies_apply_when_a_job_is_started_again() {
+    // Instants more than a second late count as missed.
+    let (node, _db, _dir) = node(1_000).await;
+    let mut ids = Vec::new();
+    for policy in ["fire_once", "skip", "catch_up"] {
+        let mut doc = every_second(policy);
+        doc["misfire"] = json!(policy);
+        let (_, job) = node.call(Method::POST, "/api/v1/jobs", Some(doc)).await;
+        ids.push(job["id"].clone());
+    }
+    for id in &ids {
+        wait_for(Duration::from_secs(15), "runs", || async {
+            (instants(&node, id).await.len() >= 2).then_some(())
+        })
+        .await;
+        node.call(Method::POST, &format!("/api/v1/jobs/{id}/stop"), None)
+            .await;
+    }
+    tokio::time::sleep(Duration::from_millis(6_000)).await;
+    let mut before = Vec::new();
+    for id in &ids {
+        before.push(instants(&node, id).await);
+        node.call(Method::POST, &format!("/api/v1/jobs/{id}/start"), None)
+            .await;
+    }
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let mut misfires = Vec::new();
+    for id in &ids {
+        let (_, runs) = node
+            .call(
+                Method::GET,
+                &format!("/api/v1/jobs/{id}/runs?limit=1000"),
+                None,
+            )
+            .await;
+        misfires.push(
+            runs["runs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| r["trigger"] == "misfire")
+                .count(),
+        );
+    }
+    assert_eq!(misfires[0], 1, "fire_once: one catch-up run");
+    assert_eq!(misfires[1], 0, "skip: none");
+    assert!(
+        misfires[2] >= 4,
+        "catch_up: every missed second, got {}",
+        misfires[2]
+    );
+    for (id, before) in ids.iter().zip(before) {
+        let after = instants(&node, id).await;
+        let mut unique = after.clone();
+        unique.dedup();
+        assert_eq!(unique.len(), after.len(), "no instant twice");
+        assert!(after.len() > before.len(), "fires again after the start");
+    }
+}
