@@ -45,7 +45,8 @@ fn field_of(path: &str, message: &str) -> String {
     let missing = message
         .strip_prefix("missing field `")
         .and_then(|rest| rest.split('`').next());
-    let prefix = if path == "." { "" } else { path };
+    // serde_path_to_error writes "." for the root and "?" where the input was not JSON.
+    let prefix = if path == "." || path == "?" { "" } else { path };
     match missing {
         Some(name) if prefix.is_empty() => name.to_owned(),
         Some(name) => format!("{prefix}.{name}"),
@@ -67,5 +68,6 @@ mod tests {
             "retry.max_attempts"
         );
         assert_eq!(field_of(".", "EOF while parsing"), "body");
+        assert_eq!(field_of("?", "key must be a string"), "body");
     }
 }
