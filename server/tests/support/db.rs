@@ -197,6 +197,42 @@ impl TestDb {
         lines
     }
 
+    /// Rows of two integers from `query` (written with `?` placeholders) bound to `binds`.
+    pub async fn fetch_pairs(&self, query: &str, binds: &[i64]) -> Vec<(i64, i64)> {
+        let query = match self.engine {
+            Engine::Postgres => {
+                let mut out = String::new();
+                let mut n = 0;
+                for ch in query.chars() {
+                    if ch == '?' {
+                        n += 1;
+                        out.push_str(&format!("${n}"));
+                    } else {
+                        out.push(ch);
+                    }
+                }
+                out
+            }
+            _ => query.to_owned(),
+        };
+        let sql = AssertSqlSafe(query);
+        macro_rules! run {
+            ($conn:ty) => {{
+                let mut c = <$conn>::connect(&self.url).await.expect("connect");
+                let mut q = sqlx::query_as::<_, (i64, i64)>(sql);
+                for b in binds {
+                    q = q.bind(*b);
+                }
+                q.fetch_all(&mut c).await.expect("query")
+            }};
+        }
+        match self.engine {
+            Engine::Postgres => run!(sqlx::PgConnection),
+            Engine::Mysql => run!(sqlx::MySqlConnection),
+            Engine::Sqlite => run!(sqlx::SqliteConnection),
+        }
+    }
+
     async fn fetch_strings(&self, query: &'static str) -> Vec<String> {
         match self.engine {
             Engine::Postgres => {
