@@ -92,6 +92,8 @@ pub struct Scheduler {
     timer: Timer,
     pending: Vec<RunClaim>,
     changes_since_ms: Option<i64>,
+    /// Parsed schedules shared by every job with the same expression and zone.
+    schedules: HashMap<(String, String), Schedule>,
 }
 
 impl Scheduler {
@@ -111,6 +113,7 @@ impl Scheduler {
             timer: Timer::default(),
             pending: Vec::new(),
             changes_since_ms: None,
+            schedules: HashMap::new(),
         }
     }
 
@@ -227,10 +230,7 @@ impl Scheduler {
 
     /// Loads a running job: catch-up claims per its misfire policy, and its next instant.
     fn load(&mut self, job: JobRecord, now: i64, reason: LoadReason) {
-        let parsed = serde_json::from_str::<ScheduleSpec>(&job.schedule_json)
-            .ok()
-            .zip(parse_zone(&job.timezone).ok())
-            .and_then(|(spec, zone)| Schedule::parse(&spec, zone).ok());
+        let parsed = self.schedule_of(&job);
         let policy = serde_json::from_str::<JobPolicy>(&job.policy_json).ok();
         let (Some(schedule), Some(policy)) = (parsed, policy) else {
             warn!(
@@ -304,6 +304,18 @@ impl Scheduler {
         }
         loaded.last_fired_ms = planned.catch_up.last().copied().or(loaded.last_fired_ms);
         self.jobs.insert(job.job_id, loaded);
+    }
+
+    /// The job's parsed schedule, shared with other jobs that have the same one.
+    fn schedule_of(&mut self, job: &JobRecord) -> Option<Schedule> {
+        let key = (job.schedule_json.clone(), job.timezone.clone());
+        if let Some(schedule) = self.schedules.get(&key) {
+            return Some(schedule.clone());
+        }
+        let spec = serde_json::from_str::<ScheduleSpec>(&job.schedule_json).ok()?;
+        let schedule = Schedule::parse(&spec, parse_zone(&job.timezone).ok()?).ok()?;
+        self.schedules.insert(key, schedule.clone());
+        Some(schedule)
     }
 
     fn claim_for(
