@@ -266,6 +266,16 @@ async fn bad_jobs_and_schedules_get_a_400_naming_the_field() {
     );
     let (status, _) = node.call(Method::GET, "/api/v1/jobs/12345", None).await;
     assert_eq!(status, 404);
+    let (status, problem) = node
+        .call(Method::GET, "/api/v1/jobs/not-a-number", None)
+        .await;
+    assert_eq!((status, &problem["field"]), (400, &json!("id")));
+    let (status, problem) = node
+        .call(Method::GET, "/api/v1/jobs?limit=lots", None)
+        .await;
+    assert_eq!((status, &problem["field"]), (400, &json!("query")));
+    let (status, problem) = node.call(Method::GET, "/api/v1/jobs?limit=0", None).await;
+    assert_eq!((status, &problem["field"]), (400, &json!("limit")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,13 +1,14 @@
 //! `/api/v1/jobs`: create, list, get, update, delete, start, stop, trigger, and a job's runs.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use chrono::DateTime;
 use serde::{Deserialize, Serialize};
 
 use super::body::JsonBody;
 use super::cluster::rfc3339;
+use super::params::{IdParam, QueryParams};
 use super::{ApiError, ApiState};
 use crate::jobs::{
     JobDefinition, JobError, JobInput, JobPatch, JobPolicy, new_job_id, partition_of,
@@ -262,7 +263,7 @@ fn cursor_id(cursor: Option<&str>) -> Result<Option<i64>, ApiError> {
 
 pub(super) async fn list(
     State(state): State<ApiState>,
-    Query(query): Query<ListQuery>,
+    QueryParams(query): QueryParams<ListQuery>,
 ) -> Result<Json<JobList>, ApiError> {
     if let Some(s) = &query.state
         && ![job_state::STOPPED, job_state::RUNNING, job_state::DONE].contains(&s.as_str())
@@ -290,7 +291,7 @@ pub(super) async fn list(
 
 pub(super) async fn get(
     State(state): State<ApiState>,
-    Path(id): Path<i64>,
+    IdParam(id): IdParam,
 ) -> Result<Json<JobView>, ApiError> {
     let record = load(&state, id).await?;
     Ok(Json(view_of(&state, record)?))
@@ -298,7 +299,7 @@ pub(super) async fn get(
 
 pub(super) async fn update(
     State(state): State<ApiState>,
-    Path(id): Path<i64>,
+    IdParam(id): IdParam,
     JsonBody(patch): JsonBody<JobPatch>,
 ) -> Result<Json<JobView>, ApiError> {
     let record = load(&state, id).await?;
@@ -328,7 +329,7 @@ pub(super) async fn update(
 
 pub(super) async fn delete(
     State(state): State<ApiState>,
-    Path(id): Path<i64>,
+    IdParam(id): IdParam,
 ) -> Result<StatusCode, ApiError> {
     if state.store.job_delete(id).await? {
         Ok(StatusCode::NO_CONTENT)
@@ -339,7 +340,7 @@ pub(super) async fn delete(
 
 pub(super) async fn start(
     State(state): State<ApiState>,
-    Path(id): Path<i64>,
+    IdParam(id): IdParam,
 ) -> Result<Json<JobView>, ApiError> {
     let record = load(&state, id).await?;
     if record.state != job_state::RUNNING {
@@ -355,7 +356,7 @@ pub(super) async fn start(
 
 pub(super) async fn stop(
     State(state): State<ApiState>,
-    Path(id): Path<i64>,
+    IdParam(id): IdParam,
 ) -> Result<Json<JobView>, ApiError> {
     let stopped = state
         .store
@@ -367,7 +368,7 @@ pub(super) async fn stop(
 
 pub(super) async fn trigger(
     State(state): State<ApiState>,
-    Path(id): Path<i64>,
+    IdParam(id): IdParam,
 ) -> Result<(StatusCode, Json<RunView>), ApiError> {
     let record = load(&state, id).await?;
     let message = format!(
@@ -401,8 +402,8 @@ pub(super) struct RunList {
 
 pub(super) async fn runs(
     State(state): State<ApiState>,
-    Path(id): Path<i64>,
-    Query(query): Query<RunsQuery>,
+    IdParam(id): IdParam,
+    QueryParams(query): QueryParams<RunsQuery>,
 ) -> Result<Json<RunList>, ApiError> {
     load(&state, id).await?;
     let limit = page_limit(query.limit)?;

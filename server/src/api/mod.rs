@@ -6,6 +6,7 @@ mod cluster;
 mod error;
 mod health;
 mod jobs;
+mod params;
 mod schedules;
 
 use std::sync::Arc;
