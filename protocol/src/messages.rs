@@ -1,0 +1,179 @@
+//! The JSON messages. Unknown fields are ignored by both sides, so a newer peer may add fields
+//! within a protocol version; removing or changing one needs a new version.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// `POST /api/v1/executors/register` (executor → admin node, executor token).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Registration {
+    pub protocol: u32,
+    /// Chosen by the executor, stable for the life of its process.
+    pub executor_id: String,
+    pub app: String,
+    /// Base URL the admin nodes dispatch to, e.g. `http://10.0.0.7:9100`.
+    pub address: String,
+    /// Relative share of the app's work (`weighted` balancing, `split` sharding); at least 1.
+    pub weight: u32,
+    /// Attempts it runs at once; beyond that it answers `429`.
+    pub capacity: u32,
+    pub handlers: Vec<HandlerSpec>,
+}
+
+/// A handler an executor offers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HandlerSpec {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// A schedule declared in code: the admin node creates a job for it (named
+    /// `<app>.<handler>`) the first time the handler registers, and never changes it after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<DefaultSchedule>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DefaultSchedule {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cron: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rrule: Option<String>,
+    /// IANA zone; default UTC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+}
+
+/// The answer to a registration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegistrationAccepted {
+    pub executor_id: String,
+    /// How often to heartbeat.
+    pub heartbeat_interval_ms: u64,
+    /// An executor not heard from for this long is presumed dead: its attempts move elsewhere.
+    pub lease_ms: u64,
+}
+
+/// `POST /api/v1/executors/heartbeat` (executor → admin node, executor token).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    pub executor_id: String,
+    /// Attempt ids the executor is running now.
+    #[serde(default)]
+    pub in_flight: Vec<i64>,
+    /// True while shutting down: no new dispatches, in-flight ones finish.
+    #[serde(default)]
+    pub draining: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeartbeatReply {
+    /// False when the admin nodes do not know this executor (any more): register again.
+    pub registered: bool,
+    /// Attempts to cancel.
+    #[serde(default)]
+    pub cancel: Vec<i64>,
+}
+
+/// `POST {executor}/carillon/v1/dispatch` (admin node → executor, signed).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Dispatch {
+    pub protocol: u32,
+    pub run_id: i64,
+    /// Unique per dispatch: use it to make a handler idempotent, and to report the result.
+    pub attempt_id: i64,
+    /// 1 for the first attempt of this shard, 2 for its first retry…
+    pub attempt: u32,
+    pub job_id: i64,
+    pub job: String,
+    pub handler: String,
+    pub args: Value,
+    pub shard: Shard,
+    /// The scheduled instant, RFC 3339.
+    pub scheduled_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Admin node base URLs that accept the result report, in order of preference.
+    pub report_to: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shard {
+    pub index: u32,
+    pub total: u32,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+/// The body of a `200` answer to a dispatch: the result, for executors that finish at once.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DirectResult {
+    pub outcome: Outcome,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// `POST /api/v1/executors/results` (executor → any admin node, executor token), for a dispatch
+/// answered `202`. Reporting the same attempt twice is harmless.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttemptReport {
+    pub executor_id: String,
+    pub attempt_id: i64,
+    pub outcome: Outcome,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// `POST {executor}/carillon/v1/cancel` (admin node → executor, signed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cancel {
+    pub attempt_id: i64,
+}
+
+/// `POST /api/v1/executors/deregister` (executor → admin node, executor token).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deregistration {
+    pub executor_id: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dispatch_round_trips_and_ignores_unknown_fields() {
+        let text = r#"{"protocol":1,"run_id":7,"attempt_id":70,"attempt":1,"job_id":3,
+            "job":"nightly","handler":"report","args":["eu"],"shard":{"index":0,"total":2},
+            "scheduled_at":"2026-01-01T02:30:00Z","report_to":["http://a:9001"],
+            "added_in_a_later_minor":true}"#;
+        let dispatch: Dispatch = serde_json::from_str(text).unwrap();
+        assert_eq!(dispatch.shard, Shard { index: 0, total: 2 });
+        assert_eq!(dispatch.timeout_ms, None);
+        let again: Dispatch =
+            serde_json::from_str(&serde_json::to_string(&dispatch).unwrap()).unwrap();
+        assert_eq!(again, dispatch);
+    }
+
+    #[test]
+    fn outcomes_are_snake_case() {
+        let r = DirectResult {
+            outcome: Outcome::Succeeded,
+            output: None,
+            error: None,
+        };
+        assert_eq!(
+            serde_json::to_string(&r).unwrap(),
+            r#"{"outcome":"succeeded"}"#
+        );
+    }
+}
