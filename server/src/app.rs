@@ -181,7 +181,7 @@ impl Application {
         let clock = Arc::new(ClusterClock::new());
         let timings = config.timings();
         let coordinator = Coordinator::new(
-            lease_store,
+            lease_store as Arc<dyn crate::store::ClusterStore>,
             Arc::clone(&view),
             Arc::clone(&clock),
             incarnation,

@@ -16,9 +16,8 @@ use async_trait::async_trait;
 use carillon_server::clock::ClusterClock;
 use carillon_server::cluster::{ClusterTimings, Coordinator, LocalView};
 use carillon_server::store::{
-    Backend, ClaimOutcome, ClusterMeta, Error, JobChanges, JobFilter, JobRecord, JobWrite,
-    LeaderFence, LeaderRecord, NodeList, NodeRegistration, PartitionChange, PartitionRecord,
-    RunClaim, RunRecord, Store,
+    Backend, ClusterMeta, ClusterStore, Error, LeaderFence, LeaderRecord, NodeList,
+    NodeRegistration, PartitionChange, PartitionRecord,
 };
 use support::db::TestDb;
 use support::wait_for;
@@ -27,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 /// A store that can be cut off from its database: every call then fails as a lost connection.
 #[derive(Debug)]
 struct Severable {
-    inner: Arc<dyn Store>,
+    inner: Arc<dyn ClusterStore>,
     cut: AtomicBool,
 }
 
@@ -41,7 +40,7 @@ impl Severable {
 }
 
 #[async_trait]
-impl Store for Severable {
+impl ClusterStore for Severable {
     fn backend(&self) -> Backend {
         self.inner.backend()
     }
@@ -109,82 +108,6 @@ impl Store for Severable {
         self.check()?;
         self.inner.partition_hand_off(node_id, partition).await
     }
-    async fn job_insert(
-        &self,
-        id: i64,
-        p: i64,
-        job: &JobWrite,
-        start: bool,
-    ) -> Result<JobRecord, Error> {
-        self.check()?;
-        self.inner.job_insert(id, p, job, start).await
-    }
-    async fn job_get(&self, job_id: i64) -> Result<Option<JobRecord>, Error> {
-        self.check()?;
-        self.inner.job_get(job_id).await
-    }
-    async fn jobs_list(&self, filter: &JobFilter) -> Result<Vec<JobRecord>, Error> {
-        self.check()?;
-        self.inner.jobs_list(filter).await
-    }
-    async fn job_update(
-        &self,
-        id: i64,
-        version: i64,
-        job: &JobWrite,
-    ) -> Result<Option<JobRecord>, Error> {
-        self.check()?;
-        self.inner.job_update(id, version, job).await
-    }
-    async fn job_start(&self, job_id: i64) -> Result<Option<JobRecord>, Error> {
-        self.check()?;
-        self.inner.job_start(job_id).await
-    }
-    async fn job_stop(&self, job_id: i64) -> Result<Option<JobRecord>, Error> {
-        self.check()?;
-        self.inner.job_stop(job_id).await
-    }
-    async fn job_delete(&self, job_id: i64) -> Result<bool, Error> {
-        self.check()?;
-        self.inner.job_delete(job_id).await
-    }
-    async fn jobs_in_partition(&self, partition_id: i64) -> Result<Vec<JobRecord>, Error> {
-        self.check()?;
-        self.inner.jobs_in_partition(partition_id).await
-    }
-    async fn jobs_changed_since(&self, since_ms: i64, limit: i64) -> Result<JobChanges, Error> {
-        self.check()?;
-        self.inner.jobs_changed_since(since_ms, limit).await
-    }
-    async fn runs_claim(
-        &self,
-        node_id: &str,
-        claims: &[RunClaim],
-    ) -> Result<Vec<ClaimOutcome>, Error> {
-        self.check()?;
-        self.inner.runs_claim(node_id, claims).await
-    }
-    async fn run_insert_manual(
-        &self,
-        job: &JobRecord,
-        node_id: &str,
-        state: &str,
-        message: Option<&str>,
-    ) -> Result<RunRecord, Error> {
-        self.check()?;
-        self.inner
-            .run_insert_manual(job, node_id, state, message)
-            .await
-    }
-    async fn runs_of_job(
-        &self,
-        job_id: i64,
-        before: Option<i64>,
-        limit: i64,
-    ) -> Result<Vec<RunRecord>, Error> {
-        self.check()?;
-        self.inner.runs_of_job(job_id, before, limit).await
-    }
 }
 
 for_engine!(
@@ -207,7 +130,7 @@ async fn a_node_cut_off_from_its_database_stops_acting_in_time(db: TestDb) {
     let direct = db.migrated_store().await;
     direct.cluster_init(8).await.unwrap();
     let severable = Arc::new(Severable {
-        inner: Arc::clone(&direct),
+        inner: Arc::clone(&direct) as Arc<dyn ClusterStore>,
         cut: AtomicBool::new(false),
     });
     let node = NodeRegistration {

@@ -11,7 +11,7 @@ use tracing::{debug, info, warn};
 use super::view::{LocalView, OwnedPartition};
 use super::{ClusterTimings, assignment};
 use crate::clock::{ClusterClock, system_now_ms};
-use crate::store::{self, Store};
+use crate::store::{self, ClusterStore};
 
 /// Why the coordinator stopped on its own.
 #[derive(Debug, thiserror::Error)]
@@ -23,7 +23,7 @@ pub enum CoordinatorError {
 /// Keeps this node's membership, leadership and partitions current.
 #[derive(Debug)]
 pub struct Coordinator {
-    store: Arc<dyn Store>,
+    store: Arc<dyn ClusterStore>,
     view: Arc<LocalView>,
     clock: Arc<ClusterClock>,
     incarnation: String,
@@ -32,7 +32,7 @@ pub struct Coordinator {
 
 impl Coordinator {
     pub fn new(
-        store: Arc<dyn Store>,
+        store: Arc<dyn ClusterStore>,
         view: Arc<LocalView>,
         clock: Arc<ClusterClock>,
         incarnation: String,

@@ -193,6 +193,85 @@ queries! {
     runs_of_job = "SELECT run_id, job_id, scheduled_at_ms, partition_id, epoch, node_id, \
         trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, message \
         FROM runs WHERE job_id = ? AND (? IS NULL OR run_id < ?) ORDER BY run_id DESC LIMIT ?";
+    app_insert = "INSERT INTO apps (app_name, description, created_at_ms) \
+        SELECT ?, '', {now} {from_dual} WHERE NOT EXISTS (SELECT 1 FROM apps WHERE app_name = ?)";
+    executor_update = "UPDATE executors SET app_name = ?, address = ?, weight = ?, capacity = ?, \
+        in_flight = 0, state = 'active', registered_at_ms = {now}, heartbeat_at_ms = {now} \
+        WHERE executor_id = ?";
+    executor_insert = "INSERT INTO executors (executor_id, app_name, address, weight, capacity, \
+        in_flight, state, registered_at_ms, heartbeat_at_ms) \
+        VALUES (?, ?, ?, ?, ?, 0, 'active', {now}, {now})";
+    handlers_delete = "DELETE FROM handlers WHERE executor_id = ?";
+    handler_insert = "INSERT INTO handlers (executor_id, handler_name, app_name, description) \
+        VALUES (?, ?, ?, ?)";
+    executor_heartbeat = "UPDATE executors SET heartbeat_at_ms = {now}, in_flight = ?, \
+        state = CASE WHEN ? = 1 THEN 'draining' ELSE 'active' END \
+        WHERE executor_id = ? AND state <> 'left'";
+    executor_leave = "UPDATE executors SET state = 'left' WHERE executor_id = ? AND state <> 'left'";
+    executors_all = "SELECT executor_id, app_name, address, weight, capacity, in_flight, state, \
+        registered_at_ms, heartbeat_at_ms FROM executors WHERE (? IS NULL OR app_name = ?) \
+        ORDER BY executor_id";
+    handlers_all = "SELECT executor_id, handler_name FROM handlers \
+        WHERE (? IS NULL OR app_name = ?)";
+
+    run_start = "UPDATE runs SET state = 'running', started_at_ms = {now} \
+        WHERE run_id = ? AND state = 'pending'";
+    run_end = "UPDATE runs SET state = ?, finished_at_ms = {now}, message = ? \
+        WHERE run_id = ? AND state IN ('pending', 'queued', 'running')";
+    run_get = "SELECT run_id, job_id, scheduled_at_ms, partition_id, epoch, node_id, \
+        trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, message \
+        FROM runs WHERE run_id = ?";
+    runs_list = "SELECT run_id, job_id, scheduled_at_ms, partition_id, epoch, node_id, \
+        trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, message \
+        FROM runs WHERE (? IS NULL OR job_id = ?) AND (? IS NULL OR state = ?) \
+        AND (? IS NULL OR run_id < ?) ORDER BY run_id DESC LIMIT ?";
+    run_next_queued = "SELECT run_id FROM runs WHERE job_id = ? AND state = 'queued' \
+        ORDER BY run_id LIMIT 1";
+    run_release_queued = "UPDATE runs SET state = 'pending' WHERE run_id = ? AND state = 'queued'";
+    attempt_insert = "INSERT INTO attempts (run_id, job_id, partition_id, shard_index, \
+        shard_total, attempt_no, priority, args_json, state, created_at_ms, not_before_ms, \
+        avoid_executor_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', {now}, {now} + ?, ?)";
+    attempt_get = "SELECT attempt_id, run_id, job_id, partition_id, shard_index, shard_total, \
+        attempt_no, priority, args_json, state, created_at_ms, not_before_ms, avoid_executor_id, \
+        executor_id, dispatched_at_ms, deadline_ms, finished_at_ms, output, error \
+        FROM attempts WHERE attempt_id = ?";
+    attempt_lock = "SELECT attempt_id, run_id, job_id, partition_id, shard_index, shard_total, \
+        attempt_no, priority, args_json, state, created_at_ms, not_before_ms, avoid_executor_id, \
+        executor_id, dispatched_at_ms, deadline_ms, finished_at_ms, output, error \
+        FROM attempts WHERE attempt_id = ? {for_update}";
+    attempts_of_run = "SELECT attempt_id, run_id, job_id, partition_id, shard_index, \
+        shard_total, attempt_no, priority, args_json, state, created_at_ms, not_before_ms, \
+        avoid_executor_id, executor_id, dispatched_at_ms, deadline_ms, finished_at_ms, output, \
+        error FROM attempts WHERE run_id = ? ORDER BY shard_index, attempt_no";
+    attempt_dispatched = "UPDATE attempts SET state = 'running', executor_id = ?, \
+        dispatched_at_ms = {now}, deadline_ms = CASE WHEN ? > 0 THEN {now} + ? ELSE NULL END \
+        WHERE attempt_id = ? AND state = 'pending'";
+    attempt_end = "UPDATE attempts SET state = ?, finished_at_ms = {now}, output = ?, error = ? \
+        WHERE attempt_id = ? AND state IN ('pending', 'running')";
+    attempts_cancel_of_run = "UPDATE attempts SET state = 'cancelled', finished_at_ms = {now}, \
+        error = 'cancelled' WHERE run_id = ? AND state IN ('pending', 'running')";
+
+    // `{partitions}` is filled at call time with the node's partition ids (integers we format).
+    runs_pending = "SELECT run_id, job_id, scheduled_at_ms, partition_id, epoch, node_id, trigger_kind, \
+        state, priority, created_at_ms, started_at_ms, finished_at_ms, message FROM runs WHERE \
+        state = 'pending' AND partition_id IN ({partitions}) ORDER BY run_id LIMIT ?";
+    attempts_due = "SELECT attempt_id, run_id, job_id, partition_id, shard_index, shard_total, attempt_no, \
+        priority, args_json, state, created_at_ms, not_before_ms, avoid_executor_id, \
+        executor_id, dispatched_at_ms, deadline_ms, finished_at_ms, output, error FROM attempts \
+        WHERE state = 'pending' AND partition_id IN ({partitions}) AND not_before_ms <= {now} \
+        ORDER BY attempt_id LIMIT ?";
+    attempts_expired = "SELECT attempt_id, run_id, job_id, partition_id, shard_index, shard_total, attempt_no, \
+        priority, args_json, state, created_at_ms, not_before_ms, avoid_executor_id, \
+        executor_id, dispatched_at_ms, deadline_ms, finished_at_ms, output, error FROM attempts \
+        WHERE state = 'running' AND partition_id IN ({partitions}) AND deadline_ms IS NOT NULL \
+        AND deadline_ms <= {now} LIMIT ?";
+    attempts_orphaned = "SELECT a.attempt_id, a.run_id, a.job_id, a.partition_id, a.shard_index, a.shard_total, \
+        a.attempt_no, a.priority, a.args_json, a.state, a.created_at_ms, a.not_before_ms, \
+        a.avoid_executor_id, a.executor_id, a.dispatched_at_ms, a.deadline_ms, a.finished_at_ms, \
+        a.output, a.error FROM attempts a LEFT JOIN executors e ON e.executor_id = a.executor_id \
+        WHERE a.state = 'running' AND a.partition_id IN ({partitions}) AND (e.executor_id IS \
+        NULL OR e.state = 'left' OR e.heartbeat_at_ms + ? <= {now}) LIMIT ?";
+
     run_by_instant = "SELECT run_id, job_id, scheduled_at_ms, partition_id, epoch, node_id, \
         trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, message \
         FROM runs WHERE job_id = ? AND scheduled_at_ms = ?";

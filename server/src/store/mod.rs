@@ -6,6 +6,7 @@
 
 mod cluster_records;
 mod dialect;
+mod dispatch_records;
 mod error;
 mod job_records;
 mod sql_store;
@@ -19,6 +20,10 @@ use async_trait::async_trait;
 pub use cluster_records::{
     ClusterMeta, LeaderFence, LeaderRecord, NodeList, NodeRecord, NodeRegistration,
     PartitionChange, PartitionRecord,
+};
+pub use dispatch_records::{
+    AttemptEnd, AttemptEnded, AttemptRecord, ExecutorList, ExecutorRecord, ExecutorRegistration,
+    NewAttempt, RunFilter, attempt_state,
 };
 pub use error::Error;
 pub use job_records::{
@@ -38,13 +43,9 @@ pub struct PoolOptions {
     pub statement_timeout: Duration,
 }
 
-/// The storage interface. One implementation per backend; the same conformance suite runs
-/// against all of them.
-///
-/// Method names are noun first (`leader_try_acquire`, `partitions_apply`) so related calls sort
-/// together.
+/// Nodes, the leader lease and partitions.
 #[async_trait]
-pub trait Store: Send + Sync + std::fmt::Debug + 'static {
+pub trait ClusterStore: Send + Sync + std::fmt::Debug + 'static {
     fn backend(&self) -> Backend;
 
     /// Applies the embedded migrations of this backend.
@@ -104,7 +105,11 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         node_id: &str,
         partition: &PartitionRecord,
     ) -> Result<bool, Error>;
+}
 
+/// Jobs and the claiming of their instants.
+#[async_trait]
+pub trait JobStore: Send + Sync + std::fmt::Debug + 'static {
     /// Inserts a job (started at once when `start`). Fails with [`Error::Conflict`] when the
     /// name or the id is taken.
     async fn job_insert(
@@ -171,6 +176,94 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         limit: i64,
     ) -> Result<Vec<RunRecord>, Error>;
 }
+
+/// Executors, run and attempt state: dispatch.
+#[async_trait]
+pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
+    /// Registers (or re-registers) an executor and replaces its handler list.
+    async fn executor_register(&self, executor: &ExecutorRegistration) -> Result<(), Error>;
+
+    /// Records a heartbeat; false when the executor is unknown or has left.
+    async fn executor_heartbeat(
+        &self,
+        executor_id: &str,
+        in_flight: i64,
+        draining: bool,
+    ) -> Result<bool, Error>;
+
+    /// Marks an executor left; false when it was unknown or had left.
+    async fn executor_leave(&self, executor_id: &str) -> Result<bool, Error>;
+
+    /// Executors (of `app`, or all) with their handlers, and the database clock.
+    async fn executors_list(&self, app: Option<&str>) -> Result<ExecutorList, Error>;
+
+    /// Runs waiting to start in these partitions, oldest first.
+    async fn runs_pending(&self, partitions: &[i64], limit: i64) -> Result<Vec<RunRecord>, Error>;
+
+    /// Starts a pending run with its shards' first attempts; false if it was not pending.
+    async fn run_start(&self, run: &RunRecord, attempts: &[NewAttempt]) -> Result<bool, Error>;
+
+    /// Ends an unfinished run without (more) attempts, e.g. when no executor can take it.
+    async fn run_end(&self, run_id: i64, state: &str, message: Option<&str>)
+    -> Result<bool, Error>;
+
+    /// Cancels an unfinished run and its unfinished attempts; returns the attempts that were
+    /// running (their executors should be told), or `None` if the run was not unfinished.
+    async fn run_cancel(&self, run_id: i64) -> Result<Option<Vec<AttemptRecord>>, Error>;
+
+    async fn run_get(&self, run_id: i64) -> Result<Option<RunRecord>, Error>;
+
+    async fn runs_list(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, Error>;
+
+    async fn attempts_of_run(&self, run_id: i64) -> Result<Vec<AttemptRecord>, Error>;
+
+    async fn attempt_get(&self, attempt_id: i64) -> Result<Option<AttemptRecord>, Error>;
+
+    /// Attempts due for dispatch in these partitions (database clock), oldest first.
+    async fn attempts_due(
+        &self,
+        partitions: &[i64],
+        limit: i64,
+    ) -> Result<Vec<AttemptRecord>, Error>;
+
+    /// Running attempts past their deadline in these partitions.
+    async fn attempts_expired(
+        &self,
+        partitions: &[i64],
+        limit: i64,
+    ) -> Result<Vec<AttemptRecord>, Error>;
+
+    /// Running attempts whose executor has left or not heartbeated within `lease_ms`.
+    async fn attempts_orphaned(
+        &self,
+        partitions: &[i64],
+        lease_ms: i64,
+        limit: i64,
+    ) -> Result<Vec<AttemptRecord>, Error>;
+
+    /// Marks a pending attempt as accepted by `executor_id`, with a deadline `timeout_ms` from
+    /// now (none when 0); false if it was no longer pending.
+    async fn attempt_dispatched(
+        &self,
+        attempt_id: i64,
+        executor_id: &str,
+        timeout_ms: i64,
+    ) -> Result<bool, Error>;
+
+    /// Ends an attempt and moves its run on: queues a retry of the shard, or ends the run when
+    /// every shard has ended (`succeeded` if all succeeded, `cancelled` if one was cancelled,
+    /// else `failed`), releasing the job's next queued run. Ending an attempt twice is harmless.
+    async fn attempt_end(&self, attempt_id: i64, end: &AttemptEnd) -> Result<AttemptEnded, Error>;
+}
+
+/// The storage interface. One implementation per backend; the same conformance suite runs
+/// against all of them.
+///
+/// Method names are noun first (`leader_try_acquire`, `partitions_apply`) so related calls sort
+/// together.
+pub trait Store: ClusterStore + JobStore + DispatchStore {}
+
+impl<T: ClusterStore + JobStore + DispatchStore> Store for T {}
 
 /// Opens a pool for the database `url` names and returns its store.
 pub async fn connect(url: &DatabaseUrl, options: &PoolOptions) -> Result<Arc<dyn Store>, Error> {

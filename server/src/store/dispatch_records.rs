@@ -1,0 +1,126 @@
+//! Rows and parameters of the dispatch tables: executors, their handlers, attempts.
+
+/// What an executor announces when it registers.
+#[derive(Debug, Clone)]
+pub struct ExecutorRegistration {
+    pub executor_id: String,
+    pub app: String,
+    pub address: String,
+    pub weight: i64,
+    pub capacity: i64,
+    /// Handler names and descriptions.
+    pub handlers: Vec<(String, String)>,
+}
+
+/// A row of `executors`.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ExecutorRecord {
+    pub executor_id: String,
+    pub app_name: String,
+    pub address: String,
+    pub weight: i64,
+    pub capacity: i64,
+    /// As last reported by the executor.
+    pub in_flight: i64,
+    /// `active`, `draining` or `left`.
+    pub state: String,
+    pub registered_at_ms: i64,
+    pub heartbeat_at_ms: i64,
+}
+
+impl ExecutorRecord {
+    /// Takes new work: active and heard from within `lease_ms` of `now_ms` (database clock).
+    pub fn is_healthy(&self, now_ms: i64, lease_ms: i64) -> bool {
+        self.state == "active" && self.heartbeat_at_ms + lease_ms > now_ms
+    }
+}
+
+/// Executors, the handlers each registered, and the database clock when read.
+#[derive(Debug, Clone, Default)]
+pub struct ExecutorList {
+    pub executors: Vec<ExecutorRecord>,
+    /// `(executor_id, handler_name)`.
+    pub handlers: Vec<(String, String)>,
+    pub now_ms: i64,
+}
+
+/// A row of `attempts`.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct AttemptRecord {
+    pub attempt_id: i64,
+    pub run_id: i64,
+    pub job_id: i64,
+    pub partition_id: i64,
+    pub shard_index: i64,
+    pub shard_total: i64,
+    pub attempt_no: i64,
+    pub priority: i64,
+    pub args_json: String,
+    pub state: String,
+    pub created_at_ms: i64,
+    pub not_before_ms: i64,
+    pub avoid_executor_id: Option<String>,
+    pub executor_id: Option<String>,
+    pub dispatched_at_ms: Option<i64>,
+    pub deadline_ms: Option<i64>,
+    pub finished_at_ms: Option<i64>,
+    pub output: Option<String>,
+    pub error: Option<String>,
+}
+
+/// The states of an attempt.
+pub mod attempt_state {
+    /// Waiting to be dispatched (at `not_before_ms` or later).
+    pub const PENDING: &str = "pending";
+    /// Accepted by an executor.
+    pub const RUNNING: &str = "running";
+    pub const SUCCEEDED: &str = "succeeded";
+    pub const FAILED: &str = "failed";
+    /// Ran past the job's timeout.
+    pub const TIMED_OUT: &str = "timed_out";
+    /// Its executor stopped heartbeating.
+    pub const LOST: &str = "lost";
+    pub const CANCELLED: &str = "cancelled";
+}
+
+/// One shard's first attempt, created when a run starts.
+#[derive(Debug, Clone)]
+pub struct NewAttempt {
+    pub shard_index: i64,
+    pub shard_total: i64,
+    pub args_json: String,
+}
+
+/// How an attempt ended, and what comes next.
+#[derive(Debug, Clone)]
+pub struct AttemptEnd {
+    /// One of the final attempt states.
+    pub state: &'static str,
+    pub output: Option<String>,
+    pub error: Option<String>,
+    /// Retry this shard after this many milliseconds (database clock), avoiding the executor
+    /// that failed it; `None` when the attempt was the last.
+    pub retry_after_ms: Option<i64>,
+}
+
+/// What finishing an attempt did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttemptEnded {
+    /// The attempt had already ended: nothing changed.
+    AlreadyEnded,
+    /// A retry of the shard was queued.
+    Retrying,
+    /// Other shards are unfinished.
+    RunContinues,
+    /// The run ended in this state (`succeeded`, `failed` or `cancelled`).
+    RunEnded(String),
+}
+
+/// Filters of a run listing, newest first.
+#[derive(Debug, Clone, Default)]
+pub struct RunFilter {
+    pub job_id: Option<i64>,
+    pub state: Option<String>,
+    pub before_id: Option<i64>,
+    pub limit: i64,
+}

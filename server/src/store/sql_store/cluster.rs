@@ -1,0 +1,306 @@
+//! `ClusterStore` on the three backends: nodes, the leader lease, partitions.
+
+/// Implements it for one backend's store; see `super` for the arguments.
+macro_rules! cluster_store {
+    ($store:ident, $db:ty, $backend:expr, $migrator:expr) => {
+        impl $store {
+            fn from_pool(pool: sqlx::Pool<$db>) -> Self {
+                Self {
+                    pool,
+                    q: Arc::new(Queries::for_backend($backend)),
+                }
+            }
+
+            async fn cluster_meta_get(&self) -> Result<Option<ClusterMeta>, Error> {
+                let row = sqlx::query_as::<$db, (i64, i64)>(sql(&self.q.cluster_meta_get))
+                    .fetch_optional(&self.pool)
+                    .await?;
+                Ok(row.map(|(partition_count, created_at_ms)| ClusterMeta {
+                    partition_count,
+                    created_at_ms,
+                }))
+            }
+
+            async fn leader_lock(
+                &self,
+                tx: &mut Transaction<'static, $db>,
+            ) -> Result<LeaderRecord, Error> {
+                Ok(
+                    sqlx::query_as::<$db, LeaderRecord>(sql(&self.q.leader_lock))
+                        .fetch_one(&mut **tx)
+                        .await?,
+                )
+            }
+
+            /// Gives up the node's leadership and partitions. Lock order, here as in every
+            /// transaction that writes partitions: the leader row first, then partitions;
+            /// otherwise two such transactions can deadlock.
+            async fn node_release_everything(
+                &self,
+                tx: &mut Transaction<'static, $db>,
+                node_id: &str,
+            ) -> Result<(), Error> {
+                self.leader_lock(tx).await?;
+                sqlx::query::<$db>(sql(&self.q.leader_release))
+                    .bind(node_id)
+                    .execute(&mut **tx)
+                    .await?;
+                sqlx::query::<$db>(sql(&self.q.partitions_release_owned))
+                    .bind(node_id)
+                    .execute(&mut **tx)
+                    .await?;
+                Ok(())
+            }
+            async fn node_register_once(&self, node: &NodeRegistration) -> Result<(), Error> {
+                let mut tx = self.begin_write().await?;
+                let updated = sqlx::query::<$db>(sql(&self.q.node_update_registration))
+                    .bind(&node.incarnation)
+                    .bind(&node.address)
+                    .bind(&node.version)
+                    .bind(&node.node_id)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                if updated == 0 {
+                    sqlx::query::<$db>(sql(&self.q.node_insert))
+                        .bind(&node.node_id)
+                        .bind(&node.incarnation)
+                        .bind(&node.address)
+                        .bind(&node.version)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                self.node_release_everything(&mut tx, &node.node_id).await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn node_leave_once(&self, node_id: &str, incarnation: &str) -> Result<(), Error> {
+                let mut tx = self.begin_write().await?;
+                let left = sqlx::query::<$db>(sql(&self.q.node_mark_left))
+                    .bind(node_id)
+                    .bind(incarnation)
+                    .execute(&mut *tx)
+                    .await?;
+                if left.rows_affected() == 0 {
+                    // Whatever the node id owns now belongs to another process: leave it be.
+                    tx.rollback().await?;
+                    return Err(Error::IncarnationLost {
+                        node_id: node_id.to_owned(),
+                    });
+                }
+                self.node_release_everything(&mut tx, node_id).await?;
+                sqlx::query::<$db>(sql(&self.q.partitions_cancel_pending_to))
+                    .bind(node_id)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn partitions_apply_once(
+                &self,
+                fence: &LeaderFence,
+                changes: &[PartitionChange],
+            ) -> Result<u64, Error> {
+                let mut tx = self.begin_write().await?;
+                let leader = self.leader_lock(&mut tx).await?;
+                let still_leader =
+                    leader.holder() == Some(fence.node_id.as_str()) && leader.term == fence.term;
+                if !still_leader {
+                    tx.rollback().await?;
+                    return Err(Error::Fenced { term: fence.term });
+                }
+                let mut applied = 0;
+                for change in changes {
+                    let query = match change {
+                        PartitionChange::Assign {
+                            partition_id,
+                            expected_epoch,
+                            owner,
+                        } => sqlx::query::<$db>(sql(&self.q.partition_assign))
+                            .bind(owner.as_str())
+                            .bind(*partition_id)
+                            .bind(*expected_epoch),
+                        PartitionChange::RequestHandOff {
+                            partition_id,
+                            expected_epoch,
+                            to,
+                        } => sqlx::query::<$db>(sql(&self.q.partition_request_hand_off))
+                            .bind(to.as_str())
+                            .bind(*partition_id)
+                            .bind(*expected_epoch),
+                        PartitionChange::CancelHandOff {
+                            partition_id,
+                            expected_epoch,
+                        } => sqlx::query::<$db>(sql(&self.q.partition_cancel_hand_off))
+                            .bind(*partition_id)
+                            .bind(*expected_epoch),
+                    };
+                    applied += query.execute(&mut *tx).await?.rows_affected();
+                }
+                tx.commit().await?;
+                Ok(applied)
+            }
+        }
+
+        #[async_trait]
+        impl ClusterStore for $store {
+            fn backend(&self) -> Backend {
+                $backend
+            }
+
+            async fn migrate(&self) -> Result<(), Error> {
+                $migrator.run(&self.pool).await?;
+                Ok(())
+            }
+
+            async fn now_ms(&self) -> Result<i64, Error> {
+                let (now,) = sqlx::query_as::<$db, (i64,)>(sql(&self.q.now))
+                    .fetch_one(&self.pool)
+                    .await?;
+                Ok(now)
+            }
+
+            async fn cluster_init(&self, partition_count: i64) -> Result<ClusterMeta, Error> {
+                if let Some(meta) = self.cluster_meta_get().await? {
+                    return Ok(meta);
+                }
+                let mut tx = self.begin_write().await?;
+                let inserted = sqlx::query::<$db>(sql(&self.q.cluster_meta_insert))
+                    .bind(partition_count)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(Error::from);
+                match inserted {
+                    Ok(_) => {
+                        for partition_id in 0..partition_count {
+                            sqlx::query::<$db>(sql(&self.q.partition_insert))
+                                .bind(partition_id)
+                                .execute(&mut *tx)
+                                .await?;
+                        }
+                        tx.commit().await?;
+                    }
+                    // Another node initialised the cluster at the same moment: use theirs.
+                    Err(err) if err.is_unique_violation() => tx.rollback().await?,
+                    Err(err) => return Err(err),
+                }
+                self.cluster_meta_get().await?.ok_or(Error::NotInitialised)
+            }
+
+            async fn node_register(&self, node: &NodeRegistration) -> Result<(), Error> {
+                retry_transient(|| self.node_register_once(node)).await
+            }
+
+            async fn node_leave(&self, node_id: &str, incarnation: &str) -> Result<(), Error> {
+                retry_transient(|| self.node_leave_once(node_id, incarnation)).await
+            }
+
+            async fn partitions_apply(
+                &self,
+                fence: &LeaderFence,
+                changes: &[PartitionChange],
+            ) -> Result<u64, Error> {
+                retry_transient(|| self.partitions_apply_once(fence, changes)).await
+            }
+            async fn node_heartbeat(&self, node_id: &str, incarnation: &str) -> Result<(), Error> {
+                let beat = sqlx::query::<$db>(sql(&self.q.node_heartbeat))
+                    .bind(node_id)
+                    .bind(incarnation)
+                    .execute(&self.pool)
+                    .await?;
+                if beat.rows_affected() == 0 {
+                    return Err(Error::IncarnationLost {
+                        node_id: node_id.to_owned(),
+                    });
+                }
+                Ok(())
+            }
+
+            async fn nodes_list(&self) -> Result<NodeList, Error> {
+                let nodes = sqlx::query_as::<$db, NodeRecord>(sql(&self.q.nodes_list))
+                    .fetch_all(&self.pool)
+                    .await?;
+                // Read after the rows, so a node is never judged by a clock older than its beat.
+                let now_ms = self.now_ms().await?;
+                Ok(NodeList { nodes, now_ms })
+            }
+
+            async fn leader_get(&self) -> Result<LeaderRecord, Error> {
+                Ok(sqlx::query_as::<$db, LeaderRecord>(sql(&self.q.leader_get))
+                    .fetch_one(&self.pool)
+                    .await?)
+            }
+
+            async fn leader_try_acquire(
+                &self,
+                node_id: &str,
+                lease_ms: i64,
+            ) -> Result<LeaderRecord, Error> {
+                let mut tx = self.begin_write().await?;
+                let current = self.leader_lock(&mut tx).await?;
+                match current.holder() {
+                    Some(holder) if holder == node_id => {
+                        sqlx::query::<$db>(sql(&self.q.leader_renew))
+                            .bind(lease_ms)
+                            .bind(node_id)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    Some(_) => {
+                        tx.rollback().await?;
+                        return Ok(current);
+                    }
+                    // Expired or free: a new holding, even by the same node, gets a new term.
+                    None => {
+                        sqlx::query::<$db>(sql(&self.q.leader_take))
+                            .bind(node_id)
+                            .bind(current.term + 1)
+                            .bind(lease_ms)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                }
+                let after = sqlx::query_as::<$db, LeaderRecord>(sql(&self.q.leader_get))
+                    .fetch_one(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(after)
+            }
+
+            async fn partitions_list(&self) -> Result<Vec<PartitionRecord>, Error> {
+                Ok(
+                    sqlx::query_as::<$db, PartitionRecord>(sql(&self.q.partitions_list))
+                        .fetch_all(&self.pool)
+                        .await?,
+                )
+            }
+
+            async fn partitions_owned(&self, node_id: &str) -> Result<Vec<PartitionRecord>, Error> {
+                Ok(
+                    sqlx::query_as::<$db, PartitionRecord>(sql(&self.q.partitions_owned))
+                        .bind(node_id)
+                        .fetch_all(&self.pool)
+                        .await?,
+                )
+            }
+
+            async fn partition_hand_off(
+                &self,
+                node_id: &str,
+                partition: &PartitionRecord,
+            ) -> Result<bool, Error> {
+                let moved = sqlx::query::<$db>(sql(&self.q.partition_hand_off))
+                    .bind(partition.partition_id)
+                    .bind(node_id)
+                    .bind(partition.epoch)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(moved.rows_affected() == 1)
+            }
+        }
+    };
+}
+
+pub(super) use cluster_store;

@@ -1,0 +1,396 @@
+//! `DispatchStore` on the three backends: executors, runs and attempts.
+
+/// Implements it for one backend's store; see `super` for the arguments.
+macro_rules! dispatch_store {
+    ($store:ident, $db:ty, $backend:expr, $migrator:expr) => {
+        impl $store {
+            async fn attempt_end_once(
+                &self,
+                attempt_id: i64,
+                end: &AttemptEnd,
+            ) -> Result<AttemptEnded, Error> {
+                let mut tx = self.begin_write().await?;
+                let Some(attempt) = sqlx::query_as::<$db, AttemptRecord>(sql(&self.q.attempt_lock))
+                    .bind(attempt_id)
+                    .fetch_optional(&mut *tx)
+                    .await?
+                else {
+                    tx.rollback().await?;
+                    return Ok(AttemptEnded::AlreadyEnded);
+                };
+                let ended = sqlx::query::<$db>(sql(&self.q.attempt_end))
+                    .bind(end.state)
+                    .bind(end.output.as_deref())
+                    .bind(end.error.as_deref())
+                    .bind(attempt_id)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                if ended == 0 {
+                    tx.rollback().await?;
+                    return Ok(AttemptEnded::AlreadyEnded);
+                }
+                if let Some(delay) = end.retry_after_ms {
+                    sqlx::query::<$db>(sql(&self.q.attempt_insert))
+                        .bind(attempt.run_id)
+                        .bind(attempt.job_id)
+                        .bind(attempt.partition_id)
+                        .bind(attempt.shard_index)
+                        .bind(attempt.shard_total)
+                        .bind(attempt.attempt_no + 1)
+                        .bind(attempt.priority)
+                        .bind(&attempt.args_json)
+                        .bind(delay.max(0))
+                        .bind(attempt.executor_id.as_deref())
+                        .execute(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                    return Ok(AttemptEnded::Retrying);
+                }
+                // The run ends when every shard's latest attempt has ended.
+                let attempts = sqlx::query_as::<$db, AttemptRecord>(sql(&self.q.attempts_of_run))
+                    .bind(attempt.run_id)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                let mut latest: std::collections::BTreeMap<i64, &str> =
+                    std::collections::BTreeMap::new();
+                for a in &attempts {
+                    latest.insert(a.shard_index, a.state.as_str());
+                }
+                let unfinished = latest
+                    .values()
+                    .any(|s| *s == attempt_state::PENDING || *s == attempt_state::RUNNING);
+                if unfinished {
+                    tx.commit().await?;
+                    return Ok(AttemptEnded::RunContinues);
+                }
+                let (state, message) = if latest.values().all(|s| *s == attempt_state::SUCCEEDED) {
+                    ("succeeded", None)
+                } else if latest.values().any(|s| *s == attempt_state::CANCELLED) {
+                    ("cancelled", Some("a shard was cancelled".to_owned()))
+                } else {
+                    let failed = latest
+                        .iter()
+                        .filter(|(_, s)| **s != attempt_state::SUCCEEDED)
+                        .map(|(shard, s)| format!("shard {shard}: {s}"))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    (
+                        "failed",
+                        Some(format!("failed after its last attempt ({failed})")),
+                    )
+                };
+                sqlx::query::<$db>(sql(&self.q.run_end))
+                    .bind(state)
+                    .bind(message.as_deref())
+                    .bind(attempt.run_id)
+                    .execute(&mut *tx)
+                    .await?;
+                // A run queued behind this one (overlap `queue`) may start now.
+                let queued = sqlx::query_scalar::<$db, i64>(sql(&self.q.run_next_queued))
+                    .bind(attempt.job_id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                if let Some(next) = queued {
+                    sqlx::query::<$db>(sql(&self.q.run_release_queued))
+                        .bind(next)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(AttemptEnded::RunEnded(state.to_owned()))
+            }
+        }
+
+        #[async_trait]
+        impl DispatchStore for $store {
+            async fn executor_register(
+                &self,
+                executor: &ExecutorRegistration,
+            ) -> Result<(), Error> {
+                let mut tx = self.begin_write().await?;
+                sqlx::query::<$db>(sql(&self.q.app_insert))
+                    .bind(&executor.app)
+                    .bind(&executor.app)
+                    .execute(&mut *tx)
+                    .await?;
+                let updated = sqlx::query::<$db>(sql(&self.q.executor_update))
+                    .bind(&executor.app)
+                    .bind(&executor.address)
+                    .bind(executor.weight)
+                    .bind(executor.capacity)
+                    .bind(&executor.executor_id)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                if updated == 0 {
+                    sqlx::query::<$db>(sql(&self.q.executor_insert))
+                        .bind(&executor.executor_id)
+                        .bind(&executor.app)
+                        .bind(&executor.address)
+                        .bind(executor.weight)
+                        .bind(executor.capacity)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                sqlx::query::<$db>(sql(&self.q.handlers_delete))
+                    .bind(&executor.executor_id)
+                    .execute(&mut *tx)
+                    .await?;
+                for (name, description) in &executor.handlers {
+                    sqlx::query::<$db>(sql(&self.q.handler_insert))
+                        .bind(&executor.executor_id)
+                        .bind(name)
+                        .bind(&executor.app)
+                        .bind(description)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn executor_heartbeat(
+                &self,
+                executor_id: &str,
+                in_flight: i64,
+                draining: bool,
+            ) -> Result<bool, Error> {
+                let beat = sqlx::query::<$db>(sql(&self.q.executor_heartbeat))
+                    .bind(in_flight)
+                    .bind(i64::from(draining))
+                    .bind(executor_id)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(beat.rows_affected() == 1)
+            }
+
+            async fn executor_leave(&self, executor_id: &str) -> Result<bool, Error> {
+                let left = sqlx::query::<$db>(sql(&self.q.executor_leave))
+                    .bind(executor_id)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(left.rows_affected() == 1)
+            }
+
+            async fn executors_list(&self, app: Option<&str>) -> Result<ExecutorList, Error> {
+                let executors = sqlx::query_as::<$db, ExecutorRecord>(sql(&self.q.executors_all))
+                    .bind(app)
+                    .bind(app)
+                    .fetch_all(&self.pool)
+                    .await?;
+                let handlers = sqlx::query_as::<$db, (String, String)>(sql(&self.q.handlers_all))
+                    .bind(app)
+                    .bind(app)
+                    .fetch_all(&self.pool)
+                    .await?;
+                let now_ms = self.now_ms().await?;
+                Ok(ExecutorList {
+                    executors,
+                    handlers,
+                    now_ms,
+                })
+            }
+
+            async fn runs_pending(
+                &self,
+                partitions: &[i64],
+                limit: i64,
+            ) -> Result<Vec<RunRecord>, Error> {
+                let Some(query) = with_partitions(&self.q.runs_pending, partitions) else {
+                    return Ok(Vec::new());
+                };
+                Ok(sqlx::query_as::<$db, RunRecord>(query)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?)
+            }
+
+            async fn run_start(
+                &self,
+                run: &RunRecord,
+                attempts: &[NewAttempt],
+            ) -> Result<bool, Error> {
+                let mut tx = self.begin_write().await?;
+                let started = sqlx::query::<$db>(sql(&self.q.run_start))
+                    .bind(run.run_id)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                if started == 0 {
+                    tx.rollback().await?;
+                    return Ok(false);
+                }
+                for attempt in attempts {
+                    sqlx::query::<$db>(sql(&self.q.attempt_insert))
+                        .bind(run.run_id)
+                        .bind(run.job_id)
+                        .bind(run.partition_id)
+                        .bind(attempt.shard_index)
+                        .bind(attempt.shard_total)
+                        .bind(1_i64)
+                        .bind(run.priority)
+                        .bind(&attempt.args_json)
+                        .bind(0_i64)
+                        .bind(None::<&str>)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(true)
+            }
+
+            async fn run_end(
+                &self,
+                run_id: i64,
+                state: &str,
+                message: Option<&str>,
+            ) -> Result<bool, Error> {
+                let ended = sqlx::query::<$db>(sql(&self.q.run_end))
+                    .bind(state)
+                    .bind(message)
+                    .bind(run_id)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(ended.rows_affected() == 1)
+            }
+
+            async fn run_cancel(&self, run_id: i64) -> Result<Option<Vec<AttemptRecord>>, Error> {
+                let mut tx = self.begin_write().await?;
+                let ended = sqlx::query::<$db>(sql(&self.q.run_end))
+                    .bind("cancelled")
+                    .bind(Some("cancelled through the API"))
+                    .bind(run_id)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                if ended == 0 {
+                    tx.rollback().await?;
+                    return Ok(None);
+                }
+                let running: Vec<AttemptRecord> =
+                    sqlx::query_as::<$db, AttemptRecord>(sql(&self.q.attempts_of_run))
+                        .bind(run_id)
+                        .fetch_all(&mut *tx)
+                        .await?
+                        .into_iter()
+                        .filter(|a| a.state == attempt_state::RUNNING)
+                        .collect();
+                sqlx::query::<$db>(sql(&self.q.attempts_cancel_of_run))
+                    .bind(run_id)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(Some(running))
+            }
+
+            async fn run_get(&self, run_id: i64) -> Result<Option<RunRecord>, Error> {
+                Ok(sqlx::query_as::<$db, RunRecord>(sql(&self.q.run_get))
+                    .bind(run_id)
+                    .fetch_optional(&self.pool)
+                    .await?)
+            }
+
+            async fn runs_list(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, Error> {
+                Ok(sqlx::query_as::<$db, RunRecord>(sql(&self.q.runs_list))
+                    .bind(filter.job_id)
+                    .bind(filter.job_id)
+                    .bind(filter.state.as_deref())
+                    .bind(filter.state.as_deref())
+                    .bind(filter.before_id)
+                    .bind(filter.before_id)
+                    .bind(filter.limit)
+                    .fetch_all(&self.pool)
+                    .await?)
+            }
+
+            async fn attempts_of_run(&self, run_id: i64) -> Result<Vec<AttemptRecord>, Error> {
+                Ok(
+                    sqlx::query_as::<$db, AttemptRecord>(sql(&self.q.attempts_of_run))
+                        .bind(run_id)
+                        .fetch_all(&self.pool)
+                        .await?,
+                )
+            }
+
+            async fn attempt_get(&self, attempt_id: i64) -> Result<Option<AttemptRecord>, Error> {
+                Ok(
+                    sqlx::query_as::<$db, AttemptRecord>(sql(&self.q.attempt_get))
+                        .bind(attempt_id)
+                        .fetch_optional(&self.pool)
+                        .await?,
+                )
+            }
+
+            async fn attempts_due(
+                &self,
+                partitions: &[i64],
+                limit: i64,
+            ) -> Result<Vec<AttemptRecord>, Error> {
+                let Some(query) = with_partitions(&self.q.attempts_due, partitions) else {
+                    return Ok(Vec::new());
+                };
+                Ok(sqlx::query_as::<$db, AttemptRecord>(query)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?)
+            }
+
+            async fn attempts_expired(
+                &self,
+                partitions: &[i64],
+                limit: i64,
+            ) -> Result<Vec<AttemptRecord>, Error> {
+                let Some(query) = with_partitions(&self.q.attempts_expired, partitions) else {
+                    return Ok(Vec::new());
+                };
+                Ok(sqlx::query_as::<$db, AttemptRecord>(query)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?)
+            }
+
+            async fn attempts_orphaned(
+                &self,
+                partitions: &[i64],
+                lease_ms: i64,
+                limit: i64,
+            ) -> Result<Vec<AttemptRecord>, Error> {
+                let Some(query) = with_partitions(&self.q.attempts_orphaned, partitions) else {
+                    return Ok(Vec::new());
+                };
+                Ok(sqlx::query_as::<$db, AttemptRecord>(query)
+                    .bind(lease_ms)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?)
+            }
+
+            async fn attempt_dispatched(
+                &self,
+                attempt_id: i64,
+                executor_id: &str,
+                timeout_ms: i64,
+            ) -> Result<bool, Error> {
+                let marked = sqlx::query::<$db>(sql(&self.q.attempt_dispatched))
+                    .bind(executor_id)
+                    .bind(timeout_ms)
+                    .bind(timeout_ms)
+                    .bind(attempt_id)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(marked.rows_affected() == 1)
+            }
+
+            async fn attempt_end(
+                &self,
+                attempt_id: i64,
+                end: &AttemptEnd,
+            ) -> Result<AttemptEnded, Error> {
+                retry_transient(|| self.attempt_end_once(attempt_id, end)).await
+            }
+        }
+    };
+}
+
+pub(super) use dispatch_store;

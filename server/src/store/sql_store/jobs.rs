@@ -1,0 +1,346 @@
+//! `JobStore` on the three backends: jobs, and the fenced claim of their instants.
+
+/// Implements it for one backend's store; see `super` for the arguments.
+macro_rules! job_store {
+    ($store:ident, $db:ty, $backend:expr, $migrator:expr) => {
+        impl $store {
+            async fn runs_claim_once(
+                &self,
+                node_id: &str,
+                claims: &[RunClaim],
+            ) -> Result<Vec<ClaimOutcome>, Error> {
+                let mut tx = self.begin_write().await?;
+                // Partitions are locked in ascending order, once each, so two claimers cannot
+                // deadlock; a hand-off of a locked partition waits for this claim to commit.
+                let mut fences: Vec<(i64, i64)> =
+                    claims.iter().map(|c| (c.partition_id, c.epoch)).collect();
+                fences.sort_unstable();
+                fences.dedup();
+                let mut fenced = Vec::new();
+                for (partition_id, epoch) in fences {
+                    let row = sqlx::query_as::<$db, (Option<String>, i64)>(sql(
+                        &self.q.partition_lock,
+                    ))
+                    .bind(partition_id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    let owned = matches!(&row, Some((Some(owner), e)) if owner == node_id && *e == epoch);
+                    if !owned {
+                        fenced.push((partition_id, epoch));
+                    }
+                }
+                let mut outcomes = Vec::with_capacity(claims.len());
+                for claim in claims {
+                    if fenced.contains(&(claim.partition_id, claim.epoch)) {
+                        outcomes.push(ClaimOutcome::Fenced);
+                        continue;
+                    }
+                    let advanced = sqlx::query::<$db>(sql(&self.q.job_advance))
+                        .bind(claim.scheduled_at_ms)
+                        .bind(i64::from(claim.job_done))
+                        .bind(claim.job_id)
+                        .bind(claim.job_version)
+                        .bind(claim.scheduled_at_ms)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                    if advanced == 0 {
+                        outcomes.push(ClaimOutcome::Stale);
+                        continue;
+                    }
+                    let (state, message) = self.overlap_decision(&mut tx, claim).await?;
+                    let finished = i64::from(!run_state::UNFINISHED.contains(&state));
+                    sqlx::query::<$db>(sql(&self.q.run_insert))
+                        .bind(claim.job_id)
+                        .bind(claim.scheduled_at_ms)
+                        .bind(claim.partition_id)
+                        .bind(claim.epoch)
+                        .bind(node_id)
+                        .bind(claim.trigger_kind)
+                        .bind(state)
+                        .bind(claim.priority)
+                        .bind(finished)
+                        .bind(message.as_deref())
+                        .bind(claim.job_id)
+                        .bind(claim.scheduled_at_ms)
+                        .execute(&mut *tx)
+                        .await?;
+                    outcomes.push(ClaimOutcome::Claimed);
+                }
+                tx.commit().await?;
+                Ok(outcomes)
+            }
+
+            /// The state and message of a claimed run under the job's overlap rule.
+            async fn overlap_decision(
+                &self,
+                tx: &mut Transaction<'static, $db>,
+                claim: &RunClaim,
+            ) -> Result<(&'static str, Option<String>), Error> {
+                if claim.overlap == OverlapRule::Allow {
+                    return Ok((claim.state, claim.message.clone()));
+                }
+                let unfinished = sqlx::query_scalar::<$db, i64>(sql(&self.q.run_unfinished_of_job))
+                    .bind(claim.job_id)
+                    .fetch_optional(&mut **tx)
+                    .await?;
+                let Some(previous) = unfinished else {
+                    return Ok((claim.state, claim.message.clone()));
+                };
+                Ok(match claim.overlap {
+                    OverlapRule::Allow => (claim.state, claim.message.clone()),
+                    OverlapRule::Skip => (
+                        run_state::SKIPPED,
+                        Some(format!("run {previous} of this job is unfinished (overlap: skip)")),
+                    ),
+                    OverlapRule::Queue => (
+                        run_state::QUEUED,
+                        Some(format!("waiting for run {previous} of this job (overlap: queue)")),
+                    ),
+                    OverlapRule::Replace => {
+                        sqlx::query::<$db>(sql(&self.q.runs_cancel_unfinished))
+                            .bind(format!(
+                                "replaced by the run of instant {} (overlap: replace)",
+                                claim.scheduled_at_ms
+                            ))
+                            .bind(claim.job_id)
+                            .execute(&mut **tx)
+                            .await?;
+                        (claim.state, claim.message.clone())
+                    }
+                })
+            }
+        }
+
+        #[async_trait]
+        impl JobStore for $store {
+            async fn job_insert(
+                &self,
+                job_id: i64,
+                partition_id: i64,
+                job: &JobWrite,
+                start: bool,
+            ) -> Result<JobRecord, Error> {
+                let inserted = sqlx::query::<$db>(sql(&self.q.job_insert))
+                    .bind(job_id)
+                    .bind(partition_id)
+                    .bind(&job.name)
+                    .bind(&job.app_name)
+                    .bind(&job.handler_name)
+                    .bind(&job.schedule_json)
+                    .bind(&job.timezone)
+                    .bind(&job.args_json)
+                    .bind(&job.policy_json)
+                    .bind(if start { "running" } else { "stopped" })
+                    .bind(i64::from(start))
+                    .execute(&self.pool)
+                    .await
+                    .map_err(Error::from);
+                match inserted {
+                    Ok(_) => {}
+                    Err(err) if err.is_unique_violation() => {
+                        let name_taken = self.jobs_list(&JobFilter {
+                            name_prefix: Some(job.name.clone()),
+                            limit: 1_000,
+                            ..JobFilter::default()
+                        })
+                        .await?
+                        .iter()
+                        .any(|j| j.name == job.name);
+                        let what = if name_taken {
+                            format!("job name {:?}", job.name)
+                        } else {
+                            format!("job id {job_id}")
+                        };
+                        return Err(Error::Conflict { what });
+                    }
+                    Err(err) => return Err(err),
+                }
+                self.job_get(job_id).await?.ok_or(Error::NotInitialised)
+            }
+
+            async fn job_get(&self, job_id: i64) -> Result<Option<JobRecord>, Error> {
+                Ok(sqlx::query_as::<$db, JobRecord>(sql(&self.q.job_get))
+                    .bind(job_id)
+                    .fetch_optional(&self.pool)
+                    .await?)
+            }
+
+            async fn jobs_list(&self, filter: &JobFilter) -> Result<Vec<JobRecord>, Error> {
+                let pattern = filter.name_prefix.as_deref().map(like_prefix);
+                Ok(sqlx::query_as::<$db, JobRecord>(sql(&self.q.jobs_list))
+                    .bind(filter.app.as_deref())
+                    .bind(filter.app.as_deref())
+                    .bind(filter.state.as_deref())
+                    .bind(filter.state.as_deref())
+                    .bind(pattern.as_deref())
+                    .bind(pattern.as_deref())
+                    .bind(filter.before_id)
+                    .bind(filter.before_id)
+                    .bind(filter.limit)
+                    .fetch_all(&self.pool)
+                    .await?)
+            }
+
+            async fn job_update(
+                &self,
+                job_id: i64,
+                expected_version: i64,
+                job: &JobWrite,
+            ) -> Result<Option<JobRecord>, Error> {
+                let updated = sqlx::query::<$db>(sql(&self.q.job_update))
+                    .bind(&job.name)
+                    .bind(&job.app_name)
+                    .bind(&job.handler_name)
+                    .bind(&job.schedule_json)
+                    .bind(&job.timezone)
+                    .bind(&job.args_json)
+                    .bind(&job.policy_json)
+                    .bind(job_id)
+                    .bind(expected_version)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(Error::from);
+                match updated {
+                    Ok(done) if done.rows_affected() == 1 => self.job_get(job_id).await,
+                    Ok(_) => Ok(None),
+                    Err(err) if err.is_unique_violation() => Err(Error::Conflict {
+                        what: format!("job name {:?}", job.name),
+                    }),
+                    Err(err) => Err(err),
+                }
+            }
+
+            async fn job_start(&self, job_id: i64) -> Result<Option<JobRecord>, Error> {
+                sqlx::query::<$db>(sql(&self.q.job_start))
+                    .bind(job_id)
+                    .execute(&self.pool)
+                    .await?;
+                self.job_get(job_id).await
+            }
+
+            async fn job_stop(&self, job_id: i64) -> Result<Option<JobRecord>, Error> {
+                sqlx::query::<$db>(sql(&self.q.job_stop))
+                    .bind(job_id)
+                    .execute(&self.pool)
+                    .await?;
+                self.job_get(job_id).await
+            }
+
+            async fn job_delete(&self, job_id: i64) -> Result<bool, Error> {
+                let Some(job) = self.job_get(job_id).await? else {
+                    return Ok(false);
+                };
+                let mut tx = self.begin_write().await?;
+                let deleted = sqlx::query::<$db>(sql(&self.q.job_delete))
+                    .bind(job_id)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                if deleted == 1 {
+                    sqlx::query::<$db>(sql(&self.q.job_deletion_insert))
+                        .bind(job_id)
+                        .bind(job.partition_id)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(deleted == 1)
+            }
+
+            async fn jobs_in_partition(&self, partition_id: i64) -> Result<Vec<JobRecord>, Error> {
+                Ok(sqlx::query_as::<$db, JobRecord>(sql(&self.q.jobs_in_partition))
+                    .bind(partition_id)
+                    .fetch_all(&self.pool)
+                    .await?)
+            }
+
+            async fn jobs_changed_since(
+                &self,
+                since_ms: i64,
+                limit: i64,
+            ) -> Result<JobChanges, Error> {
+                // The clock first: a change committed after this read is seen by the next poll.
+                let now_ms = self.now_ms().await?;
+                let changed = sqlx::query_as::<$db, JobRecord>(sql(&self.q.jobs_changed_since))
+                    .bind(since_ms)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?;
+                let deleted = sqlx::query_scalar::<$db, i64>(sql(&self.q.job_deletions_since))
+                    .bind(since_ms)
+                    .fetch_all(&self.pool)
+                    .await?;
+                Ok(JobChanges {
+                    changed,
+                    deleted,
+                    now_ms,
+                })
+            }
+
+            async fn runs_claim(
+                &self,
+                node_id: &str,
+                claims: &[RunClaim],
+            ) -> Result<Vec<ClaimOutcome>, Error> {
+                retry_transient(|| self.runs_claim_once(node_id, claims)).await
+            }
+
+            async fn run_insert_manual(
+                &self,
+                job: &JobRecord,
+                node_id: &str,
+                state: &str,
+                message: Option<&str>,
+            ) -> Result<RunRecord, Error> {
+                let now = self.now_ms().await?;
+                let finished = i64::from(!run_state::UNFINISHED.contains(&state));
+                // Two triggers in one millisecond take the next free millisecond.
+                for at in now..now + 1_000 {
+                    let inserted = sqlx::query::<$db>(sql(&self.q.run_insert))
+                        .bind(job.job_id)
+                        .bind(at)
+                        .bind(job.partition_id)
+                        .bind(0_i64)
+                        .bind(node_id)
+                        .bind("manual")
+                        .bind(state)
+                        .bind(i64::from(job.policy_priority()))
+                        .bind(finished)
+                        .bind(message)
+                        .bind(job.job_id)
+                        .bind(at)
+                        .execute(&self.pool)
+                        .await?;
+                    if inserted.rows_affected() == 1 {
+                        return Ok(sqlx::query_as::<$db, RunRecord>(sql(&self.q.run_by_instant))
+                            .bind(job.job_id)
+                            .bind(at)
+                            .fetch_one(&self.pool)
+                            .await?);
+                    }
+                }
+                Err(Error::Conflict {
+                    what: format!("every millisecond of the last second for job {}", job.job_id),
+                })
+            }
+
+            async fn runs_of_job(
+                &self,
+                job_id: i64,
+                before_run_id: Option<i64>,
+                limit: i64,
+            ) -> Result<Vec<RunRecord>, Error> {
+                Ok(sqlx::query_as::<$db, RunRecord>(sql(&self.q.runs_of_job))
+                    .bind(job_id)
+                    .bind(before_run_id)
+                    .bind(before_run_id)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?)
+            }
+        }
+    };
+}
+
+pub(super) use job_store;

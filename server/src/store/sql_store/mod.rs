@@ -1,0 +1,226 @@
+//! The three SQL stores. The logic of every method is written once, in the macros of
+//! `cluster`, `jobs` and `dispatch` (one per store trait), and instantiated for each backend's
+//! concrete sqlx types (being generic over `sqlx::Database`
+//! fights the compiler); what differs per backend is the SQL text (see `dialect`), how a pool is
+//! opened, and how a write transaction begins.
+
+mod cluster;
+mod dispatch;
+mod jobs;
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use sqlx::migrate::Migrator;
+use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, Postgres};
+use sqlx::sqlite::{
+    Sqlite, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteSynchronous,
+};
+use sqlx::{AssertSqlSafe, Executor, Transaction};
+
+use super::dialect::Queries;
+use super::dispatch_records::{
+    AttemptEnd, AttemptEnded, AttemptRecord, ExecutorList, ExecutorRecord, ExecutorRegistration,
+    NewAttempt, RunFilter, attempt_state,
+};
+use super::job_records::{
+    ClaimOutcome, JobChanges, JobFilter, JobRecord, JobWrite, OverlapRule, RunClaim, RunRecord,
+    run_state,
+};
+use super::{
+    Backend, ClusterMeta, ClusterStore, DatabaseUrl, DispatchStore, Error, JobStore, LeaderFence,
+    LeaderRecord, NodeList, NodeRecord, NodeRegistration, PartitionChange, PartitionRecord,
+    PoolOptions,
+};
+
+static POSTGRES_MIGRATOR: Migrator = sqlx::migrate!("../migrations/postgres");
+static MYSQL_MIGRATOR: Migrator = sqlx::migrate!("../migrations/mysql");
+static SQLITE_MIGRATOR: Migrator = sqlx::migrate!("../migrations/sqlite");
+
+/// Our query texts are compile-time templates rendered once per backend; no input reaches them.
+fn sql(query: &Arc<str>) -> AssertSqlSafe<Arc<str>> {
+    AssertSqlSafe(Arc::clone(query))
+}
+
+/// A query whose `{partitions}` is replaced by the ids, formatted from integers (so safe), or
+/// `None` when there are none.
+fn with_partitions(query: &Arc<str>, partitions: &[i64]) -> Option<AssertSqlSafe<String>> {
+    if partitions.is_empty() {
+        return None;
+    }
+    let list = partitions
+        .iter()
+        .map(i64::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    Some(AssertSqlSafe(query.replace("{partitions}", &list)))
+}
+
+/// A `LIKE` pattern matching names that start with `prefix` (escape character `!`).
+fn like_prefix(prefix: &str) -> String {
+    let mut pattern = String::with_capacity(prefix.len() + 1);
+    for ch in prefix.chars() {
+        if matches!(ch, '!' | '%' | '_') {
+            pattern.push('!');
+        }
+        pattern.push(ch);
+    }
+    pattern.push('%');
+    pattern
+}
+
+/// How often a transaction that lost a deadlock or serialisation race is tried in all.
+const TRANSIENT_ATTEMPTS: u32 = 4;
+
+/// Runs `attempt` again when the database aborted it for a deadlock or serialisation failure:
+/// the transaction was rolled back whole, so trying again is safe.
+async fn retry_transient<T, F, Fut>(mut attempt: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, Error>>,
+{
+    let mut tries = 1;
+    loop {
+        match attempt().await {
+            Err(err) if err.is_transient() && tries < TRANSIENT_ATTEMPTS => {
+                tracing::debug!(error = %err, tries, "transaction aborted by the database; retrying");
+                tokio::time::sleep(std::time::Duration::from_millis(5 << tries)).await;
+                tries += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+fn invalid_url(url: &DatabaseUrl, err: sqlx::Error) -> Error {
+    Error::InvalidUrl {
+        url: url.to_string(),
+        reason: err.to_string(),
+    }
+}
+
+/// PostgreSQL.
+#[derive(Debug, Clone)]
+pub(super) struct PostgresStore {
+    pool: PgPool,
+    q: Arc<Queries>,
+}
+
+impl PostgresStore {
+    pub(super) async fn connect(url: &DatabaseUrl, options: &PoolOptions) -> Result<Self, Error> {
+        let timeout_ms = options.statement_timeout.as_millis().to_string();
+        let connect = PgConnectOptions::from_str(url.expose())
+            .map_err(|e| invalid_url(url, e))?
+            .options([
+                ("statement_timeout", timeout_ms.as_str()),
+                ("lock_timeout", timeout_ms.as_str()),
+            ]);
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections)
+            .acquire_timeout(options.acquire_timeout)
+            .connect_with(connect)
+            .await?;
+        Ok(Self::from_pool(pool))
+    }
+
+    async fn begin_write(&self) -> Result<Transaction<'static, Postgres>, Error> {
+        Ok(self.pool.begin().await?)
+    }
+}
+
+/// MySQL 8 and MariaDB 10.6+.
+#[derive(Debug, Clone)]
+pub(super) struct MysqlStore {
+    pool: MySqlPool,
+    q: Arc<Queries>,
+}
+
+impl MysqlStore {
+    pub(super) async fn connect(url: &DatabaseUrl, options: &PoolOptions) -> Result<Self, Error> {
+        let connect =
+            MySqlConnectOptions::from_str(url.expose()).map_err(|e| invalid_url(url, e))?;
+        // InnoDB counts lock waits in whole seconds; at least one.
+        let lock_wait_s = options.statement_timeout.as_secs().max(1);
+        let pool = MySqlPoolOptions::new()
+            .max_connections(options.max_connections)
+            .acquire_timeout(options.acquire_timeout)
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    let set = format!("SET SESSION innodb_lock_wait_timeout = {lock_wait_s}");
+                    conn.execute(AssertSqlSafe(set)).await?;
+                    // Our transactions lock what they need explicitly (FOR UPDATE, epoch
+                    // compare-and-set); REPEATABLE READ's gap locks would only add deadlocks.
+                    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                        .await?;
+                    Ok(())
+                })
+            })
+            .connect_with(connect)
+            .await?;
+        Ok(Self::from_pool(pool))
+    }
+
+    async fn begin_write(&self) -> Result<Transaction<'static, MySql>, Error> {
+        Ok(self.pool.begin().await?)
+    }
+}
+
+/// SQLite, for a single node.
+#[derive(Debug, Clone)]
+pub(super) struct SqliteStore {
+    pool: SqlitePool,
+    q: Arc<Queries>,
+}
+
+impl SqliteStore {
+    pub(super) async fn connect(url: &DatabaseUrl, options: &PoolOptions) -> Result<Self, Error> {
+        let connect = SqliteConnectOptions::from_str(url.expose())
+            .map_err(|e| invalid_url(url, e))?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // Durable by default: a run claimed must survive a power cut.
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(options.statement_timeout)
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(options.max_connections)
+            .acquire_timeout(options.acquire_timeout)
+            .connect_with(connect)
+            .await?;
+        Ok(Self::from_pool(pool))
+    }
+
+    /// SQLite has no row locks: `BEGIN IMMEDIATE` takes the write lock up front, so a
+    /// transaction that reads then writes cannot fail half-way on a lock upgrade.
+    async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, Error> {
+        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+    }
+}
+
+cluster::cluster_store!(
+    PostgresStore,
+    Postgres,
+    Backend::Postgres,
+    POSTGRES_MIGRATOR
+);
+jobs::job_store!(
+    PostgresStore,
+    Postgres,
+    Backend::Postgres,
+    POSTGRES_MIGRATOR
+);
+dispatch::dispatch_store!(
+    PostgresStore,
+    Postgres,
+    Backend::Postgres,
+    POSTGRES_MIGRATOR
+);
+cluster::cluster_store!(MysqlStore, MySql, Backend::Mysql, MYSQL_MIGRATOR);
+jobs::job_store!(MysqlStore, MySql, Backend::Mysql, MYSQL_MIGRATOR);
+dispatch::dispatch_store!(MysqlStore, MySql, Backend::Mysql, MYSQL_MIGRATOR);
+cluster::cluster_store!(SqliteStore, Sqlite, Backend::Sqlite, SQLITE_MIGRATOR);
+jobs::job_store!(SqliteStore, Sqlite, Backend::Sqlite, SQLITE_MIGRATOR);
+dispatch::dispatch_store!(SqliteStore, Sqlite, Backend::Sqlite, SQLITE_MIGRATOR);
