@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
@@ -17,6 +18,8 @@ use crate::clock::ClusterClock;
 use crate::cluster::{Coordinator, CoordinatorError, LocalView};
 use crate::config::{Config, ConfigError};
 use crate::data_dir::{DataDir, DataDirError};
+use crate::dispatch::Dispatcher;
+use crate::dispatch::client::DispatchClient;
 use crate::scheduler::Scheduler;
 use crate::store::{self, DatabaseUrl, NodeRegistration, PoolOptions, Store};
 
@@ -40,6 +43,8 @@ pub enum StartupError {
         node_id: String,
         source: store::Error,
     },
+    #[error("cannot build the HTTP client for dispatch: {0}")]
+    Http(String),
     #[error("http.listen: cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -66,6 +71,7 @@ pub struct Application {
     api_state: ApiState,
     coordinator: Coordinator,
     scheduler: Scheduler,
+    dispatcher: Dispatcher,
     shutdown_grace: Duration,
 }
 
@@ -76,6 +82,14 @@ impl Application {
         let node_id = match &config.cluster.node_id {
             Some(id) => id.clone(),
             None => data_dir.node_id()?.value,
+        };
+        let executor_token = match &config.auth.executor_token {
+            Some(token) => token.clone(),
+            None => data_dir.executor_token()?.value,
+        };
+        let dispatch_secret = match &config.dispatch.secret {
+            Some(secret) => secret.clone(),
+            None => data_dir.dispatch_secret()?.value,
         };
         let admin_token = match &config.auth.admin_token {
             Some(token) => token.clone(),
@@ -164,6 +178,7 @@ impl Application {
             .advertise
             .clone()
             .unwrap_or_else(|| format!("http://{local_addr}"));
+        let advertised = address.clone();
 
         let incarnation = crate::data_dir::random_hex(8)?;
         register(
@@ -193,13 +208,31 @@ impl Application {
             Arc::clone(&clock),
             config.scheduler_settings(),
         );
+        let client = DispatchClient::new(
+            Arc::new(dispatch_secret),
+            Duration::from_millis(config.dispatch.connect_timeout_ms),
+            Duration::from_millis(config.dispatch.request_timeout_ms),
+        )
+        .map_err(|e| StartupError::Http(e.to_string()))?;
+        let dispatcher = Dispatcher::new(
+            Arc::clone(&api_store),
+            Arc::clone(&view),
+            client.clone(),
+            config.dispatch_settings(),
+            Arc::new(Notify::new()),
+            vec![advertised.clone()],
+        );
         let api_state = ApiState {
             store: api_store,
             view,
             clock,
             admin_token: Arc::new(admin_token),
+            executor_token: Arc::new(executor_token),
             timings,
             partition_count: meta.partition_count,
+            dispatch: client,
+            executor_heartbeat_ms: config.dispatch.executor_heartbeat_ms,
+            executor_lease_ms: config.dispatch.executor_lease_ms,
         };
         Ok(Self {
             listener,
@@ -207,6 +240,7 @@ impl Application {
             api_state,
             coordinator,
             scheduler,
+            dispatcher,
             shutdown_grace: Duration::from_millis(config.cluster.shutdown_grace_ms),
         })
     }
@@ -229,6 +263,7 @@ impl Application {
         let mut http = tracker.spawn(async move { server.await });
         let mut coordinator = tracker.spawn(self.coordinator.run(shutdown.child_token()));
         tracker.spawn(self.scheduler.run(shutdown.child_token()));
+        tracker.spawn(self.dispatcher.run(shutdown.child_token()));
         tracker.close();
         info!(address = %self.local_addr, "carillon node listening");
 

@@ -84,6 +84,18 @@ struct ServerArgs {
     /// An instant fired later than this is missed and the job's misfire policy applies.
     #[arg(long, env = "CARILLON_MISFIRE_THRESHOLD_MS")]
     misfire_threshold_ms: Option<u64>,
+    /// The token executors present (prefer the environment variable).
+    #[arg(long, env = "CARILLON_EXECUTOR_TOKEN", hide_env_values = true)]
+    executor_token: Option<String>,
+    /// The secret dispatches are signed with (prefer the environment variable).
+    #[arg(long, env = "CARILLON_DISPATCH_SECRET", hide_env_values = true)]
+    dispatch_secret: Option<String>,
+    /// An executor not heard from for this long is lost.
+    #[arg(long, env = "CARILLON_EXECUTOR_LEASE_MS")]
+    executor_lease_ms: Option<u64>,
+    /// How often executors heartbeat.
+    #[arg(long, env = "CARILLON_EXECUTOR_HEARTBEAT_MS")]
+    executor_heartbeat_ms: Option<u64>,
 }
 
 impl CommonArgs {
@@ -111,6 +123,20 @@ impl ServerArgs {
         set(&mut config.cluster.node_lease_ms, self.node_lease_ms);
         set(&mut config.cluster.leader_lease_ms, self.leader_lease_ms);
         set(&mut config.scheduler.poll_ms, self.scheduler_poll_ms);
+        if let Some(token) = self.executor_token {
+            config.auth.executor_token = Some(Secret::new(token));
+        }
+        if let Some(secret) = self.dispatch_secret {
+            config.dispatch.secret = Some(Secret::new(secret));
+        }
+        set(
+            &mut config.dispatch.executor_lease_ms,
+            self.executor_lease_ms,
+        );
+        set(
+            &mut config.dispatch.executor_heartbeat_ms,
+            self.executor_heartbeat_ms,
+        );
         set(
             &mut config.scheduler.misfire_threshold_ms,
             self.misfire_threshold_ms,

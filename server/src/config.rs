@@ -63,6 +63,7 @@ pub struct Config {
     pub cluster: ClusterConfig,
     pub auth: AuthConfig,
     pub scheduler: SchedulerConfig,
+    pub dispatch: DispatchConfig,
     pub log: LogConfig,
 }
 
@@ -163,6 +164,38 @@ impl Default for ClusterConfig {
 pub struct AuthConfig {
     /// The admin bearer token; default: generated at first start and kept in the data dir.
     pub admin_token: Option<Secret>,
+    /// The token executors present; default: generated and kept in the data dir. Every node of
+    /// a cluster needs the same one.
+    pub executor_token: Option<Secret>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DispatchConfig {
+    /// The HMAC key dispatches are signed with; default: generated and kept in the data dir.
+    /// Every node of a cluster, and every executor, needs the same one.
+    pub secret: Option<Secret>,
+    /// An executor not heard from for this long is lost: its attempts move elsewhere.
+    pub executor_lease_ms: u64,
+    /// How often executors are told to heartbeat.
+    pub executor_heartbeat_ms: u64,
+    pub connect_timeout_ms: u64,
+    pub request_timeout_ms: u64,
+    /// How long a run waits for an executor of its handler to register before it fails.
+    pub no_executor_grace_ms: u64,
+}
+
+impl Default for DispatchConfig {
+    fn default() -> Self {
+        Self {
+            secret: None,
+            executor_lease_ms: 5_000,
+            executor_heartbeat_ms: 1_000,
+            connect_timeout_ms: 2_000,
+            request_timeout_ms: 10_000,
+            no_executor_grace_ms: 30_000,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
@@ -257,6 +290,32 @@ impl Config {
         if let Some(token) = &self.auth.admin_token {
             validate_token(token.expose())?;
         }
+        if let Some(token) = &self.auth.executor_token {
+            validate_token(token.expose()).map_err(|_| {
+                invalid(
+                    "auth.executor_token",
+                    "too short or blank: use at least 16 characters",
+                )
+            })?;
+        }
+        if let Some(secret) = &self.dispatch.secret {
+            validate_token(secret.expose()).map_err(|_| {
+                invalid(
+                    "dispatch.secret",
+                    "too short or blank: use at least 16 characters",
+                )
+            })?;
+        }
+        let d = &self.dispatch;
+        if d.executor_lease_ms < 2 * d.executor_heartbeat_ms || d.executor_heartbeat_ms == 0 {
+            return Err(invalid(
+                "dispatch.executor_lease_ms",
+                format!(
+                    "{} must be at least twice dispatch.executor_heartbeat_ms ({})",
+                    d.executor_lease_ms, d.executor_heartbeat_ms
+                ),
+            ));
+        }
         let s = &self.scheduler;
         if !(10..=60_000).contains(&s.poll_ms) {
             return Err(invalid(
@@ -278,6 +337,14 @@ impl Config {
             poll_interval: Duration::from_millis(self.scheduler.poll_ms),
             misfire_threshold: Duration::from_millis(self.scheduler.misfire_threshold_ms),
             claim_batch: self.scheduler.claim_batch,
+        }
+    }
+
+    pub fn dispatch_settings(&self) -> crate::dispatch::DispatchSettings {
+        crate::dispatch::DispatchSettings {
+            executor_lease: Duration::from_millis(self.dispatch.executor_lease_ms),
+            no_executor_grace: Duration::from_millis(self.dispatch.no_executor_grace_ms),
+            ..crate::dispatch::DispatchSettings::default()
         }
     }
 

@@ -74,7 +74,21 @@ impl DataDir {
     /// The admin token, generated at first start (256 random bits) and readable only by the
     /// owner of the file.
     pub fn admin_token(&self) -> Result<Persisted<Secret>, DataDirError> {
-        let persisted = self.read_or_create(ADMIN_TOKEN_FILE, || random_hex(32))?;
+        self.secret(ADMIN_TOKEN_FILE)
+    }
+
+    /// The executor token, like the admin token.
+    pub fn executor_token(&self) -> Result<Persisted<Secret>, DataDirError> {
+        self.secret("executor-token")
+    }
+
+    /// The dispatch signing secret, like the admin token.
+    pub fn dispatch_secret(&self) -> Result<Persisted<Secret>, DataDirError> {
+        self.secret("dispatch-secret")
+    }
+
+    fn secret(&self, name: &str) -> Result<Persisted<Secret>, DataDirError> {
+        let persisted = self.read_or_create(name, || random_hex(32))?;
         config::validate_token(&persisted.value).map_err(|e| DataDirError::Invalid {
             path: persisted.path.clone(),
             reason: e.to_string(),

@@ -10,6 +10,7 @@ pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod data_dir;
+pub mod dispatch;
 pub mod jobs;
 pub mod schedule;
 pub mod scheduler;

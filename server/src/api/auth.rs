@@ -7,6 +7,14 @@ use axum::response::Response;
 
 use super::{ApiError, ApiState};
 
+/// What the executor token opens (paths as seen inside `/api/v1`).
+const EXECUTOR_ENDPOINTS: [&str; 4] = [
+    "/executors/register",
+    "/executors/heartbeat",
+    "/executors/results",
+    "/executors/deregister",
+];
+
 pub(super) async fn require_admin(
     State(state): State<ApiState>,
     request: Request,
@@ -18,11 +26,14 @@ pub(super) async fn require_admin(
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.strip_prefix("Bearer "))
         .map(str::trim);
-    match presented {
-        Some(token) if constant_time_eq(token, state.admin_token.expose()) => {
-            Ok(next.run(request).await)
-        }
-        _ => Err(ApiError::Unauthorized),
+    let admin = presented.is_some_and(|t| constant_time_eq(t, state.admin_token.expose()));
+    // Executors may call only their own endpoints.
+    let executor = presented.is_some_and(|t| constant_time_eq(t, state.executor_token.expose()))
+        && EXECUTOR_ENDPOINTS.contains(&request.uri().path());
+    if admin || executor {
+        Ok(next.run(request).await)
+    } else {
+        Err(ApiError::Unauthorized)
     }
 }
 

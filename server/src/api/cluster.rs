@@ -105,7 +105,7 @@ pub(super) async fn show(State(state): State<ApiState>) -> Result<Json<ClusterVi
 }
 
 /// Epoch milliseconds as RFC 3339 UTC with milliseconds.
-pub(crate) fn rfc3339(ms: i64) -> Option<String> {
+pub fn rfc3339(ms: i64) -> Option<String> {
     DateTime::<Utc>::from_timestamp_millis(ms)
         .map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true))
 }

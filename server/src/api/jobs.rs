@@ -371,18 +371,9 @@ pub(super) async fn trigger(
     IdParam(id): IdParam,
 ) -> Result<(StatusCode, Json<RunView>), ApiError> {
     let record = load(&state, id).await?;
-    let message = format!(
-        "no executor is registered for app {:?} (handler {:?})",
-        record.app_name, record.handler_name
-    );
     let run = state
         .store
-        .run_insert_manual(
-            &record,
-            state.view.node_id(),
-            run_state::NO_EXECUTOR,
-            Some(&message),
-        )
+        .run_insert_manual(&record, state.view.node_id(), run_state::PENDING, None)
         .await?;
     Ok((StatusCode::ACCEPTED, Json(run.into())))
 }

@@ -4,9 +4,11 @@ mod auth;
 mod body;
 mod cluster;
 mod error;
+mod executors;
 mod health;
 mod jobs;
 mod params;
+mod runs;
 mod schedules;
 
 use std::sync::Arc;
@@ -16,11 +18,13 @@ use axum::extract::DefaultBodyLimit;
 use axum::middleware;
 use axum::routing::{get, post};
 
+pub use cluster::rfc3339;
 pub use error::ApiError;
 
 use crate::clock::ClusterClock;
 use crate::cluster::{ClusterTimings, LocalView};
 use crate::config::Secret;
+use crate::dispatch::client::DispatchClient;
 use crate::store::Store;
 
 /// What every handler can reach.
@@ -30,8 +34,12 @@ pub struct ApiState {
     pub view: Arc<LocalView>,
     pub clock: Arc<ClusterClock>,
     pub admin_token: Arc<Secret>,
+    pub executor_token: Arc<Secret>,
     pub timings: ClusterTimings,
     pub partition_count: i64,
+    pub dispatch: DispatchClient,
+    pub executor_heartbeat_ms: u64,
+    pub executor_lease_ms: u64,
 }
 
 /// The node's whole HTTP application.
@@ -48,6 +56,15 @@ pub fn router(state: ApiState) -> Router {
         .route("/jobs/{id}/trigger", post(jobs::trigger))
         .route("/jobs/{id}/runs", get(jobs::runs))
         .route("/schedules/preview", post(schedules::preview))
+        .route("/runs", get(runs::list))
+        .route("/runs/{id}", get(runs::get))
+        .route("/runs/{id}/cancel", post(runs::cancel))
+        .route("/dead-letters", get(runs::dead_letters))
+        .route("/executors", get(executors::list))
+        .route("/executors/register", post(executors::register))
+        .route("/executors/heartbeat", post(executors::heartbeat))
+        .route("/executors/results", post(executors::results))
+        .route("/executors/deregister", post(executors::deregister))
         .fallback(error::not_found)
         .layer(DefaultBodyLimit::max(error::MAX_BODY_BYTES))
         // Every /api/v1 path, known or not, needs the token: unknown paths reveal nothing.

@@ -64,8 +64,6 @@ struct LoadedJob {
     partition_id: i64,
     schedule: Schedule,
     policy: JobPolicy,
-    app: String,
-    handler: String,
     anchor_ms: Option<i64>,
     last_fired_ms: Option<i64>,
     next_ms: Option<i64>,
@@ -275,8 +273,6 @@ impl Scheduler {
             partition_id: job.partition_id,
             schedule,
             policy,
-            app: job.app_name,
-            handler: job.handler_name,
             anchor_ms: job.started_at_ms,
             last_fired_ms: job.last_fired_at_ms,
             next_ms: planned.next,
@@ -335,12 +331,8 @@ impl Scheduler {
             scheduled_at_ms: at,
             trigger_kind,
             priority: i64::from(job.policy.priority),
-            // Dispatch to executors is not built yet: say so on the run rather than drop it.
-            state: run_state::NO_EXECUTOR,
-            message: Some(format!(
-                "no executor is registered for app {:?} (handler {:?})",
-                job.app, job.handler
-            )),
+            state: run_state::PENDING,
+            message: None,
             overlap: match job.policy.overlap {
                 Overlap::Allow => OverlapRule::Allow,
                 Overlap::Skip => OverlapRule::Skip,

@@ -230,7 +230,10 @@ queries! {
     run_release_queued = "UPDATE runs SET state = 'pending' WHERE run_id = ? AND state = 'queued'";
     attempt_insert = "INSERT INTO attempts (run_id, job_id, partition_id, shard_index, \
         shard_total, attempt_no, priority, args_json, state, created_at_ms, not_before_ms, \
-        avoid_executor_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', {now}, {now} + ?, ?)";
+        avoid_executor_id, executor_id) \
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', {now}, {now} + ?, ?, ?)";
+    executor_loads = "SELECT executor_id, COUNT(*) FROM attempts \
+        WHERE state = 'running' AND executor_id IS NOT NULL GROUP BY executor_id";
     attempt_get = "SELECT attempt_id, run_id, job_id, partition_id, shard_index, shard_total, \
         attempt_no, priority, args_json, state, created_at_ms, not_before_ms, avoid_executor_id, \
         executor_id, dispatched_at_ms, deadline_ms, finished_at_ms, output, error \

@@ -89,6 +89,9 @@ pub struct NewAttempt {
     pub shard_index: i64,
     pub shard_total: i64,
     pub args_json: String,
+    /// The executor this shard is meant for (`split` and `broadcast`); others take it only if
+    /// that one cannot.
+    pub prefer_executor_id: Option<String>,
 }
 
 /// How an attempt ended, and what comes next.

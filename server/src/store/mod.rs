@@ -254,6 +254,9 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
     /// every shard has ended (`succeeded` if all succeeded, `cancelled` if one was cancelled,
     /// else `failed`), releasing the job's next queued run. Ending an attempt twice is harmless.
     async fn attempt_end(&self, attempt_id: i64, end: &AttemptEnd) -> Result<AttemptEnded, Error>;
+
+    /// Running attempts per executor, cluster-wide.
+    async fn executor_loads(&self) -> Result<Vec<(String, i64)>, Error>;
 }
 
 /// The storage interface. One implementation per backend; the same conformance suite runs

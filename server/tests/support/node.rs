@@ -21,6 +21,8 @@ pub struct NodeSpec {
     pub node_lease_ms: u64,
     pub leader_lease_ms: u64,
     pub misfire_threshold_ms: u64,
+    /// More `CARILLON_*` settings.
+    pub extra_env: Vec<(&'static str, String)>,
 }
 
 impl NodeSpec {
@@ -35,6 +37,7 @@ impl NodeSpec {
             node_lease_ms: 1_000,
             leader_lease_ms: 1_000,
             misfire_threshold_ms: 60_000,
+            extra_env: Vec::new(),
         }
     }
 }
@@ -104,7 +107,7 @@ impl NodeProcess {
                 .map(|d| d.as_nanos())
                 .unwrap_or(0)
         ));
-        let env = [
+        let mut env = vec![
             ("CARILLON_DATABASE_URL", spec.database_url.clone()),
             ("CARILLON_DATA_DIR", spec.data_dir.display().to_string()),
             ("CARILLON_LISTEN", "127.0.0.1:0".to_owned()),
@@ -119,6 +122,7 @@ impl NodeProcess {
                 spec.misfire_threshold_ms.to_string(),
             ),
         ];
+        env.extend(spec.extra_env.iter().cloned());
         let mut child = spawn_carillon(&["server"], &env, &spec.data_dir, &log);
         let addr = wait_for_listen_address(&mut child, &log).await;
         NodeProcess {

@@ -42,6 +42,7 @@ macro_rules! dispatch_store {
                         .bind(&attempt.args_json)
                         .bind(delay.max(0))
                         .bind(attempt.executor_id.as_deref())
+                        .bind(None::<&str>)
                         .execute(&mut *tx)
                         .await?;
                     tx.commit().await?;
@@ -233,6 +234,7 @@ macro_rules! dispatch_store {
                         .bind(&attempt.args_json)
                         .bind(0_i64)
                         .bind(None::<&str>)
+                        .bind(attempt.prefer_executor_id.as_deref())
                         .execute(&mut *tx)
                         .await?;
                 }
@@ -388,6 +390,14 @@ macro_rules! dispatch_store {
                 end: &AttemptEnd,
             ) -> Result<AttemptEnded, Error> {
                 retry_transient(|| self.attempt_end_once(attempt_id, end)).await
+            }
+
+            async fn executor_loads(&self) -> Result<Vec<(String, i64)>, Error> {
+                Ok(
+                    sqlx::query_as::<$db, (String, i64)>(sql(&self.q.executor_loads))
+                        .fetch_all(&self.pool)
+                        .await?,
+                )
             }
         }
     };

@@ -1,0 +1,197 @@
+//! `/api/v1/runs`: run logs (runs with their attempts), cancellation, dead letters.
+
+use axum::Json;
+use axum::extract::State;
+use serde::{Deserialize, Serialize};
+
+use super::jobs::RunView;
+use super::params::{IdParam, QueryParams};
+use super::{ApiError, ApiState, rfc3339};
+use crate::store::{AttemptRecord, RunFilter, run_state};
+
+#[derive(Debug, Serialize)]
+pub(super) struct AttemptView {
+    id: i64,
+    shard: i64,
+    shards: i64,
+    attempt: i64,
+    state: String,
+    executor_id: Option<String>,
+    args: serde_json::Value,
+    created_at: Option<String>,
+    not_before: Option<String>,
+    dispatched_at: Option<String>,
+    deadline: Option<String>,
+    finished_at: Option<String>,
+    output: Option<serde_json::Value>,
+    error: Option<String>,
+}
+
+impl From<AttemptRecord> for AttemptView {
+    fn from(a: AttemptRecord) -> Self {
+        Self {
+            id: a.attempt_id,
+            shard: a.shard_index,
+            shards: a.shard_total,
+            attempt: a.attempt_no,
+            state: a.state,
+            executor_id: a.executor_id,
+            args: serde_json::from_str(&a.args_json).unwrap_or(serde_json::Value::Null),
+            created_at: rfc3339(a.created_at_ms),
+            not_before: rfc3339(a.not_before_ms),
+            dispatched_at: a.dispatched_at_ms.and_then(rfc3339),
+            deadline: a.deadline_ms.and_then(rfc3339),
+            finished_at: a.finished_at_ms.and_then(rfc3339),
+            output: a
+                .output
+                .as_deref()
+                .and_then(|o| serde_json::from_str(o).ok()),
+            error: a.error,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct RunDetail {
+    #[serde(flatten)]
+    run: RunView,
+    attempts: Vec<AttemptView>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RunsQuery {
+    job_id: Option<i64>,
+    state: Option<String>,
+    limit: Option<i64>,
+    cursor: Option<String>,
+}
+
+const RUN_STATES: [&str; 9] = [
+    run_state::PENDING,
+    run_state::QUEUED,
+    run_state::RUNNING,
+    "succeeded",
+    "failed",
+    run_state::CANCELLED,
+    run_state::SKIPPED,
+    run_state::NO_EXECUTOR,
+    "done",
+];
+
+fn parse_page(limit: Option<i64>, cursor: Option<&str>) -> Result<(i64, Option<i64>), ApiError> {
+    let limit = limit.unwrap_or(100);
+    if !(1..=1_000).contains(&limit) {
+        return Err(ApiError::invalid(
+            "limit",
+            format!("{limit} is outside 1..=1000"),
+        ));
+    }
+    let before = cursor
+        .map(|c| {
+            c.parse::<i64>()
+                .map_err(|_| ApiError::invalid("cursor", "is not a cursor this API returned"))
+        })
+        .transpose()?;
+    Ok((limit, before))
+}
+
+pub(super) async fn list(
+    State(state): State<ApiState>,
+    QueryParams(query): QueryParams<RunsQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    if let Some(s) = &query.state
+        && !RUN_STATES.contains(&s.as_str())
+    {
+        return Err(ApiError::invalid(
+            "state",
+            format!("use one of {}", RUN_STATES.join(", ")),
+        ));
+    }
+    let (limit, before_id) = parse_page(query.limit, query.cursor.as_deref())?;
+    let runs = state
+        .store
+        .runs_list(&RunFilter {
+            job_id: query.job_id,
+            state: query.state,
+            before_id,
+            limit,
+        })
+        .await?;
+    Ok(Json(page(runs, limit)))
+}
+
+fn page(runs: Vec<crate::store::RunRecord>, limit: i64) -> serde_json::Value {
+    let next_cursor = (runs.len() as i64 == limit)
+        .then(|| runs.last().map(|r| r.run_id.to_string()))
+        .flatten();
+    let runs: Vec<RunView> = runs.into_iter().map(RunView::from).collect();
+    serde_json::json!({ "runs": runs, "next_cursor": next_cursor })
+}
+
+/// Runs that ended without success for good: `failed` after their last attempt, or
+/// `no_executor`.
+pub(super) async fn dead_letters(
+    State(state): State<ApiState>,
+    QueryParams(query): QueryParams<RunsQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let (limit, before_id) = parse_page(query.limit, query.cursor.as_deref())?;
+    let mut runs = Vec::new();
+    for dead in ["failed", run_state::NO_EXECUTOR] {
+        let filter = RunFilter {
+            job_id: query.job_id,
+            state: Some(dead.to_owned()),
+            before_id,
+            limit,
+        };
+        runs.extend(state.store.runs_list(&filter).await?);
+    }
+    runs.sort_by_key(|r| std::cmp::Reverse(r.run_id));
+    runs.truncate(usize::try_from(limit).unwrap_or(100));
+    Ok(Json(page(runs, limit)))
+}
+
+pub(super) async fn get(
+    State(state): State<ApiState>,
+    IdParam(id): IdParam,
+) -> Result<Json<RunDetail>, ApiError> {
+    let run = state
+        .store
+        .run_get(id)
+        .await?
+        .ok_or_else(|| ApiError::missing(format!("run {id}")))?;
+    let attempts = state.store.attempts_of_run(id).await?;
+    Ok(Json(RunDetail {
+        run: run.into(),
+        attempts: attempts.into_iter().map(AttemptView::from).collect(),
+    }))
+}
+
+pub(super) async fn cancel(
+    State(state): State<ApiState>,
+    IdParam(id): IdParam,
+) -> Result<Json<RunDetail>, ApiError> {
+    let run = state
+        .store
+        .run_get(id)
+        .await?
+        .ok_or_else(|| ApiError::missing(format!("run {id}")))?;
+    let Some(running) = state.store.run_cancel(id).await? else {
+        return Err(ApiError::Conflict(format!(
+            "run {id} has already ended ({})",
+            run.state
+        )));
+    };
+    // Tell the executors; an executor that misses this learns it from its next heartbeat.
+    let executors = state.store.executors_list(None).await?;
+    for attempt in running {
+        if let Some(e) = executors
+            .executors
+            .iter()
+            .find(|e| Some(&e.executor_id) == attempt.executor_id.as_ref())
+        {
+            state.dispatch.cancel(&e.address, attempt.attempt_id).await;
+        }
+    }
+    get(State(state), IdParam(id)).await
+}

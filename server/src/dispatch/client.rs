@@ -1,0 +1,118 @@
+//! Signed HTTP calls to executors: one shared client, no redirects, explicit timeouts.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use carillon_protocol::{
+    Cancel, DirectResult, Dispatch, SIGNATURE_HEADER, TIMESTAMP_HEADER, executor_paths, sign,
+};
+use reqwest::StatusCode;
+
+use crate::clock::system_now_ms;
+use crate::config::Secret;
+
+/// What became of one dispatch.
+#[derive(Debug)]
+pub enum Delivery {
+    /// `202`: running; the result will be reported.
+    Accepted,
+    /// `200`: done; here is the result.
+    Finished(DirectResult),
+    /// `429`, `503` or no answer: offer it to the next executor.
+    TryAnother(String),
+    /// The executor refused it for good (`404`, `401`, `400`, `409`…).
+    Refused(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct DispatchClient {
+    http: reqwest::Client,
+    secret: Arc<Secret>,
+}
+
+impl DispatchClient {
+    pub fn new(
+        secret: Arc<Secret>,
+        connect_timeout: Duration,
+        request_timeout: Duration,
+    ) -> Result<Self, reqwest::Error> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(connect_timeout)
+            .timeout(request_timeout)
+            // Dispatch only to the address an executor registered, never where it points.
+            .redirect(reqwest::redirect::Policy::none())
+            .pool_max_idle_per_host(64)
+            .build()?;
+        Ok(Self { http, secret })
+    }
+
+    async fn post_signed(&self, url: String, body: Vec<u8>) -> Result<reqwest::Response, String> {
+        // Signatures use this machine's clock: the executor compares with its own.
+        let timestamp = system_now_ms();
+        let signature = sign(self.secret.expose().as_bytes(), timestamp, &body);
+        self.http
+            .post(url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header(TIMESTAMP_HEADER, timestamp.to_string())
+            .header(SIGNATURE_HEADER, signature)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| format!("no answer: {}", without_url(&e)))
+    }
+
+    pub async fn dispatch(&self, address: &str, dispatch: &Dispatch) -> Delivery {
+        let body = match serde_json::to_vec(dispatch) {
+            Ok(body) => body,
+            Err(e) => return Delivery::Refused(format!("cannot encode the dispatch: {e}")),
+        };
+        let url = format!(
+            "{}{}",
+            address.trim_end_matches('/'),
+            executor_paths::DISPATCH
+        );
+        let response = match self.post_signed(url, body).await {
+            Ok(response) => response,
+            Err(e) => return Delivery::TryAnother(e),
+        };
+        let status = response.status();
+        match status {
+            StatusCode::ACCEPTED => Delivery::Accepted,
+            StatusCode::OK => match response.json::<DirectResult>().await {
+                Ok(result) => Delivery::Finished(result),
+                Err(e) => Delivery::Refused(format!("200 with a body that is not a result: {e}")),
+            },
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
+                Delivery::TryAnother(format!("executor answered {status}"))
+            }
+            s if s.is_server_error() => Delivery::TryAnother(format!("executor answered {s}")),
+            s => {
+                let detail = response.text().await.unwrap_or_default();
+                let detail: String = detail.chars().take(300).collect();
+                Delivery::Refused(format!("executor answered {s}: {detail}"))
+            }
+        }
+    }
+
+    /// Asks an executor to stop an attempt; best effort.
+    pub async fn cancel(&self, address: &str, attempt_id: i64) -> bool {
+        let Ok(body) = serde_json::to_vec(&Cancel { attempt_id }) else {
+            return false;
+        };
+        let url = format!(
+            "{}{}",
+            address.trim_end_matches('/'),
+            executor_paths::CANCEL
+        );
+        matches!(self.post_signed(url, body).await, Ok(r) if r.status().is_success())
+    }
+}
+
+/// reqwest errors carry the URL; the message already says which executor.
+fn without_url(err: &reqwest::Error) -> String {
+    let mut text = err.to_string();
+    if let Some(url) = err.url() {
+        text = text.replace(url.as_str(), "executor");
+    }
+    text
+}

@@ -1,0 +1,123 @@
+//! Ending an attempt, wherever the news comes from (a direct answer, a result report, a
+//! timeout, a lost executor): the job's retry policy decides whether the shard runs again.
+
+use carillon_protocol::Outcome;
+use serde_json::Value;
+
+use super::backoff::retry_delay_ms;
+use crate::jobs::JobPolicy;
+use crate::store::{self, AttemptEnd, AttemptEnded, AttemptRecord, Store, attempt_state};
+
+/// Output kept per attempt; the rest is cut.
+pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
+const MAX_ERROR_BYTES: usize = 8 * 1024;
+/// Attempts lost with their executor are retried beyond `max_attempts`, up to this many more:
+/// failing over must not depend on the retry budget.
+const EXTRA_LOST_ATTEMPTS: i64 = 5;
+
+/// Why an attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    Reported(Outcome),
+    TimedOut,
+    Lost,
+    Refused,
+}
+
+pub async fn finish_attempt(
+    store: &dyn Store,
+    attempt: &AttemptRecord,
+    ending: Ending,
+    output: Option<&Value>,
+    error: Option<String>,
+) -> Result<AttemptEnded, store::Error> {
+    let policy = match store.job_get(attempt.job_id).await? {
+        Some(job) => serde_json::from_str::<JobPolicy>(&job.policy_json).unwrap_or_default(),
+        None => JobPolicy::default(),
+    };
+    let max = i64::from(policy.retry.max_attempts);
+    let (state, retry) = match ending {
+        Ending::Reported(Outcome::Succeeded) => (attempt_state::SUCCEEDED, false),
+        Ending::Reported(Outcome::Cancelled) => (attempt_state::CANCELLED, false),
+        Ending::Reported(Outcome::Failed) | Ending::Refused => {
+            (attempt_state::FAILED, attempt.attempt_no < max)
+        }
+        Ending::TimedOut => (attempt_state::TIMED_OUT, attempt.attempt_no < max),
+        Ending::Lost => (
+            attempt_state::LOST,
+            attempt.attempt_no < max + EXTRA_LOST_ATTEMPTS,
+        ),
+    };
+    let retry_after_ms = retry.then(|| match ending {
+        // A lost executor says nothing about the work: go again at once, elsewhere.
+        Ending::Lost => 0,
+        _ => retry_delay_ms(
+            &policy.retry,
+            u32::try_from(attempt.attempt_no).unwrap_or(u32::MAX),
+            jitter(attempt.attempt_id),
+        ),
+    });
+    let end = AttemptEnd {
+        state,
+        output: output.map(bounded_output),
+        error: error.map(|e| cut(&e, MAX_ERROR_BYTES)),
+        retry_after_ms,
+    };
+    store.attempt_end(attempt.attempt_id, &end).await
+}
+
+/// An output as stored: its JSON, or a JSON string holding the first bytes of it.
+fn bounded_output(output: &Value) -> String {
+    let text = output.to_string();
+    if text.len() <= MAX_OUTPUT_BYTES {
+        return text;
+    }
+    Value::String(format!(
+        "{}… (cut at {MAX_OUTPUT_BYTES} bytes)",
+        cut(&text, MAX_OUTPUT_BYTES - 64)
+    ))
+    .to_string()
+}
+
+fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}
+
+/// A jitter in [0, 1) that differs between attempts without a random source.
+fn jitter(attempt_id: i64) -> f64 {
+    let mut x = attempt_id as u64 ^ 0x9e37_79b9_7f4a_7c15;
+    x = (x ^ (x >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    (x >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_outputs_are_cut_to_valid_json() {
+        let big = Value::String("x".repeat(MAX_OUTPUT_BYTES * 2));
+        let stored = bounded_output(&big);
+        assert!(stored.len() <= MAX_OUTPUT_BYTES + 64);
+        assert!(serde_json::from_str::<Value>(&stored).is_ok());
+        assert_eq!(
+            bounded_output(&serde_json::json!({"rows": 3})),
+            r#"{"rows":3}"#
+        );
+    }
+
+    #[test]
+    fn jitter_is_in_range_and_varies() {
+        let values: Vec<f64> = (0..100).map(jitter).collect();
+        assert!(values.iter().all(|j| (0.0..1.0).contains(j)));
+        assert!(values.windows(2).any(|w| (w[0] - w[1]).abs() > 0.1));
+    }
+}

@@ -1,0 +1,482 @@
+//! Dispatch: each node sends the runs of the partitions it owns to executors.
+//!
+//! The attempts table is the queue and the database is the truth: a run claimed by the
+//! scheduler is `pending`; the owner's `Dispatcher` starts it (one attempt per shard), offers
+//! each due attempt to executors in the order its balancer gives, and watches running attempts
+//! for timeouts and lost executors. Results arrive at any node (`finish::finish_attempt`), which
+//! ends the attempt and queues a retry or ends the run in the same transaction. Because all
+//! state is in the database, a partition's next owner picks up exactly where the last stopped.
+//!
+//! Architecture invariant: the scheduler never runs user code; executors do, over HTTP.
+
+pub mod backoff;
+pub mod balancer;
+pub mod client;
+pub mod finish;
+pub mod sharding;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use carillon_protocol::{Dispatch, PROTOCOL_VERSION, Shard};
+use serde_json::Value;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::cluster::LocalView;
+use crate::jobs::{JobPolicy, Sharding};
+use crate::store::{
+    self, AttemptRecord, ExecutorList, ExecutorRecord, JobRecord, NewAttempt, RunRecord, Store,
+    run_state,
+};
+use balancer::{Balancers, Candidate};
+use client::{Delivery, DispatchClient};
+use finish::{Ending, finish_attempt};
+
+/// The dispatcher's settings.
+#[derive(Debug, Clone, Copy)]
+pub struct DispatchSettings {
+    /// How often the queue is looked at when nothing wakes the dispatcher sooner.
+    pub tick: Duration,
+    /// An executor not heard from for this long is lost; its attempts move elsewhere.
+    pub executor_lease: Duration,
+    /// How long a run waits for an executor of its handler to appear before it fails.
+    pub no_executor_grace: Duration,
+    /// Most attempts looked at per tick.
+    pub batch: i64,
+}
+
+impl Default for DispatchSettings {
+    fn default() -> Self {
+        Self {
+            tick: Duration::from_millis(100),
+            executor_lease: Duration::from_secs(5),
+            no_executor_grace: Duration::from_secs(30),
+            batch: 512,
+        }
+    }
+}
+
+/// Waiting this long raises an attempt's priority by one, so low priorities are not starved.
+const AGEING_STEP_MS: i64 = 10_000;
+
+/// Per-node dispatcher.
+#[derive(Debug)]
+pub struct Dispatcher {
+    store: Arc<dyn Store>,
+    view: Arc<LocalView>,
+    client: DispatchClient,
+    settings: DispatchSettings,
+    balancers: Balancers,
+    wake: Arc<Notify>,
+    report_to: Vec<String>,
+}
+
+/// The executors able to take work now, by app, with what each offers and carries.
+struct Fleet {
+    by_app: HashMap<String, Vec<ExecutorRecord>>,
+    handlers: HashSet<(String, String)>,
+    registered_handlers: HashSet<(String, String)>,
+    load: HashMap<String, i64>,
+    now_ms: i64,
+}
+
+impl Fleet {
+    fn new(list: ExecutorList, loads: Vec<(String, i64)>, lease_ms: i64) -> Self {
+        let mut by_app: HashMap<String, Vec<ExecutorRecord>> = HashMap::new();
+        let mut app_of: HashMap<String, String> = HashMap::new();
+        for e in list.executors {
+            app_of.insert(e.executor_id.clone(), e.app_name.clone());
+            if e.is_healthy(list.now_ms, lease_ms) {
+                by_app.entry(e.app_name.clone()).or_default().push(e);
+            }
+        }
+        let handlers: HashSet<(String, String)> = list.handlers.into_iter().collect();
+        let registered_handlers = handlers
+            .iter()
+            .filter_map(|(executor, handler)| {
+                app_of
+                    .get(executor)
+                    .map(|app| (app.clone(), handler.clone()))
+            })
+            .collect();
+        Self {
+            by_app,
+            handlers,
+            registered_handlers,
+            load: loads.into_iter().collect(),
+            now_ms: list.now_ms,
+        }
+    }
+
+    /// Healthy executors of `app` that registered `handler`.
+    fn offering(&self, app: &str, handler: &str) -> Vec<&ExecutorRecord> {
+        self.by_app
+            .get(app)
+            .map(|all| {
+                all.iter()
+                    .filter(|e| {
+                        self.handlers
+                            .contains(&(e.executor_id.clone(), handler.to_owned()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn has_room(&self, executor: &ExecutorRecord) -> bool {
+        self.load.get(&executor.executor_id).copied().unwrap_or(0) < executor.capacity
+    }
+}
+
+impl Dispatcher {
+    pub fn new(
+        store: Arc<dyn Store>,
+        view: Arc<LocalView>,
+        client: DispatchClient,
+        settings: DispatchSettings,
+        wake: Arc<Notify>,
+        report_to: Vec<String>,
+    ) -> Self {
+        let seed = crate::clock::system_now_ms() as u64;
+        Self {
+            store,
+            view,
+            client,
+            settings,
+            balancers: Balancers::new(seed),
+            wake,
+            report_to,
+        }
+    }
+
+    pub async fn run(mut self, stop: CancellationToken) {
+        loop {
+            if let Err(err) = self.tick().await {
+                warn!(error = %err, "dispatch tick failed");
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(self.settings.tick) => {}
+            }
+        }
+    }
+
+    async fn tick(&mut self) -> Result<(), store::Error> {
+        let partitions: Vec<i64> = self
+            .view
+            .owned_partitions()
+            .iter()
+            .map(|p| p.partition_id)
+            .collect();
+        if partitions.is_empty() {
+            return Ok(());
+        }
+        let lease_ms = millis(self.settings.executor_lease);
+        let mut fleet = Fleet::new(
+            self.store.executors_list(None).await?,
+            self.store.executor_loads().await?,
+            lease_ms,
+        );
+        let mut jobs: HashMap<i64, Option<JobRecord>> = HashMap::new();
+
+        for attempt in self
+            .store
+            .attempts_orphaned(&partitions, lease_ms, self.settings.batch)
+            .await?
+        {
+            info!(attempt_id = attempt.attempt_id, executor = ?attempt.executor_id, "executor lost; failing the attempt over");
+            let error = Some("the executor stopped heartbeating".to_owned());
+            finish_attempt(&*self.store, &attempt, Ending::Lost, None, error).await?;
+        }
+        for attempt in self
+            .store
+            .attempts_expired(&partitions, self.settings.batch)
+            .await?
+        {
+            info!(attempt_id = attempt.attempt_id, "attempt timed out");
+            if let Some(address) = self.address_of(&fleet, attempt.executor_id.as_deref()) {
+                self.client.cancel(&address, attempt.attempt_id).await;
+            }
+            let error = Some("the job's timeout passed".to_owned());
+            finish_attempt(&*self.store, &attempt, Ending::TimedOut, None, error).await?;
+        }
+        for run in self
+            .store
+            .runs_pending(&partitions, self.settings.batch)
+            .await?
+        {
+            let job = self.job(&mut jobs, run.job_id).await?;
+            self.start_run(&run, job.as_ref(), &fleet).await?;
+        }
+        let mut due = self
+            .store
+            .attempts_due(&partitions, self.settings.batch)
+            .await?;
+        // Highest effective priority first: waiting raises it, so nothing starves.
+        let now = fleet.now_ms;
+        due.sort_by_key(|a| {
+            let aged = a.priority + (now - a.created_at_ms).max(0) / AGEING_STEP_MS;
+            (std::cmp::Reverse(aged), a.attempt_id)
+        });
+        for attempt in due {
+            let job = self.job(&mut jobs, attempt.job_id).await?;
+            self.dispatch(&attempt, job.as_ref(), &mut fleet).await?;
+        }
+        Ok(())
+    }
+
+    async fn job(
+        &self,
+        cache: &mut HashMap<i64, Option<JobRecord>>,
+        job_id: i64,
+    ) -> Result<Option<JobRecord>, store::Error> {
+        if let Some(job) = cache.get(&job_id) {
+            return Ok(job.clone());
+        }
+        let job = self.store.job_get(job_id).await?;
+        cache.insert(job_id, job.clone());
+        Ok(job)
+    }
+
+    fn address_of(&self, fleet: &Fleet, executor_id: Option<&str>) -> Option<String> {
+        let id = executor_id?;
+        fleet
+            .by_app
+            .values()
+            .flatten()
+            .find(|e| e.executor_id == id)
+            .map(|e| e.address.clone())
+    }
+
+    /// Turns a pending run into its shards' first attempts.
+    async fn start_run(
+        &self,
+        run: &RunRecord,
+        job: Option<&JobRecord>,
+        fleet: &Fleet,
+    ) -> Result<(), store::Error> {
+        let Some(job) = job else {
+            self.store
+                .run_end(
+                    run.run_id,
+                    run_state::CANCELLED,
+                    Some("the job was deleted"),
+                )
+                .await?;
+            return Ok(());
+        };
+        let executors = fleet.offering(&job.app_name, &job.handler_name);
+        if executors.is_empty() {
+            let registered = fleet
+                .registered_handlers
+                .contains(&(job.app_name.clone(), job.handler_name.clone()));
+            let waited = fleet.now_ms - run.created_at_ms;
+            if !registered && waited > millis(self.settings.no_executor_grace) {
+                let message = format!(
+                    "no executor is registered for app {:?} (handler {:?})",
+                    job.app_name, job.handler_name
+                );
+                self.store
+                    .run_end(run.run_id, run_state::NO_EXECUTOR, Some(&message))
+                    .await?;
+            }
+            return Ok(());
+        }
+        let policy: JobPolicy = serde_json::from_str(&job.policy_json).unwrap_or_default();
+        let args: Value = serde_json::from_str(&job.args_json).unwrap_or(Value::Null);
+        let attempts = shards(&policy.sharding, &args, &executors);
+        if self.store.run_start(run, &attempts).await? {
+            debug!(run_id = run.run_id, shards = attempts.len(), "run started");
+        }
+        Ok(())
+    }
+
+    /// Offers one attempt to the executors that can take it, in balancer order.
+    async fn dispatch(
+        &mut self,
+        attempt: &AttemptRecord,
+        job: Option<&JobRecord>,
+        fleet: &mut Fleet,
+    ) -> Result<(), store::Error> {
+        let Some(job) = job else {
+            let error = Some("the job was deleted".to_owned());
+            finish_attempt(
+                &*self.store,
+                attempt,
+                Ending::Reported(carillon_protocol::Outcome::Cancelled),
+                None,
+                error,
+            )
+            .await?;
+            return Ok(());
+        };
+        let policy: JobPolicy = serde_json::from_str(&job.policy_json).unwrap_or_default();
+        let executors: Vec<&ExecutorRecord> = fleet
+            .offering(&job.app_name, &job.handler_name)
+            .into_iter()
+            .filter(|e| fleet.has_room(e))
+            .collect();
+        if executors.is_empty() {
+            return Ok(()); // capacity is short: the attempt waits, its priority ageing
+        }
+        let candidates: Vec<Candidate<'_>> = executors
+            .iter()
+            .map(|e| Candidate {
+                executor_id: &e.executor_id,
+                weight: u32::try_from(e.weight).unwrap_or(1),
+                load: u32::try_from(fleet.load.get(&e.executor_id).copied().unwrap_or(0))
+                    .unwrap_or(u32::MAX),
+                capacity: u32::try_from(e.capacity).unwrap_or(1),
+            })
+            .collect();
+        let group = format!("{}/{}", job.app_name, job.handler_name);
+        let key = (job.job_id as u64) ^ (attempt.shard_index as u64).rotate_left(32);
+        let mut order = self.balancers.order(
+            policy.balance,
+            &group,
+            &candidates,
+            key,
+            attempt.avoid_executor_id.as_deref(),
+        );
+        // A shard meant for one executor goes there first.
+        if let Some(preferred) = attempt.executor_id.as_deref()
+            && let Some(pos) = order
+                .iter()
+                .position(|&i| candidates[i].executor_id == preferred)
+        {
+            let first = order.remove(pos);
+            order.insert(0, first);
+        }
+        let request = Dispatch {
+            protocol: PROTOCOL_VERSION,
+            run_id: attempt.run_id,
+            attempt_id: attempt.attempt_id,
+            attempt: u32::try_from(attempt.attempt_no).unwrap_or(u32::MAX),
+            job_id: job.job_id,
+            job: job.name.clone(),
+            handler: job.handler_name.clone(),
+            args: serde_json::from_str(&attempt.args_json).unwrap_or(Value::Null),
+            shard: Shard {
+                index: u32::try_from(attempt.shard_index).unwrap_or(0),
+                total: u32::try_from(attempt.shard_total).unwrap_or(1),
+            },
+            scheduled_at: self
+                .store
+                .run_get(attempt.run_id)
+                .await?
+                .and_then(|r| crate::api::rfc3339(r.scheduled_at_ms))
+                .unwrap_or_default(),
+            timeout_ms: policy.timeout_ms,
+            report_to: self.report_to.clone(),
+        };
+        let ids: Vec<(String, String)> = order
+            .iter()
+            .map(|&i| {
+                (
+                    executors[i].executor_id.clone(),
+                    executors[i].address.clone(),
+                )
+            })
+            .collect();
+        for (executor_id, address) in ids {
+            match self.client.dispatch(&address, &request).await {
+                Delivery::Accepted => {
+                    let timeout = policy
+                        .timeout_ms
+                        .map_or(0, |t| i64::try_from(t).unwrap_or(i64::MAX));
+                    self.store
+                        .attempt_dispatched(attempt.attempt_id, &executor_id, timeout)
+                        .await?;
+                    *fleet.load.entry(executor_id).or_default() += 1;
+                    return Ok(());
+                }
+                Delivery::Finished(result) => {
+                    self.store
+                        .attempt_dispatched(attempt.attempt_id, &executor_id, 0)
+                        .await?;
+                    let mut running = attempt.clone();
+                    running.executor_id = Some(executor_id);
+                    finish_attempt(
+                        &*self.store,
+                        &running,
+                        Ending::Reported(result.outcome),
+                        result.output.as_ref(),
+                        result.error,
+                    )
+                    .await?;
+                    return Ok(());
+                }
+                Delivery::TryAnother(why) => {
+                    debug!(attempt_id = attempt.attempt_id, executor = %executor_id, why, "offering to the next executor");
+                }
+                Delivery::Refused(why) => {
+                    self.store
+                        .attempt_dispatched(attempt.attempt_id, &executor_id, 0)
+                        .await?;
+                    let mut refused = attempt.clone();
+                    refused.executor_id = Some(executor_id);
+                    finish_attempt(&*self.store, &refused, Ending::Refused, None, Some(why))
+                        .await?;
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The first attempts of a run: one per shard.
+fn shards(sharding: &Sharding, args: &Value, executors: &[&ExecutorRecord]) -> Vec<NewAttempt> {
+    let one = |index: usize, total: usize, args: &Value, prefer: Option<&str>| NewAttempt {
+        shard_index: index as i64,
+        shard_total: total as i64,
+        args_json: args.to_string(),
+        prefer_executor_id: prefer.map(str::to_owned),
+    };
+    if sharding.broadcast {
+        let total = executors.len();
+        return executors
+            .iter()
+            .enumerate()
+            .map(|(i, e)| one(i, total, args, Some(&e.executor_id)))
+            .collect();
+    }
+    if let Some(count) = sharding.count {
+        let total = count.max(1) as usize;
+        return (0..total).map(|i| one(i, total, args, None)).collect();
+    }
+    if sharding.split
+        && let Some(items) = args.as_array()
+    {
+        let weights: Vec<u32> = executors
+            .iter()
+            .map(|e| u32::try_from(e.weight).unwrap_or(1))
+            .collect();
+        let parts: Vec<(usize, std::ops::Range<usize>)> = sharding::split(items.len(), &weights)
+            .into_iter()
+            .enumerate()
+            .filter(|(_, r)| !r.is_empty())
+            .collect();
+        if parts.is_empty() {
+            return vec![one(0, 1, args, None)];
+        }
+        let total = parts.len();
+        return parts
+            .into_iter()
+            .enumerate()
+            .map(|(index, (executor, range))| {
+                let part = Value::Array(items[range].to_vec());
+                one(index, total, &part, Some(&executors[executor].executor_id))
+            })
+            .collect();
+    }
+    vec![one(0, 1, args, None)]
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}

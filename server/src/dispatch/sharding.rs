@@ -1,0 +1,85 @@
+//! Splitting a run into shards.
+
+use std::ops::Range;
+
+/// Splits `len` elements into contiguous ranges in proportion to `weights` (largest
+/// remainder), covering every element exactly once, in order. Krest-Job's example: weights 1
+/// and 2 split nine elements as the first three and the last six.
+pub fn split(len: usize, weights: &[u32]) -> Vec<Range<usize>> {
+    if weights.is_empty() {
+        return Vec::new();
+    }
+    let total: u128 = weights.iter().map(|w| u128::from((*w).max(1))).sum();
+    let exact: Vec<(usize, u128)> = weights
+        .iter()
+        .map(|w| {
+            let share = len as u128 * u128::from((*w).max(1));
+            ((share / total) as usize, share % total)
+        })
+        .collect();
+    let mut sizes: Vec<usize> = exact.iter().map(|(q, _)| *q).collect();
+    let mut left = len - sizes.iter().sum::<usize>();
+    // Hand the remainder to the largest fractional parts, earlier executors first on ties.
+    let mut by_remainder: Vec<usize> = (0..weights.len()).collect();
+    by_remainder.sort_by(|&a, &b| exact[b].1.cmp(&exact[a].1).then(a.cmp(&b)));
+    for i in by_remainder {
+        if left == 0 {
+            break;
+        }
+        sizes[i] += 1;
+        left -= 1;
+    }
+    let mut start = 0;
+    sizes
+        .into_iter()
+        .map(|size| {
+            let range = start..start + size;
+            start += size;
+            range
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_krest_job_example() {
+        assert_eq!(split(9, &[1, 2]), vec![0..3, 3..9]);
+    }
+
+    #[test]
+    fn every_element_exactly_once_for_any_number_of_executors() {
+        for len in [0usize, 1, 2, 7, 9, 100, 1_001] {
+            for weights in [
+                vec![1],
+                vec![1, 1],
+                vec![3, 1, 2],
+                vec![1, 2, 3, 4, 5],
+                vec![5; 7],
+                vec![1; 13],
+            ] {
+                let ranges = split(len, &weights);
+                assert_eq!(ranges.len(), weights.len());
+                let mut next = 0;
+                for r in &ranges {
+                    assert_eq!(
+                        r.start, next,
+                        "contiguous: {len} over {weights:?}: {ranges:?}"
+                    );
+                    next = r.end;
+                }
+                assert_eq!(next, len);
+                let total: u32 = weights.iter().sum();
+                for (r, w) in ranges.iter().zip(&weights) {
+                    let ideal = len as f64 * f64::from(*w) / f64::from(total);
+                    assert!(
+                        (r.len() as f64 - ideal).abs() < 1.0,
+                        "{len} over {weights:?}: {ranges:?}"
+                    );
+                }
+            }
+        }
+    }
+}

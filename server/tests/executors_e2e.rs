@@ -1,0 +1,464 @@
+//! Dispatch end to end: a real node and real executor processes over HTTP. The executors are
+//! `executors/python_executor.py`, written from `protocol/README.md` alone.
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on any unexpected error"
+)]
+
+mod support;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use support::db::{Engine, TestDb};
+use support::node::{NodeProcess, NodeSpec};
+use support::wait_for;
+
+const EXECUTOR_TOKEN: &str = "executor-token-for-tests-0123";
+const SECRET: &str = "dispatch-secret-for-tests-0123";
+
+struct Executor {
+    id: String,
+    port: u16,
+    child: Child,
+}
+
+impl Executor {
+    fn start(node: &NodeProcess, app: &str, id: &str, weight: u32, extra: &[&str]) -> Executor {
+        Self::start_with_secret(node, app, id, weight, extra, SECRET)
+    }
+
+    fn start_with_secret(
+        node: &NodeProcess,
+        app: &str,
+        id: &str,
+        weight: u32,
+        extra: &[&str],
+        secret: &str,
+    ) -> Executor {
+        let script = format!(
+            "{}/tests/executors/python_executor.py",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let mut child = Command::new("python3")
+            .arg(script)
+            .args([
+                "--admin",
+                &node.url(""),
+                "--token",
+                EXECUTOR_TOKEN,
+                "--secret",
+                secret,
+            ])
+            .args(["--app", app, "--id", id, "--weight", &weight.to_string()])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python3 runs the example executor");
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        let port = line
+            .trim()
+            .strip_prefix("listening ")
+            .unwrap_or_else(|| panic!("executor said {line:?}"))
+            .parse()
+            .unwrap();
+        Executor {
+            id: id.to_owned(),
+            port,
+            child,
+        }
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    async fn log(&self) -> Vec<Value> {
+        reqwest::get(format!("http://127.0.0.1:{}/log", self.port))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for Executor {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+async fn node() -> (NodeProcess, TestDb, tempfile::TempDir) {
+    let db = TestDb::create(Engine::Sqlite).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = NodeSpec::fast("solo", &db.url, dir.path());
+    spec.extra_env = vec![
+        ("CARILLON_EXECUTOR_TOKEN", EXECUTOR_TOKEN.to_owned()),
+        ("CARILLON_DISPATCH_SECRET", SECRET.to_owned()),
+        ("CARILLON_EXECUTOR_LEASE_MS", "1500".to_owned()),
+        ("CARILLON_EXECUTOR_HEARTBEAT_MS", "300".to_owned()),
+    ];
+    let node = NodeProcess::start(spec).await;
+    wait_for(
+        Duration::from_secs(20),
+        "the node to own its partitions",
+        || async {
+            node.cluster()
+                .await
+                .filter(|c| c.this_node.acting_partitions == 24)
+        },
+    )
+    .await;
+    (node, db, dir)
+}
+
+async fn create(node: &NodeProcess, doc: Value) -> Value {
+    let (status, job) = node.call(Method::POST, "/api/v1/jobs", Some(doc)).await;
+    assert_eq!(status, 201, "{job}");
+    job["id"].clone()
+}
+
+async fn trigger(node: &NodeProcess, job: &Value) -> Value {
+    let (status, run) = node
+        .call(Method::POST, &format!("/api/v1/jobs/{job}/trigger"), None)
+        .await;
+    assert_eq!(status, 202, "{run}");
+    run["id"].clone()
+}
+
+/// Waits until the run ends and returns its detail with attempts.
+async fn ended(node: &NodeProcess, run: &Value) -> Value {
+    wait_for(
+        Duration::from_secs(30),
+        &format!("run {run} to end"),
+        || async {
+            let (_, detail) = node
+                .call(Method::GET, &format!("/api/v1/runs/{run}"), None)
+                .await;
+            ["succeeded", "failed", "cancelled", "no_executor"]
+                .contains(&detail["state"].as_str().unwrap_or(""))
+                .then_some(detail)
+        },
+    )
+    .await
+}
+
+fn job(name: &str, app: &str, handler: &str, extra: Value) -> Value {
+    let mut doc =
+        json!({"name": name, "app": app, "handler": handler, "schedule": {"every": "1d"}});
+    for (k, v) in extra.as_object().unwrap() {
+        doc[k] = v.clone();
+    }
+    doc
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn balancers_spread_runs_as_configured() {
+    let (node, _db, _dir) = node().await;
+    let _a = Executor::start(&node, "bal", "exec-a", 1, &[]);
+    let _b = Executor::start(&node, "bal", "exec-b", 2, &[]);
+    for (balance, expected) in [("weighted", (10, 20)), ("round_robin", (15, 15))] {
+        let id = create(
+            &node,
+            job(balance, "bal", "echo", json!({"balance": balance})),
+        )
+        .await;
+        let mut runs = Vec::new();
+        for _ in 0..30 {
+            runs.push(trigger(&node, &id).await);
+        }
+        let mut by: HashMap<String, usize> = HashMap::new();
+        for run in &runs {
+            let detail = ended(&node, run).await;
+            assert_eq!(detail["state"], "succeeded", "{detail}");
+            let attempt = &detail["attempts"][0];
+            assert_eq!(attempt["output"]["args"], Value::Null);
+            *by.entry(attempt["executor_id"].as_str().unwrap().to_owned())
+                .or_default() += 1;
+        }
+        let got = (
+            by.get("exec-a").copied().unwrap_or(0),
+            by.get("exec-b").copied().unwrap_or(0),
+        );
+        eprintln!(
+            "{balance}: exec-a (weight 1) {} runs, exec-b (weight 2) {} runs",
+            got.0, got.1
+        );
+        assert_eq!(got, expected, "{balance}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn split_sharding_covers_every_element_once_in_proportion_to_weight() {
+    let (node, _db, _dir) = node().await;
+    let items: Vec<i64> = (1..=20).collect();
+    let mut executors = Vec::new();
+    for (n, weights) in [
+        (1, vec![1]),
+        (2, vec![1, 2]),
+        (3, vec![3, 1, 2]),
+        (5, vec![1, 2, 3, 1, 1]),
+    ] {
+        let app = format!("split{n}");
+        for (i, w) in weights.iter().enumerate() {
+            executors.push(Executor::start(&node, &app, &format!("{app}-{i}"), *w, &[]));
+        }
+        let id = create(
+            &node,
+            job(
+                &app,
+                &app,
+                "echo",
+                json!({"args": items, "sharding": {"split": true}}),
+            ),
+        )
+        .await;
+        let detail = ended(&node, &trigger(&node, &id).await).await;
+        assert_eq!(detail["state"], "succeeded", "{detail}");
+        let attempts = detail["attempts"].as_array().unwrap();
+        let total: u32 = weights.iter().sum();
+        let mut covered = Vec::new();
+        for a in attempts {
+            let part: Vec<i64> = serde_json::from_value(a["args"].clone()).unwrap();
+            let executor = a["executor_id"].as_str().unwrap();
+            let index: usize = executor.rsplit('-').next().unwrap().parse().unwrap();
+            let ideal = 20.0 * weights[index] as f64 / total as f64;
+            assert!(
+                (part.len() as f64 - ideal).abs() < 1.0,
+                "{executor} got {part:?} for weight {}",
+                weights[index]
+            );
+            assert_eq!(a["shards"], json!(attempts.len()));
+            covered.extend(part);
+        }
+        assert_eq!(
+            covered, items,
+            "{n} executors: every element exactly once, in order"
+        );
+        eprintln!(
+            "split over {n} executors with weights {weights:?}: {} shards",
+            attempts.len()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_attempt_is_retried_on_another_executor() {
+    let (node, _db, _dir) = node().await;
+    let _bad = Executor::start(&node, "retry", "always-fails", 1, &["--fail"]);
+    let _good = Executor::start(&node, "retry", "works", 1, &[]);
+    let id = create(&node, job("flaky", "retry", "flaky", json!({
+        "retry": {"max_attempts": 3, "backoff": "exponential", "initial_delay_ms": 100, "max_delay_ms": 1000}}))).await;
+    let mut retried = 0;
+    for _ in 0..6 {
+        let detail = ended(&node, &trigger(&node, &id).await).await;
+        assert_eq!(detail["state"], "succeeded", "{detail}");
+        let attempts = detail["attempts"].as_array().unwrap();
+        if attempts.len() > 1 {
+            retried += 1;
+            assert_eq!(attempts[0]["executor_id"], "always-fails");
+            assert_eq!(attempts[0]["error"], "failed on always-fails");
+            assert_eq!(
+                attempts[1]["executor_id"], "works",
+                "the retry prefers another executor"
+            );
+        }
+    }
+    assert!(
+        retried > 0,
+        "round robin sent some first attempts to the failing executor"
+    );
+
+    // Without a good executor, the run fails after its last attempt and is a dead letter.
+    let doomed = create(
+        &node,
+        job(
+            "doomed",
+            "retry",
+            "fail",
+            json!({"retry": {"max_attempts": 2, "initial_delay_ms": 50}}),
+        ),
+    )
+    .await;
+    let detail = ended(&node, &trigger(&node, &doomed).await).await;
+    assert_eq!(detail["state"], "failed");
+    assert_eq!(detail["attempts"].as_array().unwrap().len(), 2);
+    let (_, dead) = node.call(Method::GET, "/api/v1/dead-letters", None).await;
+    assert!(
+        dead["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["id"] == detail["id"])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_jobs_report_through_the_callback_and_fail_over_when_their_executor_dies() {
+    let (node, _db, _dir) = node().await;
+    let mut a = Executor::start(&node, "long", "long-a", 1, &[]);
+    let mut b = Executor::start(&node, "long", "long-b", 1, &[]);
+
+    let quick = create(
+        &node,
+        job("slow2", "long", "slow", json!({"args": {"seconds": 2}})),
+    )
+    .await;
+    let detail = ended(&node, &trigger(&node, &quick).await).await;
+    assert_eq!(detail["state"], "succeeded", "{detail}");
+    assert_eq!(
+        detail["attempts"][0]["output"]["slept"], 2,
+        "the result came by callback"
+    );
+
+    let slow = create(
+        &node,
+        job("slow5", "long", "slow", json!({"args": {"seconds": 5}})),
+    )
+    .await;
+    let run = trigger(&node, &slow).await;
+    let running_on = wait_for(Duration::from_secs(10), "the attempt to run", || async {
+        let (_, d) = node
+            .call(Method::GET, &format!("/api/v1/runs/{run}"), None)
+            .await;
+        d["attempts"][0]["executor_id"]
+            .as_str()
+            .filter(|_| d["attempts"][0]["state"] == "running")
+            .map(str::to_owned)
+    })
+    .await;
+    let killed_at = std::time::Instant::now();
+    if running_on == a.id {
+        a.kill9()
+    } else {
+        b.kill9()
+    }
+    let detail = ended(&node, &run).await;
+    let attempts = detail["attempts"].as_array().unwrap();
+    eprintln!(
+        "kill -9 of {running_on}: run ended {:?} later; attempts {}",
+        killed_at.elapsed(),
+        attempts.len()
+    );
+    assert_eq!(detail["state"], "succeeded", "{detail}");
+    assert_eq!(attempts[0]["state"], "lost");
+    assert_ne!(
+        attempts[1]["executor_id"].as_str(),
+        Some(running_on.as_str())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancellation_timeouts_and_signatures() {
+    let (node, _db, _dir) = node().await;
+    let executor = Executor::start(&node, "ctl", "ctl-a", 1, &[]);
+
+    let long = create(
+        &node,
+        job("long", "ctl", "slow", json!({"args": {"seconds": 60}})),
+    )
+    .await;
+    let run = trigger(&node, &long).await;
+    wait_for(Duration::from_secs(10), "the attempt to run", || async {
+        let (_, d) = node
+            .call(Method::GET, &format!("/api/v1/runs/{run}"), None)
+            .await;
+        (d["attempts"][0]["state"] == "running").then_some(())
+    })
+    .await;
+    let (status, cancelled) = node
+        .call(Method::POST, &format!("/api/v1/runs/{run}/cancel"), None)
+        .await;
+    assert_eq!(
+        (status, &cancelled["state"]),
+        (200, &json!("cancelled")),
+        "{cancelled}"
+    );
+    assert_eq!(cancelled["attempts"][0]["state"], "cancelled");
+    wait_for(
+        Duration::from_secs(5),
+        "the executor to stop the attempt",
+        || async {
+            executor
+                .log()
+                .await
+                .iter()
+                .any(|e| e.get("cancelled").is_some())
+                .then_some(())
+        },
+    )
+    .await;
+    let (status, _) = node
+        .call(Method::POST, &format!("/api/v1/runs/{run}/cancel"), None)
+        .await;
+    assert_eq!(status, 409, "an ended run cannot be cancelled");
+
+    let timed = create(
+        &node,
+        job(
+            "timed",
+            "ctl",
+            "slow",
+            json!({"args": {"seconds": 10}, "timeout_ms": 1000}),
+        ),
+    )
+    .await;
+    let detail = ended(&node, &trigger(&node, &timed).await).await;
+    assert_eq!(detail["state"], "failed", "{detail}");
+    assert_eq!(detail["attempts"][0]["state"], "timed_out");
+
+    // A dispatch whose signature does not verify is refused by the executor.
+    let response = reqwest::Client::new()
+        .post(format!(
+            "http://127.0.0.1:{}/carillon/v1/dispatch",
+            executor.port
+        ))
+        .header(
+            "X-Carillon-Timestamp",
+            chrono::Utc::now().timestamp_millis().to_string(),
+        )
+        .header("X-Carillon-Signature", format!("v1={}", "0".repeat(64)))
+        .body(r#"{"attempt_id": 1}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+
+    // An executor holding the wrong secret refuses the node's dispatches: the run fails.
+    let _wrong = Executor::start_with_secret(
+        &node,
+        "wrong",
+        "wrong-secret",
+        1,
+        &[],
+        "not-the-dispatch-secret",
+    );
+    let refused = create(&node, job("refused", "wrong", "echo", json!({}))).await;
+    let detail = ended(&node, &trigger(&node, &refused).await).await;
+    assert_eq!(detail["state"], "failed");
+    assert!(
+        detail["attempts"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("401"),
+        "{detail}"
+    );
+
+    // The executor token opens only the executor endpoints.
+    let response = reqwest::Client::new()
+        .get(node.url("/api/v1/jobs"))
+        .bearer_auth(EXECUTOR_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 401);
+}
