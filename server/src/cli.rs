@@ -32,7 +32,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run an admin node (with no configuration: a single node on SQLite, on 127.0.0.1:9001).
-    Server(ServerArgs),
+    Server(Box<ServerArgs>),
     /// Apply the database migrations and exit.
     Migrate(CommonArgs),
 }
