@@ -12,7 +12,7 @@ use tracing::{info, warn};
 
 use super::body::JsonBody;
 use super::{ApiError, ApiState, rfc3339};
-use crate::dispatch::finish::{Ending, finish_attempt};
+use crate::dispatch::finish::{Ending, finish_attempt_by};
 use crate::jobs::{JobInput, new_job_id, partition_of};
 use crate::schedule::ScheduleSpec;
 use crate::store::{self, ExecutorRegistration, JobWrite, attempt_state};
@@ -188,15 +188,20 @@ pub(super) async fn results(
         .attempt_get(report.attempt_id)
         .await?
         .ok_or_else(|| ApiError::missing(format!("attempt {}", report.attempt_id)))?;
-    if attempt.executor_id.as_deref() != Some(report.executor_id.as_str()) {
+    // A report can arrive before the node records the dispatch as accepted: while the attempt
+    // is still pending, the reporter is the executor that took it.
+    let dispatched_to_reporter =
+        attempt.executor_id.as_deref() == Some(report.executor_id.as_str());
+    if !dispatched_to_reporter && attempt.state != attempt_state::PENDING {
         return Err(ApiError::Conflict(format!(
             "attempt {} was not dispatched to executor {}",
             report.attempt_id, report.executor_id
         )));
     }
-    let ended = finish_attempt(
+    let ended = finish_attempt_by(
         &*state.store,
         &attempt,
+        Some(&report.executor_id),
         Ending::Reported(report.outcome),
         report.output.as_ref(),
         report.error,

@@ -31,6 +31,18 @@ pub async fn finish_attempt(
     output: Option<&Value>,
     error: Option<String>,
 ) -> Result<AttemptEnded, store::Error> {
+    finish_attempt_by(store, attempt, None, ending, output, error).await
+}
+
+/// Like [`finish_attempt`], recording which executor reported the ending.
+pub async fn finish_attempt_by(
+    store: &dyn Store,
+    attempt: &AttemptRecord,
+    executor_id: Option<&str>,
+    ending: Ending,
+    output: Option<&Value>,
+    error: Option<String>,
+) -> Result<AttemptEnded, store::Error> {
     let policy = match store.job_get(attempt.job_id).await? {
         Some(job) => serde_json::from_str::<JobPolicy>(&job.policy_json).unwrap_or_default(),
         None => JobPolicy::default(),
@@ -61,6 +73,7 @@ pub async fn finish_attempt(
         state,
         output: output.map(bounded_output),
         error: error.map(|e| cut(&e, MAX_ERROR_BYTES)),
+        executor_id: executor_id.map(str::to_owned),
         retry_after_ms,
     };
     store.attempt_end(attempt.attempt_id, &end).await

@@ -101,6 +101,9 @@ pub struct AttemptEnd {
     pub state: &'static str,
     pub output: Option<String>,
     pub error: Option<String>,
+    /// The executor that ran it, when it says so (a report can overtake the record of the
+    /// dispatch it answers).
+    pub executor_id: Option<String>,
     /// Retry this shard after this many milliseconds (database clock), avoiding the executor
     /// that failed it; `None` when the attempt was the last.
     pub retry_after_ms: Option<i64>,

@@ -22,6 +22,7 @@ macro_rules! dispatch_store {
                     .bind(end.state)
                     .bind(end.output.as_deref())
                     .bind(end.error.as_deref())
+                    .bind(end.executor_id.as_deref())
                     .bind(attempt_id)
                     .execute(&mut *tx)
                     .await?
@@ -41,7 +42,11 @@ macro_rules! dispatch_store {
                         .bind(attempt.priority)
                         .bind(&attempt.args_json)
                         .bind(delay.max(0))
-                        .bind(attempt.executor_id.as_deref())
+                        .bind(
+                            end.executor_id
+                                .as_deref()
+                                .or(attempt.executor_id.as_deref()),
+                        )
                         .bind(None::<&str>)
                         .execute(&mut *tx)
                         .await?;

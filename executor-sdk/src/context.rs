@@ -1,0 +1,82 @@
+//! What a handler gets: the dispatch it is running, and a way to notice cancellation.
+
+use carillon_protocol::{Dispatch, Shard};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+/// An error a handler returns; its message is reported to the admin nodes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct JobError(pub String);
+
+impl JobError {
+    pub fn new(message: impl Into<String>) -> Self {
+        Self(message.into())
+    }
+}
+
+/// One attempt of one run (or of one shard of it).
+#[derive(Debug, Clone)]
+pub struct JobContext {
+    dispatch: Dispatch,
+    cancel: CancellationToken,
+}
+
+impl JobContext {
+    pub(crate) fn new(dispatch: Dispatch, cancel: CancellationToken) -> Self {
+        Self { dispatch, cancel }
+    }
+
+    /// The run; the same for every attempt and shard of it. Key idempotent effects on it.
+    pub fn run_id(&self) -> i64 {
+        self.dispatch.run_id
+    }
+
+    pub fn attempt_id(&self) -> i64 {
+        self.dispatch.attempt_id
+    }
+
+    /// 1 for the first attempt of this shard, 2 for its first retry…
+    pub fn attempt(&self) -> u32 {
+        self.dispatch.attempt
+    }
+
+    pub fn job_id(&self) -> i64 {
+        self.dispatch.job_id
+    }
+
+    pub fn job_name(&self) -> &str {
+        &self.dispatch.job
+    }
+
+    pub fn shard(&self) -> Shard {
+        self.dispatch.shard
+    }
+
+    /// The scheduled instant, RFC 3339.
+    pub fn scheduled_at(&self) -> &str {
+        &self.dispatch.scheduled_at
+    }
+
+    /// The arguments as JSON.
+    pub fn raw_args(&self) -> &Value {
+        &self.dispatch.args
+    }
+
+    /// The arguments as `T`.
+    pub fn args<T: DeserializeOwned>(&self) -> Result<T, JobError> {
+        serde_json::from_value(self.dispatch.args.clone())
+            .map_err(|e| JobError::new(format!("arguments do not fit: {e}")))
+    }
+
+    /// True once the run was cancelled (or the executor is stopping hard).
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// Resolves when the run is cancelled: `select!` on it in long handlers.
+    pub async fn cancelled(&self) {
+        self.cancel.cancelled().await;
+    }
+}

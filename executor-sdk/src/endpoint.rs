@@ -1,0 +1,121 @@
+//! The HTTP endpoint admin nodes dispatch to: `POST /carillon/v1/dispatch` and
+//! `POST /carillon/v1/cancel`, both signed.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use carillon_protocol::{
+    Cancel, Dispatch, PROTOCOL_VERSION, REPLAY_WINDOW_MS, SIGNATURE_HEADER, TIMESTAMP_HEADER,
+    executor_paths, verify,
+};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use crate::context::JobContext;
+use crate::executor::{Shared, now_ms};
+
+pub(crate) fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route(executor_paths::DISPATCH, post(dispatch))
+        .route(executor_paths::CANCEL, post(cancel))
+        .with_state(shared)
+}
+
+fn refuse(status: StatusCode, message: impl Into<String>) -> Response {
+    let body = serde_json::json!({ "error": message.into() });
+    (status, axum::Json(body)).into_response()
+}
+
+/// `None` when the signature verifies; else the refusal to send.
+fn refusal(shared: &Shared, headers: &HeaderMap, body: &[u8]) -> Option<Response> {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    verify(
+        shared.secret.as_bytes(),
+        header(TIMESTAMP_HEADER),
+        header(SIGNATURE_HEADER),
+        body,
+        now_ms(),
+    )
+    .err()
+    .map(|e| {
+        warn!(error = %e, "refused a call whose signature does not verify");
+        refuse(StatusCode::UNAUTHORIZED, e.to_string())
+    })
+}
+
+async fn dispatch(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Some(refused) = refusal(&shared, &headers, &body) {
+        return refused;
+    }
+    let dispatch: Dispatch = match serde_json::from_slice(&body) {
+        Ok(d) => d,
+        Err(e) => return refuse(StatusCode::BAD_REQUEST, format!("not a dispatch: {e}")),
+    };
+    if dispatch.protocol != PROTOCOL_VERSION {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            format!("protocol {} is not spoken here", dispatch.protocol),
+        );
+    }
+    if shared.draining.load(Ordering::SeqCst) {
+        return refuse(StatusCode::SERVICE_UNAVAILABLE, "draining");
+    }
+    let Some(job) = shared.jobs.get(dispatch.handler.as_str()).copied() else {
+        return refuse(
+            StatusCode::NOT_FOUND,
+            format!("no handler {:?} here", dispatch.handler),
+        );
+    };
+    {
+        let mut seen = shared.lock_seen();
+        let now = now_ms();
+        seen.retain(|_, at| now - *at <= REPLAY_WINDOW_MS);
+        if seen.contains_key(&dispatch.attempt_id) {
+            return refuse(StatusCode::CONFLICT, "this attempt was already accepted");
+        }
+        seen.insert(dispatch.attempt_id, now);
+    }
+    let Ok(permit) = Arc::clone(&shared.slots).try_acquire_owned() else {
+        // Not accepted: the same attempt may be offered again later.
+        shared.lock_seen().remove(&dispatch.attempt_id);
+        return refuse(StatusCode::TOO_MANY_REQUESTS, "at capacity");
+    };
+    let token = CancellationToken::new();
+    shared
+        .lock_running()
+        .insert(dispatch.attempt_id, token.clone());
+    let task_shared = Arc::clone(&shared);
+    shared.tasks.spawn(async move {
+        let attempt_id = dispatch.attempt_id;
+        let report_to = dispatch.report_to.clone();
+        debug!(attempt_id, handler = job.name, "running");
+        let ctx = JobContext::new(dispatch, token.clone());
+        let result = tokio::select! {
+            result = (job.run)(ctx) => Some(result),
+            _ = token.cancelled() => None,
+        };
+        drop(permit);
+        task_shared.lock_running().remove(&attempt_id);
+        task_shared.report(attempt_id, result, &report_to).await;
+    });
+    StatusCode::ACCEPTED.into_response()
+}
+
+async fn cancel(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Some(refused) = refusal(&shared, &headers, &body) {
+        return refused;
+    }
+    let Ok(cancel) = serde_json::from_slice::<Cancel>(&body) else {
+        return refuse(StatusCode::BAD_REQUEST, "not a cancellation");
+    };
+    if let Some(token) = shared.lock_running().get(&cancel.attempt_id) {
+        token.cancel();
+    }
+    StatusCode::OK.into_response()
+}
