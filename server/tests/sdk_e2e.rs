@@ -1,0 +1,260 @@
+//! The Rust executor SDK against a real node: handlers collected from `#[job]`, a job declared
+//! in code, sharding, cancellation, signature and replay checks, and a drain on shutdown.
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on any unexpected error"
+)]
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use carillon_executor::{Executor, JobContext, JobError, job};
+use reqwest::Method;
+use serde_json::{Value, json};
+use support::db::{Engine, TestDb};
+use support::node::{NodeProcess, NodeSpec};
+use support::wait_for;
+use tokio_util::sync::CancellationToken;
+
+const EXECUTOR_TOKEN: &str = "sdk-executor-token-0123456789";
+const SECRET: &str = "sdk-dispatch-secret-0123456789";
+
+static SLOW_FINISHED: AtomicUsize = AtomicUsize::new(0);
+
+#[job(name = "tick", description = "declared in code", cron = "* * * * * *")]
+async fn tick(ctx: JobContext) -> Result<Value, JobError> {
+    Ok(json!({ "run": ctx.run_id() }))
+}
+
+#[job(name = "shard")]
+async fn shard(ctx: JobContext) -> Result<Value, JobError> {
+    let s = ctx.shard();
+    Ok(json!({ "index": s.index, "total": s.total }))
+}
+
+#[job(name = "wait")]
+async fn wait(ctx: JobContext) -> Result<String, JobError> {
+    tokio::select! {
+        _ = tokio::time::sleep(Duration::from_secs(60)) => Ok("waited".into()),
+        _ = ctx.cancelled() => Err(JobError::new("stopped")),
+    }
+}
+
+#[job(name = "slow")]
+async fn slow(_ctx: JobContext) -> Result<&'static str, JobError> {
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    SLOW_FINISHED.fetch_add(1, Ordering::SeqCst);
+    Ok("finished")
+}
+
+async fn run_detail(node: &NodeProcess, run: &Value) -> Value {
+    node.call(Method::GET, &format!("/api/v1/runs/{run}"), None)
+        .await
+        .1
+}
+
+async fn ended(node: &NodeProcess, run: &Value) -> Value {
+    wait_for(Duration::from_secs(30), "the run to end", || async {
+        let d = run_detail(node, run).await;
+        ["succeeded", "failed", "cancelled"]
+            .contains(&d["state"].as_str().unwrap_or(""))
+            .then_some(d)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_registers_runs_handlers_and_drains() {
+    let db = TestDb::create(Engine::Sqlite).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = NodeSpec::fast("solo", &db.url, dir.path());
+    spec.extra_env = vec![
+        ("CARILLON_EXECUTOR_TOKEN", EXECUTOR_TOKEN.to_owned()),
+        ("CARILLON_DISPATCH_SECRET", SECRET.to_owned()),
+        ("CARILLON_EXECUTOR_HEARTBEAT_MS", "200".to_owned()),
+    ];
+    let node = NodeProcess::start(spec).await;
+
+    let executor = Executor::builder()
+        .app("sdk")
+        .admin_urls(["http://127.0.0.1:1", &node.url("")]) // the first is down: failover
+        .executor_token(EXECUTOR_TOKEN)
+        .dispatch_secret(SECRET)
+        .capacity(4)
+        .executor_id("sdk-1")
+        .drain_timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let stop = CancellationToken::new();
+    let stopped = stop.clone();
+    let running = tokio::spawn(
+        executor.run_with_listener(listener, async move { stopped.cancelled().await }),
+    );
+
+    // The job declared in code exists and fires through the SDK.
+    let declared = wait_for(
+        Duration::from_secs(20),
+        "the declared job to fire",
+        || async {
+            let (_, jobs) = node
+                .call(Method::GET, "/api/v1/jobs?name=sdk.tick", None)
+                .await;
+            let job = jobs["jobs"].get(0)?.clone();
+            let (_, runs) = node
+                .call(
+                    Method::GET,
+                    &format!("/api/v1/jobs/{}/runs", job["id"]),
+                    None,
+                )
+                .await;
+            runs["runs"]
+                .as_array()?
+                .iter()
+                .any(|r| r["state"] == "succeeded")
+                .then_some(job)
+        },
+    )
+    .await;
+    assert_eq!(declared["state"], "running");
+    assert_eq!(declared["schedule"]["cron"], "* * * * * *");
+
+    let (_, executors) = node.call(Method::GET, "/api/v1/executors", None).await;
+    let me = &executors["executors"][0];
+    assert_eq!((&me["id"], &me["healthy"]), (&json!("sdk-1"), &json!(true)));
+    let mut handlers: Vec<String> = serde_json::from_value(me["handlers"].clone()).unwrap();
+    handlers.sort();
+    assert_eq!(handlers, ["shard", "slow", "tick", "wait"]);
+
+    // Sharding: count 3 gives three attempts with their index and total.
+    let (_, job) = node
+        .call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(json!({"name": "sharded", "app": "sdk",
+        "handler": "shard", "schedule": {"every": "1d"}, "sharding": {"count": 3}})),
+        )
+        .await;
+    let (_, run) = node
+        .call(
+            Method::POST,
+            &format!("/api/v1/jobs/{}/trigger", job["id"]),
+            None,
+        )
+        .await;
+    let detail = ended(&node, &run["id"]).await;
+    assert_eq!(detail["state"], "succeeded", "{detail}");
+    let mut shards: Vec<(u64, u64)> = detail["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["output"]["index"].as_u64().unwrap(),
+                a["output"]["total"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    shards.sort();
+    assert_eq!(shards, [(0, 3), (1, 3), (2, 3)]);
+
+    // Cancellation reaches the handler.
+    let (_, job) = node
+        .call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(json!({"name": "waiting", "app": "sdk",
+        "handler": "wait", "schedule": {"every": "1d"}})),
+        )
+        .await;
+    let (_, run) = node
+        .call(
+            Method::POST,
+            &format!("/api/v1/jobs/{}/trigger", job["id"]),
+            None,
+        )
+        .await;
+    wait_for(Duration::from_secs(10), "the attempt to run", || async {
+        (run_detail(&node, &run["id"]).await["attempts"][0]["state"] == "running").then_some(())
+    })
+    .await;
+    let (status, _) = node
+        .call(
+            Method::POST,
+            &format!("/api/v1/runs/{}/cancel", run["id"]),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(ended(&node, &run["id"]).await["state"], "cancelled");
+
+    // The endpoint refuses a bad signature, and a replayed attempt.
+    let url = format!("http://127.0.0.1:{port}/carillon/v1/dispatch");
+    let body = serde_json::to_vec(&json!({"protocol": 1, "run_id": 1, "attempt_id": 424242, "attempt": 1,
+        "job_id": 1, "job": "x", "handler": "shard", "args": null, "shard": {"index": 0, "total": 1},
+        "scheduled_at": "", "report_to": []})).unwrap();
+    let now = chrono::Utc::now().timestamp_millis();
+    let post = |signature: String| {
+        reqwest::Client::new()
+            .post(&url)
+            .header("x-carillon-timestamp", now.to_string())
+            .header("x-carillon-signature", signature)
+            .body(body.clone())
+            .send()
+    };
+    assert_eq!(
+        post(format!("v1={}", "a".repeat(64)))
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
+    let good = carillon_protocol::sign(SECRET.as_bytes(), now, &body);
+    assert_eq!(post(good.clone()).await.unwrap().status(), 202);
+    assert_eq!(
+        post(good).await.unwrap().status(),
+        409,
+        "a replay is refused"
+    );
+
+    // Shutdown drains: the slow attempt finishes and is reported, then the executor leaves.
+    let (_, job) = node
+        .call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(json!({"name": "slowly", "app": "sdk",
+        "handler": "slow", "schedule": {"every": "1d"}})),
+        )
+        .await;
+    let (_, run) = node
+        .call(
+            Method::POST,
+            &format!("/api/v1/jobs/{}/trigger", job["id"]),
+            None,
+        )
+        .await;
+    wait_for(
+        Duration::from_secs(10),
+        "the slow attempt to run",
+        || async {
+            (run_detail(&node, &run["id"]).await["attempts"][0]["state"] == "running").then_some(())
+        },
+    )
+    .await;
+    stop.cancel();
+    running.await.unwrap().unwrap();
+    assert_eq!(
+        SLOW_FINISHED.load(Ordering::SeqCst),
+        1,
+        "in-flight work finished before the stop"
+    );
+    assert_eq!(ended(&node, &run["id"]).await["state"], "succeeded");
+    let (_, executors) = node.call(Method::GET, "/api/v1/executors", None).await;
+    assert_eq!(
+        executors["executors"][0]["state"], "left",
+        "deregistered after draining"
+    );
+}
