@@ -14,8 +14,7 @@ use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use support::db::{Engine, TestDb};
-use support::node::{NodeProcess, NodeSpec};
+use support::node::{NodeProcess, Solo};
 use support::wait_for;
 
 const EXECUTOR_TOKEN: &str = "executor-token-for-tests-0123";
@@ -97,28 +96,16 @@ impl Drop for Executor {
     }
 }
 
-async fn node() -> (NodeProcess, TestDb, tempfile::TempDir) {
-    let db = TestDb::create(Engine::Sqlite).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut spec = NodeSpec::fast("solo", &db.url, dir.path());
-    spec.extra_env = vec![
-        ("CARILLON_EXECUTOR_TOKEN", EXECUTOR_TOKEN.to_owned()),
-        ("CARILLON_DISPATCH_SECRET", SECRET.to_owned()),
-        ("CARILLON_EXECUTOR_LEASE_MS", "1500".to_owned()),
-        ("CARILLON_EXECUTOR_HEARTBEAT_MS", "300".to_owned()),
-    ];
-    let node = NodeProcess::start(spec).await;
-    wait_for(
-        Duration::from_secs(20),
-        "the node to own its partitions",
-        || async {
-            node.cluster()
-                .await
-                .filter(|c| c.this_node.acting_partitions == 24)
-        },
-    )
-    .await;
-    (node, db, dir)
+async fn node() -> Solo {
+    Solo::start(|spec| {
+        spec.extra_env = vec![
+            ("CARILLON_EXECUTOR_TOKEN", EXECUTOR_TOKEN.to_owned()),
+            ("CARILLON_DISPATCH_SECRET", SECRET.to_owned()),
+            ("CARILLON_EXECUTOR_LEASE_MS", "1500".to_owned()),
+            ("CARILLON_EXECUTOR_HEARTBEAT_MS", "300".to_owned()),
+        ];
+    })
+    .await
 }
 
 async fn create(node: &NodeProcess, doc: Value) -> Value {
@@ -163,7 +150,7 @@ fn job(name: &str, app: &str, handler: &str, extra: Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn balancers_spread_runs_as_configured() {
-    let (node, _db, _dir) = node().await;
+    let node = node().await;
     let _a = Executor::start(&node, "bal", "exec-a", 1, &[]);
     let _b = Executor::start(&node, "bal", "exec-b", 2, &[]);
     for balance in ["weighted", "round_robin", "random", "consistent_hash"] {
@@ -206,7 +193,7 @@ async fn balancers_spread_runs_as_configured() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn split_sharding_covers_every_element_once_in_proportion_to_weight() {
-    let (node, _db, _dir) = node().await;
+    let node = node().await;
     let items: Vec<i64> = (1..=20).collect();
     let mut executors = Vec::new();
     for (n, weights) in [
@@ -260,7 +247,7 @@ async fn split_sharding_covers_every_element_once_in_proportion_to_weight() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_attempt_is_retried_on_another_executor() {
-    let (node, _db, _dir) = node().await;
+    let node = node().await;
     let _bad = Executor::start(&node, "retry", "always-fails", 1, &["--fail"]);
     let _good = Executor::start(&node, "retry", "works", 1, &[]);
     let id = create(&node, job("flaky", "retry", "flaky", json!({
@@ -311,7 +298,7 @@ async fn a_failed_attempt_is_retried_on_another_executor() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_jobs_report_through_the_callback_and_fail_over_when_their_executor_dies() {
-    let (node, _db, _dir) = node().await;
+    let node = node().await;
     let mut a = Executor::start(&node, "long", "long-a", 1, &[]);
     let mut b = Executor::start(&node, "long", "long-b", 1, &[]);
 
@@ -366,7 +353,7 @@ async fn long_jobs_report_through_the_callback_and_fail_over_when_their_executor
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancellation_timeouts_and_signatures() {
-    let (node, _db, _dir) = node().await;
+    let node = node().await;
     let executor = Executor::start(&node, "ctl", "ctl-a", 1, &[]);
 
     let long = create(

@@ -11,27 +11,11 @@ use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use support::db::{Engine, TestDb};
-use support::node::{NodeProcess, NodeSpec};
+use support::node::{NodeProcess, Solo};
 use support::wait_for;
 
-async fn node(misfire_threshold_ms: u64) -> (NodeProcess, TestDb, tempfile::TempDir) {
-    let db = TestDb::create(Engine::Sqlite).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut spec = NodeSpec::fast("solo", &db.url, dir.path());
-    spec.misfire_threshold_ms = misfire_threshold_ms;
-    let node = NodeProcess::start(spec).await;
-    wait_for(
-        Duration::from_secs(20),
-        "the node to own its partitions",
-        || async {
-            node.cluster()
-                .await
-                .filter(|c| c.this_node.acting_partitions == 24)
-        },
-    )
-    .await;
-    (node, db, dir)
+async fn node(misfire_threshold_ms: u64) -> Solo {
+    Solo::start(|spec| spec.misfire_threshold_ms = misfire_threshold_ms).await
 }
 
 fn every_second(name: &str) -> Value {
@@ -66,7 +50,7 @@ async fn instants(node: &NodeProcess, id: &Value) -> Vec<i64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_are_created_read_listed_updated_and_deleted() {
-    let (node, _db, _dir) = node(60_000).await;
+    let node = node(60_000).await;
     let doc = json!({ "name": "nightly-report", "app": "billing", "handler": "report",
         "schedule": { "cron": "0 30 2 * * ?" }, "timezone": "Asia/Shanghai",
         "args": ["eu", "us", "apac"], "sharding": { "split": true }, "balance": "weighted",
@@ -174,7 +158,7 @@ async fn jobs_are_created_read_listed_updated_and_deleted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_jobs_and_schedules_get_a_400_naming_the_field() {
-    let (node, _db, _dir) = node(60_000).await;
+    let node = node(60_000).await;
     let with = |schedule: Value, timezone: &str| json!({"name": "bad", "app": "a", "handler": "h", "schedule": schedule, "timezone": timezone});
     let huge = "1,".repeat(512 * 1024);
     let cases = [
@@ -279,7 +263,7 @@ async fn bad_jobs_and_schedules_get_a_400_naming_the_field() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_running_job_fires_each_second_once_and_follows_edits_and_stops() {
-    let (node, _db, _dir) = node(60_000).await;
+    let node = node(60_000).await;
     let (status, job) = node
         .call(Method::POST, "/api/v1/jobs", Some(every_second("tick")))
         .await;
@@ -358,7 +342,7 @@ async fn a_running_job_fires_each_second_once_and_follows_edits_and_stops() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn misfire_policies_apply_when_a_job_is_started_again() {
     // Instants more than a second late count as missed.
-    let (node, _db, _dir) = node(1_000).await;
+    let node = node(1_000).await;
     let mut ids = Vec::new();
     for policy in ["fire_once", "skip", "catch_up"] {
         let mut doc = every_second(policy);

@@ -13,8 +13,7 @@ use std::time::Duration;
 use carillon_executor::{Executor, JobContext, JobError, job};
 use reqwest::Method;
 use serde_json::{Value, json};
-use support::db::{Engine, TestDb};
-use support::node::{NodeProcess, NodeSpec};
+use support::node::{NodeProcess, Solo};
 use support::wait_for;
 use tokio_util::sync::CancellationToken;
 
@@ -49,6 +48,24 @@ async fn slow(_ctx: JobContext) -> Result<&'static str, JobError> {
     Ok("finished")
 }
 
+/// Creates a job of app `sdk` for `handler` (with `extra` fields) and triggers one run.
+async fn trigger_new(node: &NodeProcess, name: &str, handler: &str, extra: Value) -> Value {
+    let mut doc =
+        json!({"name": name, "app": "sdk", "handler": handler, "schedule": {"every": "1d"}});
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        doc[k] = v.clone();
+    }
+    let (_, job) = node.call(Method::POST, "/api/v1/jobs", Some(doc)).await;
+    let (_, run) = node
+        .call(
+            Method::POST,
+            &format!("/api/v1/jobs/{}/trigger", job["id"]),
+            None,
+        )
+        .await;
+    run["id"].clone()
+}
+
 async fn run_detail(node: &NodeProcess, run: &Value) -> Value {
     node.call(Method::GET, &format!("/api/v1/runs/{run}"), None)
         .await
@@ -67,15 +84,14 @@ async fn ended(node: &NodeProcess, run: &Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdk_registers_runs_handlers_and_drains() {
-    let db = TestDb::create(Engine::Sqlite).await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let mut spec = NodeSpec::fast("solo", &db.url, dir.path());
-    spec.extra_env = vec![
-        ("CARILLON_EXECUTOR_TOKEN", EXECUTOR_TOKEN.to_owned()),
-        ("CARILLON_DISPATCH_SECRET", SECRET.to_owned()),
-        ("CARILLON_EXECUTOR_HEARTBEAT_MS", "200".to_owned()),
-    ];
-    let node = NodeProcess::start(spec).await;
+    let node = Solo::start(|spec| {
+        spec.extra_env = vec![
+            ("CARILLON_EXECUTOR_TOKEN", EXECUTOR_TOKEN.to_owned()),
+            ("CARILLON_DISPATCH_SECRET", SECRET.to_owned()),
+            ("CARILLON_EXECUTOR_HEARTBEAT_MS", "200".to_owned()),
+        ];
+    })
+    .await;
 
     let executor = Executor::builder()
         .app("sdk")
@@ -130,22 +146,8 @@ async fn the_sdk_registers_runs_handlers_and_drains() {
     assert_eq!(handlers, ["shard", "slow", "tick", "wait"]);
 
     // Sharding: count 3 gives three attempts with their index and total.
-    let (_, job) = node
-        .call(
-            Method::POST,
-            "/api/v1/jobs",
-            Some(json!({"name": "sharded", "app": "sdk",
-        "handler": "shard", "schedule": {"every": "1d"}, "sharding": {"count": 3}})),
-        )
-        .await;
-    let (_, run) = node
-        .call(
-            Method::POST,
-            &format!("/api/v1/jobs/{}/trigger", job["id"]),
-            None,
-        )
-        .await;
-    let detail = ended(&node, &run["id"]).await;
+    let run = trigger_new(&node, "sharded", "shard", json!({"sharding": {"count": 3}})).await;
+    let detail = ended(&node, &run).await;
     assert_eq!(detail["state"], "succeeded", "{detail}");
     let mut shards: Vec<(u64, u64)> = detail["attempts"]
         .as_array()
@@ -162,34 +164,16 @@ async fn the_sdk_registers_runs_handlers_and_drains() {
     assert_eq!(shards, [(0, 3), (1, 3), (2, 3)]);
 
     // Cancellation reaches the handler.
-    let (_, job) = node
-        .call(
-            Method::POST,
-            "/api/v1/jobs",
-            Some(json!({"name": "waiting", "app": "sdk",
-        "handler": "wait", "schedule": {"every": "1d"}})),
-        )
-        .await;
-    let (_, run) = node
-        .call(
-            Method::POST,
-            &format!("/api/v1/jobs/{}/trigger", job["id"]),
-            None,
-        )
-        .await;
+    let run = trigger_new(&node, "waiting", "wait", json!({})).await;
     wait_for(Duration::from_secs(10), "the attempt to run", || async {
-        (run_detail(&node, &run["id"]).await["attempts"][0]["state"] == "running").then_some(())
+        (run_detail(&node, &run).await["attempts"][0]["state"] == "running").then_some(())
     })
     .await;
     let (status, _) = node
-        .call(
-            Method::POST,
-            &format!("/api/v1/runs/{}/cancel", run["id"]),
-            None,
-        )
+        .call(Method::POST, &format!("/api/v1/runs/{}/cancel", run), None)
         .await;
     assert_eq!(status, 200);
-    assert_eq!(ended(&node, &run["id"]).await["state"], "cancelled");
+    assert_eq!(ended(&node, &run).await["state"], "cancelled");
 
     // The endpoint refuses a bad signature, and a replayed attempt.
     let url = format!("http://127.0.0.1:{port}/carillon/v1/dispatch");
@@ -221,26 +205,12 @@ async fn the_sdk_registers_runs_handlers_and_drains() {
     );
 
     // Shutdown drains: the slow attempt finishes and is reported, then the executor leaves.
-    let (_, job) = node
-        .call(
-            Method::POST,
-            "/api/v1/jobs",
-            Some(json!({"name": "slowly", "app": "sdk",
-        "handler": "slow", "schedule": {"every": "1d"}})),
-        )
-        .await;
-    let (_, run) = node
-        .call(
-            Method::POST,
-            &format!("/api/v1/jobs/{}/trigger", job["id"]),
-            None,
-        )
-        .await;
+    let run = trigger_new(&node, "slowly", "slow", json!({})).await;
     wait_for(
         Duration::from_secs(10),
         "the slow attempt to run",
         || async {
-            (run_detail(&node, &run["id"]).await["attempts"][0]["state"] == "running").then_some(())
+            (run_detail(&node, &run).await["attempts"][0]["state"] == "running").then_some(())
         },
     )
     .await;
@@ -251,7 +221,7 @@ async fn the_sdk_registers_runs_handlers_and_drains() {
         1,
         "in-flight work finished before the stop"
     );
-    assert_eq!(ended(&node, &run["id"]).await["state"], "succeeded");
+    assert_eq!(ended(&node, &run).await["state"], "succeeded");
     let (_, executors) = node.call(Method::GET, "/api/v1/executors", None).await;
     assert_eq!(
         executors["executors"][0]["state"], "left",

@@ -198,11 +198,13 @@ impl Dispatcher {
             .await?
         {
             info!(attempt_id = attempt.attempt_id, "attempt timed out");
+            // Record the timeout first: the executor's "cancelled" report then finds the attempt
+            // ended and changes nothing.
+            let error = Some("the job's timeout passed".to_owned());
+            finish_attempt(&*self.store, &attempt, Ending::TimedOut, None, error).await?;
             if let Some(address) = self.address_of(&fleet, attempt.executor_id.as_deref()) {
                 self.client.cancel(&address, attempt.attempt_id).await;
             }
-            let error = Some("the job's timeout passed".to_owned());
-            finish_attempt(&*self.store, &attempt, Ending::TimedOut, None, error).await?;
         }
         for run in self
             .store

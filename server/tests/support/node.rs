@@ -42,6 +42,51 @@ impl NodeSpec {
     }
 }
 
+/// A single node on a fresh SQLite database, owning all its partitions; the database and data
+/// directory live as long as it does.
+#[derive(Debug)]
+pub struct Solo {
+    pub node: NodeProcess,
+    _db: crate::support::db::TestDb,
+    _dir: tempfile::TempDir,
+}
+
+impl Solo {
+    /// Starts it with `tune` applied to the fast defaults.
+    pub async fn start(tune: impl FnOnce(&mut NodeSpec)) -> Solo {
+        let db = crate::support::db::TestDb::create(crate::support::db::Engine::Sqlite)
+            .await
+            .expect("sqlite");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut spec = NodeSpec::fast("solo", &db.url, dir.path());
+        tune(&mut spec);
+        let node = NodeProcess::start(spec).await;
+        crate::support::wait_for(
+            Duration::from_secs(20),
+            "the node to own its partitions",
+            || async {
+                node.cluster()
+                    .await
+                    .filter(|c| c.this_node.acting_partitions == 24)
+            },
+        )
+        .await;
+        Solo {
+            node,
+            _db: db,
+            _dir: dir,
+        }
+    }
+}
+
+impl std::ops::Deref for Solo {
+    type Target = NodeProcess;
+
+    fn deref(&self) -> &NodeProcess {
+        &self.node
+    }
+}
+
 /// A running `carillon server` child process; killed when dropped.
 #[derive(Debug)]
 pub struct NodeProcess {
