@@ -181,6 +181,13 @@ impl ExecutorBuilder {
     }
 }
 
+/// A failed call to the admin nodes; `permanent` when retrying cannot help.
+#[derive(Debug)]
+struct CallError {
+    message: String,
+    permanent: bool,
+}
+
 /// State shared by the endpoint, the heartbeat and the reports.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -222,6 +229,17 @@ impl Shared {
         body: &B,
         extra: &[String],
     ) -> Result<R, String> {
+        self.call_once(path, body, extra)
+            .await
+            .map_err(|e| e.message)
+    }
+
+    async fn call_once<B: serde::Serialize, R: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+        extra: &[String],
+    ) -> Result<R, CallError> {
         let start = self.preferred_admin.load(Ordering::Relaxed);
         let n = self.admin_urls.len();
         let mut urls: Vec<&str> = extra.iter().map(String::as_str).collect();
@@ -240,13 +258,37 @@ impl Shared {
                     if let Some(i) = self.admin_urls.iter().position(|u| u == url) {
                         self.preferred_admin.store(i, Ordering::Relaxed);
                     }
-                    return r.json::<R>().await.map_err(|e| e.to_string());
+                    return r.json::<R>().await.map_err(|e| CallError {
+                        message: e.to_string(),
+                        permanent: false,
+                    });
+                }
+                // The admin node understood and refused: another would refuse too.
+                Ok(r)
+                    if r.status().is_client_error()
+                        && !matches!(r.status().as_u16(), 408 | 429) =>
+                {
+                    let status = r.status();
+                    let detail: String = r
+                        .text()
+                        .await
+                        .unwrap_or_default()
+                        .chars()
+                        .take(200)
+                        .collect();
+                    return Err(CallError {
+                        message: format!("{url} answered {status}: {detail}"),
+                        permanent: true,
+                    });
                 }
                 Ok(r) => last = format!("{url} answered {}", r.status()),
                 Err(e) => last = format!("{url}: {e}"),
             }
         }
-        Err(last)
+        Err(CallError {
+            message: last,
+            permanent: false,
+        })
     }
 
     fn registration(&self, address: &str) -> Registration {
@@ -297,11 +339,17 @@ impl Shared {
         let mut delay = Duration::from_millis(200);
         loop {
             match self
-                .call::<_, Value>(admin_paths::RESULTS, &report, report_to)
+                .call_once::<_, Value>(admin_paths::RESULTS, &report, report_to)
                 .await
             {
                 Ok(_) => return,
-                Err(e) => warn!(attempt_id, error = %e, "result not delivered yet; retrying"),
+                Err(e) if e.permanent => {
+                    warn!(attempt_id, error = %e.message, "result refused for good; not retrying");
+                    return;
+                }
+                Err(e) => {
+                    warn!(attempt_id, error = %e.message, "result not delivered yet; retrying")
+                }
             }
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_secs(30));
