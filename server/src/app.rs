@@ -228,6 +228,15 @@ impl Application {
             clock,
             admin_token: Arc::new(admin_token),
             executor_token: Arc::new(executor_token),
+            read_only_token: config.auth.read_only_token.clone().map(Arc::new),
+            app_tokens: Arc::new(
+                config
+                    .auth
+                    .app_tokens
+                    .iter()
+                    .map(|(app, token)| (app.clone(), token.clone()))
+                    .collect(),
+            ),
             timings,
             partition_count: meta.partition_count,
             dispatch: client,

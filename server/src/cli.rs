@@ -87,6 +87,12 @@ struct ServerArgs {
     /// The token executors present (prefer the environment variable).
     #[arg(long, env = "CARILLON_EXECUTOR_TOKEN", hide_env_values = true)]
     executor_token: Option<String>,
+    /// A token that may read everything and change nothing.
+    #[arg(long, env = "CARILLON_READ_ONLY_TOKEN", hide_env_values = true)]
+    read_only_token: Option<String>,
+    /// Executor tokens limited to one app each: `billing=<token>,etl=<token>`.
+    #[arg(long, env = "CARILLON_APP_TOKENS", hide_env_values = true)]
+    app_tokens: Option<String>,
     /// The secret dispatches are signed with (prefer the environment variable).
     #[arg(long, env = "CARILLON_DISPATCH_SECRET", hide_env_values = true)]
     dispatch_secret: Option<String>,
@@ -125,6 +131,19 @@ impl ServerArgs {
         set(&mut config.scheduler.poll_ms, self.scheduler_poll_ms);
         if let Some(token) = self.executor_token {
             config.auth.executor_token = Some(Secret::new(token));
+        }
+        if let Some(token) = self.read_only_token {
+            config.auth.read_only_token = Some(Secret::new(token));
+        }
+        if let Some(pairs) = self.app_tokens {
+            for pair in pairs.split(',').filter(|p| !p.trim().is_empty()) {
+                // A pair without '=' gets an empty token, which validation then names.
+                let (app, token) = pair.split_once('=').unwrap_or((pair, ""));
+                config
+                    .auth
+                    .app_tokens
+                    .insert(app.trim().to_owned(), Secret::new(token.trim().to_owned()));
+            }
         }
         if let Some(secret) = self.dispatch_secret {
             config.dispatch.secret = Some(Secret::new(secret));

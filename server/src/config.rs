@@ -165,8 +165,12 @@ pub struct AuthConfig {
     /// The admin bearer token; default: generated at first start and kept in the data dir.
     pub admin_token: Option<Secret>,
     /// The token executors present; default: generated and kept in the data dir. Every node of
-    /// a cluster needs the same one.
+    /// a cluster needs the same one. It serves executors of every app.
     pub executor_token: Option<Secret>,
+    /// A token that may read everything and change nothing.
+    pub read_only_token: Option<Secret>,
+    /// Executor tokens limited to one app each: `{ billing = "…", etl = "…" }`.
+    pub app_tokens: std::collections::BTreeMap<String, Secret>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -289,6 +293,24 @@ impl Config {
         }
         if let Some(token) = &self.auth.admin_token {
             validate_token(token.expose())?;
+        }
+        if let Some(token) = &self.auth.read_only_token {
+            validate_token(token.expose()).map_err(|_| {
+                invalid(
+                    "auth.read_only_token",
+                    "too short or blank: use at least 16 characters",
+                )
+            })?;
+        }
+        for (app, token) in &self.auth.app_tokens {
+            if validate_token(token.expose()).is_err() {
+                return Err(invalid(
+                    "auth.app_tokens",
+                    format!(
+                        "the token of app {app:?} is too short or blank: use at least 16 characters"
+                    ),
+                ));
+            }
         }
         if let Some(token) = &self.auth.executor_token {
             validate_token(token.expose()).map_err(|_| {

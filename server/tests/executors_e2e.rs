@@ -454,5 +454,5 @@ async fn cancellation_timeouts_and_signatures() {
         .send()
         .await
         .unwrap();
-    assert_eq!(response.status(), 401);
+    assert_eq!(response.status(), 403);
 }

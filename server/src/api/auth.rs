@@ -1,13 +1,13 @@
 //! Bearer-token authentication of `/api/v1`.
 
 use axum::extract::{Request, State};
-use axum::http::header;
+use axum::http::{Method, header};
 use axum::middleware::Next;
 use axum::response::Response;
 
 use super::{ApiError, ApiState};
 
-/// What the executor token opens (paths as seen inside `/api/v1`).
+/// What the executor tokens open (paths as seen inside `/api/v1`).
 const EXECUTOR_ENDPOINTS: [&str; 4] = [
     "/executors/register",
     "/executors/heartbeat",
@@ -15,9 +15,47 @@ const EXECUTOR_ENDPOINTS: [&str; 4] = [
     "/executors/deregister",
 ];
 
+/// Who is calling, decided from the bearer token; handlers read it as an extension.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principal {
+    Admin,
+    /// May read anything and change nothing.
+    ReadOnly,
+    /// An executor; `app` is `Some` when its token is limited to one app.
+    Executor {
+        app: Option<String>,
+    },
+}
+
+fn principal_of(state: &ApiState, token: &str) -> Option<Principal> {
+    // Every comparison runs, so timing does not tell which kind of token nearly matched.
+    let admin = constant_time_eq(token, state.admin_token.expose());
+    let read_only = state
+        .read_only_token
+        .as_ref()
+        .is_some_and(|t| constant_time_eq(token, t.expose()));
+    let executor = constant_time_eq(token, state.executor_token.expose());
+    let app = state.app_tokens.iter().fold(None, |found, (app, t)| {
+        if constant_time_eq(token, t.expose()) {
+            Some(app.clone())
+        } else {
+            found
+        }
+    });
+    if admin {
+        Some(Principal::Admin)
+    } else if read_only {
+        Some(Principal::ReadOnly)
+    } else if executor {
+        Some(Principal::Executor { app: None })
+    } else {
+        app.map(|app| Principal::Executor { app: Some(app) })
+    }
+}
+
 pub(super) async fn require_admin(
     State(state): State<ApiState>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
     let presented = request
@@ -26,15 +64,24 @@ pub(super) async fn require_admin(
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.strip_prefix("Bearer "))
         .map(str::trim);
-    let admin = presented.is_some_and(|t| constant_time_eq(t, state.admin_token.expose()));
-    // Executors may call only their own endpoints.
-    let executor = presented.is_some_and(|t| constant_time_eq(t, state.executor_token.expose()))
-        && EXECUTOR_ENDPOINTS.contains(&request.uri().path());
-    if admin || executor {
-        Ok(next.run(request).await)
-    } else {
-        Err(ApiError::Unauthorized)
+    let principal = presented
+        .and_then(|token| principal_of(&state, token))
+        .ok_or(ApiError::Unauthorized)?;
+    let executor_endpoint = EXECUTOR_ENDPOINTS.contains(&request.uri().path());
+    let reading = matches!(*request.method(), Method::GET | Method::HEAD);
+    let allowed = match &principal {
+        Principal::Admin => true,
+        Principal::ReadOnly => reading && !executor_endpoint,
+        Principal::Executor { .. } => executor_endpoint,
+    };
+    if !allowed {
+        return Err(ApiError::Forbidden(match principal {
+            Principal::ReadOnly => "the read-only token cannot change anything".to_owned(),
+            _ => "this token does not open this endpoint".to_owned(),
+        }));
     }
+    request.extensions_mut().insert(principal);
+    Ok(next.run(request).await)
 }
 
 /// Compares without stopping at the first difference, so response time does not reveal how

@@ -15,6 +15,8 @@ pub enum ApiError {
     Unauthorized,
     #[error("no such resource")]
     NotFound,
+    #[error("{0}")]
+    Forbidden(String),
     #[error("{what} not found")]
     Missing { what: String },
     #[error("{field}: {message}")]
@@ -69,6 +71,12 @@ impl ApiError {
                 "urn:carillon:problem:not-found",
                 "Not Found",
                 "no resource at this path".to_owned(),
+            ),
+            ApiError::Forbidden(detail) => (
+                StatusCode::FORBIDDEN,
+                "urn:carillon:problem:forbidden",
+                "Forbidden",
+                detail.clone(),
             ),
             ApiError::Missing { what } => (
                 StatusCode::NOT_FOUND,

@@ -1,8 +1,8 @@
 //! The executor endpoints: registration, heartbeat, result reports, deregistration (executor
 //! token), and the executor listing (admin token).
 
-use axum::Json;
 use axum::extract::State;
+use axum::{Extension, Json};
 use carillon_protocol::{
     AttemptReport, Deregistration, Heartbeat, HeartbeatReply, PROTOCOL_VERSION, Registration,
     RegistrationAccepted,
@@ -11,11 +11,30 @@ use serde::Serialize;
 use tracing::{info, warn};
 
 use super::body::JsonBody;
-use super::{ApiError, ApiState, rfc3339};
+use super::{ApiError, ApiState, Principal, rfc3339};
 use crate::dispatch::finish::{Ending, finish_attempt_by};
 use crate::jobs::{JobInput, new_job_id, partition_of};
 use crate::schedule::ScheduleSpec;
 use crate::store::{self, ExecutorRegistration, JobWrite, attempt_state};
+
+/// Refuses an app-limited token acting for another app's executor.
+async fn check_scope(
+    state: &ApiState,
+    principal: &Principal,
+    executor_id: &str,
+) -> Result<(), ApiError> {
+    let Principal::Executor { app: Some(app) } = principal else {
+        return Ok(());
+    };
+    let own = state.store.executors_list(Some(app)).await?;
+    if own.executors.iter().any(|e| e.executor_id == executor_id) {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden(format!(
+            "this token is limited to app {app:?}; executor {executor_id:?} is not one of its executors"
+        )))
+    }
+}
 
 fn ident(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
     let ok = !value.is_empty()
@@ -35,8 +54,17 @@ fn ident(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
 
 pub(super) async fn register(
     State(state): State<ApiState>,
+    Extension(principal): Extension<Principal>,
     JsonBody(registration): JsonBody<Registration>,
 ) -> Result<Json<RegistrationAccepted>, ApiError> {
+    if let Principal::Executor { app: Some(app) } = &principal
+        && *app != registration.app
+    {
+        return Err(ApiError::Forbidden(format!(
+            "this token is limited to app {app:?}, not {:?}",
+            registration.app
+        )));
+    }
     if registration.protocol != PROTOCOL_VERSION {
         return Err(ApiError::invalid(
             "protocol",
@@ -160,8 +188,10 @@ async fn create_declared_job(
 
 pub(super) async fn heartbeat(
     State(state): State<ApiState>,
+    Extension(principal): Extension<Principal>,
     JsonBody(beat): JsonBody<Heartbeat>,
 ) -> Result<Json<HeartbeatReply>, ApiError> {
+    check_scope(&state, &principal, &beat.executor_id).await?;
     let in_flight = i64::try_from(beat.in_flight.len()).unwrap_or(i64::MAX);
     let registered = state
         .store
@@ -181,8 +211,10 @@ pub(super) async fn heartbeat(
 
 pub(super) async fn results(
     State(state): State<ApiState>,
+    Extension(principal): Extension<Principal>,
     JsonBody(report): JsonBody<AttemptReport>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    check_scope(&state, &principal, &report.executor_id).await?;
     let attempt = state
         .store
         .attempt_get(report.attempt_id)
@@ -214,8 +246,10 @@ pub(super) async fn results(
 
 pub(super) async fn deregister(
     State(state): State<ApiState>,
+    Extension(principal): Extension<Principal>,
     JsonBody(leaving): JsonBody<Deregistration>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
+    check_scope(&state, &principal, &leaving.executor_id).await?;
     let left = state.store.executor_leave(&leaving.executor_id).await?;
     info!(executor = %leaving.executor_id, "executor deregistered");
     Ok(Json(serde_json::json!({ "left": left })))

@@ -18,6 +18,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::middleware;
 use axum::routing::{get, post};
 
+pub use auth::Principal;
 pub use cluster::rfc3339;
 pub use error::ApiError;
 
@@ -35,6 +36,9 @@ pub struct ApiState {
     pub clock: Arc<ClusterClock>,
     pub admin_token: Arc<Secret>,
     pub executor_token: Arc<Secret>,
+    pub read_only_token: Option<Arc<Secret>>,
+    /// Executor tokens limited to one app.
+    pub app_tokens: Arc<Vec<(String, Secret)>>,
     pub timings: ClusterTimings,
     pub partition_count: i64,
     pub dispatch: DispatchClient,

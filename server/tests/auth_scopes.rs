@@ -1,0 +1,188 @@
+//! Who may do what: every `/api/v1` endpoint refuses a missing or wrong token (`401`); the
+//! read-only token reads but cannot write (`403`); executor tokens open only the executor
+//! endpoints, and an app token only for its own app's executors.
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on any unexpected error"
+)]
+
+mod support;
+
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+use support::node::{Solo, TOKEN};
+
+const READ_ONLY: &str = "read-only-token-0123456789";
+const EXECUTOR: &str = "cluster-executor-token-0123";
+const BILLING: &str = "billing-app-token-0123456789";
+
+const ENDPOINTS: [(&str, &str); 20] = [
+    ("GET", "/api/v1/cluster"),
+    ("GET", "/api/v1/jobs"),
+    ("POST", "/api/v1/jobs"),
+    ("GET", "/api/v1/jobs/1"),
+    ("PATCH", "/api/v1/jobs/1"),
+    ("DELETE", "/api/v1/jobs/1"),
+    ("POST", "/api/v1/jobs/1/start"),
+    ("POST", "/api/v1/jobs/1/stop"),
+    ("POST", "/api/v1/jobs/1/trigger"),
+    ("GET", "/api/v1/jobs/1/runs"),
+    ("POST", "/api/v1/schedules/preview"),
+    ("GET", "/api/v1/runs"),
+    ("GET", "/api/v1/runs/1"),
+    ("POST", "/api/v1/runs/1/cancel"),
+    ("GET", "/api/v1/dead-letters"),
+    ("GET", "/api/v1/executors"),
+    ("POST", "/api/v1/executors/register"),
+    ("POST", "/api/v1/executors/heartbeat"),
+    ("POST", "/api/v1/executors/results"),
+    ("POST", "/api/v1/executors/deregister"),
+];
+
+async fn status(
+    node: &Solo,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<serde_json::Value>,
+) -> StatusCode {
+    let mut request =
+        reqwest::Client::new().request(method.parse::<Method>().unwrap(), node.url(path));
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
+    if !response.status().is_success() && response.status() != StatusCode::NOT_FOUND {
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/problem+json",
+            "{method} {path}"
+        );
+    }
+    response.status()
+}
+
+fn registration(app: &str, id: &str) -> serde_json::Value {
+    json!({"protocol": 1, "executor_id": id, "app": app, "address": "http://127.0.0.1:1",
+           "weight": 1, "capacity": 1, "handlers": []})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_token_opens_exactly_what_it_should() {
+    let node = Solo::start(|spec| {
+        spec.extra_env = vec![
+            ("CARILLON_READ_ONLY_TOKEN", READ_ONLY.to_owned()),
+            ("CARILLON_EXECUTOR_TOKEN", EXECUTOR.to_owned()),
+            ("CARILLON_APP_TOKENS", format!("billing={BILLING}")),
+        ];
+    })
+    .await;
+
+    for (method, path) in ENDPOINTS {
+        assert_eq!(
+            status(&node, method, path, None, None).await,
+            StatusCode::UNAUTHORIZED,
+            "{method} {path}"
+        );
+        let wrong = status(&node, method, path, Some("not-a-token-we-issued-00"), None).await;
+        assert_eq!(wrong, StatusCode::UNAUTHORIZED, "{method} {path}");
+        let executor = path.starts_with("/api/v1/executors/");
+        let read_only = status(&node, method, path, Some(READ_ONLY), None).await;
+        if method == "GET" {
+            assert_ne!(
+                read_only,
+                StatusCode::FORBIDDEN,
+                "{method} {path}: the read-only token reads"
+            );
+            assert_ne!(read_only, StatusCode::UNAUTHORIZED, "{method} {path}");
+        } else {
+            assert_eq!(
+                read_only,
+                StatusCode::FORBIDDEN,
+                "{method} {path}: the read-only token cannot write"
+            );
+        }
+        if !executor {
+            for token in [EXECUTOR, BILLING] {
+                assert_eq!(
+                    status(&node, method, path, Some(token), None).await,
+                    StatusCode::FORBIDDEN,
+                    "{method} {path}"
+                );
+            }
+        }
+    }
+
+    // An app token registers its own app's executors only, and acts only for them.
+    let register = "/api/v1/executors/register";
+    assert_eq!(
+        status(
+            &node,
+            "POST",
+            register,
+            Some(BILLING),
+            Some(registration("etl", "etl-1"))
+        )
+        .await,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        status(
+            &node,
+            "POST",
+            register,
+            Some(BILLING),
+            Some(registration("billing", "billing-1"))
+        )
+        .await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(
+            &node,
+            "POST",
+            register,
+            Some(EXECUTOR),
+            Some(registration("etl", "etl-1"))
+        )
+        .await,
+        StatusCode::OK
+    );
+    let beat = |id: &str| json!({"executor_id": id, "in_flight": []});
+    let heartbeat = "/api/v1/executors/heartbeat";
+    assert_eq!(
+        status(
+            &node,
+            "POST",
+            heartbeat,
+            Some(BILLING),
+            Some(beat("billing-1"))
+        )
+        .await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(&node, "POST", heartbeat, Some(BILLING), Some(beat("etl-1"))).await,
+        StatusCode::FORBIDDEN
+    );
+    let leave = json!({"executor_id": "etl-1"});
+    assert_eq!(
+        status(
+            &node,
+            "POST",
+            "/api/v1/executors/deregister",
+            Some(BILLING),
+            Some(leave)
+        )
+        .await,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        status(&node, "GET", "/api/v1/jobs", Some(TOKEN), None).await,
+        StatusCode::OK,
+        "the admin token opens everything"
+    );
+}
