@@ -1,5 +1,11 @@
 //! The `carillon` command line: `carillon server` runs a node, `carillon migrate` applies the
-//! schema. Flags and `CARILLON_*` environment variables override the config file.
+//! schema, and the client commands (`jobs`, `runs`, `executors`, `cluster`, `schedule`,
+//! `apply`) drive a node through its REST API. Flags and `CARILLON_*` environment variables
+//! override the config file.
+
+mod client;
+mod commands;
+mod table;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -25,6 +31,15 @@ pub struct Cli {
     /// A TOML configuration file.
     #[arg(long, global = true, env = "CARILLON_CONFIG")]
     config: Option<PathBuf>,
+    /// The node's API, for client commands (default: the local default node).
+    #[arg(long, global = true, env = "CARILLON_URL")]
+    url: Option<String>,
+    /// The token for client commands (default: the local default node's admin token).
+    #[arg(long, global = true, env = "CARILLON_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Output of client commands.
+    #[arg(long, short = 'o', global = true, value_enum, default_value_t = commands::Output::Table)]
+    output: commands::Output,
     #[command(subcommand)]
     command: Command,
 }
@@ -35,6 +50,25 @@ enum Command {
     Server(Box<ServerArgs>),
     /// Apply the database migrations and exit.
     Migrate(CommonArgs),
+    /// Jobs: ls, get, create, edit, start, stop, trigger, rm.
+    #[command(subcommand)]
+    Jobs(commands::JobsCommand),
+    /// Runs: ls, get, cancel.
+    #[command(subcommand)]
+    Runs(commands::RunsCommand),
+    /// Executors: ls.
+    #[command(subcommand)]
+    Executors(commands::ExecutorsCommand),
+    /// The leader, nodes and partitions.
+    Cluster,
+    /// Schedules: preview.
+    #[command(subcommand)]
+    Schedule(commands::ScheduleCommand),
+    /// Create or update the jobs of a TOML or JSON file, by name (idempotent).
+    Apply {
+        #[arg(short = 'f', long)]
+        file: PathBuf,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -194,6 +228,28 @@ pub async fn run(cli: Cli) -> ExitCode {
             args.apply(&mut config);
             telemetry::init(&config.log);
             migrate(config).await
+        }
+        client_command => {
+            let api = match client::ApiTarget::find(cli.url, cli.token) {
+                Ok(api) => api,
+                Err(err) => return fail_early(&err),
+            };
+            let output = cli.output;
+            let done = match client_command {
+                Command::Jobs(c) => commands::jobs(&api, output, c).await,
+                Command::Runs(c) => commands::runs(&api, output, c).await,
+                Command::Executors(commands::ExecutorsCommand::Ls) => {
+                    commands::executors(&api, output).await
+                }
+                Command::Cluster => commands::cluster(&api, output).await,
+                Command::Schedule(c) => commands::schedule(&api, output, c).await,
+                Command::Apply { file } => commands::apply(&api, output, &file).await,
+                Command::Server(_) | Command::Migrate(_) => Ok(()),
+            };
+            match done {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => fail_early(&err),
+            }
         }
     }
 }

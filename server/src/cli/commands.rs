@@ -1,0 +1,558 @@
+//! The client commands: `jobs`, `runs`, `executors`, `cluster`, `schedule preview`, `apply`.
+//! Each is one or two API calls; output is a table, or the API's JSON with `--output json`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Subcommand, ValueEnum};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use super::client::{ApiTarget, ClientError};
+use super::table;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Output {
+    #[default]
+    Table,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum JobsCommand {
+    /// List jobs, newest first.
+    Ls {
+        #[arg(long)]
+        app: Option<String>,
+        /// stopped, running or done.
+        #[arg(long)]
+        state: Option<String>,
+        /// Names starting with this.
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+    /// Show one job.
+    Get {
+        id: i64,
+    },
+    /// Create a job from a JSON or TOML file (`-f`), from flags, or both (flags win).
+    Create {
+        #[arg(short = 'f', long)]
+        file: Option<PathBuf>,
+        #[command(flatten)]
+        fields: JobFields,
+    },
+    /// Change a job: the file's and flags' fields replace the job's.
+    Edit {
+        id: i64,
+        #[arg(short = 'f', long)]
+        file: Option<PathBuf>,
+        #[command(flatten)]
+        fields: JobFields,
+    },
+    Start {
+        id: i64,
+    },
+    Stop {
+        id: i64,
+    },
+    /// One run now, outside the schedule.
+    Trigger {
+        id: i64,
+    },
+    /// Delete a job.
+    Rm {
+        id: i64,
+    },
+}
+
+/// Job fields as flags.
+#[derive(Debug, Default, Args)]
+pub(crate) struct JobFields {
+    #[arg(long)]
+    name: Option<String>,
+    #[arg(long)]
+    app: Option<String>,
+    #[arg(long)]
+    handler: Option<String>,
+    #[arg(long, group = "schedule")]
+    cron: Option<String>,
+    #[arg(long, group = "schedule")]
+    rrule: Option<String>,
+    #[arg(long, group = "schedule")]
+    at: Option<String>,
+    #[arg(long, group = "schedule")]
+    every: Option<String>,
+    /// IANA time zone.
+    #[arg(long)]
+    tz: Option<String>,
+    /// Arguments, as JSON.
+    #[arg(long)]
+    args: Option<String>,
+    /// Start the job when it is created.
+    #[arg(long)]
+    start: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum RunsCommand {
+    /// List runs, newest first.
+    Ls {
+        #[arg(long)]
+        job: Option<i64>,
+        #[arg(long)]
+        state: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+    /// Show a run with its attempts.
+    Get {
+        id: i64,
+    },
+    Cancel {
+        id: i64,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ExecutorsCommand {
+    Ls,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ScheduleCommand {
+    /// The next instants of a schedule.
+    Preview {
+        /// The expression: a cron expression by default.
+        expression: String,
+        /// What the expression is.
+        #[arg(long, value_enum, default_value_t = ScheduleKind::Cron)]
+        kind: ScheduleKind,
+        #[arg(long, default_value = "UTC")]
+        tz: String,
+        #[arg(long, default_value_t = 10)]
+        count: u32,
+        /// RFC 3339; default now.
+        #[arg(long)]
+        after: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ScheduleKind {
+    Cron,
+    Rrule,
+    At,
+    Every,
+}
+
+/// Why a client command failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CommandError {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("{path}: {reason}")]
+    File { path: PathBuf, reason: String },
+    #[error("--{flag}: {reason}")]
+    Flag { flag: &'static str, reason: String },
+}
+
+fn out(text: &str) {
+    // A CLI's output is its product: write it, and ignore a closed pipe (`| head`).
+    let _ = writeln!(std::io::stdout().lock(), "{text}");
+}
+
+fn show(output: Output, value: &Value, rows: Option<&str>, columns: &[(&str, &str)]) {
+    match output {
+        Output::Json => out(&serde_json::to_string_pretty(value).unwrap_or_default()),
+        Output::Table => {
+            let list = match rows {
+                Some(key) => value[key].as_array().cloned().unwrap_or_default(),
+                None => vec![value.clone()],
+            };
+            out(&table::render(&list, columns));
+        }
+    }
+}
+
+const JOB_COLUMNS: [(&str, &str); 7] = [
+    ("ID", "/id"),
+    ("NAME", "/name"),
+    ("APP", "/app"),
+    ("HANDLER", "/handler"),
+    ("SCHEDULE", "/schedule"),
+    ("STATE", "/state"),
+    ("NEXT", "/next_fire_at"),
+];
+const RUN_COLUMNS: [(&str, &str); 6] = [
+    ("ID", "/id"),
+    ("JOB", "/job_id"),
+    ("SCHEDULED", "/scheduled_at"),
+    ("TRIGGER", "/trigger"),
+    ("STATE", "/state"),
+    ("MESSAGE", "/message"),
+];
+
+/// Reads a job document from JSON or TOML (by extension; `-` is JSON on standard input).
+fn read_document(path: &Path) -> Result<Value, CommandError> {
+    let bad = |reason: String| CommandError::File {
+        path: path.to_owned(),
+        reason,
+    };
+    let text = if path == Path::new("-") {
+        std::io::read_to_string(std::io::stdin()).map_err(|e| bad(e.to_string()))?
+    } else {
+        std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?
+    };
+    if path.extension().is_some_and(|e| e == "toml") {
+        let parsed: toml::Value = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        serde_json::to_value(parsed).map_err(|e| bad(e.to_string()))
+    } else {
+        serde_json::from_str(&text).map_err(|e| bad(e.to_string()))
+    }
+}
+
+impl JobFields {
+    /// The fields given, over `base`.
+    fn over(&self, mut base: Value, creating: bool) -> Result<Value, CommandError> {
+        if !base.is_object() {
+            base = json!({});
+        }
+        let set = |doc: &mut Value, key: &str, value: &Option<String>| {
+            if let Some(v) = value {
+                doc[key] = json!(v);
+            }
+        };
+        set(&mut base, "name", &self.name);
+        set(&mut base, "app", &self.app);
+        set(&mut base, "handler", &self.handler);
+        set(&mut base, "timezone", &self.tz);
+        for (key, value) in [
+            ("cron", &self.cron),
+            ("rrule", &self.rrule),
+            ("at", &self.at),
+            ("every", &self.every),
+        ] {
+            if let Some(v) = value {
+                base["schedule"] = json!({ key: v });
+            }
+        }
+        if let Some(args) = &self.args {
+            base["args"] = serde_json::from_str(args).map_err(|e| CommandError::Flag {
+                flag: "args",
+                reason: format!("not JSON: {e}"),
+            })?;
+        }
+        if creating && self.start {
+            base["start"] = json!(true);
+        }
+        Ok(base)
+    }
+}
+
+pub(crate) async fn jobs(
+    api: &ApiTarget,
+    output: Output,
+    command: JobsCommand,
+) -> Result<(), CommandError> {
+    let call = |method: Method, path: String, body: Option<Value>| async move {
+        api.call(method, &path, body.as_ref()).await
+    };
+    match command {
+        JobsCommand::Ls {
+            app,
+            state,
+            name,
+            limit,
+        } => {
+            let mut query = vec![format!("limit={limit}")];
+            for (k, v) in [("app", app), ("state", state), ("name", name)] {
+                if let Some(v) = v {
+                    query.push(format!("{k}={}", encode(&v)));
+                }
+            }
+            let page = call(
+                Method::GET,
+                format!("/api/v1/jobs?{}", query.join("&")),
+                None,
+            )
+            .await?;
+            show(output, &page, Some("jobs"), &JOB_COLUMNS);
+        }
+        JobsCommand::Get { id } => {
+            let job = call(Method::GET, format!("/api/v1/jobs/{id}"), None).await?;
+            show(output, &job, None, &JOB_COLUMNS);
+        }
+        JobsCommand::Create { file, fields } => {
+            let base = file
+                .as_deref()
+                .map(read_document)
+                .transpose()?
+                .unwrap_or(Value::Null);
+            let job = call(
+                Method::POST,
+                "/api/v1/jobs".into(),
+                Some(fields.over(base, true)?),
+            )
+            .await?;
+            show(output, &job, None, &JOB_COLUMNS);
+        }
+        JobsCommand::Edit { id, file, fields } => {
+            let base = file
+                .as_deref()
+                .map(read_document)
+                .transpose()?
+                .unwrap_or(Value::Null);
+            let patch = fields.over(base, false)?;
+            let job = call(Method::PATCH, format!("/api/v1/jobs/{id}"), Some(patch)).await?;
+            show(output, &job, None, &JOB_COLUMNS);
+        }
+        JobsCommand::Start { id } | JobsCommand::Stop { id } => {
+            let verb = if matches!(command, JobsCommand::Start { .. }) {
+                "start"
+            } else {
+                "stop"
+            };
+            let job = call(Method::POST, format!("/api/v1/jobs/{id}/{verb}"), None).await?;
+            show(output, &job, None, &JOB_COLUMNS);
+        }
+        JobsCommand::Trigger { id } => {
+            let run = call(Method::POST, format!("/api/v1/jobs/{id}/trigger"), None).await?;
+            show(output, &run, None, &RUN_COLUMNS);
+        }
+        JobsCommand::Rm { id } => {
+            call(Method::DELETE, format!("/api/v1/jobs/{id}"), None).await?;
+            if output == Output::Json {
+                out(&json!({ "deleted": id }).to_string());
+            } else {
+                out(&format!("deleted job {id}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(crate) async fn runs(
+    api: &ApiTarget,
+    output: Output,
+    command: RunsCommand,
+) -> Result<(), CommandError> {
+    match command {
+        RunsCommand::Ls { job, state, limit } => {
+            let mut query = vec![format!("limit={limit}")];
+            if let Some(job) = job {
+                query.push(format!("job_id={job}"));
+            }
+            if let Some(state) = state {
+                query.push(format!("state={}", encode(&state)));
+            }
+            let page = api
+                .call(
+                    Method::GET,
+                    &format!("/api/v1/runs?{}", query.join("&")),
+                    None,
+                )
+                .await?;
+            show(output, &page, Some("runs"), &RUN_COLUMNS);
+        }
+        RunsCommand::Get { id } | RunsCommand::Cancel { id } => {
+            let run = if matches!(command, RunsCommand::Get { .. }) {
+                api.call(Method::GET, &format!("/api/v1/runs/{id}"), None)
+                    .await?
+            } else {
+                api.call(Method::POST, &format!("/api/v1/runs/{id}/cancel"), None)
+                    .await?
+            };
+            match output {
+                Output::Json => show(output, &run, None, &[]),
+                Output::Table => {
+                    show(output, &run, None, &RUN_COLUMNS);
+                    out("");
+                    show(
+                        output,
+                        &run,
+                        Some("attempts"),
+                        &[
+                            ("ATTEMPT", "/id"),
+                            ("SHARD", "/shard"),
+                            ("TRY", "/attempt"),
+                            ("EXECUTOR", "/executor_id"),
+                            ("STATE", "/state"),
+                            ("ERROR", "/error"),
+                        ],
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(crate) async fn executors(api: &ApiTarget, output: Output) -> Result<(), CommandError> {
+    let list = api.call(Method::GET, "/api/v1/executors", None).await?;
+    show(
+        output,
+        &list,
+        Some("executors"),
+        &[
+            ("ID", "/id"),
+            ("APP", "/app"),
+            ("ADDRESS", "/address"),
+            ("WEIGHT", "/weight"),
+            ("CAPACITY", "/capacity"),
+            ("IN FLIGHT", "/in_flight"),
+            ("STATE", "/state"),
+            ("HEALTHY", "/healthy"),
+        ],
+    );
+    Ok(())
+}
+
+pub(crate) async fn cluster(api: &ApiTarget, output: Output) -> Result<(), CommandError> {
+    let cluster = api.call(Method::GET, "/api/v1/cluster", None).await?;
+    if output == Output::Table {
+        let leader = &cluster["leader"];
+        out(&format!(
+            "leader {} (term {}), {} partitions",
+            leader["node_id"].as_str().unwrap_or("-"),
+            leader["term"],
+            cluster["partition_count"]
+        ));
+        let mut nodes = cluster["nodes"].as_array().cloned().unwrap_or_default();
+        for node in &mut nodes {
+            let owned = node["partitions"].as_array().map_or(0, Vec::len);
+            node["owned"] = json!(owned);
+        }
+        out(&table::render(
+            &nodes,
+            &[
+                ("NODE", "/node_id"),
+                ("ADDRESS", "/address"),
+                ("ALIVE", "/alive"),
+                ("LEADER", "/leader"),
+                ("PARTITIONS", "/owned"),
+            ],
+        ));
+    } else {
+        show(output, &cluster, None, &[]);
+    }
+    Ok(())
+}
+
+pub(crate) async fn schedule(
+    api: &ApiTarget,
+    output: Output,
+    command: ScheduleCommand,
+) -> Result<(), CommandError> {
+    let ScheduleCommand::Preview {
+        expression,
+        kind,
+        tz,
+        count,
+        after,
+    } = command;
+    let key = match kind {
+        ScheduleKind::Cron => "cron",
+        ScheduleKind::Rrule => "rrule",
+        ScheduleKind::At => "at",
+        ScheduleKind::Every => "every",
+    };
+    let mut request = json!({ "schedule": { key: expression }, "timezone": tz, "count": count });
+    if let Some(after) = after {
+        request["after"] = json!(after);
+    }
+    let preview = api
+        .call(Method::POST, "/api/v1/schedules/preview", Some(&request))
+        .await?;
+    show(
+        output,
+        &preview,
+        Some("instants"),
+        &[("UTC", "/utc"), ("LOCAL", "/local")],
+    );
+    Ok(())
+}
+
+/// Creates or updates each job of the file by name, so applying it twice changes nothing more.
+pub(crate) async fn apply(
+    api: &ApiTarget,
+    output: Output,
+    file: &Path,
+) -> Result<(), CommandError> {
+    let document = read_document(file)?;
+    let jobs = document
+        .get("jobs")
+        .and_then(Value::as_array)
+        .cloned()
+        .or_else(|| document.as_array().cloned())
+        .ok_or_else(|| CommandError::File {
+            path: file.to_owned(),
+            reason: "expected a list of jobs (`[[jobs]]` in TOML, or a JSON array)".to_owned(),
+        })?;
+    let mut report = Vec::new();
+    for job in jobs {
+        let name = job["name"].as_str().unwrap_or_default().to_owned();
+        let found = api
+            .call(
+                Method::GET,
+                &format!("/api/v1/jobs?name={}&limit=1000", encode(&name)),
+                None,
+            )
+            .await?;
+        let existing = found["jobs"]
+            .as_array()
+            .and_then(|list| list.iter().find(|j| j["name"] == json!(name)).cloned());
+        let start = job["start"].as_bool();
+        let result = match existing {
+            None => {
+                let created = api.call(Method::POST, "/api/v1/jobs", Some(&job)).await?;
+                json!({ "name": name, "id": created["id"], "action": "created" })
+            }
+            Some(current) => {
+                let id = current["id"].clone();
+                let mut patch = job.clone();
+                if let Some(map) = patch.as_object_mut() {
+                    map.remove("start");
+                }
+                api.call(Method::PATCH, &format!("/api/v1/jobs/{id}"), Some(&patch))
+                    .await?;
+                let running = current["state"] == "running";
+                match start {
+                    Some(true) if !running => {
+                        api.call(Method::POST, &format!("/api/v1/jobs/{id}/start"), None)
+                            .await?;
+                    }
+                    Some(false) if running => {
+                        api.call(Method::POST, &format!("/api/v1/jobs/{id}/stop"), None)
+                            .await?;
+                    }
+                    _ => {}
+                }
+                json!({ "name": name, "id": id, "action": "applied" })
+            }
+        };
+        report.push(result);
+    }
+    show(
+        output,
+        &json!({ "jobs": report }),
+        Some("jobs"),
+        &[("NAME", "/name"), ("ID", "/id"), ("ACTION", "/action")],
+    );
+    Ok(())
+}
+
+/// Percent-encodes a query value.
+fn encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

@@ -1,0 +1,200 @@
+//! The `carillon` client commands against a real node: jobs, runs, executors, cluster,
+//! schedule preview, and an idempotent `apply`.
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on any unexpected error"
+)]
+
+mod support;
+
+use std::process::Command;
+
+use serde_json::Value;
+use support::node::{Solo, TOKEN};
+
+struct Cli<'a> {
+    node: &'a Solo,
+    home: tempfile::TempDir,
+}
+
+impl Cli<'_> {
+    /// Runs `carillon <args>`; returns the exit success, standard output and standard error.
+    fn run(&self, args: &[&str]) -> (bool, String, String) {
+        self.run_with_token(args, Some(TOKEN))
+    }
+
+    fn run_with_token(&self, args: &[&str], token: Option<&str>) -> (bool, String, String) {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_carillon"));
+        command
+            .args(args)
+            .env_remove("CARILLON_TOKEN")
+            .env("CARILLON_URL", self.node.url(""))
+            // No default node's data here: the token must come from the flag or variable.
+            .env("XDG_DATA_HOME", self.home.path());
+        if let Some(token) = token {
+            command.env("CARILLON_TOKEN", token);
+        }
+        let output = command.output().unwrap();
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    }
+
+    fn json(&self, args: &[&str]) -> Value {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        let (ok, stdout, stderr) = self.run(&all);
+        assert!(ok, "carillon {args:?} failed: {stderr}");
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_drives_jobs_runs_and_the_cluster() {
+    let node = Solo::start(|_| {}).await;
+    let cli = Cli {
+        node: &node,
+        home: tempfile::tempdir().unwrap(),
+    };
+
+    let created = cli.json(&[
+        "jobs",
+        "create",
+        "--name",
+        "nightly",
+        "--app",
+        "billing",
+        "--handler",
+        "report",
+        "--cron",
+        "0 30 2 * * ?",
+        "--tz",
+        "Asia/Shanghai",
+        "--args",
+        r#"["eu","us"]"#,
+        "--start",
+    ]);
+    assert_eq!(created["state"], "running");
+    assert_eq!(created["args"], serde_json::json!(["eu", "us"]));
+    let id = created["id"].to_string();
+
+    let (ok, table, _) = cli.run(&["jobs", "ls"]);
+    assert!(ok);
+    let header = table.lines().next().unwrap();
+    assert!(
+        header.starts_with("ID") && header.contains("SCHEDULE") && header.contains("STATE"),
+        "{table}"
+    );
+    assert!(
+        table.contains("nightly") && table.contains("cron=0 30 2 * * ?"),
+        "{table}"
+    );
+
+    let edited = cli.json(&["jobs", "edit", &id, "--every", "5m"]);
+    assert_eq!(edited["schedule"], serde_json::json!({"every": "5m"}));
+    let run = cli.json(&["jobs", "trigger", &id]);
+    assert_eq!(run["trigger"], "manual");
+    let runs = cli.json(&["runs", "ls", "--job", &id]);
+    assert_eq!(runs["runs"][0]["id"], run["id"]);
+    let detail = cli.json(&["runs", "get", &run["id"].to_string()]);
+    assert_eq!(detail["job_id"].to_string(), id);
+    assert_eq!(cli.json(&["jobs", "stop", &id])["state"], "stopped");
+
+    let preview = cli.json(&[
+        "schedule",
+        "preview",
+        "30 2 * * *",
+        "--tz",
+        "America/New_York",
+        "--after",
+        "2026-03-07T00:00:00Z",
+        "--count",
+        "2",
+    ]);
+    assert_eq!(
+        preview["instants"][1]["local"],
+        "2026-03-08T03:30:00.000-04:00"
+    );
+    let cluster = cli.json(&["cluster"]);
+    assert_eq!(cluster["leader"]["node_id"], "solo");
+    assert!(
+        cli.json(&["executors", "ls"])["executors"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+
+    // apply creates, then applying again changes nothing more.
+    let file = cli.home.path().join("jobs.toml");
+    std::fs::write(
+        &file,
+        r#"
+[[jobs]]
+name = "etl-load"
+app = "etl"
+handler = "load"
+schedule = { every = "1h" }
+start = true
+
+[[jobs]]
+name = "nightly"
+app = "billing"
+handler = "report"
+schedule = { cron = "0 0 3 * * ?" }
+"#,
+    )
+    .unwrap();
+    let first = cli.json(&["apply", "-f", file.to_str().unwrap()]);
+    assert_eq!(first["jobs"][0]["action"], "created");
+    assert_eq!(first["jobs"][1]["action"], "applied");
+    let after_first = cli.json(&["jobs", "ls"]);
+    let second = cli.json(&["apply", "-f", file.to_str().unwrap()]);
+    assert_eq!(second["jobs"][0]["action"], "applied");
+    let after_second = cli.json(&["jobs", "ls"]);
+    let summary = |list: &Value| -> Vec<(Value, Value, Value)> {
+        list["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| (j["name"].clone(), j["schedule"].clone(), j["state"].clone()))
+            .collect()
+    };
+    assert_eq!(summary(&after_first), summary(&after_second));
+    assert_eq!(after_second["jobs"].as_array().unwrap().len(), 2);
+    assert!(summary(&after_second).contains(&(
+        "nightly".into(),
+        serde_json::json!({"cron": "0 0 3 * * ?"}),
+        "stopped".into()
+    )));
+
+    let (ok, _, stderr) = cli.run(&["jobs", "rm", &id]);
+    assert!(ok, "{stderr}");
+    let (ok, _, stderr) = cli.run(&["jobs", "get", &id]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("404") && stderr.contains("not found"),
+        "{stderr}"
+    );
+    let (ok, _, stderr) = cli.run_with_token(&["jobs", "ls"], Some("wrong-token-wrong-token-1"));
+    assert!(!ok && stderr.contains("401"), "{stderr}");
+    let (ok, _, stderr) = cli.run_with_token(&["jobs", "ls"], None);
+    assert!(
+        !ok && stderr.contains("no token") && stderr.contains("CARILLON_TOKEN"),
+        "{stderr}"
+    );
+    let (ok, _, stderr) = cli.run(&[
+        "jobs",
+        "create",
+        "--name",
+        "bad",
+        "--app",
+        "a",
+        "--handler",
+        "h",
+        "--cron",
+        "99 * * * *",
+    ]);
+    assert!(!ok && stderr.contains("schedule.cron"), "{stderr}");
+}
