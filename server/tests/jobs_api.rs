@@ -68,6 +68,24 @@ async fn jobs_are_created_read_listed_updated_and_deleted() {
         .await;
     assert_eq!((status, &got["name"]), (200, &json!("nightly-report")));
 
+    // ETag / If-Match: an edit made from a stale read is refused.
+    let response = reqwest::Client::new()
+        .get(node.url(&format!("/api/v1/jobs/{id}")))
+        .bearer_auth(support::node::TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["etag"], "\"1\"");
+    let stale = reqwest::Client::new()
+        .patch(node.url(&format!("/api/v1/jobs/{id}")))
+        .bearer_auth(support::node::TOKEN)
+        .header("if-match", "\"0\"")
+        .json(&json!({"priority": 2}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stale.status(), 412);
+
     let (status, dup) = node
         .call(
             Method::POST,
