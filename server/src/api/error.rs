@@ -23,6 +23,8 @@ pub enum ApiError {
     Invalid { field: String, message: String },
     #[error("{0}")]
     Conflict(String),
+    #[error("{0}")]
+    PreconditionFailed(String),
     #[error("request body too large")]
     TooLarge,
     #[error("storage failed: {0}")]
@@ -94,6 +96,12 @@ impl ApiError {
                 StatusCode::CONFLICT,
                 "urn:carillon:problem:conflict",
                 "Conflict",
+                detail.clone(),
+            ),
+            ApiError::PreconditionFailed(detail) => (
+                StatusCode::PRECONDITION_FAILED,
+                "urn:carillon:problem:precondition-failed",
+                "Precondition Failed",
                 detail.clone(),
             ),
             ApiError::TooLarge => (

@@ -289,20 +289,54 @@ pub(super) async fn list(
     Ok(Json(JobList { jobs, next_cursor }))
 }
 
+/// A job's entity tag: its version, which every change bumps.
+fn etag(version: i64) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    if let Ok(value) = HeaderValue::from_str(&format!("\"{version}\"")) {
+        headers.insert(header::ETAG, value);
+    }
+    headers
+}
+
 pub(super) async fn get(
     State(state): State<ApiState>,
     IdParam(id): IdParam,
-) -> Result<Json<JobView>, ApiError> {
+) -> Result<(HeaderMap, Json<JobView>), ApiError> {
     let record = load(&state, id).await?;
-    Ok(Json(view_of(&state, record)?))
+    Ok((etag(record.version), Json(view_of(&state, record)?)))
+}
+
+/// The version an `If-Match` header asks for, if any (`*` asks for none in particular).
+fn if_match(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
+    let Some(value) = headers.get(header::IF_MATCH) else {
+        return Ok(None);
+    };
+    let text = value.to_str().unwrap_or_default().trim();
+    if text == "*" {
+        return Ok(None);
+    }
+    text.trim_start_matches("W/")
+        .trim_matches('"')
+        .parse()
+        .map(Some)
+        .map_err(|_| ApiError::invalid("If-Match", "is not an ETag this API returned"))
 }
 
 pub(super) async fn update(
     State(state): State<ApiState>,
     IdParam(id): IdParam,
+    headers: HeaderMap,
     JsonBody(patch): JsonBody<JobPatch>,
-) -> Result<Json<JobView>, ApiError> {
+) -> Result<(HeaderMap, Json<JobView>), ApiError> {
     let record = load(&state, id).await?;
+    if let Some(expected) = if_match(&headers)?
+        && expected != record.version
+    {
+        return Err(ApiError::PreconditionFailed(format!(
+            "job {id} is at version {}, not {expected}: read it again and reapply your change",
+            record.version
+        )));
+    }
     if let Some(expected) = patch.version
         && expected != record.version
     {
@@ -324,7 +358,7 @@ pub(super) async fn update(
                 "job {id} changed while it was being updated; retry"
             ))
         })?;
-    Ok(Json(view_of(&state, updated)?))
+    Ok((etag(updated.version), Json(view_of(&state, updated)?)))
 }
 
 pub(super) async fn delete(
