@@ -16,7 +16,7 @@ const READ_ONLY: &str = "read-only-token-0123456789";
 const EXECUTOR: &str = "cluster-executor-token-0123";
 const BILLING: &str = "billing-app-token-0123456789";
 
-const ENDPOINTS: [(&str, &str); 20] = [
+const ENDPOINTS: [(&str, &str); 24] = [
     ("GET", "/api/v1/cluster"),
     ("GET", "/api/v1/jobs"),
     ("POST", "/api/v1/jobs"),
@@ -37,6 +37,17 @@ const ENDPOINTS: [(&str, &str); 20] = [
     ("POST", "/api/v1/executors/heartbeat"),
     ("POST", "/api/v1/executors/results"),
     ("POST", "/api/v1/executors/deregister"),
+    ("POST", "/api/v1/executors/x/drain"),
+    ("POST", "/api/v1/executors/x/resume"),
+    ("DELETE", "/api/v1/executors/x"),
+    ("POST", "/api/v1/runs/1/rerun"),
+];
+
+const EXECUTOR_ENDPOINTS: [&str; 4] = [
+    "/api/v1/executors/register",
+    "/api/v1/executors/heartbeat",
+    "/api/v1/executors/results",
+    "/api/v1/executors/deregister",
 ];
 
 async fn status(
@@ -89,7 +100,7 @@ async fn each_token_opens_exactly_what_it_should() {
         );
         let wrong = status(&node, method, path, Some("not-a-token-we-issued-00"), None).await;
         assert_eq!(wrong, StatusCode::UNAUTHORIZED, "{method} {path}");
-        let executor = path.starts_with("/api/v1/executors/");
+        let executor = EXECUTOR_ENDPOINTS.contains(&path);
         let read_only = status(&node, method, path, Some(READ_ONLY), None).await;
         if method == "GET" {
             assert_ne!(

@@ -456,3 +456,72 @@ async fn cancellation_timeouts_and_signatures() {
         .unwrap();
     assert_eq!(response.status(), 403);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_drain_and_resume_executors_and_rerun_dead_letters() {
+    let node = node().await;
+    let _a = Executor::start(&node, "ops", "ops-a", 1, &[]);
+    let _b = Executor::start(&node, "ops", "ops-b", 1, &[]);
+    let id = create(&node, job("ops", "ops", "echo", json!({}))).await;
+
+    let (status, _) = node
+        .call(Method::POST, "/api/v1/executors/ops-a/drain", None)
+        .await;
+    assert_eq!(status, 200);
+    tokio::time::sleep(Duration::from_millis(700)).await; // a heartbeat must not undo it
+    for _ in 0..6 {
+        let detail = ended(&node, &trigger(&node, &id).await).await;
+        assert_eq!(
+            detail["attempts"][0]["executor_id"], "ops-b",
+            "a drained executor gets nothing"
+        );
+    }
+    let (_, list) = node.call(Method::GET, "/api/v1/executors", None).await;
+    let a = list["executors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["id"] == "ops-a")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (&a["state"], &a["healthy"]),
+        (&json!("drained"), &json!(false))
+    );
+
+    let (status, _) = node
+        .call(Method::POST, "/api/v1/executors/ops-a/resume", None)
+        .await;
+    assert_eq!(status, 200);
+    let mut used = std::collections::HashSet::new();
+    for _ in 0..6 {
+        let detail = ended(&node, &trigger(&node, &id).await).await;
+        used.insert(
+            detail["attempts"][0]["executor_id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    assert_eq!(used.len(), 2, "resumed: both executors take work again");
+    let (status, _) = node
+        .call(Method::POST, "/api/v1/executors/nobody/drain", None)
+        .await;
+    assert_eq!(status, 404);
+
+    // A dead letter is re-run as a new run of the same job.
+    let doomed = create(&node, job("doomed-ops", "ops", "fail", json!({}))).await;
+    let dead = ended(&node, &trigger(&node, &doomed).await).await;
+    assert_eq!(dead["state"], "failed");
+    let (status, again) = node
+        .call(
+            Method::POST,
+            &format!("/api/v1/runs/{}/rerun", dead["id"]),
+            None,
+        )
+        .await;
+    assert_eq!(status, 202, "{again}");
+    assert_ne!(again["id"], dead["id"]);
+    assert_eq!(again["message"], format!("re-run of run {}", dead["id"]));
+    assert_eq!(ended(&node, &again["id"]).await["job_id"], dead["job_id"]);
+}

@@ -244,6 +244,60 @@ pub(super) async fn results(
     ))
 }
 
+/// The executor id of `/executors/{id}` paths.
+#[derive(Debug, serde::Deserialize)]
+pub(super) struct ExecutorPath {
+    id: String,
+}
+
+async fn set_drained(
+    state: &ApiState,
+    id: &str,
+    drain: bool,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let known = state.store.executors_list(None).await?;
+    if !known.executors.iter().any(|e| e.executor_id == id) {
+        return Err(ApiError::missing(format!("executor {id}")));
+    }
+    let changed = state.store.executor_drain(id, drain).await?;
+    info!(
+        executor = id,
+        drain, changed, "executor drain changed by an operator"
+    );
+    Ok(Json(
+        serde_json::json!({ "id": id, "drained": drain, "changed": changed }),
+    ))
+}
+
+/// `POST /executors/{id}/drain`: no new dispatches; running attempts finish.
+pub(super) async fn drain(
+    State(state): State<ApiState>,
+    axum::extract::Path(path): axum::extract::Path<ExecutorPath>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    set_drained(&state, &path.id, true).await
+}
+
+/// `POST /executors/{id}/resume`: dispatch to it again.
+pub(super) async fn resume(
+    State(state): State<ApiState>,
+    axum::extract::Path(path): axum::extract::Path<ExecutorPath>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    set_drained(&state, &path.id, false).await
+}
+
+/// `DELETE /executors/{id}`: forget an executor; its running attempts fail over. One that is
+/// still alive is told at its next heartbeat to register again.
+pub(super) async fn remove(
+    State(state): State<ApiState>,
+    axum::extract::Path(path): axum::extract::Path<ExecutorPath>,
+) -> Result<axum::http::StatusCode, ApiError> {
+    if state.store.executor_leave(&path.id).await? {
+        Ok(axum::http::StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::missing(format!("executor {}", path.id)))
+    }
+}
+
 pub(super) async fn deregister(
     State(state): State<ApiState>,
     Extension(principal): Extension<Principal>,

@@ -167,6 +167,34 @@ pub(super) async fn get(
     }))
 }
 
+/// `POST /runs/{id}/rerun`: a new run of the same job now, typically for a dead letter.
+pub(super) async fn rerun(
+    State(state): State<ApiState>,
+    IdParam(id): IdParam,
+) -> Result<(axum::http::StatusCode, Json<RunView>), ApiError> {
+    let run = state
+        .store
+        .run_get(id)
+        .await?
+        .ok_or_else(|| ApiError::missing(format!("run {id}")))?;
+    let job = state
+        .store
+        .job_get(run.job_id)
+        .await?
+        .ok_or_else(|| ApiError::missing(format!("job {} of run {id}", run.job_id)))?;
+    let message = format!("re-run of run {id}");
+    let again = state
+        .store
+        .run_insert_manual(
+            &job,
+            state.view.node_id(),
+            run_state::PENDING,
+            Some(&message),
+        )
+        .await?;
+    Ok((axum::http::StatusCode::ACCEPTED, Json(again.into())))
+}
+
 pub(super) async fn cancel(
     State(state): State<ApiState>,
     IdParam(id): IdParam,

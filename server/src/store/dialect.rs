@@ -204,9 +204,15 @@ queries! {
     handlers_delete = "DELETE FROM handlers WHERE executor_id = ?";
     handler_insert = "INSERT INTO handlers (executor_id, handler_name, app_name, description) \
         VALUES (?, ?, ?, ?)";
+    // An executor an operator drained stays drained whatever it reports.
     executor_heartbeat = "UPDATE executors SET heartbeat_at_ms = {now}, in_flight = ?, \
-        state = CASE WHEN ? = 1 THEN 'draining' ELSE 'active' END \
+        state = CASE WHEN state = 'drained' THEN 'drained' \
+        WHEN ? = 1 THEN 'draining' ELSE 'active' END \
         WHERE executor_id = ? AND state <> 'left'";
+    executor_set_drained = "UPDATE executors SET state = 'drained' \
+        WHERE executor_id = ? AND state IN ('active', 'draining')";
+    executor_set_active = "UPDATE executors SET state = 'active' \
+        WHERE executor_id = ? AND state = 'drained'";
     executor_leave = "UPDATE executors SET state = 'left' WHERE executor_id = ? AND state <> 'left'";
     executors_all = "SELECT executor_id, app_name, address, weight, capacity, in_flight, state, \
         registered_at_ms, heartbeat_at_ms FROM executors WHERE (? IS NULL OR app_name = ?) \

@@ -191,6 +191,10 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
         draining: bool,
     ) -> Result<bool, Error>;
 
+    /// Stops (`true`) or resumes (`false`) dispatching to an executor, whatever its heartbeats
+    /// say; false when nothing changed.
+    async fn executor_drain(&self, executor_id: &str, drain: bool) -> Result<bool, Error>;
+
     /// Marks an executor left; false when it was unknown or had left.
     async fn executor_leave(&self, executor_id: &str) -> Result<bool, Error>;
 

@@ -171,6 +171,19 @@ macro_rules! dispatch_store {
                 Ok(beat.rows_affected() == 1)
             }
 
+            async fn executor_drain(&self, executor_id: &str, drain: bool) -> Result<bool, Error> {
+                let query = if drain {
+                    &self.q.executor_set_drained
+                } else {
+                    &self.q.executor_set_active
+                };
+                let changed = sqlx::query::<$db>(sql(query))
+                    .bind(executor_id)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(changed.rows_affected() == 1)
+            }
+
             async fn executor_leave(&self, executor_id: &str) -> Result<bool, Error> {
                 let left = sqlx::query::<$db>(sql(&self.q.executor_leave))
                     .bind(executor_id)
