@@ -8,104 +8,16 @@
 mod support;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::{Value, json};
+use support::executor::{EXECUTOR_TOKEN, Executor};
 use support::node::{NodeProcess, Solo};
 use support::wait_for;
 
-const EXECUTOR_TOKEN: &str = "executor-token-for-tests-0123";
-const SECRET: &str = "dispatch-secret-for-tests-0123";
-
-struct Executor {
-    id: String,
-    port: u16,
-    child: Child,
-}
-
-impl Executor {
-    fn start(node: &NodeProcess, app: &str, id: &str, weight: u32, extra: &[&str]) -> Executor {
-        Self::start_with_secret(node, app, id, weight, extra, SECRET)
-    }
-
-    fn start_with_secret(
-        node: &NodeProcess,
-        app: &str,
-        id: &str,
-        weight: u32,
-        extra: &[&str],
-        secret: &str,
-    ) -> Executor {
-        let script = format!(
-            "{}/tests/executors/python_executor.py",
-            env!("CARGO_MANIFEST_DIR")
-        );
-        let mut child = Command::new("python3")
-            .arg(script)
-            .args([
-                "--admin",
-                &node.url(""),
-                "--token",
-                EXECUTOR_TOKEN,
-                "--secret",
-                secret,
-            ])
-            .args(["--app", app, "--id", id, "--weight", &weight.to_string()])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("python3 runs the example executor");
-        let stdout = child.stdout.take().unwrap();
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).unwrap();
-        let port = line
-            .trim()
-            .strip_prefix("listening ")
-            .unwrap_or_else(|| panic!("executor said {line:?}"))
-            .parse()
-            .unwrap();
-        Executor {
-            id: id.to_owned(),
-            port,
-            child,
-        }
-    }
-
-    fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    async fn log(&self) -> Vec<Value> {
-        reqwest::get(format!("http://127.0.0.1:{}/log", self.port))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
-    }
-}
-
-impl Drop for Executor {
-    fn drop(&mut self) {
-        self.kill9();
-    }
-}
-
 async fn node() -> Solo {
-    Solo::start(|spec| {
-        spec.extra_env = vec![
-            ("CARILLON_EXECUTOR_TOKEN", EXECUTOR_TOKEN.to_owned()),
-            ("CARILLON_DISPATCH_SECRET", SECRET.to_owned()),
-            ("CARILLON_EXECUTOR_LEASE_MS", "1500".to_owned()),
-            ("CARILLON_EXECUTOR_HEARTBEAT_MS", "300".to_owned()),
-        ];
-    })
-    .await
+    Solo::start(|spec| spec.extra_env = support::executor::node_env()).await
 }
 
 async fn create(node: &NodeProcess, doc: Value) -> Value {

@@ -7,6 +7,7 @@
 )]
 
 pub mod db;
+pub mod executor;
 pub mod node;
 
 use std::future::Future;
