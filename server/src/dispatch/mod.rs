@@ -72,6 +72,10 @@ pub struct Dispatcher {
     balancers: Balancers,
     wake: Arc<Notify>,
     report_to: Vec<String>,
+    /// Where the next tick resumes reading pending runs and due attempts: a slice per tick,
+    /// wrapping around, so work that cannot go anywhere never hides the rest.
+    runs_cursor: i64,
+    attempts_cursor: i64,
 }
 
 /// The executors able to take work now, by app, with what each offers and carries.
@@ -149,6 +153,8 @@ impl Dispatcher {
             balancers: Balancers::new(seed),
             wake,
             report_to,
+            runs_cursor: 0,
+            attempts_cursor: 0,
         }
     }
 
@@ -206,18 +212,20 @@ impl Dispatcher {
                 self.client.cancel(&address, attempt.attempt_id).await;
             }
         }
-        for run in self
+        let pending = self
             .store
-            .runs_pending(&partitions, self.settings.batch)
-            .await?
-        {
+            .runs_pending(&partitions, self.runs_cursor, self.settings.batch)
+            .await?;
+        self.runs_cursor = next_cursor(&pending, self.settings.batch, |r| r.run_id);
+        for run in pending {
             let job = self.job(&mut jobs, run.job_id).await?;
             self.start_run(&run, job.as_ref(), &fleet).await?;
         }
         let mut due = self
             .store
-            .attempts_due(&partitions, self.settings.batch)
+            .attempts_due(&partitions, self.attempts_cursor, self.settings.batch)
             .await?;
+        self.attempts_cursor = next_cursor(&due, self.settings.batch, |a| a.attempt_id);
         // Highest effective priority first: waiting raises it, so nothing starves.
         let now = fleet.now_ms;
         due.sort_by_key(|a| {
@@ -479,6 +487,36 @@ fn shards(sharding: &Sharding, args: &Value, executors: &[&ExecutorRecord]) -> V
     vec![one(0, 1, args, None)]
 }
 
+/// After a full slice, resume after its last id; after a short one, start over.
+fn next_cursor<T>(slice: &[T], batch: i64, id: impl Fn(&T) -> i64) -> i64 {
+    if (slice.len() as i64) < batch {
+        0
+    } else {
+        slice.last().map_or(0, id)
+    }
+}
+
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_cursor;
+
+    #[test]
+    fn the_cursor_walks_full_slices_and_wraps_after_a_short_one() {
+        let full: Vec<i64> = vec![3, 8, 9];
+        assert_eq!(
+            next_cursor(&full, 3, |x| *x),
+            9,
+            "a full slice: more may follow"
+        );
+        assert_eq!(
+            next_cursor(&full[..2], 3, |x| *x),
+            0,
+            "a short slice: start over"
+        );
+        assert_eq!(next_cursor(&Vec::<i64>::new(), 3, |x| *x), 0);
+    }
 }

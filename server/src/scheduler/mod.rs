@@ -187,7 +187,8 @@ impl Scheduler {
     }
 
     async fn poll_changes(&mut self, now: i64) -> Result<(), store::Error> {
-        let since = self.changes_since_ms.unwrap_or(i64::MIN / 2) - CHANGE_OVERLAP_MS;
+        // The first poll starts now: loading the partitions read everything older.
+        let since = self.changes_since_ms.unwrap_or(now) - CHANGE_OVERLAP_MS;
         let changes = self.store.jobs_changed_since(since, CHANGE_PAGE).await?;
         let mut latest = changes.now_ms;
         if changes.changed.len() as i64 >= CHANGE_PAGE {

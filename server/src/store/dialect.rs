@@ -264,12 +264,12 @@ queries! {
     // `{partitions}` is filled at call time with the node's partition ids (integers we format).
     runs_pending = "SELECT run_id, job_id, scheduled_at_ms, partition_id, epoch, node_id, trigger_kind, \
         state, priority, created_at_ms, started_at_ms, finished_at_ms, message FROM runs WHERE \
-        state = 'pending' AND partition_id IN ({partitions}) ORDER BY run_id LIMIT ?";
+        state = 'pending' AND partition_id IN ({partitions}) AND run_id > ? ORDER BY run_id LIMIT ?";
     attempts_due = "SELECT attempt_id, run_id, job_id, partition_id, shard_index, shard_total, attempt_no, \
         priority, args_json, state, created_at_ms, not_before_ms, avoid_executor_id, \
         executor_id, dispatched_at_ms, deadline_ms, finished_at_ms, output, error FROM attempts \
         WHERE state = 'pending' AND partition_id IN ({partitions}) AND not_before_ms <= {now} \
-        ORDER BY attempt_id LIMIT ?";
+        AND attempt_id > ? ORDER BY attempt_id LIMIT ?";
     attempts_expired = "SELECT attempt_id, run_id, job_id, partition_id, shard_index, shard_total, attempt_no, \
         priority, args_json, state, created_at_ms, not_before_ms, avoid_executor_id, \
         executor_id, dispatched_at_ms, deadline_ms, finished_at_ms, output, error FROM attempts \

@@ -201,8 +201,14 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
     /// Executors (of `app`, or all) with their handlers, and the database clock.
     async fn executors_list(&self, app: Option<&str>) -> Result<ExecutorList, Error>;
 
-    /// Runs waiting to start in these partitions, oldest first.
-    async fn runs_pending(&self, partitions: &[i64], limit: i64) -> Result<Vec<RunRecord>, Error>;
+    /// Runs waiting to start in these partitions with an id above `after_run_id`, oldest first
+    /// (the caller walks through them all, so runs that cannot start do not hide the others).
+    async fn runs_pending(
+        &self,
+        partitions: &[i64],
+        after_run_id: i64,
+        limit: i64,
+    ) -> Result<Vec<RunRecord>, Error>;
 
     /// Starts a pending run with its shards' first attempts; false if it was not pending.
     async fn run_start(&self, run: &RunRecord, attempts: &[NewAttempt]) -> Result<bool, Error>;
@@ -223,10 +229,12 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
 
     async fn attempt_get(&self, attempt_id: i64) -> Result<Option<AttemptRecord>, Error>;
 
-    /// Attempts due for dispatch in these partitions (database clock), oldest first.
+    /// Attempts due for dispatch in these partitions (database clock) with an id above
+    /// `after_attempt_id`, oldest first.
     async fn attempts_due(
         &self,
         partitions: &[i64],
+        after_attempt_id: i64,
         limit: i64,
     ) -> Result<Vec<AttemptRecord>, Error>;
 

@@ -214,12 +214,14 @@ macro_rules! dispatch_store {
             async fn runs_pending(
                 &self,
                 partitions: &[i64],
+                after_run_id: i64,
                 limit: i64,
             ) -> Result<Vec<RunRecord>, Error> {
                 let Some(query) = with_partitions(&self.q.runs_pending, partitions) else {
                     return Ok(Vec::new());
                 };
                 Ok(sqlx::query_as::<$db, RunRecord>(query)
+                    .bind(after_run_id)
                     .bind(limit)
                     .fetch_all(&self.pool)
                     .await?)
@@ -345,12 +347,14 @@ macro_rules! dispatch_store {
             async fn attempts_due(
                 &self,
                 partitions: &[i64],
+                after_attempt_id: i64,
                 limit: i64,
             ) -> Result<Vec<AttemptRecord>, Error> {
                 let Some(query) = with_partitions(&self.q.attempts_due, partitions) else {
                     return Ok(Vec::new());
                 };
                 Ok(sqlx::query_as::<$db, AttemptRecord>(query)
+                    .bind(after_attempt_id)
                     .bind(limit)
                     .fetch_all(&self.pool)
                     .await?)
