@@ -437,3 +437,52 @@ async fn operators_drain_and_resume_executors_and_rerun_dead_letters() {
     assert_eq!(again["message"], format!("re-run of run {}", dead["id"]));
     assert_eq!(ended(&node, &again["id"]).await["job_id"], dead["job_id"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_with_nowhere_to_go_ends_visibly_instead_of_waiting_forever() {
+    let node = Solo::start(|spec| {
+        spec.extra_env = support::executor::node_env();
+        spec.extra_env
+            .push(("CARILLON_NO_EXECUTOR_GRACE_MS", "300".to_owned()));
+    })
+    .await;
+
+    // Nobody ever registered this handler: the run ends after the grace.
+    let orphan = create(&node, job("orphan", "nobody", "echo", json!({}))).await;
+    let detail = ended(&node, &trigger(&node, &orphan).await).await;
+    assert_eq!(detail["state"], "no_executor", "{detail}");
+    assert!(
+        detail["message"]
+            .as_str()
+            .unwrap()
+            .contains("no executor is registered")
+    );
+
+    // Its only executor died: the run waits ten graces, then ends, saying why.
+    let mut gone = Executor::start(&node, "gone", "gone-1", 1, &[]);
+    gone.kill9();
+    tokio::time::sleep(Duration::from_millis(2_000)).await; // past the executor lease
+    let stranded = create(&node, job("stranded", "gone", "echo", json!({}))).await;
+    let started = std::time::Instant::now();
+    let detail = ended(&node, &trigger(&node, &stranded).await).await;
+    assert_eq!(detail["state"], "no_executor", "{detail}");
+    assert!(
+        detail["message"]
+            .as_str()
+            .unwrap()
+            .contains("no healthy executor"),
+        "{detail}"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(3_000),
+        "waited ten graces first"
+    );
+    let (_, dead) = node.call(Method::GET, "/api/v1/dead-letters", None).await;
+    assert!(
+        dead["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["id"] == detail["id"])
+    );
+}

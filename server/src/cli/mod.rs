@@ -136,6 +136,9 @@ struct ServerArgs {
     /// How often executors heartbeat.
     #[arg(long, env = "CARILLON_EXECUTOR_HEARTBEAT_MS")]
     executor_heartbeat_ms: Option<u64>,
+    /// How long work waits for an executor of its handler before it fails.
+    #[arg(long, env = "CARILLON_NO_EXECUTOR_GRACE_MS")]
+    no_executor_grace_ms: Option<u64>,
 }
 
 impl CommonArgs {
@@ -185,6 +188,10 @@ impl ServerArgs {
         set(
             &mut config.dispatch.executor_lease_ms,
             self.executor_lease_ms,
+        );
+        set(
+            &mut config.dispatch.no_executor_grace_ms,
+            self.no_executor_grace_ms,
         );
         set(
             &mut config.dispatch.executor_heartbeat_ms,

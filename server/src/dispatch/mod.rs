@@ -262,6 +262,30 @@ impl Dispatcher {
             .map(|e| e.address.clone())
     }
 
+    /// Why work of `job` that has waited `waited_ms` with no healthy executor to offer it to
+    /// should now end, if it should: after the grace when no executor ever registered the
+    /// handler, after ten graces when some did but none is healthy (an executor restarting
+    /// during a deploy must not fail runs).
+    fn nowhere_to_go(&self, fleet: &Fleet, job: &JobRecord, waited_ms: i64) -> Option<String> {
+        let grace = millis(self.settings.no_executor_grace);
+        let registered = fleet
+            .registered_handlers
+            .contains(&(job.app_name.clone(), job.handler_name.clone()));
+        let (limit, why) = if registered {
+            (grace.saturating_mul(10), "no healthy executor")
+        } else {
+            (grace, "no executor is registered")
+        };
+        (waited_ms > limit).then(|| {
+            format!(
+                "{why} for app {:?} (handler {:?}) after {} s",
+                job.app_name,
+                job.handler_name,
+                waited_ms / 1_000
+            )
+        })
+    }
+
     /// Turns a pending run into its shards' first attempts.
     async fn start_run(
         &self,
@@ -281,15 +305,8 @@ impl Dispatcher {
         };
         let executors = fleet.offering(&job.app_name, &job.handler_name);
         if executors.is_empty() {
-            let registered = fleet
-                .registered_handlers
-                .contains(&(job.app_name.clone(), job.handler_name.clone()));
             let waited = fleet.now_ms - run.created_at_ms;
-            if !registered && waited > millis(self.settings.no_executor_grace) {
-                let message = format!(
-                    "no executor is registered for app {:?} (handler {:?})",
-                    job.app_name, job.handler_name
-                );
+            if let Some(message) = self.nowhere_to_go(fleet, job, waited) {
                 self.store
                     .run_end(run.run_id, run_state::NO_EXECUTOR, Some(&message))
                     .await?;
@@ -325,11 +342,16 @@ impl Dispatcher {
             return Ok(());
         };
         let policy: JobPolicy = serde_json::from_str(&job.policy_json).unwrap_or_default();
-        let executors: Vec<&ExecutorRecord> = fleet
-            .offering(&job.app_name, &job.handler_name)
-            .into_iter()
-            .filter(|e| fleet.has_room(e))
-            .collect();
+        let offering = fleet.offering(&job.app_name, &job.handler_name);
+        if offering.is_empty() {
+            let waited = fleet.now_ms - attempt.not_before_ms.max(attempt.created_at_ms);
+            if let Some(message) = self.nowhere_to_go(fleet, job, waited) {
+                finish_attempt(&*self.store, attempt, Ending::Refused, None, Some(message)).await?;
+            }
+            return Ok(());
+        }
+        let executors: Vec<&ExecutorRecord> =
+            offering.into_iter().filter(|e| fleet.has_room(e)).collect();
         if executors.is_empty() {
             return Ok(()); // capacity is short: the attempt waits, its priority ageing
         }
