@@ -16,7 +16,7 @@ const READ_ONLY: &str = "read-only-token-0123456789";
 const EXECUTOR: &str = "cluster-executor-token-0123";
 const BILLING: &str = "billing-app-token-0123456789";
 
-const ENDPOINTS: [(&str, &str); 24] = [
+const ENDPOINTS: [(&str, &str); 26] = [
     ("GET", "/api/v1/cluster"),
     ("GET", "/api/v1/jobs"),
     ("POST", "/api/v1/jobs"),
@@ -41,6 +41,8 @@ const ENDPOINTS: [(&str, &str); 24] = [
     ("POST", "/api/v1/executors/x/resume"),
     ("DELETE", "/api/v1/executors/x"),
     ("POST", "/api/v1/runs/1/rerun"),
+    ("GET", "/api/v1/executors/x"),
+    ("GET", "/api/v1/apps"),
 ];
 
 const EXECUTOR_ENDPOINTS: [&str; 4] = [

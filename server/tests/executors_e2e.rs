@@ -420,6 +420,26 @@ async fn operators_drain_and_resume_executors_and_rerun_dead_letters() {
         .call(Method::POST, "/api/v1/executors/nobody/drain", None)
         .await;
     assert_eq!(status, 404);
+    let (status, one) = node
+        .call(Method::GET, "/api/v1/executors/ops-b", None)
+        .await;
+    assert_eq!(
+        (status, &one["app"], &one["healthy"]),
+        (200, &json!("ops"), &json!(true))
+    );
+    let (_, apps) = node.call(Method::GET, "/api/v1/apps", None).await;
+    let ops = apps["apps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "ops")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (&ops["executors"], &ops["healthy_executors"]),
+        (&json!(2), &json!(2))
+    );
+    assert!(ops["handlers"].as_array().unwrap().contains(&json!("echo")));
 
     // A dead letter is re-run as a new run of the same job.
     let doomed = create(&node, job("doomed-ops", "ops", "fail", json!({}))).await;

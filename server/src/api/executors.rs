@@ -324,12 +324,11 @@ pub(super) struct ExecutorView {
     last_heartbeat_at: Option<String>,
 }
 
-pub(super) async fn list(
-    State(state): State<ApiState>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+/// Every executor as the API shows it.
+async fn views(state: &ApiState) -> Result<Vec<ExecutorView>, ApiError> {
     let list = state.store.executors_list(None).await?;
     let lease = i64::try_from(state.executor_lease_ms).unwrap_or(i64::MAX);
-    let executors: Vec<ExecutorView> = list
+    Ok(list
         .executors
         .iter()
         .map(|e| ExecutorView {
@@ -350,6 +349,74 @@ pub(super) async fn list(
             registered_at: rfc3339(e.registered_at_ms),
             last_heartbeat_at: rfc3339(e.heartbeat_at_ms),
         })
+        .collect())
+}
+
+pub(super) async fn list(
+    State(state): State<ApiState>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    Ok(Json(
+        serde_json::json!({ "executors": views(&state).await? }),
+    ))
+}
+
+/// `GET /executors/{id}`.
+pub(super) async fn get(
+    State(state): State<ApiState>,
+    axum::extract::Path(path): axum::extract::Path<ExecutorPath>,
+) -> Result<Json<ExecutorView>, ApiError> {
+    views(&state)
+        .await?
+        .into_iter()
+        .find(|e| e.id == path.id)
+        .map(Json)
+        .ok_or_else(|| ApiError::missing(format!("executor {}", path.id)))
+}
+
+/// An app: the executors registered under its name, and the handlers they offer.
+#[derive(Debug, Serialize)]
+pub(super) struct AppView {
+    name: String,
+    executors: usize,
+    healthy_executors: usize,
+    capacity: i64,
+    handlers: Vec<String>,
+}
+
+/// `GET /apps`: every app with an executor, with its health at a glance.
+pub(super) async fn apps(
+    State(state): State<ApiState>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let mut apps: std::collections::BTreeMap<String, AppView> = std::collections::BTreeMap::new();
+    for e in views(&state)
+        .await?
+        .into_iter()
+        .filter(|e| e.state != "left")
+    {
+        let app = apps.entry(e.app.clone()).or_insert_with(|| AppView {
+            name: e.app.clone(),
+            executors: 0,
+            healthy_executors: 0,
+            capacity: 0,
+            handlers: Vec::new(),
+        });
+        app.executors += 1;
+        if e.healthy {
+            app.healthy_executors += 1;
+            app.capacity += e.capacity;
+        }
+        for handler in e.handlers {
+            if !app.handlers.contains(&handler) {
+                app.handlers.push(handler);
+            }
+        }
+    }
+    let apps: Vec<AppView> = apps
+        .into_values()
+        .map(|mut a| {
+            a.handlers.sort();
+            a
+        })
         .collect();
-    Ok(Json(serde_json::json!({ "executors": executors })))
+    Ok(Json(serde_json::json!({ "apps": apps })))
 }

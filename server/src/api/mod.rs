@@ -65,7 +65,11 @@ pub fn router(state: ApiState) -> Router {
         .route("/runs/{id}/cancel", post(runs::cancel))
         .route("/dead-letters", get(runs::dead_letters))
         .route("/executors", get(executors::list))
-        .route("/executors/{id}", axum::routing::delete(executors::remove))
+        .route(
+            "/executors/{id}",
+            get(executors::get).delete(executors::remove),
+        )
+        .route("/apps", get(executors::apps))
         .route("/executors/{id}/drain", post(executors::drain))
         .route("/executors/{id}/resume", post(executors::resume))
         .route("/runs/{id}/rerun", post(runs::rerun))
