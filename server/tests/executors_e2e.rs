@@ -81,6 +81,10 @@ async fn balancers_spread_runs_as_configured() {
             assert_eq!(detail["state"], "succeeded", "{detail}");
             let attempt = &detail["attempts"][0];
             assert_eq!(attempt["output"]["args"], Value::Null);
+            assert_eq!(
+                attempt["output"]["scheduled_at"], detail["scheduled_at"],
+                "the dispatch carries its run's instant"
+            );
             *by.entry(attempt["executor_id"].as_str().unwrap().to_owned())
                 .or_default() += 1;
         }

@@ -13,9 +13,9 @@ use tracing::{info, warn};
 use super::body::JsonBody;
 use super::{ApiError, ApiState, Principal, rfc3339};
 use crate::dispatch::finish::{Ending, finish_attempt_by};
-use crate::jobs::{JobInput, new_job_id, partition_of};
+use crate::jobs::JobInput;
 use crate::schedule::ScheduleSpec;
-use crate::store::{self, ExecutorRegistration, JobWrite, attempt_state};
+use crate::store::{self, ExecutorRegistration, attempt_state};
 
 /// Refuses an app-limited token acting for another app's executor.
 async fn check_scope(
@@ -162,22 +162,7 @@ async fn create_declared_job(
             return;
         }
     };
-    let json = |v: serde_json::Result<String>| v.unwrap_or_else(|_| "null".to_owned());
-    let write = JobWrite {
-        name: definition.name.clone(),
-        app_name: definition.app.clone(),
-        handler_name: definition.handler.clone(),
-        schedule_json: json(serde_json::to_string(&definition.schedule)),
-        timezone: definition.timezone.clone(),
-        args_json: "null".to_owned(),
-        policy_json: json(serde_json::to_string(&definition.policy)),
-    };
-    let id = new_job_id(state.clock.now_ms());
-    match state
-        .store
-        .job_insert(id, partition_of(id, state.partition_count), &write, true)
-        .await
-    {
+    match super::jobs::insert(state, &definition, true).await {
         Ok(_) => info!(job = %definition.name, "created the job declared in code"),
         Err(store::Error::Conflict { .. }) => {}
         Err(err) => {

@@ -197,6 +197,27 @@ async fn load(state: &ApiState, id: i64) -> Result<JobRecord, ApiError> {
         .ok_or_else(|| ApiError::missing(format!("job {id}")))
 }
 
+/// Stores a new job under a freshly drawn id (drawing again if the id is taken); a taken name
+/// is [`store::Error::Conflict`].
+pub(super) async fn insert(
+    state: &ApiState,
+    definition: &JobDefinition,
+    start: bool,
+) -> Result<JobRecord, store::Error> {
+    let write = write_of(definition);
+    let mut attempt = 0;
+    loop {
+        let id = new_job_id(state.clock.now_ms());
+        let partition = partition_of(id, state.partition_count);
+        match state.store.job_insert(id, partition, &write, start).await {
+            Err(store::Error::Conflict { what }) if what.starts_with("job id") && attempt < 5 => {
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
 pub(super) async fn create(
     State(state): State<ApiState>,
     JsonBody(input): JsonBody<JobInput>,
@@ -204,18 +225,7 @@ pub(super) async fn create(
     let start = input.start;
     let definition = input.into_definition()?;
     check_fires(&state, &definition)?;
-    let write = write_of(&definition);
-    let mut attempt = 0;
-    let record = loop {
-        let id = new_job_id(state.clock.now_ms());
-        let partition = partition_of(id, state.partition_count);
-        match state.store.job_insert(id, partition, &write, start).await {
-            Err(store::Error::Conflict { what }) if what.starts_with("job id") && attempt < 5 => {
-                attempt += 1;
-            }
-            other => break other?,
-        }
-    };
+    let record = insert(&state, &definition, start).await?;
     let mut headers = HeaderMap::new();
     if let Ok(location) = HeaderValue::from_str(&format!("/api/v1/jobs/{}", record.job_id)) {
         headers.insert(header::LOCATION, location);
@@ -241,7 +251,7 @@ pub(super) struct JobList {
     next_cursor: Option<String>,
 }
 
-fn page_limit(limit: Option<i64>) -> Result<i64, ApiError> {
+pub(super) fn page_limit(limit: Option<i64>) -> Result<i64, ApiError> {
     let limit = limit.unwrap_or(100);
     if !(1..=1_000).contains(&limit) {
         return Err(ApiError::invalid(
@@ -252,7 +262,7 @@ fn page_limit(limit: Option<i64>) -> Result<i64, ApiError> {
     Ok(limit)
 }
 
-fn cursor_id(cursor: Option<&str>) -> Result<Option<i64>, ApiError> {
+pub(super) fn cursor_id(cursor: Option<&str>) -> Result<Option<i64>, ApiError> {
     cursor
         .map(|c| {
             c.parse::<i64>()

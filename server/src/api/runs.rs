@@ -80,20 +80,10 @@ const RUN_STATES: [&str; 9] = [
 ];
 
 fn parse_page(limit: Option<i64>, cursor: Option<&str>) -> Result<(i64, Option<i64>), ApiError> {
-    let limit = limit.unwrap_or(100);
-    if !(1..=1_000).contains(&limit) {
-        return Err(ApiError::invalid(
-            "limit",
-            format!("{limit} is outside 1..=1000"),
-        ));
-    }
-    let before = cursor
-        .map(|c| {
-            c.parse::<i64>()
-                .map_err(|_| ApiError::invalid("cursor", "is not a cursor this API returned"))
-        })
-        .transpose()?;
-    Ok((limit, before))
+    Ok((
+        super::jobs::page_limit(limit)?,
+        super::jobs::cursor_id(cursor)?,
+    ))
 }
 
 pub(super) async fn list(

@@ -81,8 +81,10 @@ pub struct Dispatcher {
 /// The executors able to take work now, by app, with what each offers and carries.
 struct Fleet {
     by_app: HashMap<String, Vec<ExecutorRecord>>,
-    handlers: HashSet<(String, String)>,
-    registered_handlers: HashSet<(String, String)>,
+    /// Handler names by executor id.
+    handlers: HashMap<String, HashSet<String>>,
+    /// Handler names by app, over every executor ever registered (healthy or not).
+    registered_handlers: HashMap<String, HashSet<String>>,
     load: HashMap<String, i64>,
     now_ms: i64,
 }
@@ -97,15 +99,17 @@ impl Fleet {
                 by_app.entry(e.app_name.clone()).or_default().push(e);
             }
         }
-        let handlers: HashSet<(String, String)> = list.handlers.into_iter().collect();
-        let registered_handlers = handlers
-            .iter()
-            .filter_map(|(executor, handler)| {
-                app_of
-                    .get(executor)
-                    .map(|app| (app.clone(), handler.clone()))
-            })
-            .collect();
+        let mut handlers: HashMap<String, HashSet<String>> = HashMap::new();
+        let mut registered_handlers: HashMap<String, HashSet<String>> = HashMap::new();
+        for (executor, handler) in list.handlers {
+            if let Some(app) = app_of.get(&executor) {
+                registered_handlers
+                    .entry(app.clone())
+                    .or_default()
+                    .insert(handler.clone());
+            }
+            handlers.entry(executor).or_default().insert(handler);
+        }
         Self {
             by_app,
             handlers,
@@ -123,7 +127,8 @@ impl Fleet {
                 all.iter()
                     .filter(|e| {
                         self.handlers
-                            .contains(&(e.executor_id.clone(), handler.to_owned()))
+                            .get(&e.executor_id)
+                            .is_some_and(|h| h.contains(handler))
                     })
                     .collect()
             })
@@ -225,16 +230,18 @@ impl Dispatcher {
             .store
             .attempts_due(&partitions, self.attempts_cursor, self.settings.batch)
             .await?;
-        self.attempts_cursor = next_cursor(&due, self.settings.batch, |a| a.attempt_id);
+        self.attempts_cursor = next_cursor(&due, self.settings.batch, |d| d.attempt.attempt_id);
         // Highest effective priority first: waiting raises it, so nothing starves.
         let now = fleet.now_ms;
-        due.sort_by_key(|a| {
+        due.sort_by_key(|d| {
+            let a = &d.attempt;
             let aged = a.priority + (now - a.created_at_ms).max(0) / AGEING_STEP_MS;
             (std::cmp::Reverse(aged), a.attempt_id)
         });
-        for attempt in due {
-            let job = self.job(&mut jobs, attempt.job_id).await?;
-            self.dispatch(&attempt, job.as_ref(), &mut fleet).await?;
+        for due in due {
+            let job = self.job(&mut jobs, due.attempt.job_id).await?;
+            self.dispatch(&due.attempt, due.scheduled_at_ms, job.as_ref(), &mut fleet)
+                .await?;
         }
         Ok(())
     }
@@ -270,7 +277,8 @@ impl Dispatcher {
         let grace = millis(self.settings.no_executor_grace);
         let registered = fleet
             .registered_handlers
-            .contains(&(job.app_name.clone(), job.handler_name.clone()));
+            .get(&job.app_name)
+            .is_some_and(|h| h.contains(&job.handler_name));
         let (limit, why) = if registered {
             (grace.saturating_mul(10), "no healthy executor")
         } else {
@@ -284,6 +292,25 @@ impl Dispatcher {
                 waited_ms / 1_000
             )
         })
+    }
+
+    /// An attempt the executor answered for good in its reply (a result, or a refusal): it
+    /// is recorded as dispatched there, then ended.
+    async fn ended_at_once(
+        &self,
+        attempt: &AttemptRecord,
+        executor_id: String,
+        ending: Ending,
+        output: Option<Value>,
+        error: Option<String>,
+    ) -> Result<(), store::Error> {
+        self.store
+            .attempt_dispatched(attempt.attempt_id, &executor_id, 0)
+            .await?;
+        let mut dispatched = attempt.clone();
+        dispatched.executor_id = Some(executor_id);
+        finish_attempt(&*self.store, &dispatched, ending, output.as_ref(), error).await?;
+        Ok(())
     }
 
     /// Turns a pending run into its shards' first attempts.
@@ -326,6 +353,7 @@ impl Dispatcher {
     async fn dispatch(
         &mut self,
         attempt: &AttemptRecord,
+        scheduled_at_ms: i64,
         job: Option<&JobRecord>,
         fleet: &mut Fleet,
     ) -> Result<(), store::Error> {
@@ -396,12 +424,7 @@ impl Dispatcher {
                 index: u32::try_from(attempt.shard_index).unwrap_or(0),
                 total: u32::try_from(attempt.shard_total).unwrap_or(1),
             },
-            scheduled_at: self
-                .store
-                .run_get(attempt.run_id)
-                .await?
-                .and_then(|r| crate::api::rfc3339(r.scheduled_at_ms))
-                .unwrap_or_default(),
+            scheduled_at: crate::api::rfc3339(scheduled_at_ms).unwrap_or_default(),
             timeout_ms: policy.timeout_ms,
             report_to: self.report_to.clone(),
         };
@@ -427,33 +450,18 @@ impl Dispatcher {
                     return Ok(());
                 }
                 Delivery::Finished(result) => {
-                    self.store
-                        .attempt_dispatched(attempt.attempt_id, &executor_id, 0)
-                        .await?;
-                    let mut running = attempt.clone();
-                    running.executor_id = Some(executor_id);
-                    finish_attempt(
-                        &*self.store,
-                        &running,
-                        Ending::Reported(result.outcome),
-                        result.output.as_ref(),
-                        result.error,
-                    )
-                    .await?;
-                    return Ok(());
+                    let ending = Ending::Reported(result.outcome);
+                    return self
+                        .ended_at_once(attempt, executor_id, ending, result.output, result.error)
+                        .await;
                 }
                 Delivery::TryAnother(why) => {
                     debug!(attempt_id = attempt.attempt_id, executor = %executor_id, why, "offering to the next executor");
                 }
                 Delivery::Refused(why) => {
-                    self.store
-                        .attempt_dispatched(attempt.attempt_id, &executor_id, 0)
-                        .await?;
-                    let mut refused = attempt.clone();
-                    refused.executor_id = Some(executor_id);
-                    finish_attempt(&*self.store, &refused, Ending::Refused, None, Some(why))
-                        .await?;
-                    return Ok(());
+                    return self
+                        .ended_at_once(attempt, executor_id, Ending::Refused, None, Some(why))
+                        .await;
                 }
             }
         }

@@ -265,11 +265,13 @@ queries! {
     runs_pending = "SELECT run_id, job_id, scheduled_at_ms, partition_id, epoch, node_id, trigger_kind, \
         state, priority, created_at_ms, started_at_ms, finished_at_ms, message FROM runs WHERE \
         state = 'pending' AND partition_id IN ({partitions}) AND run_id > ? ORDER BY run_id LIMIT ?";
-    attempts_due = "SELECT attempt_id, run_id, job_id, partition_id, shard_index, shard_total, attempt_no, \
-        priority, args_json, state, created_at_ms, not_before_ms, avoid_executor_id, \
-        executor_id, dispatched_at_ms, deadline_ms, finished_at_ms, output, error FROM attempts \
-        WHERE state = 'pending' AND partition_id IN ({partitions}) AND not_before_ms <= {now} \
-        AND attempt_id > ? ORDER BY attempt_id LIMIT ?";
+    // With the run's instant, which every dispatch carries.
+    attempts_due = "SELECT a.attempt_id, a.run_id, a.job_id, a.partition_id, a.shard_index, a.shard_total, \
+        a.attempt_no, a.priority, a.args_json, a.state, a.created_at_ms, a.not_before_ms, \
+        a.avoid_executor_id, a.executor_id, a.dispatched_at_ms, a.deadline_ms, \
+        a.finished_at_ms, a.output, a.error, r.scheduled_at_ms FROM attempts a JOIN runs r ON \
+        r.run_id = a.run_id WHERE a.state = 'pending' AND a.partition_id IN ({partitions}) AND \
+        a.not_before_ms <= {now} AND a.attempt_id > ? ORDER BY a.attempt_id LIMIT ?";
     attempts_expired = "SELECT attempt_id, run_id, job_id, partition_id, shard_index, shard_total, attempt_no, \
         priority, args_json, state, created_at_ms, not_before_ms, avoid_executor_id, \
         executor_id, dispatched_at_ms, deadline_ms, finished_at_ms, output, error FROM attempts \

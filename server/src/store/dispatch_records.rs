@@ -68,6 +68,14 @@ pub struct AttemptRecord {
     pub error: Option<String>,
 }
 
+/// An attempt due for dispatch, with the scheduled instant of its run.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct DueAttempt {
+    #[sqlx(flatten)]
+    pub attempt: AttemptRecord,
+    pub scheduled_at_ms: i64,
+}
+
 /// The states of an attempt.
 pub mod attempt_state {
     /// Waiting to be dispatched (at `not_before_ms` or later).

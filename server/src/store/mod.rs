@@ -22,8 +22,8 @@ pub use cluster_records::{
     PartitionChange, PartitionRecord,
 };
 pub use dispatch_records::{
-    AttemptEnd, AttemptEnded, AttemptRecord, ExecutorList, ExecutorRecord, ExecutorRegistration,
-    NewAttempt, RunFilter, attempt_state,
+    AttemptEnd, AttemptEnded, AttemptRecord, DueAttempt, ExecutorList, ExecutorRecord,
+    ExecutorRegistration, NewAttempt, RunFilter, attempt_state,
 };
 pub use error::Error;
 pub use job_records::{
@@ -236,7 +236,7 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
         partitions: &[i64],
         after_attempt_id: i64,
         limit: i64,
-    ) -> Result<Vec<AttemptRecord>, Error>;
+    ) -> Result<Vec<DueAttempt>, Error>;
 
     /// Running attempts past their deadline in these partitions.
     async fn attempts_expired(

@@ -126,7 +126,8 @@ class Handler(BaseHTTPRequestHandler):
                         "args": msg["args"], "shard": msg["shard"], "attempt": msg["attempt"]})
         handler = msg["handler"]
         if handler == "echo":
-            return self.reply(200, {"outcome": "succeeded", "output": {"args": msg["args"], "shard": msg["shard"], "by": args.id}})
+            return self.reply(200, {"outcome": "succeeded", "output": {"args": msg["args"], "shard": msg["shard"], "by": args.id,
+                                                    "scheduled_at": msg["scheduled_at"]}})
         if handler == "fail" or (handler == "flaky" and args.fail):
             return self.reply(200, {"outcome": "failed", "error": "failed on " + args.id})
         if handler == "flaky":

@@ -349,11 +349,11 @@ macro_rules! dispatch_store {
                 partitions: &[i64],
                 after_attempt_id: i64,
                 limit: i64,
-            ) -> Result<Vec<AttemptRecord>, Error> {
+            ) -> Result<Vec<DueAttempt>, Error> {
                 let Some(query) = with_partitions(&self.q.attempts_due, partitions) else {
                     return Ok(Vec::new());
                 };
-                Ok(sqlx::query_as::<$db, AttemptRecord>(query)
+                Ok(sqlx::query_as::<$db, DueAttempt>(query)
                     .bind(after_attempt_id)
                     .bind(limit)
                     .fetch_all(&self.pool)

@@ -23,8 +23,8 @@ use sqlx::{AssertSqlSafe, Executor, Transaction};
 
 use super::dialect::Queries;
 use super::dispatch_records::{
-    AttemptEnd, AttemptEnded, AttemptRecord, ExecutorList, ExecutorRecord, ExecutorRegistration,
-    NewAttempt, RunFilter, attempt_state,
+    AttemptEnd, AttemptEnded, AttemptRecord, DueAttempt, ExecutorList, ExecutorRecord,
+    ExecutorRegistration, NewAttempt, RunFilter, attempt_state,
 };
 use super::job_records::{
     ClaimOutcome, JobChanges, JobFilter, JobRecord, JobWrite, OverlapRule, RunClaim, RunRecord,
