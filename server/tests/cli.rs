@@ -148,26 +148,73 @@ schedule = { cron = "0 0 3 * * ?" }
     .unwrap();
     let first = cli.json(&["apply", "-f", file.to_str().unwrap()]);
     assert_eq!(first["jobs"][0]["action"], "created");
-    assert_eq!(first["jobs"][1]["action"], "applied");
+    // The existing `nightly` gets the file's schedule and is stopped (the file omits `start`,
+    // so its state is left alone: it was stopped above).
+    assert_eq!(first["jobs"][1]["action"], "updated");
     let after_first = cli.json(&["jobs", "ls"]);
     let second = cli.json(&["apply", "-f", file.to_str().unwrap()]);
-    assert_eq!(second["jobs"][0]["action"], "applied");
+    assert_eq!(second["jobs"][0]["action"], "unchanged");
+    assert_eq!(second["jobs"][1]["action"], "unchanged");
     let after_second = cli.json(&["jobs", "ls"]);
-    let summary = |list: &Value| -> Vec<(Value, Value, Value)> {
+    let summary = |list: &Value| -> Vec<(Value, Value, Value, Value)> {
         list["jobs"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|j| (j["name"].clone(), j["schedule"].clone(), j["state"].clone()))
+            .map(|j| {
+                let fields = ["name", "schedule", "state", "version"];
+                let [a, b, c, d] = fields.map(|f| j[f].clone());
+                (a, b, c, d)
+            })
             .collect()
     };
+    // Applying again wrote nothing: not even a version bump.
     assert_eq!(summary(&after_first), summary(&after_second));
     assert_eq!(after_second["jobs"].as_array().unwrap().len(), 2);
-    assert!(summary(&after_second).contains(&(
-        "nightly".into(),
-        serde_json::json!({"cron": "0 0 3 * * ?"}),
-        "stopped".into()
-    )));
+    let nightly = after_second["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["name"] == "nightly")
+        .unwrap()
+        .clone();
+    assert_eq!(nightly["schedule"], serde_json::json!({"cron": "0 0 3 * * ?"}));
+    assert_eq!(nightly["state"], "stopped");
+
+    // The same jobs in YAML: one changed field is one update, and `start: true` starts it.
+    let yaml = cli.home.path().join("jobs.yaml");
+    std::fs::write(
+        &yaml,
+        r#"
+jobs:
+  - name: etl-load
+    app: etl
+    handler: load
+    schedule: { every: 1h }
+    start: true
+  - name: nightly
+    app: billing
+    handler: report
+    schedule:
+      cron: "0 0 4 * * ?"
+    retry: { max_attempts: 5 }
+    start: true
+"#,
+    )
+    .unwrap();
+    let third = cli.json(&["apply", "-f", yaml.to_str().unwrap()]);
+    assert_eq!(third["jobs"][0]["action"], "unchanged");
+    assert_eq!(third["jobs"][1]["action"], "updated");
+    let nightly = cli.json(&["jobs", "get", &nightly["id"].to_string()]);
+    assert_eq!(nightly["schedule"], serde_json::json!({"cron": "0 0 4 * * ?"}));
+    assert_eq!(nightly["retry"]["max_attempts"], 5);
+    assert_eq!(nightly["state"], "running");
+    let fourth = cli.json(&["apply", "-f", yaml.to_str().unwrap()]);
+    assert_eq!(fourth["jobs"][1]["action"], "unchanged");
+    let broken = cli.home.path().join("broken.yaml");
+    std::fs::write(&broken, "jobs:\n  - name: [unclosed\n").unwrap();
+    let (ok, _, stderr) = cli.run(&["apply", "-f", broken.to_str().unwrap()]);
+    assert!(!ok && stderr.contains("broken.yaml"), "{stderr}");
 
     let (ok, _, stderr) = cli.run(&["jobs", "rm", &id]);
     assert!(ok, "{stderr}");

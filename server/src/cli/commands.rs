@@ -9,6 +9,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use super::client::{ApiTarget, ClientError};
+use crate::jobs::{JobDefinition, JobInput};
 use super::table;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
@@ -206,11 +207,13 @@ fn read_document(path: &Path) -> Result<Value, CommandError> {
     } else {
         std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?
     };
-    if path.extension().is_some_and(|e| e == "toml") {
-        let parsed: toml::Value = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
-        serde_json::to_value(parsed).map_err(|e| bad(e.to_string()))
-    } else {
-        serde_json::from_str(&text).map_err(|e| bad(e.to_string()))
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("toml") => {
+            let parsed: toml::Value = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
+            serde_json::to_value(parsed).map_err(|e| bad(e.to_string()))
+        }
+        Some("yaml" | "yml") => yaml_serde::from_str(&text).map_err(|e| bad(e.to_string())),
+        _ => serde_json::from_str(&text).map_err(|e| bad(e.to_string())),
     }
 }
 
@@ -475,25 +478,42 @@ pub(crate) async fn schedule(
     Ok(())
 }
 
-/// Creates or updates each job of the file by name, so applying it twice changes nothing more.
+/// Makes the server's jobs match the file, by name: a job not there is created, one that
+/// differs is updated to exactly the file's definition (fields the file omits take their
+/// defaults), and one that matches is not written at all, so applying twice changes nothing
+/// more. Every job of the file is checked before the first write, so a bad file changes nothing.
 pub(crate) async fn apply(
     api: &ApiTarget,
     output: Output,
     file: &Path,
 ) -> Result<(), CommandError> {
     let document = read_document(file)?;
+    let bad = |reason: String| CommandError::File {
+        path: file.to_owned(),
+        reason,
+    };
     let jobs = document
         .get("jobs")
         .and_then(Value::as_array)
         .cloned()
         .or_else(|| document.as_array().cloned())
-        .ok_or_else(|| CommandError::File {
-            path: file.to_owned(),
-            reason: "expected a list of jobs (`[[jobs]]` in TOML, or a JSON array)".to_owned(),
+        .ok_or_else(|| {
+            bad("expected a list of jobs (`[[jobs]]` in TOML, `jobs:` in YAML, or a JSON array)"
+                .to_owned())
         })?;
+    let mut desired = Vec::with_capacity(jobs.len());
+    for (index, job) in jobs.into_iter().enumerate() {
+        let input: JobInput = serde_json::from_value(job.clone())
+            .map_err(|e| bad(format!("job {}: {e}", index + 1)))?;
+        let start = job.get("start").and_then(Value::as_bool);
+        let definition = input
+            .into_definition()
+            .map_err(|e| bad(format!("job {}: {e}", index + 1)))?;
+        desired.push((job, start, definition));
+    }
     let mut report = Vec::new();
-    for job in jobs {
-        let name = job["name"].as_str().unwrap_or_default().to_owned();
+    for (job, start, definition) in desired {
+        let name = definition.name.clone();
         let found = api
             .call(
                 Method::GET,
@@ -504,7 +524,6 @@ pub(crate) async fn apply(
         let existing = found["jobs"]
             .as_array()
             .and_then(|list| list.iter().find(|j| j["name"] == json!(name)).cloned());
-        let start = job["start"].as_bool();
         let result = match existing {
             None => {
                 let created = api.call(Method::POST, "/api/v1/jobs", Some(&job)).await?;
@@ -512,25 +531,28 @@ pub(crate) async fn apply(
             }
             Some(current) => {
                 let id = current["id"].clone();
-                let mut patch = job.clone();
-                if let Some(map) = patch.as_object_mut() {
-                    map.remove("start");
+                let mut changed = false;
+                if definition_of_view(&current).as_ref() != Some(&definition) {
+                    let mut patch = patch_of(&definition);
+                    // Against the version read: a concurrent edit is a 409, not overwritten.
+                    patch["version"] = current["version"].clone();
+                    api.call(Method::PATCH, &format!("/api/v1/jobs/{id}"), Some(&patch))
+                        .await?;
+                    changed = true;
                 }
-                api.call(Method::PATCH, &format!("/api/v1/jobs/{id}"), Some(&patch))
-                    .await?;
                 let running = current["state"] == "running";
-                match start {
-                    Some(true) if !running => {
-                        api.call(Method::POST, &format!("/api/v1/jobs/{id}/start"), None)
-                            .await?;
-                    }
-                    Some(false) if running => {
-                        api.call(Method::POST, &format!("/api/v1/jobs/{id}/stop"), None)
-                            .await?;
-                    }
-                    _ => {}
+                let toggle = match start {
+                    Some(true) if !running => Some("start"),
+                    Some(false) if running => Some("stop"),
+                    _ => None,
+                };
+                if let Some(verb) = toggle {
+                    api.call(Method::POST, &format!("/api/v1/jobs/{id}/{verb}"), None)
+                        .await?;
+                    changed = true;
                 }
-                json!({ "name": name, "id": id, "action": "applied" })
+                let action = if changed { "updated" } else { "unchanged" };
+                json!({ "name": name, "id": id, "action": action })
             }
         };
         report.push(result);
@@ -542,6 +564,46 @@ pub(crate) async fn apply(
         &[("NAME", "/name"), ("ID", "/id"), ("ACTION", "/action")],
     );
     Ok(())
+}
+
+/// The definition a job of the API stands for (its view without what the server adds).
+fn definition_of_view(view: &Value) -> Option<JobDefinition> {
+    let mut fields = view.as_object()?.clone();
+    for added in [
+        "id",
+        "state",
+        "version",
+        "partition",
+        "last_fired_at",
+        "next_fire_at",
+        "created_at",
+        "updated_at",
+        "started_at",
+    ] {
+        fields.remove(added);
+    }
+    let input: JobInput = serde_json::from_value(Value::Object(fields)).ok()?;
+    input.into_definition().ok()
+}
+
+/// A PATCH that sets every field of `definition`.
+fn patch_of(definition: &JobDefinition) -> Value {
+    let mut patch = json!({
+        "name": definition.name,
+        "app": definition.app,
+        "handler": definition.handler,
+        "schedule": definition.schedule,
+        "timezone": definition.timezone,
+        "args": definition.args,
+        // Absent from the policy when unset; `null` clears one the job has.
+        "timeout_ms": definition.policy.timeout_ms,
+    });
+    if let (Some(fields), Ok(Value::Object(policy))) =
+        (patch.as_object_mut(), serde_json::to_value(&definition.policy))
+    {
+        fields.extend(policy);
+    }
+    patch
 }
 
 /// Percent-encodes a query value.

@@ -64,7 +64,7 @@ enum Command {
     /// Schedules: preview.
     #[command(subcommand)]
     Schedule(commands::ScheduleCommand),
-    /// Create or update the jobs of a TOML or JSON file, by name (idempotent).
+    /// Create or update the jobs of a TOML, YAML or JSON file, by name (idempotent).
     Apply {
         #[arg(short = 'f', long)]
         file: PathBuf,

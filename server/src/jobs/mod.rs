@@ -109,16 +109,29 @@ pub struct JobPatch {
     pub handler: Option<String>,
     pub schedule: Option<ScheduleSpec>,
     pub timezone: Option<String>,
+    /// `null` here sets the arguments to `null`; leaving the field out keeps them.
+    #[serde(default, deserialize_with = "present")]
     pub args: Option<serde_json::Value>,
     pub sharding: Option<Sharding>,
     pub balance: Option<Balance>,
     pub retry: Option<Retry>,
-    pub timeout_ms: Option<u64>,
+    /// `null` clears the timeout; leaving the field out keeps it.
+    #[serde(default, deserialize_with = "present")]
+    pub timeout_ms: Option<Option<u64>>,
     pub misfire: Option<Misfire>,
     pub catch_up_window_ms: Option<u64>,
     pub overlap: Option<Overlap>,
     pub priority: Option<i32>,
     pub version: Option<i64>,
+}
+
+/// A field that is present, even as `null`: serde calls this only for fields the document has.
+fn present<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(deserializer).map(Some)
 }
 
 /// A job whose every field has been checked.
@@ -186,8 +199,8 @@ impl JobPatch {
             p.overlap => self.overlap,
             p.priority => self.priority,
         );
-        if self.timeout_ms.is_some() {
-            p.timeout_ms = self.timeout_ms;
+        if let Some(timeout) = self.timeout_ms {
+            p.timeout_ms = timeout;
         }
         next.validate()?;
         Ok(next)
@@ -379,5 +392,20 @@ mod tests {
         let bad: JobPatch =
             serde_json::from_value(serde_json::json!({"timezone": "Mars/Base"})).unwrap();
         assert_eq!(bad.apply(&job).unwrap_err().field, "timezone");
+    }
+
+    #[test]
+    fn a_patch_null_clears_args_and_timeout_and_an_absent_field_keeps_them() {
+        let mut doc = base();
+        doc["args"] = serde_json::json!({"region": "eu"});
+        doc["timeout_ms"] = serde_json::json!(60_000);
+        let job = input(doc).unwrap();
+        let patch = |json| serde_json::from_value::<JobPatch>(json).unwrap().apply(&job);
+        let kept = patch(serde_json::json!({"priority": 7})).unwrap();
+        assert_eq!(kept.args, serde_json::json!({"region": "eu"}));
+        assert_eq!(kept.policy.timeout_ms, Some(60_000));
+        let cleared = patch(serde_json::json!({"args": null, "timeout_ms": null})).unwrap();
+        assert_eq!(cleared.args, serde_json::Value::Null);
+        assert_eq!(cleared.policy.timeout_ms, None);
     }
 }
