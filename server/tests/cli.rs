@@ -178,7 +178,10 @@ schedule = { cron = "0 0 3 * * ?" }
         .find(|j| j["name"] == "nightly")
         .unwrap()
         .clone();
-    assert_eq!(nightly["schedule"], serde_json::json!({"cron": "0 0 3 * * ?"}));
+    assert_eq!(
+        nightly["schedule"],
+        serde_json::json!({"cron": "0 0 3 * * ?"})
+    );
     assert_eq!(nightly["state"], "stopped");
 
     // The same jobs in YAML: one changed field is one update, and `start: true` starts it.
@@ -206,7 +209,10 @@ jobs:
     assert_eq!(third["jobs"][0]["action"], "unchanged");
     assert_eq!(third["jobs"][1]["action"], "updated");
     let nightly = cli.json(&["jobs", "get", &nightly["id"].to_string()]);
-    assert_eq!(nightly["schedule"], serde_json::json!({"cron": "0 0 4 * * ?"}));
+    assert_eq!(
+        nightly["schedule"],
+        serde_json::json!({"cron": "0 0 4 * * ?"})
+    );
     assert_eq!(nightly["retry"]["max_attempts"], 5);
     assert_eq!(nightly["state"], "running");
     let fourth = cli.json(&["apply", "-f", yaml.to_str().unwrap()]);

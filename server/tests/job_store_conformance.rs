@@ -11,8 +11,8 @@ mod support;
 use std::sync::Arc;
 
 use carillon_server::store::{
-    ClaimOutcome, Error, JobFilter, JobWrite, LeaderFence, NodeRegistration, OverlapRule,
-    PartitionChange, RunClaim, Store, job_state, run_state,
+    ClaimOutcome, Error, JobFilter, JobKey, JobOrder, JobWrite, LeaderFence, NodeRegistration,
+    OverlapRule, PartitionChange, RunClaim, Store, job_state, run_state,
 };
 use support::db::TestDb;
 
@@ -147,12 +147,40 @@ async fn jobs_are_created_read_listed_and_paged(db: TestDb) {
     );
     assert_eq!(
         page(JobFilter {
-            before_id: Some(5),
+            after: Some(JobKey::Id(5)),
             limit: 2,
             ..base.clone()
         })
         .await,
         vec![4, 3]
+    );
+    assert_eq!(
+        page(JobFilter {
+            order: JobOrder::OldestFirst,
+            after: Some(JobKey::Id(2)),
+            limit: 3,
+            ..base.clone()
+        })
+        .await,
+        vec![3, 4, 5]
+    );
+    // By name: the page after a name, both ways (names here: report_1.. and 100%_x).
+    let by_name = |order, after: Option<&str>| JobFilter {
+        order,
+        after: after.map(|n| JobKey::Name(n.to_owned())),
+        ..base.clone()
+    };
+    assert_eq!(
+        page(by_name(JobOrder::NameAscending, None)).await,
+        vec![6, 1, 2, 3, 4, 5]
+    );
+    assert_eq!(
+        page(by_name(JobOrder::NameAscending, Some("report_2"))).await,
+        vec![3, 4, 5]
+    );
+    assert_eq!(
+        page(by_name(JobOrder::NameDescending, Some("report_2"))).await,
+        vec![1, 6]
     );
     assert_eq!(
         page(JobFilter {

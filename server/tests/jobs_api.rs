@@ -119,6 +119,61 @@ async fn jobs_are_created_read_listed_updated_and_deleted() {
     assert_eq!(rest["jobs"].as_array().unwrap().len(), 1);
     assert!(rest["next_cursor"].is_null());
 
+    // Every sort pages through all jobs once, in its order.
+    let walk = |sort: &'static str| {
+        let node = &node;
+        async move {
+            let mut names = Vec::new();
+            let mut cursor: Option<String> = None;
+            loop {
+                let mut path = format!("/api/v1/jobs?app=etl&limit=2&sort={sort}");
+                if let Some(c) = &cursor {
+                    path.push_str(&format!("&cursor={c}"));
+                }
+                let (status, page) = node.call(Method::GET, &path, None).await;
+                assert_eq!(status, 200, "{page}");
+                for job in page["jobs"].as_array().unwrap() {
+                    names.push(job["name"].as_str().unwrap().to_owned());
+                }
+                match page["next_cursor"].as_str() {
+                    Some(c) => cursor = Some(c.to_owned()),
+                    None => break names,
+                }
+            }
+        }
+    };
+    assert_eq!(walk("name").await, ["etl-0", "etl-1", "etl-2"]);
+    assert_eq!(walk("-name").await, ["etl-2", "etl-1", "etl-0"]);
+    assert_eq!(walk("created").await, ["etl-0", "etl-1", "etl-2"]);
+    assert_eq!(walk("-created").await, ["etl-2", "etl-1", "etl-0"]);
+    // A cursor belongs to its sort; a made-up one and an unknown sort are named.
+    let (status, problem) = node
+        .call(
+            Method::GET,
+            &format!("/api/v1/jobs?app=etl&limit=2&sort=name&cursor={cursor}"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, &problem["field"]),
+        (400, &json!("cursor")),
+        "{problem}"
+    );
+    for (query, field) in [
+        ("cursor=5", "cursor"),
+        ("sort=size", "sort"),
+        ("limit=0", "limit"),
+    ] {
+        let (status, problem) = node
+            .call(Method::GET, &format!("/api/v1/jobs?{query}"), None)
+            .await;
+        assert_eq!(
+            (status, &problem["field"]),
+            (400, &json!(field)),
+            "{problem}"
+        );
+    }
+
     let (status, patched) = node
         .call(
             Method::PATCH,

@@ -8,13 +8,17 @@ use serde::{Deserialize, Serialize};
 
 use super::body::JsonBody;
 use super::cluster::rfc3339;
+use super::paging;
 use super::params::{IdParam, QueryParams};
+use super::runs::{JobRunsQuery, RunList, page_of, query_state};
 use super::{ApiError, ApiState};
 use crate::jobs::{
     JobDefinition, JobError, JobInput, JobPatch, JobPolicy, new_job_id, partition_of,
 };
 use crate::schedule::{NextHints, ScheduleSpec};
-use crate::store::{self, JobFilter, JobRecord, JobWrite, RunRecord, job_state, run_state};
+use crate::store::{
+    self, JobFilter, JobKey, JobOrder, JobRecord, JobWrite, RunRecord, job_state, run_state,
+};
 
 impl From<JobError> for ApiError {
     fn from(err: JobError) -> Self {
@@ -240,6 +244,8 @@ pub(super) struct ListQuery {
     state: Option<String>,
     /// Names starting with this.
     name: Option<String>,
+    /// `-created` (newest first, the default), `created`, `name` or `-name`.
+    sort: Option<String>,
     limit: Option<i64>,
     cursor: Option<String>,
 }
@@ -247,29 +253,11 @@ pub(super) struct ListQuery {
 #[derive(Debug, Serialize)]
 pub(super) struct JobList {
     jobs: Vec<JobView>,
-    /// Pass as `cursor` for the next page; absent on the last page.
+    /// Pass as `cursor` (with the same `sort`) for the next page; absent on the last page.
     next_cursor: Option<String>,
 }
 
-pub(super) fn page_limit(limit: Option<i64>) -> Result<i64, ApiError> {
-    let limit = limit.unwrap_or(100);
-    if !(1..=1_000).contains(&limit) {
-        return Err(ApiError::invalid(
-            "limit",
-            format!("{limit} is outside 1..=1000"),
-        ));
-    }
-    Ok(limit)
-}
-
-pub(super) fn cursor_id(cursor: Option<&str>) -> Result<Option<i64>, ApiError> {
-    cursor
-        .map(|c| {
-            c.parse::<i64>()
-                .map_err(|_| ApiError::invalid("cursor", "is not a cursor this API returned"))
-        })
-        .transpose()
-}
+const JOB_SORTS: &[&str] = &["-created", "created", "name", "-name"];
 
 pub(super) async fn list(
     State(state): State<ApiState>,
@@ -280,18 +268,36 @@ pub(super) async fn list(
     {
         return Err(ApiError::invalid("state", "use stopped, running or done"));
     }
-    let limit = page_limit(query.limit)?;
+    let sort = paging::sort(query.sort.as_deref(), JOB_SORTS)?;
+    let limit = paging::limit(query.limit)?;
+    let by_name = sort.ends_with("name");
+    let after = match &query.cursor {
+        None => None,
+        Some(c) if by_name => Some(JobKey::Name(paging::position(c, "jobs", sort)?)),
+        Some(c) => Some(JobKey::Id(paging::position_id(c, "jobs", sort)?)),
+    };
+    let order = match sort {
+        "created" => JobOrder::OldestFirst,
+        "name" => JobOrder::NameAscending,
+        "-name" => JobOrder::NameDescending,
+        _ => JobOrder::NewestFirst,
+    };
     let filter = JobFilter {
         app: query.app,
         state: query.state,
         name_prefix: query.name,
-        before_id: cursor_id(query.cursor.as_deref())?,
+        order,
+        after,
         limit,
     };
     let records = state.store.jobs_list(&filter).await?;
-    let next_cursor = (records.len() as i64 == limit)
-        .then(|| records.last().map(|r| r.job_id.to_string()))
-        .flatten();
+    let next_cursor = paging::next_cursor(&records, limit, "jobs", sort, |r| {
+        if by_name {
+            r.name.clone()
+        } else {
+            r.job_id.to_string()
+        }
+    });
     let jobs = records
         .into_iter()
         .map(|r| view_of(&state, r))
@@ -422,35 +428,16 @@ pub(super) async fn trigger(
     Ok((StatusCode::ACCEPTED, Json(run.into())))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RunsQuery {
-    limit: Option<i64>,
-    cursor: Option<String>,
-}
-
-#[derive(Debug, Serialize)]
-pub(super) struct RunList {
-    runs: Vec<RunView>,
-    next_cursor: Option<String>,
-}
-
 pub(super) async fn runs(
     State(state): State<ApiState>,
     IdParam(id): IdParam,
-    QueryParams(query): QueryParams<RunsQuery>,
+    QueryParams(query): QueryParams<JobRunsQuery>,
 ) -> Result<Json<RunList>, ApiError> {
     load(&state, id).await?;
-    let limit = page_limit(query.limit)?;
-    let records = state
-        .store
-        .runs_of_job(id, cursor_id(query.cursor.as_deref())?, limit)
-        .await?;
-    let next_cursor = (records.len() as i64 == limit)
-        .then(|| records.last().map(|r| r.run_id.to_string()))
-        .flatten();
-    Ok(Json(RunList {
-        runs: records.into_iter().map(RunView::from).collect(),
-        next_cursor,
-    }))
+    let listing = format!("jobs/{id}/runs");
+    let query = query.of_job(id);
+    let wanted = query_state(&query)?;
+    Ok(Json(
+        page_of(&state, &listing, query, &[wanted.as_str()]).await?,
+    ))
 }

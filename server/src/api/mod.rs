@@ -7,6 +7,7 @@ mod error;
 mod executors;
 mod health;
 mod jobs;
+mod paging;
 mod params;
 mod runs;
 mod schedules;

@@ -5,6 +5,7 @@ use axum::extract::State;
 use serde::{Deserialize, Serialize};
 
 use super::jobs::RunView;
+use super::paging;
 use super::params::{IdParam, QueryParams};
 use super::{ApiError, ApiState, rfc3339};
 use crate::store::{AttemptRecord, RunFilter, run_state};
@@ -58,13 +59,46 @@ pub(super) struct RunDetail {
     attempts: Vec<AttemptView>,
 }
 
+/// The query of a run listing.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RunsQuery {
     job_id: Option<i64>,
     state: Option<String>,
+    /// `-created` (newest first, the default) or `created`.
+    sort: Option<String>,
     limit: Option<i64>,
     cursor: Option<String>,
+}
+
+/// The query of `/jobs/{id}/runs`: a run listing of one job.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct JobRunsQuery {
+    state: Option<String>,
+    sort: Option<String>,
+    limit: Option<i64>,
+    cursor: Option<String>,
+}
+
+impl JobRunsQuery {
+    pub(super) fn of_job(self, job_id: i64) -> RunsQuery {
+        RunsQuery {
+            job_id: Some(job_id),
+            state: self.state,
+            sort: self.sort,
+            limit: self.limit,
+            cursor: self.cursor,
+        }
+    }
+}
+
+/// One page of runs.
+#[derive(Debug, Serialize)]
+pub(super) struct RunList {
+    runs: Vec<RunView>,
+    /// Pass as `cursor` (with the same `sort`) for the next page; absent on the last page.
+    next_cursor: Option<String>,
 }
 
 const RUN_STATES: [&str; 9] = [
@@ -79,44 +113,71 @@ const RUN_STATES: [&str; 9] = [
     "done",
 ];
 
-fn parse_page(limit: Option<i64>, cursor: Option<&str>) -> Result<(i64, Option<i64>), ApiError> {
-    Ok((
-        super::jobs::page_limit(limit)?,
-        super::jobs::cursor_id(cursor)?,
-    ))
+const RUN_SORTS: &[&str] = &["-created", "created"];
+
+/// The states a dead letter ends in: failed after its last attempt, or never dispatched.
+const DEAD_STATES: [&str; 2] = ["failed", run_state::NO_EXECUTOR];
+
+/// A page of the runs `query` asks for, in listing `listing` (whose cursors it takes).
+pub(super) async fn page_of(
+    state: &ApiState,
+    listing: &str,
+    query: RunsQuery,
+    states: &[&str],
+) -> Result<RunList, ApiError> {
+    let sort = paging::sort(query.sort.as_deref(), RUN_SORTS)?;
+    let limit = paging::limit(query.limit)?;
+    let after_id = query
+        .cursor
+        .as_deref()
+        .map(|c| paging::position_id(c, listing, sort))
+        .transpose()?;
+    let oldest_first = sort == "created";
+    let mut runs = Vec::new();
+    for run_state in states {
+        let filter = RunFilter {
+            job_id: query.job_id,
+            state: Some((*run_state).to_owned()).filter(|s| !s.is_empty()),
+            oldest_first,
+            after_id,
+            limit,
+        };
+        runs.extend(state.store.runs_list(&filter).await?);
+    }
+    if states.len() > 1 {
+        runs.sort_by_key(|r| r.run_id);
+        if !oldest_first {
+            runs.reverse();
+        }
+        runs.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    }
+    let next_cursor = paging::next_cursor(&runs, limit, listing, sort, |r| r.run_id.to_string());
+    Ok(RunList {
+        runs: runs.into_iter().map(RunView::from).collect(),
+        next_cursor,
+    })
 }
 
 pub(super) async fn list(
     State(state): State<ApiState>,
     QueryParams(query): QueryParams<RunsQuery>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    if let Some(s) = &query.state
-        && !RUN_STATES.contains(&s.as_str())
-    {
-        return Err(ApiError::invalid(
-            "state",
-            format!("use one of {}", RUN_STATES.join(", ")),
-        ));
-    }
-    let (limit, before_id) = parse_page(query.limit, query.cursor.as_deref())?;
-    let runs = state
-        .store
-        .runs_list(&RunFilter {
-            job_id: query.job_id,
-            state: query.state,
-            before_id,
-            limit,
-        })
-        .await?;
-    Ok(Json(page(runs, limit)))
+) -> Result<Json<RunList>, ApiError> {
+    let wanted = query_state(&query)?;
+    Ok(Json(
+        page_of(&state, "runs", query, &[wanted.as_str()]).await?,
+    ))
 }
 
-fn page(runs: Vec<crate::store::RunRecord>, limit: i64) -> serde_json::Value {
-    let next_cursor = (runs.len() as i64 == limit)
-        .then(|| runs.last().map(|r| r.run_id.to_string()))
-        .flatten();
-    let runs: Vec<RunView> = runs.into_iter().map(RunView::from).collect();
-    serde_json::json!({ "runs": runs, "next_cursor": next_cursor })
+/// The run state a listing is limited to, checked; empty for any.
+pub(super) fn query_state(query: &RunsQuery) -> Result<String, ApiError> {
+    match query.state.as_deref() {
+        None => Ok(String::new()),
+        Some(s) if RUN_STATES.contains(&s) => Ok(s.to_owned()),
+        Some(_) => Err(ApiError::invalid(
+            "state",
+            format!("use one of {}", RUN_STATES.join(", ")),
+        )),
+    }
 }
 
 /// Runs that ended without success for good: `failed` after their last attempt, or
@@ -124,21 +185,16 @@ fn page(runs: Vec<crate::store::RunRecord>, limit: i64) -> serde_json::Value {
 pub(super) async fn dead_letters(
     State(state): State<ApiState>,
     QueryParams(query): QueryParams<RunsQuery>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let (limit, before_id) = parse_page(query.limit, query.cursor.as_deref())?;
-    let mut runs = Vec::new();
-    for dead in ["failed", run_state::NO_EXECUTOR] {
-        let filter = RunFilter {
-            job_id: query.job_id,
-            state: Some(dead.to_owned()),
-            before_id,
-            limit,
-        };
-        runs.extend(state.store.runs_list(&filter).await?);
+) -> Result<Json<RunList>, ApiError> {
+    if query.state.is_some() {
+        return Err(ApiError::invalid(
+            "state",
+            "dead letters are the failed and no_executor runs; list others at /runs",
+        ));
     }
-    runs.sort_by_key(|r| std::cmp::Reverse(r.run_id));
-    runs.truncate(usize::try_from(limit).unwrap_or(100));
-    Ok(Json(page(runs, limit)))
+    Ok(Json(
+        page_of(&state, "dead-letters", query, &DEAD_STATES).await?,
+    ))
 }
 
 pub(super) async fn get(

@@ -9,8 +9,8 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use super::client::{ApiTarget, ClientError};
-use crate::jobs::{JobDefinition, JobInput};
 use super::table;
+use crate::jobs::{JobDefinition, JobInput};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
 pub(crate) enum Output {
@@ -19,9 +19,35 @@ pub(crate) enum Output {
     Json,
 }
 
+/// Which page of a listing, in which order.
+#[derive(Debug, Args)]
+pub(crate) struct PageArgs {
+    /// -created (newest first, the default), created; for jobs also name, -name.
+    #[arg(long, allow_hyphen_values = true)]
+    sort: Option<String>,
+    #[arg(long, default_value_t = 100)]
+    limit: u32,
+    /// The cursor a previous page printed: the page after it.
+    #[arg(long)]
+    cursor: Option<String>,
+}
+
+impl PageArgs {
+    /// The query parameters, percent-encoded.
+    fn query(self) -> Vec<String> {
+        let mut query = vec![format!("limit={}", self.limit)];
+        for (k, v) in [("sort", self.sort), ("cursor", self.cursor)] {
+            if let Some(v) = v {
+                query.push(format!("{k}={}", encode(&v)));
+            }
+        }
+        query
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub(crate) enum JobsCommand {
-    /// List jobs, newest first.
+    /// List jobs, newest first unless --sort says otherwise.
     Ls {
         #[arg(long)]
         app: Option<String>,
@@ -31,8 +57,8 @@ pub(crate) enum JobsCommand {
         /// Names starting with this.
         #[arg(long)]
         name: Option<String>,
-        #[arg(long, default_value_t = 100)]
-        limit: u32,
+        #[command(flatten)]
+        page: PageArgs,
     },
     /// Show one job.
     Get {
@@ -99,14 +125,14 @@ pub(crate) struct JobFields {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum RunsCommand {
-    /// List runs, newest first.
+    /// List runs, newest first unless --sort says otherwise.
     Ls {
         #[arg(long)]
         job: Option<i64>,
         #[arg(long)]
         state: Option<String>,
-        #[arg(long, default_value_t = 100)]
-        limit: u32,
+        #[command(flatten)]
+        page: PageArgs,
     },
     /// Show a run with its attempts.
     Get {
@@ -174,6 +200,9 @@ fn show(output: Output, value: &Value, rows: Option<&str>, columns: &[(&str, &st
                 None => vec![value.clone()],
             };
             out(&table::render(&list, columns));
+            if let Some(cursor) = value["next_cursor"].as_str() {
+                out(&format!("(more: add --cursor {cursor})\n"));
+            }
         }
     }
 }
@@ -268,9 +297,9 @@ pub(crate) async fn jobs(
             app,
             state,
             name,
-            limit,
+            page,
         } => {
-            let mut query = vec![format!("limit={limit}")];
+            let mut query = page.query();
             for (k, v) in [("app", app), ("state", state), ("name", name)] {
                 if let Some(v) = v {
                     query.push(format!("{k}={}", encode(&v)));
@@ -343,8 +372,8 @@ pub(crate) async fn runs(
     command: RunsCommand,
 ) -> Result<(), CommandError> {
     match command {
-        RunsCommand::Ls { job, state, limit } => {
-            let mut query = vec![format!("limit={limit}")];
+        RunsCommand::Ls { job, state, page } => {
+            let mut query = page.query();
             if let Some(job) = job {
                 query.push(format!("job_id={job}"));
             }
@@ -492,15 +521,16 @@ pub(crate) async fn apply(
         path: file.to_owned(),
         reason,
     };
-    let jobs = document
-        .get("jobs")
-        .and_then(Value::as_array)
-        .cloned()
-        .or_else(|| document.as_array().cloned())
-        .ok_or_else(|| {
-            bad("expected a list of jobs (`[[jobs]]` in TOML, `jobs:` in YAML, or a JSON array)"
+    let jobs =
+        document
+            .get("jobs")
+            .and_then(Value::as_array)
+            .cloned()
+            .or_else(|| document.as_array().cloned())
+            .ok_or_else(|| {
+                bad("expected a list of jobs (`[[jobs]]` in TOML, `jobs:` in YAML, or a JSON array)"
                 .to_owned())
-        })?;
+            })?;
     let mut desired = Vec::with_capacity(jobs.len());
     for (index, job) in jobs.into_iter().enumerate() {
         let input: JobInput = serde_json::from_value(job.clone())
@@ -598,9 +628,10 @@ fn patch_of(definition: &JobDefinition) -> Value {
         // Absent from the policy when unset; `null` clears one the job has.
         "timeout_ms": definition.policy.timeout_ms,
     });
-    if let (Some(fields), Ok(Value::Object(policy))) =
-        (patch.as_object_mut(), serde_json::to_value(&definition.policy))
-    {
+    if let (Some(fields), Ok(Value::Object(policy))) = (
+        patch.as_object_mut(),
+        serde_json::to_value(&definition.policy),
+    ) {
         fields.extend(policy);
     }
     patch

@@ -400,7 +400,11 @@ mod tests {
         doc["args"] = serde_json::json!({"region": "eu"});
         doc["timeout_ms"] = serde_json::json!(60_000);
         let job = input(doc).unwrap();
-        let patch = |json| serde_json::from_value::<JobPatch>(json).unwrap().apply(&job);
+        let patch = |json| {
+            serde_json::from_value::<JobPatch>(json)
+                .unwrap()
+                .apply(&job)
+        };
         let kept = patch(serde_json::json!({"priority": 7})).unwrap();
         assert_eq!(kept.args, serde_json::json!({"region": "eu"}));
         assert_eq!(kept.policy.timeout_ms, Some(60_000));

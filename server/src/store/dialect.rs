@@ -69,6 +69,40 @@ impl Dialect {
     }
 }
 
+/// A job listing: filters, then a keyset condition (`?` the key after which the page starts,
+/// or NULL for the first page) and the order it pages in.
+macro_rules! jobs_list {
+    ($after:literal, $order:literal) => {
+        concat!(
+            "SELECT job_id, partition_id, name, app_name, handler_name, schedule_json, \
+            timezone, args_json, policy_json, state, version, last_fired_at_ms, created_at_ms, \
+            updated_at_ms, started_at_ms FROM jobs \
+            WHERE (? IS NULL OR app_name = ?) AND (? IS NULL OR state = ?) \
+            AND (? IS NULL OR name LIKE ? ESCAPE '!') AND (? IS NULL OR ",
+            $after,
+            ") ORDER BY ",
+            $order,
+            " LIMIT ?"
+        )
+    };
+}
+
+/// A run listing, paged like [`jobs_list!`].
+macro_rules! runs_list {
+    ($after:literal, $order:literal) => {
+        concat!(
+            "SELECT run_id, job_id, scheduled_at_ms, partition_id, epoch, node_id, \
+            trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, \
+            message FROM runs WHERE (? IS NULL OR job_id = ?) AND (? IS NULL OR state = ?) \
+            AND (? IS NULL OR ",
+            $after,
+            ") ORDER BY ",
+            $order,
+            " LIMIT ?"
+        )
+    };
+}
+
 macro_rules! queries {
     ($($name:ident = $template:expr;)*) => {
         /// Every query of the store, rendered for one backend at connect time.
@@ -148,12 +182,10 @@ queries! {
     job_get = "SELECT job_id, partition_id, name, app_name, handler_name, schedule_json, \
         timezone, args_json, policy_json, state, version, last_fired_at_ms, created_at_ms, \
         updated_at_ms, started_at_ms FROM jobs WHERE job_id = ?";
-    jobs_list = "SELECT job_id, partition_id, name, app_name, handler_name, schedule_json, \
-        timezone, args_json, policy_json, state, version, last_fired_at_ms, created_at_ms, \
-        updated_at_ms, started_at_ms FROM jobs \
-        WHERE (? IS NULL OR app_name = ?) AND (? IS NULL OR state = ?) \
-        AND (? IS NULL OR name LIKE ? ESCAPE '!') AND (? IS NULL OR job_id < ?) \
-        ORDER BY job_id DESC LIMIT ?";
+    jobs_by_id_desc = jobs_list!("job_id < ?", "job_id DESC");
+    jobs_by_id_asc = jobs_list!("job_id > ?", "job_id");
+    jobs_by_name_asc = jobs_list!("name > ?", "name");
+    jobs_by_name_desc = jobs_list!("name < ?", "name DESC");
     jobs_in_partition = "SELECT job_id, partition_id, name, app_name, handler_name, \
         schedule_json, timezone, args_json, policy_json, state, version, last_fired_at_ms, \
         created_at_ms, updated_at_ms, started_at_ms FROM jobs \
@@ -227,10 +259,8 @@ queries! {
     run_get = "SELECT run_id, job_id, scheduled_at_ms, partition_id, epoch, node_id, \
         trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, message \
         FROM runs WHERE run_id = ?";
-    runs_list = "SELECT run_id, job_id, scheduled_at_ms, partition_id, epoch, node_id, \
-        trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, message \
-        FROM runs WHERE (? IS NULL OR job_id = ?) AND (? IS NULL OR state = ?) \
-        AND (? IS NULL OR run_id < ?) ORDER BY run_id DESC LIMIT ?";
+    runs_by_id_desc = runs_list!("run_id < ?", "run_id DESC");
+    runs_by_id_asc = runs_list!("run_id > ?", "run_id");
     run_next_queued = "SELECT run_id FROM runs WHERE job_id = ? AND state = 'queued' \
         ORDER BY run_id LIMIT 1";
     run_release_queued = "UPDATE runs SET state = 'pending' WHERE run_id = ? AND state = 'queued'";

@@ -130,11 +130,13 @@ pub enum AttemptEnded {
     RunEnded(String),
 }
 
-/// Filters of a run listing, newest first.
+/// Filters of a run listing, one page after the run `after_id` (newest first, or oldest
+/// first when `oldest_first`).
 #[derive(Debug, Clone, Default)]
 pub struct RunFilter {
     pub job_id: Option<i64>,
     pub state: Option<String>,
-    pub before_id: Option<i64>,
+    pub oldest_first: bool,
+    pub after_id: Option<i64>,
     pub limit: i64,
 }

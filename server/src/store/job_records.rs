@@ -54,15 +54,34 @@ pub struct JobWrite {
     pub policy_json: String,
 }
 
-/// Filters of a job listing, newest id first after `before_id`.
+/// Filters of a job listing, one page in `order` after `after`.
 #[derive(Debug, Clone, Default)]
 pub struct JobFilter {
     pub app: Option<String>,
     pub state: Option<String>,
     /// Names starting with this.
     pub name_prefix: Option<String>,
-    pub before_id: Option<i64>,
+    pub order: JobOrder,
+    /// The sort key of the last job of the previous page; `None` for the first page.
+    pub after: Option<JobKey>,
     pub limit: i64,
+}
+
+/// The orders a job listing pages in. Ids are drawn in creation order, so id order is age.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum JobOrder {
+    #[default]
+    NewestFirst,
+    OldestFirst,
+    NameAscending,
+    NameDescending,
+}
+
+/// A position in a job listing: the sort key of a job (names are unique).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobKey {
+    Id(i64),
+    Name(String),
 }
 
 /// Jobs changed and deleted since a point in time (database clock).

@@ -27,8 +27,8 @@ pub use dispatch_records::{
 };
 pub use error::Error;
 pub use job_records::{
-    ClaimOutcome, JobChanges, JobFilter, JobRecord, JobWrite, OverlapRule, RunClaim, RunRecord,
-    job_state, run_state,
+    ClaimOutcome, JobChanges, JobFilter, JobKey, JobOrder, JobRecord, JobWrite, OverlapRule,
+    RunClaim, RunRecord, job_state, run_state,
 };
 pub use url::{Backend, DatabaseUrl};
 

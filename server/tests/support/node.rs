@@ -226,6 +226,7 @@ impl NodeProcess {
         path: &str,
         body: Option<serde_json::Value>,
     ) -> (u16, serde_json::Value) {
+        let what = format!("{method} {path}");
         let mut request = self
             .client
             .request(method, self.url(path))
@@ -234,9 +235,15 @@ impl NodeProcess {
         if let Some(body) = body {
             request = request.json(&body);
         }
-        let response = request.send().await.expect("request");
+        let response = request
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e:?}"));
         let status = response.status().as_u16();
-        let bytes = response.bytes().await.expect("body");
+        let bytes = response
+            .bytes()
+            .await
+            .unwrap_or_else(|e| panic!("{what}: reading the body: {e:?}"));
         let json = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
         (status, json)
     }

@@ -314,13 +314,18 @@ macro_rules! dispatch_store {
             }
 
             async fn runs_list(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, Error> {
-                Ok(sqlx::query_as::<$db, RunRecord>(sql(&self.q.runs_list))
+                let query = if filter.oldest_first {
+                    &self.q.runs_by_id_asc
+                } else {
+                    &self.q.runs_by_id_desc
+                };
+                Ok(sqlx::query_as::<$db, RunRecord>(sql(query))
                     .bind(filter.job_id)
                     .bind(filter.job_id)
                     .bind(filter.state.as_deref())
                     .bind(filter.state.as_deref())
-                    .bind(filter.before_id)
-                    .bind(filter.before_id)
+                    .bind(filter.after_id)
+                    .bind(filter.after_id)
                     .bind(filter.limit)
                     .fetch_all(&self.pool)
                     .await?)

@@ -168,18 +168,37 @@ macro_rules! job_store {
 
             async fn jobs_list(&self, filter: &JobFilter) -> Result<Vec<JobRecord>, Error> {
                 let pattern = filter.name_prefix.as_deref().map(like_prefix);
-                Ok(sqlx::query_as::<$db, JobRecord>(sql(&self.q.jobs_list))
+                let query = match filter.order {
+                    JobOrder::NewestFirst => &self.q.jobs_by_id_desc,
+                    JobOrder::OldestFirst => &self.q.jobs_by_id_asc,
+                    JobOrder::NameAscending => &self.q.jobs_by_name_asc,
+                    JobOrder::NameDescending => &self.q.jobs_by_name_desc,
+                };
+                let query = sqlx::query_as::<$db, JobRecord>(sql(query))
                     .bind(filter.app.as_deref())
                     .bind(filter.app.as_deref())
                     .bind(filter.state.as_deref())
                     .bind(filter.state.as_deref())
                     .bind(pattern.as_deref())
-                    .bind(pattern.as_deref())
-                    .bind(filter.before_id)
-                    .bind(filter.before_id)
-                    .bind(filter.limit)
-                    .fetch_all(&self.pool)
-                    .await?)
+                    .bind(pattern.as_deref());
+                // A key of the other kind than the order's is no position in it: first page.
+                let query = match (filter.order, &filter.after) {
+                    (JobOrder::NameAscending | JobOrder::NameDescending, after) => {
+                        let name = match after {
+                            Some(JobKey::Name(name)) => Some(name.as_str()),
+                            _ => None,
+                        };
+                        query.bind(name).bind(name)
+                    }
+                    (_, after) => {
+                        let id = match after {
+                            Some(JobKey::Id(id)) => Some(*id),
+                            _ => None,
+                        };
+                        query.bind(id).bind(id)
+                    }
+                };
+                Ok(query.bind(filter.limit).fetch_all(&self.pool).await?)
             }
 
             async fn job_update(

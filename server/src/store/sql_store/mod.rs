@@ -27,8 +27,8 @@ use super::dispatch_records::{
     ExecutorRegistration, NewAttempt, RunFilter, attempt_state,
 };
 use super::job_records::{
-    ClaimOutcome, JobChanges, JobFilter, JobRecord, JobWrite, OverlapRule, RunClaim, RunRecord,
-    run_state,
+    ClaimOutcome, JobChanges, JobFilter, JobKey, JobOrder, JobRecord, JobWrite, OverlapRule,
+    RunClaim, RunRecord, run_state,
 };
 use super::{
     Backend, ClusterMeta, ClusterStore, DatabaseUrl, DispatchStore, Error, JobStore, LeaderFence,
