@@ -6,6 +6,7 @@ use serde_json::Value;
 
 /// `POST /api/v1/executors/register` (executor → admin node, executor token).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Registration {
     pub protocol: u32,
     /// Chosen by the executor, stable for the life of its process.
@@ -22,6 +23,7 @@ pub struct Registration {
 
 /// A handler an executor offers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HandlerSpec {
     pub name: String,
     #[serde(default)]
@@ -33,6 +35,7 @@ pub struct HandlerSpec {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DefaultSchedule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cron: Option<String>,
@@ -45,6 +48,7 @@ pub struct DefaultSchedule {
 
 /// The answer to a registration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RegistrationAccepted {
     pub executor_id: String,
     /// How often to heartbeat.
@@ -55,6 +59,7 @@ pub struct RegistrationAccepted {
 
 /// `POST /api/v1/executors/heartbeat` (executor → admin node, executor token).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Heartbeat {
     pub executor_id: String,
     /// Attempt ids the executor is running now.
@@ -66,6 +71,7 @@ pub struct Heartbeat {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HeartbeatReply {
     /// False when the admin nodes do not know this executor (any more): register again.
     pub registered: bool,
@@ -76,6 +82,7 @@ pub struct HeartbeatReply {
 
 /// `POST {executor}/carillon/v1/dispatch` (admin node → executor, signed).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Dispatch {
     pub protocol: u32,
     pub run_id: i64,
@@ -97,6 +104,7 @@ pub struct Dispatch {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Shard {
     pub index: u32,
     pub total: u32,
@@ -104,6 +112,7 @@ pub struct Shard {
 
 /// How an attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     Succeeded,
@@ -113,6 +122,7 @@ pub enum Outcome {
 
 /// The body of a `200` answer to a dispatch: the result, for executors that finish at once.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DirectResult {
     pub outcome: Outcome,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -124,6 +134,7 @@ pub struct DirectResult {
 /// `POST /api/v1/executors/results` (executor → any admin node, executor token), for a dispatch
 /// answered `202`. Reporting the same attempt twice is harmless.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AttemptReport {
     pub executor_id: String,
     pub attempt_id: i64,
@@ -136,12 +147,14 @@ pub struct AttemptReport {
 
 /// `POST {executor}/carillon/v1/cancel` (admin node → executor, signed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Cancel {
     pub attempt_id: i64,
 }
 
 /// `POST /api/v1/executors/deregister` (executor → admin node, executor token).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Deregistration {
     pub executor_id: String,
 }

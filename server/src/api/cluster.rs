@@ -7,10 +7,11 @@ use axum::Json;
 use axum::extract::State;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
+use utoipa::ToSchema;
 
 use super::{ApiError, ApiState};
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(super) struct ClusterView {
     partition_count: usize,
     leader: Option<LeaderView>,
@@ -19,7 +20,7 @@ pub(super) struct ClusterView {
     this_node: ThisNode,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 struct LeaderView {
     node_id: String,
     term: i64,
@@ -27,7 +28,7 @@ struct LeaderView {
     acquired_at: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 struct NodeView {
     node_id: String,
     address: String,
@@ -41,7 +42,7 @@ struct NodeView {
     handing_off: Vec<i64>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 struct ThisNode {
     node_id: String,
     member: bool,
@@ -49,6 +50,9 @@ struct ThisNode {
     acting_partitions: usize,
 }
 
+/// The leader, every node with the partitions it owns, and what the answering node acts on.
+#[utoipa::path(get, operation_id = "getCluster", path = "/cluster", tag = "cluster",
+    responses((status = 200, description = "The cluster as the database records it", body = ClusterView)))]
 pub(super) async fn show(State(state): State<ApiState>) -> Result<Json<ClusterView>, ApiError> {
     let leader = state.store.leader_get().await?;
     let nodes = state.store.nodes_list().await?;

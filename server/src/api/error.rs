@@ -15,6 +15,8 @@ pub enum ApiError {
     Unauthorized,
     #[error("no such resource")]
     NotFound,
+    #[error("method not allowed")]
+    MethodNotAllowed,
     #[error("{0}")]
     Forbidden(String),
     #[error("{what} not found")]
@@ -31,10 +33,14 @@ pub enum ApiError {
     Store(#[from] store::Error),
 }
 
-#[derive(Debug, Serialize)]
-struct Problem {
+/// An error, as RFC 9457 `application/problem+json`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct Problem {
+    /// Stable, e.g. `urn:carillon:problem:invalid-field`: match on this, not on `detail`.
     #[serde(rename = "type")]
+    #[schema(value_type = String)]
     kind: &'static str,
+    #[schema(value_type = String)]
     title: &'static str,
     status: u16,
     detail: String,
@@ -73,6 +79,12 @@ impl ApiError {
                 "urn:carillon:problem:not-found",
                 "Not Found",
                 "no resource at this path".to_owned(),
+            ),
+            ApiError::MethodNotAllowed => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "urn:carillon:problem:method-not-allowed",
+                "Method Not Allowed",
+                "this path does not take this method; see the Allow header".to_owned(),
             ),
             ApiError::Forbidden(detail) => (
                 StatusCode::FORBIDDEN,
@@ -158,4 +170,8 @@ impl IntoResponse for ApiError {
 
 pub(super) async fn not_found() -> ApiError {
     ApiError::NotFound
+}
+
+pub(super) async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
 }

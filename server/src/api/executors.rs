@@ -9,8 +9,11 @@ use carillon_protocol::{
 };
 use serde::Serialize;
 use tracing::{info, warn};
+use utoipa::ToSchema;
 
 use super::body::JsonBody;
+use super::error::Problem;
+use super::params::NameParam;
 use super::{ApiError, ApiState, Principal, rfc3339};
 use crate::dispatch::finish::{Ending, finish_attempt_by};
 use crate::jobs::JobInput;
@@ -52,6 +55,9 @@ fn ident(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
     }
 }
 
+/// An executor registers its app, address and handlers (executor token).
+#[utoipa::path(post, operation_id = "registerExecutor", path = "/executors/register", tag = "executor protocol", request_body = Registration,
+    responses((status = 200, description = "Registered", body = RegistrationAccepted)))]
 pub(super) async fn register(
     State(state): State<ApiState>,
     Extension(principal): Extension<Principal>,
@@ -171,6 +177,9 @@ async fn create_declared_job(
     }
 }
 
+/// An executor's heartbeat, with the attempts it runs (executor token).
+#[utoipa::path(post, operation_id = "executorHeartbeat", path = "/executors/heartbeat", tag = "executor protocol", request_body = Heartbeat,
+    responses((status = 200, description = "Whether it is known, and attempts to cancel", body = HeartbeatReply)))]
 pub(super) async fn heartbeat(
     State(state): State<ApiState>,
     Extension(principal): Extension<Principal>,
@@ -194,11 +203,18 @@ pub(super) async fn heartbeat(
     Ok(Json(HeartbeatReply { registered, cancel }))
 }
 
+/// An attempt's result, for a dispatch answered `202` (executor token).
+#[utoipa::path(post, operation_id = "reportResult", path = "/executors/results", tag = "executor protocol", request_body = AttemptReport,
+    responses(
+        (status = 200, description = "Recorded (a repeat changes nothing)", body = ReportAccepted),
+        (status = 404, description = "No such attempt", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The attempt was not dispatched to this executor", body = Problem, content_type = "application/problem+json"),
+    ))]
 pub(super) async fn results(
     State(state): State<ApiState>,
     Extension(principal): Extension<Principal>,
     JsonBody(report): JsonBody<AttemptReport>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<ReportAccepted>, ApiError> {
     check_scope(&state, &principal, &report.executor_id).await?;
     let attempt = state
         .store
@@ -224,22 +240,53 @@ pub(super) async fn results(
         report.error,
     )
     .await?;
-    Ok(Json(
-        serde_json::json!({ "accepted": true, "effect": format!("{ended:?}") }),
-    ))
+    Ok(Json(ReportAccepted {
+        accepted: true,
+        effect: format!("{ended:?}"),
+    }))
 }
 
-/// The executor id of `/executors/{id}` paths.
-#[derive(Debug, serde::Deserialize)]
-pub(super) struct ExecutorPath {
+/// The answer to a result report.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct ReportAccepted {
+    accepted: bool,
+    /// What the report did: the attempt ended, a retry was scheduled, or nothing (a repeat).
+    effect: String,
+}
+
+/// An executor's drain state after an operator's change.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct DrainState {
     id: String,
+    drained: bool,
+    /// False when it already was in that state.
+    changed: bool,
+}
+
+/// The answer to a deregistration.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct Deregistered {
+    /// False when it had already left.
+    left: bool,
+}
+
+/// Every executor.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct ExecutorList {
+    executors: Vec<ExecutorView>,
+}
+
+/// Every app with an executor.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct AppList {
+    apps: Vec<AppView>,
 }
 
 async fn set_drained(
     state: &ApiState,
     id: &str,
     drain: bool,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<DrainState>, ApiError> {
     let known = state.store.executors_list(None).await?;
     if !known.executors.iter().any(|e| e.executor_id == id) {
         return Err(ApiError::missing(format!("executor {id}")));
@@ -249,52 +296,63 @@ async fn set_drained(
         executor = id,
         drain, changed, "executor drain changed by an operator"
     );
-    Ok(Json(
-        serde_json::json!({ "id": id, "drained": drain, "changed": changed }),
-    ))
+    Ok(Json(DrainState {
+        id: id.to_owned(),
+        drained: drain,
+        changed,
+    }))
 }
 
+#[utoipa::path(post, operation_id = "drainExecutor", path = "/executors/{id}/drain", tag = "executors", params(("id" = String, Path, description = "The executor's id")),
+    responses((status = 200, description = "Drained", body = DrainState)))]
 /// `POST /executors/{id}/drain`: no new dispatches; running attempts finish.
 pub(super) async fn drain(
     State(state): State<ApiState>,
-    axum::extract::Path(path): axum::extract::Path<ExecutorPath>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    set_drained(&state, &path.id, true).await
+    NameParam(id): NameParam,
+) -> Result<Json<DrainState>, ApiError> {
+    set_drained(&state, &id, true).await
 }
 
+#[utoipa::path(post, operation_id = "resumeExecutor", path = "/executors/{id}/resume", tag = "executors", params(("id" = String, Path, description = "The executor's id")),
+    responses((status = 200, description = "Active again", body = DrainState)))]
 /// `POST /executors/{id}/resume`: dispatch to it again.
 pub(super) async fn resume(
     State(state): State<ApiState>,
-    axum::extract::Path(path): axum::extract::Path<ExecutorPath>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    set_drained(&state, &path.id, false).await
+    NameParam(id): NameParam,
+) -> Result<Json<DrainState>, ApiError> {
+    set_drained(&state, &id, false).await
 }
 
+#[utoipa::path(delete, operation_id = "removeExecutor", path = "/executors/{id}", tag = "executors", params(("id" = String, Path, description = "The executor's id")),
+    responses((status = 204, description = "Forgotten")))]
 /// `DELETE /executors/{id}`: forget an executor; its running attempts fail over. One that is
 /// still alive is told at its next heartbeat to register again.
 pub(super) async fn remove(
     State(state): State<ApiState>,
-    axum::extract::Path(path): axum::extract::Path<ExecutorPath>,
+    NameParam(id): NameParam,
 ) -> Result<axum::http::StatusCode, ApiError> {
-    if state.store.executor_leave(&path.id).await? {
+    if state.store.executor_leave(&id).await? {
         Ok(axum::http::StatusCode::NO_CONTENT)
     } else {
-        Err(ApiError::missing(format!("executor {}", path.id)))
+        Err(ApiError::missing(format!("executor {id}")))
     }
 }
 
+/// An executor leaves; its attempts under way fail over (executor token).
+#[utoipa::path(post, operation_id = "deregisterExecutor", path = "/executors/deregister", tag = "executor protocol", request_body = Deregistration,
+    responses((status = 200, description = "Left", body = Deregistered)))]
 pub(super) async fn deregister(
     State(state): State<ApiState>,
     Extension(principal): Extension<Principal>,
     JsonBody(leaving): JsonBody<Deregistration>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<Deregistered>, ApiError> {
     check_scope(&state, &principal, &leaving.executor_id).await?;
     let left = state.store.executor_leave(&leaving.executor_id).await?;
     info!(executor = %leaving.executor_id, "executor deregistered");
-    Ok(Json(serde_json::json!({ "left": left })))
+    Ok(Json(Deregistered { left }))
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(super) struct ExecutorView {
     id: String,
     app: String,
@@ -337,29 +395,32 @@ async fn views(state: &ApiState) -> Result<Vec<ExecutorView>, ApiError> {
         .collect())
 }
 
-pub(super) async fn list(
-    State(state): State<ApiState>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    Ok(Json(
-        serde_json::json!({ "executors": views(&state).await? }),
-    ))
+/// Every executor, with its health.
+#[utoipa::path(get, operation_id = "listExecutors", path = "/executors", tag = "executors",
+    responses((status = 200, description = "Every executor", body = ExecutorList)))]
+pub(super) async fn list(State(state): State<ApiState>) -> Result<Json<ExecutorList>, ApiError> {
+    Ok(Json(ExecutorList {
+        executors: views(&state).await?,
+    }))
 }
 
+#[utoipa::path(get, operation_id = "getExecutor", path = "/executors/{id}", tag = "executors", params(("id" = String, Path, description = "The executor's id")),
+    responses((status = 200, description = "The executor", body = ExecutorView)))]
 /// `GET /executors/{id}`.
 pub(super) async fn get(
     State(state): State<ApiState>,
-    axum::extract::Path(path): axum::extract::Path<ExecutorPath>,
+    NameParam(id): NameParam,
 ) -> Result<Json<ExecutorView>, ApiError> {
     views(&state)
         .await?
         .into_iter()
-        .find(|e| e.id == path.id)
+        .find(|e| e.id == id)
         .map(Json)
-        .ok_or_else(|| ApiError::missing(format!("executor {}", path.id)))
+        .ok_or_else(|| ApiError::missing(format!("executor {id}")))
 }
 
 /// An app: the executors registered under its name, and the handlers they offer.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(super) struct AppView {
     name: String,
     executors: usize,
@@ -368,10 +429,10 @@ pub(super) struct AppView {
     handlers: Vec<String>,
 }
 
+#[utoipa::path(get, operation_id = "listApps", path = "/apps", tag = "executors",
+    responses((status = 200, description = "Every app with an executor", body = AppList)))]
 /// `GET /apps`: every app with an executor, with its health at a glance.
-pub(super) async fn apps(
-    State(state): State<ApiState>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+pub(super) async fn apps(State(state): State<ApiState>) -> Result<Json<AppList>, ApiError> {
     let mut apps: std::collections::BTreeMap<String, AppView> = std::collections::BTreeMap::new();
     for e in views(&state)
         .await?
@@ -403,5 +464,5 @@ pub(super) async fn apps(
             a
         })
         .collect();
-    Ok(Json(serde_json::json!({ "apps": apps })))
+    Ok(Json(AppList { apps }))
 }

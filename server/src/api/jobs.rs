@@ -5,9 +5,11 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use chrono::DateTime;
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use super::body::JsonBody;
 use super::cluster::rfc3339;
+use super::error::Problem;
 use super::paging;
 use super::params::{IdParam, QueryParams};
 use super::runs::{JobRunsQuery, RunList, page_of, query_state};
@@ -30,7 +32,7 @@ impl From<JobError> for ApiError {
 }
 
 /// A job as the API shows it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(super) struct JobView {
     id: i64,
     name: String,
@@ -53,7 +55,7 @@ pub(super) struct JobView {
 }
 
 /// A run as the API shows it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(super) struct RunView {
     id: i64,
     job_id: i64,
@@ -222,6 +224,23 @@ pub(super) async fn insert(
     }
 }
 
+/// Creates a job, stopped unless `start` is true.
+#[utoipa::path(post, operation_id = "createJob", path = "/jobs", tag = "jobs", request_body = JobInput,
+    responses(
+        (status = 201, description = "Created", body = JobView,
+            headers(("Location" = String, description = "The job's URL")),
+            links(
+                ("get" = (operation_id = "getJob", parameters(("id" = "$response.body#/id")))),
+                ("update" = (operation_id = "updateJob", parameters(("id" = "$response.body#/id")))),
+                ("start" = (operation_id = "startJob", parameters(("id" = "$response.body#/id")))),
+                ("stop" = (operation_id = "stopJob", parameters(("id" = "$response.body#/id")))),
+                ("trigger" = (operation_id = "triggerJob", parameters(("id" = "$response.body#/id")))),
+                ("runs" = (operation_id = "listJobRuns", parameters(("id" = "$response.body#/id")))),
+                ("delete" = (operation_id = "deleteJob", parameters(("id" = "$response.body#/id")))),
+            ),
+        ),
+        (status = 409, description = "The name is taken", body = Problem, content_type = "application/problem+json"),
+    ))]
 pub(super) async fn create(
     State(state): State<ApiState>,
     JsonBody(input): JsonBody<JobInput>,
@@ -237,20 +256,27 @@ pub(super) async fn create(
     Ok((StatusCode::CREATED, headers, Json(view_of(&state, record)?)))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ListQuery {
     app: Option<String>,
+    /// `stopped`, `running` or `done`.
+    #[param(pattern = "^(stopped|running|done)$")]
     state: Option<String>,
     /// Names starting with this.
     name: Option<String>,
     /// `-created` (newest first, the default), `created`, `name` or `-name`.
+    #[param(pattern = "^(-created|created|name|-name)$")]
     sort: Option<String>,
+    /// Page size, 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
+    /// The `next_cursor` of the previous page, asked with the same `sort`.
     cursor: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(super) struct JobList {
     jobs: Vec<JobView>,
     /// Pass as `cursor` (with the same `sort`) for the next page; absent on the last page.
@@ -259,6 +285,9 @@ pub(super) struct JobList {
 
 const JOB_SORTS: &[&str] = &["-created", "created", "name", "-name"];
 
+/// Lists jobs, one page at a time.
+#[utoipa::path(get, operation_id = "listJobs", path = "/jobs", tag = "jobs", params(ListQuery),
+    responses((status = 200, description = "One page of jobs", body = JobList)))]
 pub(super) async fn list(
     State(state): State<ApiState>,
     QueryParams(query): QueryParams<ListQuery>,
@@ -314,6 +343,10 @@ fn etag(version: i64) -> HeaderMap {
     headers
 }
 
+/// One job; its `ETag` is its version.
+#[utoipa::path(get, operation_id = "getJob", path = "/jobs/{id}", tag = "jobs", params(("id" = i64, Path, description = "The job's id")),
+    responses((status = 200, description = "The job", body = JobView,
+        headers(("ETag" = String, description = "The job's version, for If-Match")))))]
 pub(super) async fn get(
     State(state): State<ApiState>,
     IdParam(id): IdParam,
@@ -338,6 +371,17 @@ fn if_match(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
         .map_err(|_| ApiError::invalid("If-Match", "is not an ETag this API returned"))
 }
 
+/// Changes the fields given. Send `If-Match` with the ETag read (or `version` in the body) so
+/// that a change made by someone else since is not overwritten.
+#[utoipa::path(patch, operation_id = "updateJob", path = "/jobs/{id}", tag = "jobs", request_body = JobPatch,
+    params(("id" = i64, Path, description = "The job's id"),
+        ("If-Match" = Option<String>, Header, description = "The ETag of the version this change was made from")),
+    responses(
+        (status = 200, description = "The job as changed", body = JobView,
+            headers(("ETag" = String, description = "The new version"))),
+        (status = 409, description = "`version` is not the job's", body = Problem, content_type = "application/problem+json"),
+        (status = 412, description = "`If-Match` is not the job's ETag", body = Problem, content_type = "application/problem+json"),
+    ))]
 pub(super) async fn update(
     State(state): State<ApiState>,
     IdParam(id): IdParam,
@@ -377,6 +421,9 @@ pub(super) async fn update(
     Ok((etag(updated.version), Json(view_of(&state, updated)?)))
 }
 
+/// Deletes a job; its runs stay in the log.
+#[utoipa::path(delete, operation_id = "deleteJob", path = "/jobs/{id}", tag = "jobs", params(("id" = i64, Path, description = "The job's id")),
+    responses((status = 204, description = "Deleted")))]
 pub(super) async fn delete(
     State(state): State<ApiState>,
     IdParam(id): IdParam,
@@ -388,6 +435,9 @@ pub(super) async fn delete(
     }
 }
 
+/// Starts a job: it fires from its next instant (missed ones follow its misfire policy).
+#[utoipa::path(post, operation_id = "startJob", path = "/jobs/{id}/start", tag = "jobs", params(("id" = i64, Path, description = "The job's id")),
+    responses((status = 200, description = "The job, running", body = JobView)))]
 pub(super) async fn start(
     State(state): State<ApiState>,
     IdParam(id): IdParam,
@@ -404,6 +454,9 @@ pub(super) async fn start(
     Ok(Json(view_of(&state, started)?))
 }
 
+/// Stops a job; runs under way finish.
+#[utoipa::path(post, operation_id = "stopJob", path = "/jobs/{id}/stop", tag = "jobs", params(("id" = i64, Path, description = "The job's id")),
+    responses((status = 200, description = "The job, stopped", body = JobView)))]
 pub(super) async fn stop(
     State(state): State<ApiState>,
     IdParam(id): IdParam,
@@ -416,6 +469,14 @@ pub(super) async fn stop(
     Ok(Json(view_of(&state, stopped)?))
 }
 
+/// Runs a job once now, whatever its state.
+#[utoipa::path(post, operation_id = "triggerJob", path = "/jobs/{id}/trigger", tag = "jobs", params(("id" = i64, Path, description = "The job's id")),
+    responses((status = 202, description = "The run, pending dispatch", body = RunView,
+            links(
+                ("get" = (operation_id = "getRun", parameters(("id" = "$response.body#/id")))),
+                ("cancel" = (operation_id = "cancelRun", parameters(("id" = "$response.body#/id")))),
+                ("rerun" = (operation_id = "rerunRun", parameters(("id" = "$response.body#/id")))),
+            ))))]
 pub(super) async fn trigger(
     State(state): State<ApiState>,
     IdParam(id): IdParam,
@@ -428,6 +489,9 @@ pub(super) async fn trigger(
     Ok((StatusCode::ACCEPTED, Json(run.into())))
 }
 
+/// A job's runs, one page at a time.
+#[utoipa::path(get, operation_id = "listJobRuns", path = "/jobs/{id}/runs", tag = "jobs", params(("id" = i64, Path, description = "The job's id"), JobRunsQuery),
+    responses((status = 200, description = "One page of the job's runs", body = RunList)))]
 pub(super) async fn runs(
     State(state): State<ApiState>,
     IdParam(id): IdParam,

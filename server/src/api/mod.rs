@@ -7,6 +7,7 @@ mod error;
 mod executors;
 mod health;
 mod jobs;
+mod openapi;
 mod paging;
 mod params;
 mod runs;
@@ -17,7 +18,8 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::middleware;
-use axum::routing::{get, post};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 pub use auth::Principal;
 pub use cluster::rfc3339;
@@ -47,48 +49,60 @@ pub struct ApiState {
     pub executor_lease_ms: u64,
 }
 
+/// Every route with its documentation; `finish_api` adds what the `/api/v1` routes share
+/// (authentication, limits), which the document describes in [`openapi::complete`].
+fn routes_with(
+    finish_api: impl FnOnce(OpenApiRouter<ApiState>) -> OpenApiRouter<ApiState>,
+) -> OpenApiRouter<ApiState> {
+    let api = OpenApiRouter::new()
+        .routes(routes!(cluster::show))
+        .routes(routes!(jobs::list, jobs::create))
+        .routes(routes!(jobs::get, jobs::update, jobs::delete))
+        .routes(routes!(jobs::start))
+        .routes(routes!(jobs::stop))
+        .routes(routes!(jobs::trigger))
+        .routes(routes!(jobs::runs))
+        .routes(routes!(schedules::preview))
+        .routes(routes!(runs::list))
+        .routes(routes!(runs::get))
+        .routes(routes!(runs::cancel))
+        .routes(routes!(runs::rerun))
+        .routes(routes!(runs::dead_letters))
+        .routes(routes!(executors::list))
+        .routes(routes!(executors::get, executors::remove))
+        .routes(routes!(executors::drain))
+        .routes(routes!(executors::resume))
+        .routes(routes!(executors::apps))
+        .routes(routes!(executors::register))
+        .routes(routes!(executors::heartbeat))
+        .routes(routes!(executors::results))
+        .routes(routes!(executors::deregister))
+        .routes(routes!(openapi::openapi_json));
+    OpenApiRouter::with_openapi(openapi::base())
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+        .nest("/api/v1", finish_api(api))
+}
+
+/// The routes as documented.
+fn routes() -> OpenApiRouter<ApiState> {
+    routes_with(|api| api)
+}
+
 /// The node's whole HTTP application.
 pub fn router(state: ApiState) -> Router {
-    let api = Router::new()
-        .route("/cluster", get(cluster::show))
-        .route("/jobs", get(jobs::list).post(jobs::create))
-        .route(
-            "/jobs/{id}",
-            get(jobs::get).patch(jobs::update).delete(jobs::delete),
-        )
-        .route("/jobs/{id}/start", post(jobs::start))
-        .route("/jobs/{id}/stop", post(jobs::stop))
-        .route("/jobs/{id}/trigger", post(jobs::trigger))
-        .route("/jobs/{id}/runs", get(jobs::runs))
-        .route("/schedules/preview", post(schedules::preview))
-        .route("/runs", get(runs::list))
-        .route("/runs/{id}", get(runs::get))
-        .route("/runs/{id}/cancel", post(runs::cancel))
-        .route("/dead-letters", get(runs::dead_letters))
-        .route("/executors", get(executors::list))
-        .route(
-            "/executors/{id}",
-            get(executors::get).delete(executors::remove),
-        )
-        .route("/apps", get(executors::apps))
-        .route("/executors/{id}/drain", post(executors::drain))
-        .route("/executors/{id}/resume", post(executors::resume))
-        .route("/runs/{id}/rerun", post(runs::rerun))
-        .route("/executors/register", post(executors::register))
-        .route("/executors/heartbeat", post(executors::heartbeat))
-        .route("/executors/results", post(executors::results))
-        .route("/executors/deregister", post(executors::deregister))
-        .fallback(error::not_found)
-        .layer(DefaultBodyLimit::max(error::MAX_BODY_BYTES))
-        // Every /api/v1 path, known or not, needs the token: unknown paths reveal nothing.
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            auth::require_admin,
-        ));
-    Router::new()
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
-        .nest("/api/v1", api)
+    let auth_state = state.clone();
+    let (app, _) = routes_with(|api| {
+        api.fallback(error::not_found)
+            .layer(DefaultBodyLimit::max(error::MAX_BODY_BYTES))
+            // Every /api/v1 path, known or not, needs the token: unknown paths reveal nothing.
+            .layer(middleware::from_fn_with_state(
+                auth_state,
+                auth::require_admin,
+            ))
+    })
+    .split_for_parts();
+    app.method_not_allowed_fallback(error::method_not_allowed)
         .fallback(error::not_found)
         .with_state(state)
 }

@@ -23,6 +23,21 @@ impl<S: Send + Sync> FromRequestParts<S> for IdParam {
     }
 }
 
+/// A name from the path (`/executors/{id}`).
+#[derive(Debug, Clone)]
+pub(super) struct NameParam(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for NameParam {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Path::<String>::from_request_parts(parts, state)
+            .await
+            .map(|Path(name)| NameParam(name))
+            .map_err(|e| ApiError::invalid("id", e.body_text()))
+    }
+}
+
 /// Query parameters; an unknown or malformed one is named.
 #[derive(Debug)]
 pub(super) struct QueryParams<T>(pub T);

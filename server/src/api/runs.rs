@@ -3,14 +3,16 @@
 use axum::Json;
 use axum::extract::State;
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
+use super::error::Problem;
 use super::jobs::RunView;
 use super::paging;
 use super::params::{IdParam, QueryParams};
 use super::{ApiError, ApiState, rfc3339};
 use crate::store::{AttemptRecord, RunFilter, run_state};
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(super) struct AttemptView {
     id: i64,
     shard: i64,
@@ -52,7 +54,7 @@ impl From<AttemptRecord> for AttemptView {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(super) struct RunDetail {
     #[serde(flatten)]
     run: RunView,
@@ -60,24 +62,38 @@ pub(super) struct RunDetail {
 }
 
 /// The query of a run listing.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RunsQuery {
+    /// Only this job's runs.
     job_id: Option<i64>,
+    /// Only runs in this state.
     state: Option<String>,
     /// `-created` (newest first, the default) or `created`.
+    #[param(pattern = "^-?created$")]
     sort: Option<String>,
+    /// Page size, 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
+    /// The `next_cursor` of the previous page, asked with the same `sort`.
     cursor: Option<String>,
 }
 
 /// The query of `/jobs/{id}/runs`: a run listing of one job.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct JobRunsQuery {
+    /// Only runs in this state.
     state: Option<String>,
+    /// `-created` (newest first, the default) or `created`.
+    #[param(pattern = "^-?created$")]
     sort: Option<String>,
+    /// Page size, 1 to 1000 (default 100).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<i64>,
+    /// The `next_cursor` of the previous page, asked with the same `sort`.
     cursor: Option<String>,
 }
 
@@ -94,7 +110,7 @@ impl JobRunsQuery {
 }
 
 /// One page of runs.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(super) struct RunList {
     runs: Vec<RunView>,
     /// Pass as `cursor` (with the same `sort`) for the next page; absent on the last page.
@@ -158,6 +174,9 @@ pub(super) async fn page_of(
     })
 }
 
+/// Runs of every job, one page at a time.
+#[utoipa::path(get, operation_id = "listRuns", path = "/runs", tag = "runs", params(RunsQuery),
+    responses((status = 200, description = "One page of runs", body = RunList)))]
 pub(super) async fn list(
     State(state): State<ApiState>,
     QueryParams(query): QueryParams<RunsQuery>,
@@ -180,6 +199,8 @@ pub(super) fn query_state(query: &RunsQuery) -> Result<String, ApiError> {
     }
 }
 
+#[utoipa::path(get, operation_id = "listDeadLetters", path = "/dead-letters", tag = "runs", params(RunsQuery),
+    responses((status = 200, description = "One page of dead letters", body = RunList)))]
 /// Runs that ended without success for good: `failed` after their last attempt, or
 /// `no_executor`.
 pub(super) async fn dead_letters(
@@ -197,6 +218,9 @@ pub(super) async fn dead_letters(
     ))
 }
 
+/// A run with its attempts: shards, retries, outputs and errors.
+#[utoipa::path(get, operation_id = "getRun", path = "/runs/{id}", tag = "runs", params(("id" = i64, Path, description = "The run's id")),
+    responses((status = 200, description = "The run", body = RunDetail)))]
 pub(super) async fn get(
     State(state): State<ApiState>,
     IdParam(id): IdParam,
@@ -213,6 +237,13 @@ pub(super) async fn get(
     }))
 }
 
+#[utoipa::path(post, operation_id = "rerunRun", path = "/runs/{id}/rerun", tag = "runs", params(("id" = i64, Path, description = "The run's id")),
+    responses((status = 202, description = "The new run, pending dispatch", body = RunView,
+            links(
+                ("get" = (operation_id = "getRun", parameters(("id" = "$response.body#/id")))),
+                ("cancel" = (operation_id = "cancelRun", parameters(("id" = "$response.body#/id")))),
+                ("rerun" = (operation_id = "rerunRun", parameters(("id" = "$response.body#/id")))),
+            ))))]
 /// `POST /runs/{id}/rerun`: a new run of the same job now, typically for a dead letter.
 pub(super) async fn rerun(
     State(state): State<ApiState>,
@@ -241,6 +272,12 @@ pub(super) async fn rerun(
     Ok((axum::http::StatusCode::ACCEPTED, Json(again.into())))
 }
 
+/// Cancels an unfinished run; its executors are told to stop.
+#[utoipa::path(post, operation_id = "cancelRun", path = "/runs/{id}/cancel", tag = "runs", params(("id" = i64, Path, description = "The run's id")),
+    responses(
+        (status = 200, description = "The run, cancelled", body = RunDetail),
+        (status = 409, description = "The run has already ended", body = Problem, content_type = "application/problem+json"),
+    ))]
 pub(super) async fn cancel(
     State(state): State<ApiState>,
     IdParam(id): IdParam,

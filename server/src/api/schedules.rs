@@ -5,6 +5,7 @@ use axum::Json;
 use axum::extract::State;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use super::body::JsonBody;
 use super::{ApiError, ApiState};
@@ -13,7 +14,7 @@ use crate::schedule::{NextHints, Schedule, ScheduleSpec, parse_zone};
 
 const MAX_COUNT: usize = 1_000;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct PreviewRequest {
     schedule: ScheduleSpec,
@@ -21,7 +22,9 @@ pub(super) struct PreviewRequest {
     timezone: String,
     /// RFC 3339; default now.
     after: Option<String>,
+    /// How many instants, 1 to 1000 (default 10).
     #[serde(default = "ten")]
+    #[schema(minimum = 1, maximum = 1000)]
     count: usize,
 }
 
@@ -33,17 +36,20 @@ fn ten() -> usize {
     10
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(super) struct Instant {
     utc: String,
     local: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, ToSchema)]
 pub(super) struct Preview {
     instants: Vec<Instant>,
 }
 
+/// Checks a schedule and lists its next instants, computed as the scheduler computes them.
+#[utoipa::path(post, operation_id = "previewSchedule", path = "/schedules/preview", tag = "schedules", request_body = PreviewRequest,
+    responses((status = 200, description = "The next instants, in UTC and in the zone", body = Preview)))]
 pub(super) async fn preview(
     State(state): State<ApiState>,
     JsonBody(request): JsonBody<PreviewRequest>,

@@ -63,7 +63,7 @@ const MAX_TIMEOUT_MS: u64 = 7 * 24 * 3_600_000;
 const MAX_CATCH_UP_WINDOW_MS: u64 = 31 * 24 * 3_600_000;
 
 /// The job document of `POST /api/v1/jobs`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JobInput {
     pub name: String,
@@ -89,6 +89,7 @@ pub struct JobInput {
     #[serde(default)]
     pub overlap: Overlap,
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 10)]
     pub priority: Option<i32>,
     /// Start the job at once (default: created stopped).
     #[serde(default)]
@@ -101,7 +102,7 @@ fn utc() -> String {
 
 /// The document of `PATCH /api/v1/jobs/{id}`: every field optional; `version`, when given,
 /// must match the stored one.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JobPatch {
     pub name: Option<String>,
@@ -121,6 +122,7 @@ pub struct JobPatch {
     pub misfire: Option<Misfire>,
     pub catch_up_window_ms: Option<u64>,
     pub overlap: Option<Overlap>,
+    #[schema(minimum = 0, maximum = 10)]
     pub priority: Option<i32>,
     pub version: Option<i64>,
 }

@@ -2,10 +2,11 @@
 //! and priority. Stored with the job as JSON.
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 /// What to do with instants that passed unfired (a node died, the cluster was down, the job was
 /// stopped): applied when a node takes over a partition, restarts, or a job is started again.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Misfire {
     /// One catch-up run for the missed instants (the latest of them), then on schedule.
@@ -18,7 +19,7 @@ pub enum Misfire {
 }
 
 /// What to do when an instant comes while the job's previous run is unfinished.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Overlap {
     #[default]
@@ -31,7 +32,7 @@ pub enum Overlap {
     Replace,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Balance {
     Random,
@@ -42,7 +43,7 @@ pub enum Balance {
     ConsistentHash,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Backoff {
     #[default]
@@ -50,7 +51,7 @@ pub enum Backoff {
     Exponential,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct Retry {
     pub max_attempts: u32,
@@ -70,7 +71,7 @@ impl Default for Retry {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct Sharding {
     /// Split the JSON array argument across executors in proportion to their weights.
@@ -82,9 +83,10 @@ pub struct Sharding {
     pub count: Option<u32>,
 }
 
-/// Everything about a job but what and when.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+/// Everything about a job but what and when. Read from storage only (users write its fields
+/// through `JobInput`/`JobPatch`), so a field a newer node added is ignored, not refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(default)]
 pub struct JobPolicy {
     pub balance: Balance,
     pub sharding: Sharding,
@@ -96,6 +98,7 @@ pub struct JobPolicy {
     pub overlap: Overlap,
     /// 0 (lowest) to 10; runs waiting for capacity are dispatched highest first, with age
     /// raising the effective priority so that low priorities are not starved.
+    #[schema(minimum = 0, maximum = 10)]
     pub priority: i32,
 }
 

@@ -45,11 +45,14 @@ impl ScheduleError {
 }
 
 /// A schedule as a user writes it: exactly one of the four fields.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(min_properties = 1, max_properties = 1)]
 pub struct ScheduleSpec {
+    /// Unix (5 fields) or Quartz (6 or 7 fields, with seconds) cron.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cron: Option<String>,
+    /// RFC 5545: `DTSTART`, `RRULE`, `RDATE`, `EXDATE` lines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rrule: Option<String>,
     /// An RFC 3339 instant, or a wall time (`2026-12-01T09:00:00`) in the job's zone.

@@ -1,0 +1,115 @@
+//! A property-based fuzz of the whole API, driven by the OpenAPI document the node serves
+//! (schemathesis): no `5xx`, and no status, header, content type or body that the document
+//! does not describe, for valid and invalid input alike, with and without a token.
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on any unexpected error"
+)]
+
+mod support;
+
+use std::process::Command;
+
+use reqwest::Method;
+use serde_json::json;
+use support::node::{Solo, TOKEN};
+
+const EXECUTOR_TOKEN: &str = "fuzz-executor-token-0123456789";
+/// The command; `.ci/run` installs a pinned version.
+const SCHEMATHESIS: &str = "schemathesis";
+
+/// The schemathesis command, if it is installed.
+fn schemathesis() -> Option<Command> {
+    let found = Command::new(SCHEMATHESIS)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    found.then(|| Command::new(SCHEMATHESIS))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_answers_as_its_openapi_document_says() {
+    let Some(mut fuzz) = schemathesis() else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but schemathesis is not installed (.ci/run installs it with pip)"
+        );
+        eprintln!("SKIP api_fuzz: schemathesis is not installed (pip install schemathesis)");
+        return;
+    };
+    let node = Solo::start(|spec| {
+        spec.extra_env
+            .push(("CARILLON_EXECUTOR_TOKEN", EXECUTOR_TOKEN.to_owned()));
+    })
+    .await;
+
+    // Something to find: jobs, a run, an executor (whose address answers nothing, so runs end
+    // as failures and dead letters).
+    let (status, job) = node
+        .call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(
+                json!({"name": "fuzz-seed", "app": "fuzz", "handler": "work",
+                "schedule": {"every": "1s"}, "start": true,
+                "retry": {"max_attempts": 2, "initial_delay_ms": 10}}),
+            ),
+        )
+        .await;
+    assert_eq!(status, 201, "{job}");
+    let (status, run) = node
+        .call(
+            Method::POST,
+            &format!("/api/v1/jobs/{}/trigger", job["id"]),
+            None,
+        )
+        .await;
+    assert_eq!(status, 202, "{run}");
+    let registered = reqwest::Client::new()
+        .post(node.url("/api/v1/executors/register"))
+        .bearer_auth(EXECUTOR_TOKEN)
+        .json(
+            &json!({"protocol": 1, "executor_id": "fuzz-1", "app": "fuzz",
+            "address": "http://127.0.0.1:9", "weight": 1, "capacity": 4,
+            "handlers": [{"name": "work"}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(registered.status(), 200);
+
+    let report_dir = tempfile::tempdir().unwrap();
+    let seed = std::env::var("CARILLON_FUZZ_SEED").unwrap_or_else(|_| "20261122".to_owned());
+    let output = fuzz
+        .args(["run", &node.url("/api/v1/openapi.json")])
+        .args(["--url", &node.url("")])
+        .args(["--header", &format!("Authorization: Bearer {TOKEN}")])
+        .args(["--checks", "all"])
+        // A request the schema allows may still be refused for what a schema cannot say (a
+        // cron expression that does not parse, a name already taken): a documented 400/409.
+        .args(["--exclude-checks", "positive_data_acceptance"])
+        .args(["--max-examples", "40", "--workers", "2", "--seed", &seed])
+        .args(["--request-timeout", "20"])
+        .args(["--report-dir", report_dir.path().to_str().unwrap()])
+        .args(["--no-color", "--warnings", "off"])
+        .env("SCHEMATHESIS_HOOKS", "")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let summary: String = stdout
+        .lines()
+        .skip_while(|l| !l.contains("SUMMARY"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    eprintln!("{summary}");
+    assert!(
+        output.status.success(),
+        "schemathesis found responses the document does not allow (seed {seed}):\n{stdout}\n{stderr}\nnode log:\n{}",
+        node.log_text()
+    );
+    assert!(
+        stdout.contains("Tested: 28"),
+        "every operation should have been fuzzed:\n{summary}"
+    );
+}
