@@ -48,6 +48,8 @@ struct ThisNode {
     member: bool,
     leader_term: Option<i64>,
     acting_partitions: usize,
+    /// Running jobs of its partitions its scheduler holds in memory.
+    jobs_held: usize,
 }
 
 /// The leader, every node with the partitions it owns, and what the answering node acts on.
@@ -99,6 +101,7 @@ pub(super) async fn show(State(state): State<ApiState>) -> Result<Json<ClusterVi
         member: state.view.is_member(),
         leader_term: state.view.leader_term(),
         acting_partitions: state.view.owned_partitions().len(),
+        jobs_held: state.view.jobs_held(),
     };
     Ok(Json(ClusterView {
         partition_count: partitions.len(),

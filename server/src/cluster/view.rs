@@ -7,6 +7,7 @@
 //! back.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::time::Instant;
 
@@ -32,6 +33,8 @@ struct ViewState {
 pub struct LocalView {
     node_id: String,
     state: Mutex<ViewState>,
+    /// Running jobs the scheduler holds in memory (for the API and the benchmark).
+    jobs_held: AtomicUsize,
 }
 
 impl LocalView {
@@ -39,7 +42,16 @@ impl LocalView {
         Self {
             node_id,
             state: Mutex::new(ViewState::default()),
+            jobs_held: AtomicUsize::new(0),
         }
+    }
+
+    pub fn set_jobs_held(&self, count: usize) {
+        self.jobs_held.store(count, Ordering::Relaxed);
+    }
+
+    pub fn jobs_held(&self) -> usize {
+        self.jobs_held.load(Ordering::Relaxed)
     }
 
     pub fn node_id(&self) -> &str {

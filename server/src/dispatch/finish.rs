@@ -47,6 +47,20 @@ pub async fn finish_attempt_by(
         Some(job) => serde_json::from_str::<JobPolicy>(&job.policy_json).unwrap_or_default(),
         None => JobPolicy::default(),
     };
+    let end = end_of(&policy, attempt, executor_id, ending, output, error);
+    store.attempt_end(attempt.attempt_id, &end).await
+}
+
+/// How `attempt` ends under the job's `policy`: its final state, and whether and when its
+/// shard is tried again.
+pub fn end_of(
+    policy: &JobPolicy,
+    attempt: &AttemptRecord,
+    executor_id: Option<&str>,
+    ending: Ending,
+    output: Option<&Value>,
+    error: Option<String>,
+) -> AttemptEnd {
     let max = i64::from(policy.retry.max_attempts);
     let (state, retry) = match ending {
         Ending::Reported(Outcome::Succeeded) => (attempt_state::SUCCEEDED, false),
@@ -69,14 +83,13 @@ pub async fn finish_attempt_by(
             jitter(attempt.attempt_id),
         ),
     });
-    let end = AttemptEnd {
+    AttemptEnd {
         state,
         output: output.map(bounded_output),
         error: error.map(|e| cut(&e, MAX_ERROR_BYTES)),
         executor_id: executor_id.map(str::to_owned),
         retry_after_ms,
-    };
-    store.attempt_end(attempt.attempt_id, &end).await
+    }
 }
 
 /// An output as stored: its JSON, or a JSON string holding the first bytes of it.

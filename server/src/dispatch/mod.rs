@@ -28,12 +28,12 @@ use tracing::{debug, info, warn};
 use crate::cluster::LocalView;
 use crate::jobs::{JobPolicy, Sharding};
 use crate::store::{
-    self, AttemptRecord, ExecutorList, ExecutorRecord, JobRecord, NewAttempt, RunRecord, Store,
-    run_state,
+    self, AttemptEnd, AttemptRecord, ExecutorList, ExecutorRecord, JobRecord, NewAttempt,
+    RunRecord, Store, run_state,
 };
 use balancer::{Balancers, Candidate};
 use client::{Delivery, DispatchClient};
-use finish::{Ending, finish_attempt};
+use finish::{Ending, end_of, finish_attempt};
 
 /// The dispatcher's settings.
 #[derive(Debug, Clone, Copy)]
@@ -222,9 +222,17 @@ impl Dispatcher {
             .runs_pending(&partitions, self.runs_cursor, self.settings.batch)
             .await?;
         self.runs_cursor = next_cursor(&pending, self.settings.batch, |r| r.run_id);
+        // The runs that can start, start together: one transaction (one commit) for all.
+        let mut starting = Vec::new();
         for run in pending {
             let job = self.job(&mut jobs, run.job_id).await?;
-            self.start_run(&run, job.as_ref(), &fleet).await?;
+            if let Some(attempts) = self.start_run(&run, job.as_ref(), &fleet).await? {
+                starting.push((run, attempts));
+            }
+        }
+        if !starting.is_empty() {
+            let started = self.store.runs_start(&starting).await?;
+            debug!(started, "runs started");
         }
         let mut due = self
             .store
@@ -238,10 +246,27 @@ impl Dispatcher {
             let aged = a.priority + (now - a.created_at_ms).max(0) / AGEING_STEP_MS;
             (std::cmp::Reverse(aged), a.attempt_id)
         });
+        // Offers are planned in priority order, then delivered concurrently (one slow
+        // executor must not hold up the rest); the attempts answered at once with their
+        // result end together, in one transaction.
+        let mut delivering = tokio::task::JoinSet::new();
+        let mut ended = Vec::new();
         for due in due {
             let job = self.job(&mut jobs, due.attempt.job_id).await?;
-            self.dispatch(&due.attempt, due.scheduled_at_ms, job.as_ref(), &mut fleet)
+            let planned = self
+                .plan(&due.attempt, due.scheduled_at_ms, job.as_ref(), &mut fleet)
                 .await?;
+            if let Some(offer) = planned {
+                bounded(&mut delivering, &mut ended).await;
+                let store = Arc::clone(&self.store);
+                let client = self.client.clone();
+                delivering.spawn(async move { deliver(&*store, &client, offer).await });
+            }
+        }
+        drain(&mut delivering, &mut ended).await;
+        let ended: Vec<(i64, AttemptEnd)> = ended.into_iter().flatten().collect();
+        if !ended.is_empty() {
+            self.store.attempts_end(&ended).await?;
         }
         Ok(())
     }
@@ -294,32 +319,14 @@ impl Dispatcher {
         })
     }
 
-    /// An attempt the executor answered for good in its reply (a result, or a refusal): it
-    /// is recorded as dispatched there, then ended.
-    async fn ended_at_once(
-        &self,
-        attempt: &AttemptRecord,
-        executor_id: String,
-        ending: Ending,
-        output: Option<Value>,
-        error: Option<String>,
-    ) -> Result<(), store::Error> {
-        self.store
-            .attempt_dispatched(attempt.attempt_id, &executor_id, 0)
-            .await?;
-        let mut dispatched = attempt.clone();
-        dispatched.executor_id = Some(executor_id);
-        finish_attempt(&*self.store, &dispatched, ending, output.as_ref(), error).await?;
-        Ok(())
-    }
-
-    /// Turns a pending run into its shards' first attempts.
+    /// The first attempts of a pending run (one per shard), to be stored; `None` when the run
+    /// cannot start now (it waits for an executor, or was ended here).
     async fn start_run(
         &self,
         run: &RunRecord,
         job: Option<&JobRecord>,
         fleet: &Fleet,
-    ) -> Result<(), store::Error> {
+    ) -> Result<Option<Vec<NewAttempt>>, store::Error> {
         let Some(job) = job else {
             self.store
                 .run_end(
@@ -328,7 +335,7 @@ impl Dispatcher {
                     Some("the job was deleted"),
                 )
                 .await?;
-            return Ok(());
+            return Ok(None);
         };
         let executors = fleet.offering(&job.app_name, &job.handler_name);
         if executors.is_empty() {
@@ -338,25 +345,22 @@ impl Dispatcher {
                     .run_end(run.run_id, run_state::NO_EXECUTOR, Some(&message))
                     .await?;
             }
-            return Ok(());
+            return Ok(None);
         }
         let policy: JobPolicy = serde_json::from_str(&job.policy_json).unwrap_or_default();
         let args: Value = serde_json::from_str(&job.args_json).unwrap_or(Value::Null);
-        let attempts = shards(&policy.sharding, &args, &executors);
-        if self.store.run_start(run, &attempts).await? {
-            debug!(run_id = run.run_id, shards = attempts.len(), "run started");
-        }
-        Ok(())
+        Ok(Some(shards(&policy.sharding, &args, &executors)))
     }
 
-    /// Offers one attempt to the executors that can take it, in balancer order.
-    async fn dispatch(
+    /// Plans the offer of one attempt to the executors that can take it, in balancer order,
+    /// counting it against the first one's capacity; ends it here when it cannot go anywhere.
+    async fn plan(
         &mut self,
         attempt: &AttemptRecord,
         scheduled_at_ms: i64,
         job: Option<&JobRecord>,
         fleet: &mut Fleet,
-    ) -> Result<(), store::Error> {
+    ) -> Result<Option<Offer>, store::Error> {
         let Some(job) = job else {
             let error = Some("the job was deleted".to_owned());
             finish_attempt(
@@ -367,7 +371,7 @@ impl Dispatcher {
                 error,
             )
             .await?;
-            return Ok(());
+            return Ok(None);
         };
         let policy: JobPolicy = serde_json::from_str(&job.policy_json).unwrap_or_default();
         let offering = fleet.offering(&job.app_name, &job.handler_name);
@@ -376,12 +380,12 @@ impl Dispatcher {
             if let Some(message) = self.nowhere_to_go(fleet, job, waited) {
                 finish_attempt(&*self.store, attempt, Ending::Refused, None, Some(message)).await?;
             }
-            return Ok(());
+            return Ok(None);
         }
         let executors: Vec<&ExecutorRecord> =
             offering.into_iter().filter(|e| fleet.has_room(e)).collect();
         if executors.is_empty() {
-            return Ok(()); // capacity is short: the attempt waits, its priority ageing
+            return Ok(None); // capacity is short: the attempt waits, its priority ageing
         }
         let candidates: Vec<Candidate<'_>> = executors
             .iter()
@@ -428,7 +432,7 @@ impl Dispatcher {
             timeout_ms: policy.timeout_ms,
             report_to: self.report_to.clone(),
         };
-        let ids: Vec<(String, String)> = order
+        let targets: Vec<(String, String)> = order
             .iter()
             .map(|&i| {
                 (
@@ -437,36 +441,106 @@ impl Dispatcher {
                 )
             })
             .collect();
-        for (executor_id, address) in ids {
-            match self.client.dispatch(&address, &request).await {
-                Delivery::Accepted => {
-                    let timeout = policy
-                        .timeout_ms
-                        .map_or(0, |t| i64::try_from(t).unwrap_or(i64::MAX));
-                    self.store
-                        .attempt_dispatched(attempt.attempt_id, &executor_id, timeout)
-                        .await?;
-                    *fleet.load.entry(executor_id).or_default() += 1;
-                    return Ok(());
-                }
-                Delivery::Finished(result) => {
-                    let ending = Ending::Reported(result.outcome);
-                    return self
-                        .ended_at_once(attempt, executor_id, ending, result.output, result.error)
-                        .await;
-                }
-                Delivery::TryAnother(why) => {
-                    debug!(attempt_id = attempt.attempt_id, executor = %executor_id, why, "offering to the next executor");
-                }
-                Delivery::Refused(why) => {
-                    return self
-                        .ended_at_once(attempt, executor_id, Ending::Refused, None, Some(why))
-                        .await;
-                }
-            }
+        if let Some((first, _)) = targets.first() {
+            *fleet.load.entry(first.clone()).or_default() += 1;
         }
-        Ok(())
+        Ok(Some(Offer {
+            attempt: attempt.clone(),
+            request,
+            targets,
+            timeout_ms: policy
+                .timeout_ms
+                .map_or(0, |t| i64::try_from(t).unwrap_or(i64::MAX)),
+            policy,
+        }))
     }
+}
+
+/// Most dispatches of one node in flight at once.
+const MAX_IN_FLIGHT: usize = 128;
+
+/// What a delivery produced: an attempt to end (answered at once), or nothing more to do.
+type Delivered = Result<Option<(i64, AttemptEnd)>, store::Error>;
+
+/// Waits for room under [`MAX_IN_FLIGHT`], keeping what finished deliveries produced.
+async fn bounded(
+    tasks: &mut tokio::task::JoinSet<Delivered>,
+    ended: &mut Vec<Option<(i64, AttemptEnd)>>,
+) {
+    while tasks.len() >= MAX_IN_FLIGHT {
+        keep(tasks.join_next().await, ended);
+    }
+}
+
+/// Waits for every delivery.
+async fn drain(
+    tasks: &mut tokio::task::JoinSet<Delivered>,
+    ended: &mut Vec<Option<(i64, AttemptEnd)>>,
+) {
+    while let Some(done) = tasks.join_next().await {
+        keep(Some(done), ended);
+    }
+}
+
+/// Keeps a delivery's product; a failed one is logged (its attempt stays in the database and
+/// a later tick picks it up again).
+fn keep(
+    done: Option<Result<Delivered, tokio::task::JoinError>>,
+    ended: &mut Vec<Option<(i64, AttemptEnd)>>,
+) {
+    match done {
+        Some(Ok(Ok(product))) => ended.push(product),
+        Some(Ok(Err(err))) => warn!(error = %err, "dispatch failed; it will be retried"),
+        Some(Err(err)) => warn!(error = %err, "dispatch task failed"),
+        None => {}
+    }
+}
+
+/// An attempt ready to offer: the request, the executors to try in order, and the job's
+/// policy (for its timeout and retries).
+#[derive(Debug)]
+struct Offer {
+    attempt: AttemptRecord,
+    request: Dispatch,
+    targets: Vec<(String, String)>,
+    policy: JobPolicy,
+    timeout_ms: i64,
+}
+
+/// Offers an attempt to its executors in turn until one takes it (`202`: recorded as
+/// running) or answers for good (a result or a refusal: returned, to be ended with others).
+async fn deliver(store: &dyn Store, client: &DispatchClient, offer: Offer) -> Delivered {
+    let attempt = &offer.attempt;
+    for (executor_id, address) in offer.targets {
+        let (ending, output, error) = match client.dispatch(&address, &offer.request).await {
+            Delivery::Accepted => {
+                store
+                    .attempt_dispatched(attempt.attempt_id, &executor_id, offer.timeout_ms)
+                    .await?;
+                return Ok(None);
+            }
+            Delivery::Finished(result) => (
+                Ending::Reported(result.outcome),
+                result.output,
+                result.error,
+            ),
+            Delivery::TryAnother(why) => {
+                debug!(attempt_id = attempt.attempt_id, executor = %executor_id, why, "offering to the next executor");
+                continue;
+            }
+            Delivery::Refused(why) => (Ending::Refused, None, Some(why)),
+        };
+        let end = end_of(
+            &offer.policy,
+            attempt,
+            Some(&executor_id),
+            ending,
+            output.as_ref(),
+            error,
+        );
+        return Ok(Some((attempt.attempt_id, end)));
+    }
+    Ok(None)
 }
 
 /// The first attempts of a run: one per shard.

@@ -176,6 +176,7 @@ impl Scheduler {
             debug!(partition, epoch, jobs = count, "partition loaded");
         }
         self.poll_changes(now).await?;
+        self.view.set_jobs_held(self.jobs.len());
         if self.timer.len() > 2 * self.jobs.len() + 1_024 {
             let jobs = &self.jobs;
             self.timer.compact(|e| {

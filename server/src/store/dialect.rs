@@ -285,8 +285,10 @@ queries! {
     attempt_dispatched = "UPDATE attempts SET state = 'running', executor_id = ?, \
         dispatched_at_ms = {now}, deadline_ms = CASE WHEN ? > 0 THEN {now} + ? ELSE NULL END \
         WHERE attempt_id = ? AND state = 'pending'";
+    // An executor named here ran it: an attempt it answered at once was dispatched now.
     attempt_end = "UPDATE attempts SET state = ?, finished_at_ms = {now}, output = ?, error = ?, \
-        executor_id = COALESCE(?, executor_id) \
+        executor_id = COALESCE(?, executor_id), \
+        dispatched_at_ms = COALESCE(dispatched_at_ms, CASE WHEN ? IS NULL THEN NULL ELSE {now} END) \
         WHERE attempt_id = ? AND state IN ('pending', 'running')";
     attempts_cancel_of_run = "UPDATE attempts SET state = 'cancelled', finished_at_ms = {now}, \
         error = 'cancelled' WHERE run_id = ? AND state IN ('pending', 'running')";

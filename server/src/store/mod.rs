@@ -211,7 +211,13 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
     ) -> Result<Vec<RunRecord>, Error>;
 
     /// Starts a pending run with its shards' first attempts; false if it was not pending.
-    async fn run_start(&self, run: &RunRecord, attempts: &[NewAttempt]) -> Result<bool, Error>;
+    async fn run_start(&self, run: &RunRecord, attempts: &[NewAttempt]) -> Result<bool, Error> {
+        Ok(self.runs_start(&[(run.clone(), attempts.to_vec())]).await? == 1)
+    }
+
+    /// [`run_start`](Self::run_start) for many runs in one transaction (one commit, so one
+    /// flush to disk, serves them all); returns how many started.
+    async fn runs_start(&self, runs: &[(RunRecord, Vec<NewAttempt>)]) -> Result<usize, Error>;
 
     /// Ends an unfinished run without (more) attempts, e.g. when no executor can take it.
     async fn run_end(&self, run_id: i64, state: &str, message: Option<&str>)
@@ -265,7 +271,14 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
     /// Ends an attempt and moves its run on: queues a retry of the shard, or ends the run when
     /// every shard has ended (`succeeded` if all succeeded, `cancelled` if one was cancelled,
     /// else `failed`), releasing the job's next queued run. Ending an attempt twice is harmless.
-    async fn attempt_end(&self, attempt_id: i64, end: &AttemptEnd) -> Result<AttemptEnded, Error>;
+    async fn attempt_end(&self, attempt_id: i64, end: &AttemptEnd) -> Result<AttemptEnded, Error> {
+        let mut ended = self.attempts_end(&[(attempt_id, end.clone())]).await?;
+        Ok(ended.pop().unwrap_or(AttemptEnded::AlreadyEnded))
+    }
+
+    /// [`attempt_end`](Self::attempt_end) for many attempts in one transaction, in the order
+    /// given; returns what became of each.
+    async fn attempts_end(&self, ends: &[(i64, AttemptEnd)]) -> Result<Vec<AttemptEnded>, Error>;
 
     /// Running attempts per executor, cluster-wide.
     async fn executor_loads(&self) -> Result<Vec<(String, i64)>, Error>;

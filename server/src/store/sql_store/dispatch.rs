@@ -4,18 +4,31 @@
 macro_rules! dispatch_store {
     ($store:ident, $db:ty, $backend:expr, $migrator:expr) => {
         impl $store {
-            async fn attempt_end_once(
+            async fn attempts_end_once(
                 &self,
+                ends: &[(i64, AttemptEnd)],
+            ) -> Result<Vec<AttemptEnded>, Error> {
+                let mut tx = self.begin_write().await?;
+                let mut ended = Vec::with_capacity(ends.len());
+                for (attempt_id, end) in ends {
+                    ended.push(self.attempt_end_in(&mut tx, *attempt_id, end).await?);
+                }
+                tx.commit().await?;
+                Ok(ended)
+            }
+
+            /// Ends one attempt inside the caller's transaction.
+            async fn attempt_end_in(
+                &self,
+                tx: &mut sqlx::Transaction<'static, $db>,
                 attempt_id: i64,
                 end: &AttemptEnd,
             ) -> Result<AttemptEnded, Error> {
-                let mut tx = self.begin_write().await?;
                 let Some(attempt) = sqlx::query_as::<$db, AttemptRecord>(sql(&self.q.attempt_lock))
                     .bind(attempt_id)
-                    .fetch_optional(&mut *tx)
+                    .fetch_optional(&mut **tx)
                     .await?
                 else {
-                    tx.rollback().await?;
                     return Ok(AttemptEnded::AlreadyEnded);
                 };
                 let ended = sqlx::query::<$db>(sql(&self.q.attempt_end))
@@ -23,12 +36,12 @@ macro_rules! dispatch_store {
                     .bind(end.output.as_deref())
                     .bind(end.error.as_deref())
                     .bind(end.executor_id.as_deref())
+                    .bind(end.executor_id.as_deref())
                     .bind(attempt_id)
-                    .execute(&mut *tx)
+                    .execute(&mut **tx)
                     .await?
                     .rows_affected();
                 if ended == 0 {
-                    tx.rollback().await?;
                     return Ok(AttemptEnded::AlreadyEnded);
                 }
                 if let Some(delay) = end.retry_after_ms {
@@ -48,15 +61,14 @@ macro_rules! dispatch_store {
                                 .or(attempt.executor_id.as_deref()),
                         )
                         .bind(None::<&str>)
-                        .execute(&mut *tx)
+                        .execute(&mut **tx)
                         .await?;
-                    tx.commit().await?;
                     return Ok(AttemptEnded::Retrying);
                 }
                 // The run ends when every shard's latest attempt has ended.
                 let attempts = sqlx::query_as::<$db, AttemptRecord>(sql(&self.q.attempts_of_run))
                     .bind(attempt.run_id)
-                    .fetch_all(&mut *tx)
+                    .fetch_all(&mut **tx)
                     .await?;
                 let mut latest: std::collections::BTreeMap<i64, &str> =
                     std::collections::BTreeMap::new();
@@ -67,7 +79,6 @@ macro_rules! dispatch_store {
                     .values()
                     .any(|s| *s == attempt_state::PENDING || *s == attempt_state::RUNNING);
                 if unfinished {
-                    tx.commit().await?;
                     return Ok(AttemptEnded::RunContinues);
                 }
                 let (state, message) = if latest.values().all(|s| *s == attempt_state::SUCCEEDED) {
@@ -90,20 +101,19 @@ macro_rules! dispatch_store {
                     .bind(state)
                     .bind(message.as_deref())
                     .bind(attempt.run_id)
-                    .execute(&mut *tx)
+                    .execute(&mut **tx)
                     .await?;
                 // A run queued behind this one (overlap `queue`) may start now.
                 let queued = sqlx::query_scalar::<$db, i64>(sql(&self.q.run_next_queued))
                     .bind(attempt.job_id)
-                    .fetch_optional(&mut *tx)
+                    .fetch_optional(&mut **tx)
                     .await?;
                 if let Some(next) = queued {
                     sqlx::query::<$db>(sql(&self.q.run_release_queued))
                         .bind(next)
-                        .execute(&mut *tx)
+                        .execute(&mut **tx)
                         .await?;
                 }
-                tx.commit().await?;
                 Ok(AttemptEnded::RunEnded(state.to_owned()))
             }
         }
@@ -227,39 +237,41 @@ macro_rules! dispatch_store {
                     .await?)
             }
 
-            async fn run_start(
+            async fn runs_start(
                 &self,
-                run: &RunRecord,
-                attempts: &[NewAttempt],
-            ) -> Result<bool, Error> {
+                runs: &[(RunRecord, Vec<NewAttempt>)],
+            ) -> Result<usize, Error> {
                 let mut tx = self.begin_write().await?;
-                let started = sqlx::query::<$db>(sql(&self.q.run_start))
-                    .bind(run.run_id)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-                if started == 0 {
-                    tx.rollback().await?;
-                    return Ok(false);
-                }
-                for attempt in attempts {
-                    sqlx::query::<$db>(sql(&self.q.attempt_insert))
+                let mut started = 0;
+                for (run, attempts) in runs {
+                    let pending = sqlx::query::<$db>(sql(&self.q.run_start))
                         .bind(run.run_id)
-                        .bind(run.job_id)
-                        .bind(run.partition_id)
-                        .bind(attempt.shard_index)
-                        .bind(attempt.shard_total)
-                        .bind(1_i64)
-                        .bind(run.priority)
-                        .bind(&attempt.args_json)
-                        .bind(0_i64)
-                        .bind(None::<&str>)
-                        .bind(attempt.prefer_executor_id.as_deref())
                         .execute(&mut *tx)
-                        .await?;
+                        .await?
+                        .rows_affected();
+                    if pending == 0 {
+                        continue;
+                    }
+                    for attempt in attempts {
+                        sqlx::query::<$db>(sql(&self.q.attempt_insert))
+                            .bind(run.run_id)
+                            .bind(run.job_id)
+                            .bind(run.partition_id)
+                            .bind(attempt.shard_index)
+                            .bind(attempt.shard_total)
+                            .bind(1_i64)
+                            .bind(run.priority)
+                            .bind(&attempt.args_json)
+                            .bind(0_i64)
+                            .bind(None::<&str>)
+                            .bind(attempt.prefer_executor_id.as_deref())
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    started += 1;
                 }
                 tx.commit().await?;
-                Ok(true)
+                Ok(started)
             }
 
             async fn run_end(
@@ -411,12 +423,22 @@ macro_rules! dispatch_store {
                 Ok(marked.rows_affected() == 1)
             }
 
-            async fn attempt_end(
+            async fn attempts_end(
                 &self,
-                attempt_id: i64,
-                end: &AttemptEnd,
-            ) -> Result<AttemptEnded, Error> {
-                retry_transient(|| self.attempt_end_once(attempt_id, end)).await
+                ends: &[(i64, AttemptEnd)],
+            ) -> Result<Vec<AttemptEnded>, Error> {
+                // One lock order for every batch, so two batches cannot deadlock.
+                let mut ordered = ends.to_vec();
+                ordered.sort_by_key(|(id, _)| *id);
+                let ended = retry_transient(|| self.attempts_end_once(&ordered)).await?;
+                // Back in the caller's order.
+                Ok(ends
+                    .iter()
+                    .map(|(id, _)| {
+                        let at = ordered.iter().position(|(o, _)| o == id).unwrap_or(0);
+                        ended.get(at).cloned().unwrap_or(AttemptEnded::AlreadyEnded)
+                    })
+                    .collect())
             }
 
             async fn executor_loads(&self) -> Result<Vec<(String, i64)>, Error> {

@@ -1,0 +1,379 @@
+//! A real cluster for the benchmark: a fresh database on the chosen backend and `carillon
+//! server` processes on loopback, with the default timings unless a scenario says otherwise.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+use sqlx::Connection;
+
+pub(crate) const ADMIN_TOKEN: &str = "bench-admin-token-0123456789abcdef";
+const EXECUTOR_TOKEN: &str = "bench-executor-token-0123456789abcd";
+const DISPATCH_SECRET: &str = "bench-dispatch-secret-0123456789abc";
+const DATABASE: &str = "carillon_bench";
+
+/// Which database the cluster shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Db {
+    Sqlite,
+    Postgres,
+    Mysql,
+}
+
+/// Wall-clock epoch milliseconds (the bench runs on the nodes' machine, so this is their clock).
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ` (what nodes send) to epoch milliseconds.
+pub(crate) fn parse_rfc3339_ms(text: &str) -> Option<i64> {
+    let b = text.as_bytes();
+    if b.len() < 20 || b[b.len() - 1] != b'Z' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| text.get(r)?.parse::<i64>().ok();
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, s) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let ms = if b.len() >= 24 && b[19] == b'.' {
+        num(20..23)?
+    } else {
+        0
+    };
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if mo <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (mo + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 24 + h) * 60 + mi) * 60_000 + s * 1_000 + ms)
+}
+
+/// One `carillon server` process.
+#[derive(Debug)]
+pub(crate) struct Node {
+    pub(crate) id: String,
+    pub(crate) url: String,
+    child: Child,
+    pub(crate) log: PathBuf,
+}
+
+impl Node {
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// `kill -9`.
+    pub(crate) fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub(crate) fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// The cluster: its database and nodes.
+#[derive(Debug)]
+pub(crate) struct Cluster {
+    pub(crate) db: Db,
+    pub(crate) database_url: String,
+    pub(crate) executor_token: String,
+    pub(crate) dispatch_secret: String,
+    pub(crate) nodes: Vec<Node>,
+    carillon: PathBuf,
+    dir: PathBuf,
+    client: reqwest::Client,
+    extra_env: Vec<(String, String)>,
+}
+
+impl Cluster {
+    /// A fresh database; no node yet.
+    pub(crate) async fn create(
+        db: Db,
+        carillon: PathBuf,
+        database_url: Option<String>,
+        extra_env: Vec<(String, String)>,
+    ) -> anyhow::Result<Cluster> {
+        let dir = std::env::temp_dir().join(format!("carillon-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let database_url = match database_url {
+            Some(url) => url,
+            None => fresh_database(db, &dir).await?,
+        };
+        Ok(Cluster {
+            db,
+            database_url,
+            executor_token: EXECUTOR_TOKEN.to_owned(),
+            dispatch_secret: DISPATCH_SECRET.to_owned(),
+            nodes: Vec::new(),
+            carillon,
+            dir,
+            client: reqwest::Client::new(),
+            extra_env,
+        })
+    }
+
+    /// Starts `count` more nodes and waits until each is a ready member.
+    pub(crate) async fn start_nodes(&mut self, count: usize) -> anyhow::Result<()> {
+        let first = self.nodes.len();
+        for i in first..first + count {
+            let id = format!("node-{i}");
+            let port = free_port()?;
+            let data_dir = self.dir.join(&id);
+            std::fs::create_dir_all(&data_dir)?;
+            let log = self.dir.join(format!("{id}.log"));
+            let mut command = Command::new(&self.carillon);
+            for (key, _) in std::env::vars() {
+                if key.starts_with("CARILLON_") {
+                    command.env_remove(key);
+                }
+            }
+            command
+                .arg("server")
+                .env("CARILLON_DATABASE_URL", &self.database_url)
+                .env("CARILLON_LISTEN", format!("127.0.0.1:{port}"))
+                .env("CARILLON_NODE_ID", &id)
+                .env("CARILLON_DATA_DIR", &data_dir)
+                .env("CARILLON_ADMIN_TOKEN", ADMIN_TOKEN)
+                .env("CARILLON_EXECUTOR_TOKEN", EXECUTOR_TOKEN)
+                .env("CARILLON_DISPATCH_SECRET", DISPATCH_SECRET)
+                .env("CARILLON_LOG", "warn")
+                .envs(self.extra_env.iter().map(|(k, v)| (k, v)))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log)?);
+            let child = command
+                .spawn()
+                .with_context(|| format!("starting {}", self.carillon.display()))?;
+            self.nodes.push(Node {
+                id,
+                url: format!("http://127.0.0.1:{port}"),
+                child,
+                log,
+            });
+        }
+        for i in first..first + count {
+            self.wait_ready(i).await?;
+        }
+        Ok(())
+    }
+
+    async fn wait_ready(&mut self, index: usize) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let url = format!("{}/readyz", self.nodes[index].url);
+            if self
+                .client
+                .get(&url)
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+            {
+                return Ok(());
+            }
+            if !self.nodes[index].is_running() || Instant::now() > deadline {
+                let log = std::fs::read_to_string(&self.nodes[index].log).unwrap_or_default();
+                bail!(
+                    "{} did not become ready; its log:\n{log}",
+                    self.nodes[index].id
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Stops every node gracefully (SIGTERM): they hand their partitions back at once.
+    pub(crate) async fn stop_all(&mut self) {
+        for node in &self.nodes {
+            let _ = Command::new("kill")
+                .args(["-TERM", &node.pid().to_string()])
+                .status();
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.nodes.iter_mut().any(Node::is_running) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.nodes.clear();
+    }
+
+    pub(crate) fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| n.url.clone()).collect()
+    }
+
+    /// The cluster view of the node at `index`.
+    pub(crate) async fn view_of(&self, index: usize) -> Option<Value> {
+        let response = self
+            .client
+            .get(format!("{}/api/v1/cluster", self.nodes[index].url))
+            .bearer_auth(ADMIN_TOKEN)
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await
+            .ok()?;
+        response.json().await.ok()
+    }
+
+    /// The index of the node holding the leadership, and its term.
+    pub(crate) async fn leader(&self) -> Option<(usize, i64)> {
+        for i in 0..self.nodes.len() {
+            if let Some(view) = self.view_of(i).await {
+                let id = view["leader"]["node_id"].as_str()?;
+                let term = view["leader"]["term"].as_i64()?;
+                let index = self.nodes.iter().position(|n| n.id == id)?;
+                return Some((index, term));
+            }
+        }
+        None
+    }
+
+    /// Creates jobs from `documents`, `concurrency` requests at a time; returns their ids.
+    pub(crate) async fn create_jobs(
+        &self,
+        documents: Vec<Value>,
+        concurrency: usize,
+    ) -> anyhow::Result<Vec<i64>> {
+        let urls = self.urls();
+        let client = self.client.clone();
+        let mut ids = Vec::with_capacity(documents.len());
+        let mut tasks = tokio::task::JoinSet::new();
+        let mut iter = documents.into_iter().enumerate();
+        loop {
+            while tasks.len() < concurrency {
+                let Some((i, doc)) = iter.next() else { break };
+                let url = format!("{}/api/v1/jobs", urls[i % urls.len()]);
+                let client = client.clone();
+                tasks.spawn(async move {
+                    let response = client
+                        .post(url)
+                        .bearer_auth(ADMIN_TOKEN)
+                        .json(&doc)
+                        .send()
+                        .await?;
+                    let status = response.status();
+                    let body: Value = response.json().await?;
+                    if status.as_u16() != 201 {
+                        bail!("creating a job: {status} {body}");
+                    }
+                    body["id"].as_i64().context("a created job has an id")
+                });
+            }
+            match tasks.join_next().await {
+                Some(done) => ids.push(done??),
+                None => break,
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Counts rows in the shared database.
+    pub(crate) async fn count(&self, sql: &str) -> anyhow::Result<i64> {
+        Ok(match self.db {
+            Db::Postgres => {
+                let mut c = sqlx::PgConnection::connect(&self.database_url).await?;
+                sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql.to_owned()))
+                    .fetch_one(&mut c)
+                    .await?
+            }
+            Db::Mysql => {
+                let mut c = sqlx::MySqlConnection::connect(&self.database_url).await?;
+                sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql.to_owned()))
+                    .fetch_one(&mut c)
+                    .await?
+            }
+            Db::Sqlite => {
+                let mut c = sqlx::SqliteConnection::connect(&self.database_url).await?;
+                sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql.to_owned()))
+                    .fetch_one(&mut c)
+                    .await?
+            }
+        })
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.nodes.clear();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A loopback port nobody listens on now.
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Drops and creates the bench database on the machine's server (or a new SQLite file).
+async fn fresh_database(db: Db, dir: &Path) -> anyhow::Result<String> {
+    match db {
+        Db::Sqlite => Ok(format!("sqlite://{}", dir.join("bench.db").display())),
+        Db::Postgres => {
+            let admin = "postgres://postgres@127.0.0.1:5432/postgres";
+            let mut c = sqlx::PgConnection::connect(admin)
+                .await
+                .with_context(|| format!("connecting to {admin}"))?;
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)"
+            )))
+            .execute(&mut c)
+            .await?;
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {DATABASE}")))
+                .execute(&mut c)
+                .await?;
+            Ok(format!("postgres://postgres@127.0.0.1:5432/{DATABASE}"))
+        }
+        Db::Mysql => {
+            let admin = "mysql://root@127.0.0.1:3306/test";
+            let mut c = sqlx::MySqlConnection::connect(admin)
+                .await
+                .with_context(|| format!("connecting to {admin}"))?;
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS {DATABASE}"
+            )))
+            .execute(&mut c)
+            .await?;
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!("CREATE DATABASE {DATABASE}")))
+                .execute(&mut c)
+                .await?;
+            Ok(format!("mysql://root@127.0.0.1:3306/{DATABASE}"))
+        }
+    }
+}
+
+/// Resident memory of a process, in bytes.
+pub(crate) fn rss_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: u64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+/// CPU time a process has used (user + system), in clock ticks.
+pub(crate) fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name; utime and stime are the 14th and 15th.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}

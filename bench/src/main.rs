@@ -1,0 +1,105 @@
+//! `carillon-bench`: starts a real cluster on a chosen backend and a fast executor, loads it,
+//! and prints figures (a table, or one JSON object with `--json`). See `bench/README.md`.
+
+mod cluster;
+mod executor;
+mod scenarios;
+mod stats;
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+use cluster::Db;
+use scenarios::Common;
+
+#[derive(Debug, Parser)]
+#[command(name = "carillon-bench", about = "Measure a real Carillon cluster")]
+struct Cli {
+    /// The database the nodes share (a fresh `carillon_bench` database on the machine's
+    /// server, or a new SQLite file). Durable settings: the servers' defaults, fsync on.
+    #[arg(long, value_enum, default_value = "postgres", global = true)]
+    db: Db,
+    /// Use this database URL instead (it must be empty).
+    #[arg(long, global = true)]
+    database_url: Option<String>,
+    /// The `carillon` binary (default: beside this one).
+    #[arg(long, global = true)]
+    carillon: Option<PathBuf>,
+    /// Print one JSON object instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    scenario: Scenario,
+}
+
+#[derive(Debug, Subcommand)]
+enum Scenario {
+    /// Jobs firing every second (or one-shot jobs due at one instant): fires/s end to end,
+    /// lateness, duplicates, missed.
+    Throughput {
+        #[arg(long, default_value_t = 1)]
+        nodes: usize,
+        /// Jobs, each firing every second.
+        #[arg(long, default_value_t = 1_000)]
+        jobs: usize,
+        /// Instead: this many one-shot jobs due at the same instant.
+        #[arg(long)]
+        one_shot: Option<usize>,
+        #[arg(long, default_value_t = 10)]
+        warmup: u64,
+        /// Seconds measured.
+        #[arg(long, default_value_t = 30)]
+        duration: u64,
+    },
+    /// `kill -9` of the leader, then of a follower, under load (3 nodes, default timings,
+    /// `catch_up`): seconds until a new leader, until the dead node's jobs fire again;
+    /// duplicates and missed instants.
+    Failover {
+        #[arg(long, default_value_t = 1_000)]
+        jobs: usize,
+    },
+    /// Many active jobs with a realistic mix of schedules: load time, memory per job, idle CPU.
+    Capacity {
+        #[arg(long, default_value_t = 100_000)]
+        jobs: usize,
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let carillon = match cli.carillon {
+        Some(path) => path,
+        None => std::env::current_exe()?
+            .parent()
+            .context("this binary's directory")?
+            .join("carillon"),
+    };
+    anyhow::ensure!(
+        carillon.exists(),
+        "no carillon binary at {}: build it (cargo build --release -p carillon-server) or pass --carillon",
+        carillon.display()
+    );
+    let common = Common {
+        db: cli.db,
+        database_url: cli.database_url,
+        carillon,
+    };
+    let report = match cli.scenario {
+        Scenario::Throughput {
+            nodes,
+            jobs,
+            one_shot,
+            warmup,
+            duration,
+        } => scenarios::throughput(&common, nodes, jobs, one_shot, warmup, duration).await?,
+        Scenario::Failover { jobs } => scenarios::failover(&common, jobs).await?,
+        Scenario::Capacity { jobs, nodes } => scenarios::capacity(&common, jobs, nodes).await?,
+    };
+    report.print(cli.json);
+    Ok(())
+}
