@@ -306,7 +306,10 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         self.nodes.clear();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // Kept on request, for the nodes' logs.
+        if std::env::var_os("CARILLON_BENCH_KEEP").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 

@@ -202,11 +202,13 @@ impl Application {
             incarnation,
             timings,
         );
+        let dispatcher_wake = Arc::new(Notify::new());
         let scheduler = Scheduler::new(
             Arc::clone(&api_store),
             Arc::clone(&view),
             Arc::clone(&clock),
             config.scheduler_settings(),
+            Arc::clone(&dispatcher_wake),
         );
         let client = DispatchClient::new(
             Arc::new(dispatch_secret),
@@ -219,7 +221,7 @@ impl Application {
             Arc::clone(&view),
             client.clone(),
             config.dispatch_settings(),
-            Arc::new(Notify::new()),
+            dispatcher_wake,
             vec![advertised.clone()],
         );
         let api_state = ApiState {

@@ -186,6 +186,7 @@ impl Dispatcher {
         if partitions.is_empty() {
             return Ok(());
         }
+        let began = std::time::Instant::now();
         let lease_ms = millis(self.settings.executor_lease);
         let mut fleet = Fleet::new(
             self.store.executors_list(None).await?,
@@ -217,10 +218,12 @@ impl Dispatcher {
                 self.client.cancel(&address, attempt.attempt_id).await;
             }
         }
+        let housekeeping = began.elapsed();
         let pending = self
             .store
             .runs_pending(&partitions, self.runs_cursor, self.settings.batch)
             .await?;
+        let pending_count = pending.len();
         self.runs_cursor = next_cursor(&pending, self.settings.batch, |r| r.run_id);
         // The runs that can start, start together: one transaction (one commit) for all.
         let mut starting = Vec::new();
@@ -230,10 +233,12 @@ impl Dispatcher {
                 starting.push((run, attempts));
             }
         }
-        if !starting.is_empty() {
-            let started = self.store.runs_start(&starting).await?;
-            debug!(started, "runs started");
-        }
+        let started = in_chunks(&self.store, starting, |store, chunk| async move {
+            store.runs_start(&chunk).await.map(|_| ())
+        })
+        .await?;
+        debug!(started, "runs started");
+        let starts = began.elapsed();
         let mut due = self
             .store
             .attempts_due(&partitions, self.attempts_cursor, self.settings.batch)
@@ -264,9 +269,23 @@ impl Dispatcher {
             }
         }
         drain(&mut delivering, &mut ended).await;
+        let delivered = began.elapsed();
         let ended: Vec<(i64, AttemptEnd)> = ended.into_iter().flatten().collect();
-        if !ended.is_empty() {
-            self.store.attempts_end(&ended).await?;
+        let ended = in_chunks(&self.store, ended, |store, chunk| async move {
+            store.attempts_end(&chunk).await.map(|_| ())
+        })
+        .await?;
+        let took = began.elapsed();
+        if took > SLOW_TICK {
+            warn!(
+                ?took,
+                ?housekeeping,
+                ?starts,
+                ?delivered,
+                pending = pending_count,
+                ended,
+                "slow dispatch tick"
+            );
         }
         Ok(())
     }
@@ -455,6 +474,52 @@ impl Dispatcher {
         }))
     }
 }
+
+/// Rows written per transaction of a batch. Chunks of a batch commit concurrently on their
+/// own connections: one transaction of hundreds of statements is bound by round trips, and
+/// the database's other core idles.
+const CHUNK: usize = 64;
+/// Chunks of one batch in flight at once.
+const CHUNKS_IN_FLIGHT: usize = 4;
+
+/// Applies `write` to `items` in chunks of [`CHUNK`], [`CHUNKS_IN_FLIGHT`] at a time; returns
+/// how many items were written. The first failure is returned after the others finish.
+async fn in_chunks<T, F, Fut>(
+    store: &Arc<dyn Store>,
+    items: Vec<T>,
+    write: F,
+) -> Result<usize, store::Error>
+where
+    T: Send + 'static,
+    F: Fn(Arc<dyn Store>, Vec<T>) -> Fut,
+    Fut: std::future::Future<Output = Result<(), store::Error>> + Send + 'static,
+{
+    let total = items.len();
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut failure = None;
+    let mut items = items.into_iter().peekable();
+    while items.peek().is_some() {
+        let chunk: Vec<T> = items.by_ref().take(CHUNK).collect();
+        while tasks.len() >= CHUNKS_IN_FLIGHT {
+            if let Some(Ok(Err(err))) = tasks.join_next().await {
+                failure.get_or_insert(err);
+            }
+        }
+        tasks.spawn(write(Arc::clone(store), chunk));
+    }
+    while let Some(done) = tasks.join_next().await {
+        if let Ok(Err(err)) = done {
+            failure.get_or_insert(err);
+        }
+    }
+    match failure {
+        Some(err) => Err(err),
+        None => Ok(total),
+    }
+}
+
+/// A tick slower than this is logged with where its time went.
+const SLOW_TICK: Duration = Duration::from_millis(1_000);
 
 /// Most dispatches of one node in flight at once.
 const MAX_IN_FLIGHT: usize = 128;
