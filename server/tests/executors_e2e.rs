@@ -63,8 +63,10 @@ fn job(name: &str, app: &str, handler: &str, extra: Value) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn balancers_spread_runs_as_configured() {
     let node = node().await;
-    let _a = Executor::start(&node, "bal", "exec-a", 1, &[]);
-    let _b = Executor::start(&node, "bal", "exec-b", 2, &[]);
+    // Room for a whole burst on each: the weights decide, not capacity. (A burst beyond an
+    // executor's capacity spills to executors with room: dispatches in flight count as load.)
+    let _a = Executor::start(&node, "bal", "exec-a", 1, &["--capacity", "64"]);
+    let _b = Executor::start(&node, "bal", "exec-b", 2, &["--capacity", "64"]);
     for balance in ["weighted", "round_robin", "random", "consistent_hash"] {
         let id = create(
             &node,
