@@ -128,10 +128,16 @@ pub(crate) async fn throughput(
         .iter()
         .map(|n| cpu_ticks(n.pid()).unwrap_or(0))
         .collect();
-    // Late fires of the window's last instants still count.
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let receipts = executor.receipts();
-    let d = delivery(&receipts, &ids, &seconds(t0, t1));
+    // Late fires still count: wait until every instant of the window arrived (or 120 s).
+    let instants = seconds(t0, t1);
+    let give_up = now_ms() + 120_000;
+    let d = loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let d = delivery(&executor.receipts(), &ids, &instants);
+        if d.missed == 0 || now_ms() > give_up {
+            break d;
+        }
+    };
     let succeeded = cluster
         .count(&format!(
             "SELECT COUNT(*) FROM runs WHERE scheduled_at_ms >= {t0} AND scheduled_at_ms < {t1} \

@@ -475,10 +475,10 @@ impl Dispatcher {
     }
 }
 
-/// Rows written per transaction of a batch. Chunks of a batch commit concurrently on their
-/// own connections: one transaction of hundreds of statements is bound by round trips, and
-/// the database's other core idles.
-const CHUNK: usize = 64;
+/// Rows written per transaction of a batch; larger batches commit in several transactions
+/// at once. Measured on 2 cores with Postgres: 64-row chunks (more commits) made 1,000 fires/s
+/// fall behind where one transaction per tick kept up.
+const CHUNK: usize = 512;
 /// Chunks of one batch in flight at once.
 const CHUNKS_IN_FLIGHT: usize = 4;
 
