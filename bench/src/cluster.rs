@@ -380,3 +380,17 @@ pub(crate) fn cpu_ticks(pid: u32) -> Option<u64> {
     let stime: u64 = fields.get(12)?.parse().ok()?;
     Some(utime + stime)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse_rfc3339_ms;
+
+    #[test]
+    fn the_instants_nodes_send_parse_back_to_their_milliseconds() {
+        for ms in [0, 951_782_400_123, 1_795_000_000_999, 4_102_444_800_000] {
+            let text = carillon_server::api::rfc3339(ms).unwrap_or_default();
+            assert_eq!(parse_rfc3339_ms(&text), Some(ms), "{text}");
+        }
+        assert_eq!(parse_rfc3339_ms("2026-11-22T07:00:00+01:00"), None);
+    }
+}
