@@ -26,10 +26,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::cluster::LocalView;
-use crate::jobs::{JobPolicy, Sharding};
+use crate::jobs::{JobPolicy, Overlap, Sharding};
 use crate::store::{
     self, AttemptEnd, AttemptRecord, ExecutorList, ExecutorRecord, JobRecord, NewAttempt,
-    RunRecord, Store, run_state,
+    RunRecord, Store, attempt_state, run_state,
 };
 use balancer::{Balancers, Candidate};
 use client::{Delivery, DispatchClient};
@@ -270,8 +270,24 @@ impl Dispatcher {
         }
         drain(&mut delivering, &mut ended).await;
         let delivered = began.elapsed();
-        let ended: Vec<(i64, AttemptEnd)> = ended.into_iter().flatten().collect();
-        let ended = in_chunks(&self.store, ended, |store, chunk| async move {
+        // Plain successes end in two statements per executor; the rest one by one, together.
+        let mut simple: HashMap<String, Vec<(i64, i64)>> = HashMap::new();
+        let mut rest = Vec::new();
+        for done in ended.into_iter().flatten() {
+            match done.simple_success {
+                Some(executor) => simple
+                    .entry(executor)
+                    .or_default()
+                    .push((done.attempt_id, done.run_id)),
+                None => rest.push((done.attempt_id, done.end)),
+            }
+        }
+        let mut ended = 0;
+        for (executor, attempts) in simple {
+            self.store.attempts_succeed(&executor, &attempts).await?;
+            ended += attempts.len();
+        }
+        ended += in_chunks(&self.store, rest, |store, chunk| async move {
             store.attempts_end(&chunk).await.map(|_| ())
         })
         .await?;
@@ -524,24 +540,29 @@ const SLOW_TICK: Duration = Duration::from_millis(1_000);
 /// Most dispatches of one node in flight at once.
 const MAX_IN_FLIGHT: usize = 128;
 
+/// An attempt an executor answered at once, to end with the others of its tick.
+#[derive(Debug)]
+struct Ended {
+    attempt_id: i64,
+    run_id: i64,
+    end: AttemptEnd,
+    /// The executor, when this is a plain success: the run's only shard, no output, and a
+    /// job that queues nothing behind it (so nothing else changes when it ends).
+    simple_success: Option<String>,
+}
+
 /// What a delivery produced: an attempt to end (answered at once), or nothing more to do.
-type Delivered = Result<Option<(i64, AttemptEnd)>, store::Error>;
+type Delivered = Result<Option<Ended>, store::Error>;
 
 /// Waits for room under [`MAX_IN_FLIGHT`], keeping what finished deliveries produced.
-async fn bounded(
-    tasks: &mut tokio::task::JoinSet<Delivered>,
-    ended: &mut Vec<Option<(i64, AttemptEnd)>>,
-) {
+async fn bounded(tasks: &mut tokio::task::JoinSet<Delivered>, ended: &mut Vec<Option<Ended>>) {
     while tasks.len() >= MAX_IN_FLIGHT {
         keep(tasks.join_next().await, ended);
     }
 }
 
 /// Waits for every delivery.
-async fn drain(
-    tasks: &mut tokio::task::JoinSet<Delivered>,
-    ended: &mut Vec<Option<(i64, AttemptEnd)>>,
-) {
+async fn drain(tasks: &mut tokio::task::JoinSet<Delivered>, ended: &mut Vec<Option<Ended>>) {
     while let Some(done) = tasks.join_next().await {
         keep(Some(done), ended);
     }
@@ -549,10 +570,7 @@ async fn drain(
 
 /// Keeps a delivery's product; a failed one is logged (its attempt stays in the database and
 /// a later tick picks it up again).
-fn keep(
-    done: Option<Result<Delivered, tokio::task::JoinError>>,
-    ended: &mut Vec<Option<(i64, AttemptEnd)>>,
-) {
+fn keep(done: Option<Result<Delivered, tokio::task::JoinError>>, ended: &mut Vec<Option<Ended>>) {
     match done {
         Some(Ok(Ok(product))) => ended.push(product),
         Some(Ok(Err(err))) => warn!(error = %err, "dispatch failed; it will be retried"),
@@ -603,7 +621,18 @@ async fn deliver(store: &dyn Store, client: &DispatchClient, offer: Offer) -> De
             output.as_ref(),
             error,
         );
-        return Ok(Some((attempt.attempt_id, end)));
+        let simple = end.state == attempt_state::SUCCEEDED
+            && end.output.is_none()
+            && end.error.is_none()
+            && end.retry_after_ms.is_none()
+            && attempt.shard_total == 1
+            && offer.policy.overlap != Overlap::Queue;
+        return Ok(Some(Ended {
+            attempt_id: attempt.attempt_id,
+            run_id: attempt.run_id,
+            end,
+            simple_success: simple.then_some(executor_id),
+        }));
     }
     Ok(None)
 }

@@ -252,8 +252,20 @@ queries! {
     handlers_all = "SELECT executor_id, handler_name FROM handlers \
         WHERE (? IS NULL OR app_name = ?)";
 
-    run_start = "UPDATE runs SET state = 'running', started_at_ms = {now} \
-        WHERE run_id = ? AND state = 'pending'";
+    // The runs of one tick at once; here `{partitions}` is a list of run ids.
+    runs_pending_among = "SELECT run_id FROM runs WHERE state = 'pending' \
+        AND run_id IN ({partitions}) {for_update}";
+    runs_start_many = "UPDATE runs SET state = 'running', started_at_ms = {now} \
+        WHERE state = 'pending' AND run_id IN ({partitions})";
+    // Simple successes of one tick (one shard, no output) answered by one executor: its
+    // attempts (`{partitions}`: attempt ids), then their runs (`{partitions}`: run ids).
+    attempts_succeed_many = "UPDATE attempts SET state = 'succeeded', finished_at_ms = {now}, \
+        executor_id = ?, dispatched_at_ms = COALESCE(dispatched_at_ms, {now}) \
+        WHERE state IN ('pending', 'running') AND attempt_id IN ({partitions})";
+    runs_succeed_many = "UPDATE runs SET state = 'succeeded', finished_at_ms = {now} \
+        WHERE state IN ('pending', 'queued', 'running') AND run_id IN ({partitions}) \
+        AND EXISTS (SELECT 1 FROM attempts a WHERE a.run_id = runs.run_id \
+        AND a.state = 'succeeded')";
     run_end = "UPDATE runs SET state = ?, finished_at_ms = {now}, message = ? \
         WHERE run_id = ? AND state IN ('pending', 'queued', 'running')";
     run_get = "SELECT run_id, job_id, scheduled_at_ms, partition_id, epoch, node_id, \

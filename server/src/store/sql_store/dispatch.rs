@@ -241,15 +241,29 @@ macro_rules! dispatch_store {
                 &self,
                 runs: &[(RunRecord, Vec<NewAttempt>)],
             ) -> Result<usize, Error> {
+                let ids: Vec<i64> = runs.iter().map(|(r, _)| r.run_id).collect();
+                let (Some(lock), Some(start)) = (
+                    with_partitions(&self.q.runs_pending_among, &ids),
+                    with_partitions(&self.q.runs_start_many, &ids),
+                ) else {
+                    return Ok(0);
+                };
                 let mut tx = self.begin_write().await?;
+                // Only runs still pending start (a cancelled one stays cancelled); locking them
+                // first keeps a concurrent starter from adding attempts of its own.
+                let pending: std::collections::HashSet<i64> = sqlx::query_scalar::<$db, i64>(lock)
+                    .fetch_all(&mut *tx)
+                    .await?
+                    .into_iter()
+                    .collect();
+                if pending.is_empty() {
+                    tx.rollback().await?;
+                    return Ok(0);
+                }
+                sqlx::query::<$db>(start).execute(&mut *tx).await?;
                 let mut started = 0;
                 for (run, attempts) in runs {
-                    let pending = sqlx::query::<$db>(sql(&self.q.run_start))
-                        .bind(run.run_id)
-                        .execute(&mut *tx)
-                        .await?
-                        .rows_affected();
-                    if pending == 0 {
+                    if !pending.contains(&run.run_id) {
                         continue;
                     }
                     for attempt in attempts {
@@ -421,6 +435,36 @@ macro_rules! dispatch_store {
                     .execute(&self.pool)
                     .await?;
                 Ok(marked.rows_affected() == 1)
+            }
+
+            async fn attempts_succeed(
+                &self,
+                executor_id: &str,
+                attempts: &[(i64, i64)],
+            ) -> Result<(), Error> {
+                let mut attempt_ids: Vec<i64> = attempts.iter().map(|(a, _)| *a).collect();
+                let mut run_ids: Vec<i64> = attempts.iter().map(|(_, r)| *r).collect();
+                attempt_ids.sort_unstable();
+                run_ids.sort_unstable();
+                let (Some(end), Some(finish)) = (
+                    with_partitions(&self.q.attempts_succeed_many, &attempt_ids),
+                    with_partitions(&self.q.runs_succeed_many, &run_ids),
+                ) else {
+                    return Ok(());
+                };
+                retry_transient(|| async {
+                    let mut tx = self.begin_write().await?;
+                    sqlx::query::<$db>(AssertSqlSafe(end.0.clone()))
+                        .bind(executor_id)
+                        .execute(&mut *tx)
+                        .await?;
+                    sqlx::query::<$db>(AssertSqlSafe(finish.0.clone()))
+                        .execute(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                    Ok(())
+                })
+                .await
             }
 
             async fn attempts_end(
