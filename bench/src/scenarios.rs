@@ -28,6 +28,17 @@ fn every_second(i: usize, misfire: &str) -> Value {
         "schedule": {"cron": "* * * * * *"}, "misfire": misfire, "start": true})
 }
 
+/// A cluster on a fresh database of the scenario's backend; no node yet.
+async fn new_cluster(common: &Common) -> anyhow::Result<Cluster> {
+    Cluster::create(
+        common.db,
+        common.carillon.clone(),
+        common.database_url.clone(),
+        Vec::new(),
+    )
+    .await
+}
+
 /// Sleeps until the wall clock reads `at_ms`.
 async fn sleep_until_ms(at_ms: i64) {
     let wait = at_ms - now_ms();
@@ -51,13 +62,7 @@ pub(crate) async fn throughput(
     warmup_s: u64,
     duration_s: u64,
 ) -> anyhow::Result<Report> {
-    let mut cluster = Cluster::create(
-        common.db,
-        common.carillon.clone(),
-        common.database_url.clone(),
-        Vec::new(),
-    )
-    .await?;
+    let mut cluster = new_cluster(common).await?;
     cluster.start_nodes(nodes).await?;
     let executor = FastExecutor::start(&cluster).await?;
     let mut report = Report::new("throughput");
@@ -163,13 +168,7 @@ pub(crate) async fn throughput(
 
 /// `kill -9` of the leader, then of a follower, under load, with default timings.
 pub(crate) async fn failover(common: &Common, jobs: usize) -> anyhow::Result<Report> {
-    let mut cluster = Cluster::create(
-        common.db,
-        common.carillon.clone(),
-        common.database_url.clone(),
-        Vec::new(),
-    )
-    .await?;
+    let mut cluster = new_cluster(common).await?;
     cluster.start_nodes(3).await?;
     let executor = FastExecutor::start(&cluster).await?;
     let docs = (0..jobs).map(|i| every_second(i, "catch_up")).collect();
@@ -287,13 +286,7 @@ async fn kill_and_watch(
 
 /// Many active jobs with a realistic mix of schedules: load time, memory, idle CPU.
 pub(crate) async fn capacity(common: &Common, jobs: usize, nodes: usize) -> anyhow::Result<Report> {
-    let mut cluster = Cluster::create(
-        common.db,
-        common.carillon.clone(),
-        common.database_url.clone(),
-        Vec::new(),
-    )
-    .await?;
+    let mut cluster = new_cluster(common).await?;
     let mut report = Report::new("capacity");
     report.add("db", format!("{:?}", common.db).to_lowercase());
     report.add("nodes", nodes);

@@ -141,6 +141,8 @@ class Handler(BaseHTTPRequestHandler):
         return self.reply(404, {"error": "no handler " + handler})
 
 
+# Nodes dispatch concurrently: socketserver's default backlog of 5 refuses bursts.
+ThreadingHTTPServer.request_queue_size = 128
 server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
 port = server.server_address[1]
 registration = {"protocol": 1, "executor_id": args.id, "app": args.app,
