@@ -233,11 +233,10 @@ impl Dispatcher {
                 starting.push((run, attempts));
             }
         }
-        let started = in_chunks(&self.store, starting, |store, chunk| async move {
-            store.runs_start(&chunk).await.map(|_| ())
-        })
-        .await?;
-        debug!(started, "runs started");
+        if !starting.is_empty() {
+            let started = self.store.runs_start(&starting).await?;
+            debug!(started, "runs started");
+        }
         let starts = began.elapsed();
         let mut due = self
             .store
@@ -287,10 +286,10 @@ impl Dispatcher {
             self.store.attempts_succeed(&executor, &attempts).await?;
             ended += attempts.len();
         }
-        ended += in_chunks(&self.store, rest, |store, chunk| async move {
-            store.attempts_end(&chunk).await.map(|_| ())
-        })
-        .await?;
+        if !rest.is_empty() {
+            self.store.attempts_end(&rest).await?;
+            ended += rest.len();
+        }
         let took = began.elapsed();
         if took > SLOW_TICK {
             warn!(
@@ -488,49 +487,6 @@ impl Dispatcher {
                 .map_or(0, |t| i64::try_from(t).unwrap_or(i64::MAX)),
             policy,
         }))
-    }
-}
-
-/// Rows written per transaction of a batch; larger batches commit in several transactions
-/// at once. Measured on 2 cores with Postgres: 64-row chunks (more commits) made 1,000 fires/s
-/// fall behind where one transaction per tick kept up.
-const CHUNK: usize = 512;
-/// Chunks of one batch in flight at once.
-const CHUNKS_IN_FLIGHT: usize = 4;
-
-/// Applies `write` to `items` in chunks of [`CHUNK`], [`CHUNKS_IN_FLIGHT`] at a time; returns
-/// how many items were written. The first failure is returned after the others finish.
-async fn in_chunks<T, F, Fut>(
-    store: &Arc<dyn Store>,
-    items: Vec<T>,
-    write: F,
-) -> Result<usize, store::Error>
-where
-    T: Send + 'static,
-    F: Fn(Arc<dyn Store>, Vec<T>) -> Fut,
-    Fut: std::future::Future<Output = Result<(), store::Error>> + Send + 'static,
-{
-    let total = items.len();
-    let mut tasks = tokio::task::JoinSet::new();
-    let mut failure = None;
-    let mut items = items.into_iter().peekable();
-    while items.peek().is_some() {
-        let chunk: Vec<T> = items.by_ref().take(CHUNK).collect();
-        while tasks.len() >= CHUNKS_IN_FLIGHT {
-            if let Some(Ok(Err(err))) = tasks.join_next().await {
-                failure.get_or_insert(err);
-            }
-        }
-        tasks.spawn(write(Arc::clone(store), chunk));
-    }
-    while let Some(done) = tasks.join_next().await {
-        if let Ok(Err(err)) = done {
-            failure.get_or_insert(err);
-        }
-    }
-    match failure {
-        Some(err) => Err(err),
-        None => Ok(total),
     }
 }
 

@@ -476,12 +476,11 @@ macro_rules! dispatch_store {
                 ordered.sort_by_key(|(id, _)| *id);
                 let ended = retry_transient(|| self.attempts_end_once(&ordered)).await?;
                 // Back in the caller's order.
+                let by_id: std::collections::HashMap<i64, AttemptEnded> =
+                    ordered.iter().map(|(id, _)| *id).zip(ended).collect();
                 Ok(ends
                     .iter()
-                    .map(|(id, _)| {
-                        let at = ordered.iter().position(|(o, _)| o == id).unwrap_or(0);
-                        ended.get(at).cloned().unwrap_or(AttemptEnded::AlreadyEnded)
-                    })
+                    .map(|(id, _)| by_id.get(id).cloned().unwrap_or(AttemptEnded::AlreadyEnded))
                     .collect())
             }
 
