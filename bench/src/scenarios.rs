@@ -418,33 +418,29 @@ async fn insert_jobs(
             policy_json: serde_json::to_string(&d.policy)?,
         });
     }
+    // Ids below the current millisecond's, counting down: unique among themselves, and never
+    // those of a job created later through the API.
+    let base = (new_job_id(now_ms()) & !0xfff) - 1;
+    let rows: Vec<(i64, i64, JobWrite)> = writes
+        .into_iter()
+        .enumerate()
+        .map(|(i, write)| {
+            let id = base - i as i64;
+            (id, partition_of(id, partitions), write)
+        })
+        .collect();
     let started = Instant::now();
-    let writes = Arc::new(writes);
+    let rows = Arc::new(rows);
+    // A few transactions of many multi-row inserts at once, as an import would.
+    const PER_TRANSACTION: usize = 20_000;
+    let workers = 4;
     let mut tasks = tokio::task::JoinSet::new();
-    let workers = 16;
     for w in 0..workers {
         let store = Arc::clone(&store);
-        let writes = Arc::clone(&writes);
+        let rows = Arc::clone(&rows);
         tasks.spawn(async move {
-            let mut i = w;
-            while i < writes.len() {
-                // Ids are drawn at random within the millisecond: draw again on a collision.
-                let mut tries = 0;
-                loop {
-                    let id = new_job_id(now_ms());
-                    match store
-                        .job_insert(id, partition_of(id, partitions), &writes[i], true)
-                        .await
-                    {
-                        Err(store::Error::Conflict { what })
-                            if what.starts_with("job id") && tries < 5 =>
-                        {
-                            tries += 1;
-                        }
-                        other => break other.map(|_| ())?,
-                    }
-                }
-                i += workers;
+            for chunk in rows.chunks(PER_TRANSACTION).skip(w).step_by(workers) {
+                store.jobs_import(chunk, true).await?;
             }
             anyhow::Ok(())
         });

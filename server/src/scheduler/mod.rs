@@ -26,7 +26,7 @@ use crate::cluster::LocalView;
 use crate::jobs::{JobPolicy, Overlap};
 use crate::schedule::{NextHints, Schedule, ScheduleSpec, parse_zone};
 use crate::store::{
-    self, ClaimOutcome, JobRecord, OverlapRule, RunClaim, Store, job_state, run_state,
+    self, ClaimOutcome, OverlapRule, RunClaim, ScheduledJob, Store, job_state, run_state,
 };
 use misfire::{MisfireRule, plan};
 use timer::{Timer, TimerEntry};
@@ -57,17 +57,24 @@ impl Default for SchedulerSettings {
 const CHANGE_OVERLAP_MS: i64 = 5_000;
 const CHANGE_PAGE: i64 = 10_000;
 
-/// A job this node fires.
-#[derive(Debug)]
+/// A job this node fires. Kept small and free of heap data, because a node holds hundreds of
+/// thousands: the schedule is an index into the node's shared table, and only what claiming
+/// needs of the policy is kept (the dispatcher reads the rest when the job fires).
+#[derive(Debug, Clone, Copy)]
 struct LoadedJob {
     version: i64,
     partition_id: i64,
-    schedule: Schedule,
-    policy: JobPolicy,
     anchor_ms: Option<i64>,
-    last_fired_ms: Option<i64>,
     next_ms: Option<i64>,
+    /// Index into `Scheduler::schedule_table`, or [`ONE_SHOT`].
+    schedule: u32,
+    priority: u8,
+    overlap: Overlap,
 }
+
+/// The schedule index of a one-shot (`at`) job: after its instant there is nothing to compute,
+/// so its schedule is not kept (a million delayed tasks are a million distinct instants).
+const ONE_SHOT: u32 = u32::MAX;
 
 /// Why a job is being (re)loaded: decides whether missed instants count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,8 +97,10 @@ pub struct Scheduler {
     timer: Timer,
     pending: Vec<RunClaim>,
     changes_since_ms: Option<i64>,
-    /// Parsed schedules shared by every job with the same expression and zone.
-    schedules: HashMap<(String, String), Schedule>,
+    /// Parsed recurring schedules, shared by every job with the same expression and zone.
+    schedule_table: Vec<Schedule>,
+    /// Index into `schedule_table` by zone, then schedule JSON.
+    schedule_ids: HashMap<String, HashMap<String, u32>>,
     /// Woken when runs are claimed, so they are dispatched at once rather than at its next tick.
     dispatcher: Arc<tokio::sync::Notify>,
 }
@@ -114,7 +123,8 @@ impl Scheduler {
             timer: Timer::default(),
             pending: Vec::new(),
             changes_since_ms: None,
-            schedules: HashMap::new(),
+            schedule_table: Vec::new(),
+            schedule_ids: HashMap::new(),
             dispatcher,
         }
     }
@@ -220,7 +230,7 @@ impl Scheduler {
                 Some(k) if k.anchor_ms == job.started_at_ms => LoadReason::Edit,
                 _ => LoadReason::Resume,
             };
-            self.load(job, now, reason);
+            self.load(job.into(), now, reason);
         }
         Ok(())
     }
@@ -233,10 +243,10 @@ impl Scheduler {
     }
 
     /// Loads a running job: catch-up claims per its misfire policy, and its next instant.
-    fn load(&mut self, job: JobRecord, now: i64, reason: LoadReason) {
+    fn load(&mut self, job: ScheduledJob, now: i64, reason: LoadReason) {
         let parsed = self.schedule_of(&job);
         let policy = serde_json::from_str::<JobPolicy>(&job.policy_json).ok();
-        let (Some(schedule), Some(policy)) = (parsed, policy) else {
+        let (Some((schedule_index, schedule)), Some(policy)) = (parsed, policy) else {
             warn!(
                 job_id = job.job_id,
                 "job definition unreadable; not scheduled"
@@ -274,14 +284,14 @@ impl Scheduler {
                 return;
             }
         };
-        let mut loaded = LoadedJob {
+        let loaded = LoadedJob {
             version: job.version,
             partition_id: job.partition_id,
-            schedule,
-            policy,
             anchor_ms: job.started_at_ms,
-            last_fired_ms: job.last_fired_at_ms,
             next_ms: planned.next,
+            schedule: schedule_index,
+            priority: u8::try_from(policy.priority.clamp(0, 10)).unwrap_or(5),
+            overlap: policy.overlap,
         };
         if !planned.catch_up.is_empty() {
             info!(
@@ -304,20 +314,36 @@ impl Scheduler {
                 version: loaded.version,
             });
         }
-        loaded.last_fired_ms = planned.catch_up.last().copied().or(loaded.last_fired_ms);
         self.jobs.insert(job.job_id, loaded);
     }
 
-    /// The job's parsed schedule, shared with other jobs that have the same one.
-    fn schedule_of(&mut self, job: &JobRecord) -> Option<Schedule> {
-        let key = (job.schedule_json.clone(), job.timezone.clone());
-        if let Some(schedule) = self.schedules.get(&key) {
-            return Some(schedule.clone());
+    /// The job's parsed schedule and its index in the shared table (a recurring schedule is
+    /// parsed once per node, whatever the number of jobs that have it).
+    fn schedule_of(&mut self, job: &ScheduledJob) -> Option<(u32, Schedule)> {
+        if let Some(&index) = self
+            .schedule_ids
+            .get(&job.timezone)
+            .and_then(|by_json| by_json.get(&job.schedule_json))
+        {
+            return self
+                .schedule_table
+                .get(index as usize)
+                .map(|schedule| (index, schedule.clone()));
         }
         let spec = serde_json::from_str::<ScheduleSpec>(&job.schedule_json).ok()?;
         let schedule = Schedule::parse(&spec, parse_zone(&job.timezone).ok()?).ok()?;
-        self.schedules.insert(key, schedule.clone());
-        Some(schedule)
+        if schedule.is_one_shot() {
+            return Some((ONE_SHOT, schedule));
+        }
+        let index = u32::try_from(self.schedule_table.len())
+            .ok()
+            .filter(|i| *i != ONE_SHOT)?;
+        self.schedule_table.push(schedule.clone());
+        self.schedule_ids
+            .entry(job.timezone.clone())
+            .or_default()
+            .insert(job.schedule_json.clone(), index);
+        Some((index, schedule))
     }
 
     fn claim_for(
@@ -336,10 +362,10 @@ impl Scheduler {
             epoch,
             scheduled_at_ms: at,
             trigger_kind,
-            priority: i64::from(job.policy.priority),
+            priority: i64::from(job.priority),
             state: run_state::PENDING,
             message: None,
-            overlap: match job.policy.overlap {
+            overlap: match job.overlap {
                 Overlap::Allow => OverlapRule::Allow,
                 Overlap::Skip => OverlapRule::Skip,
                 Overlap::Queue => OverlapRule::Queue,
@@ -399,8 +425,11 @@ impl Scheduler {
             anchor: job.anchor_ms.and_then(DateTime::from_timestamp_millis),
             cursor: DateTime::from_timestamp_millis(entry.due_ms),
         };
-        let following = DateTime::from_timestamp_millis(entry.due_ms)
-            .and_then(|due| job.schedule.next_after(due, hints).ok().flatten())
+        let following = self
+            .schedule_table
+            .get(job.schedule as usize)
+            .zip(DateTime::from_timestamp_millis(entry.due_ms))
+            .and_then(|(schedule, due)| schedule.next_after(due, hints).ok().flatten())
             .map(|n| n.timestamp_millis());
         let claim = self.claim_for(
             entry.job_id,
@@ -433,11 +462,7 @@ impl Scheduler {
         let mut reload = Vec::new();
         for (claim, outcome) in batch.iter().zip(outcomes) {
             match outcome {
-                ClaimOutcome::Claimed => {
-                    if let Some(job) = self.jobs.get_mut(&claim.job_id) {
-                        job.last_fired_ms = Some(claim.scheduled_at_ms);
-                    }
-                }
+                ClaimOutcome::Claimed => {}
                 ClaimOutcome::Fenced => {
                     warn!(
                         partition = claim.partition_id,
@@ -458,7 +483,7 @@ impl Scheduler {
                     if job.state == job_state::RUNNING
                         && self.partitions.contains_key(&job.partition_id) =>
                 {
-                    self.load(job, now, LoadReason::Edit);
+                    self.load(job.into(), now, LoadReason::Edit);
                 }
                 _ => debug!(job_id, "job stopped, changed hands or was deleted"),
             }

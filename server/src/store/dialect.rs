@@ -186,10 +186,12 @@ queries! {
     jobs_by_id_asc = jobs_list!("job_id > ?", "job_id");
     jobs_by_name_asc = jobs_list!("name > ?", "name");
     jobs_by_name_desc = jobs_list!("name < ?", "name DESC");
-    jobs_in_partition = "SELECT job_id, partition_id, name, app_name, handler_name, \
-        schedule_json, timezone, args_json, policy_json, state, version, last_fired_at_ms, \
-        created_at_ms, updated_at_ms, started_at_ms FROM jobs \
+    jobs_in_partition = "SELECT job_id, partition_id, schedule_json, timezone, policy_json, \
+        version, last_fired_at_ms, created_at_ms, started_at_ms FROM jobs \
         WHERE partition_id = ? AND state = 'running'";
+    jobs_get_many = "SELECT job_id, partition_id, name, app_name, handler_name, schedule_json, \
+        timezone, args_json, policy_json, state, version, last_fired_at_ms, created_at_ms, \
+        updated_at_ms, started_at_ms FROM jobs WHERE job_id IN ({partitions})";
     jobs_changed_since = "SELECT job_id, partition_id, name, app_name, handler_name, \
         schedule_json, timezone, args_json, policy_json, state, version, last_fired_at_ms, \
         created_at_ms, updated_at_ms, started_at_ms FROM jobs \

@@ -34,6 +34,37 @@ impl JobRecord {
     }
 }
 
+/// What a node needs of a job to schedule it: no name, target or arguments, which the
+/// dispatcher reads when it fires. Loading a partition of many jobs reads only this.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ScheduledJob {
+    pub job_id: i64,
+    pub partition_id: i64,
+    pub schedule_json: String,
+    pub timezone: String,
+    pub policy_json: String,
+    pub version: i64,
+    pub last_fired_at_ms: Option<i64>,
+    pub created_at_ms: i64,
+    pub started_at_ms: Option<i64>,
+}
+
+impl From<JobRecord> for ScheduledJob {
+    fn from(job: JobRecord) -> Self {
+        Self {
+            job_id: job.job_id,
+            partition_id: job.partition_id,
+            schedule_json: job.schedule_json,
+            timezone: job.timezone,
+            policy_json: job.policy_json,
+            version: job.version,
+            last_fired_at_ms: job.last_fired_at_ms,
+            created_at_ms: job.created_at_ms,
+            started_at_ms: job.started_at_ms,
+        }
+    }
+}
+
 /// The states of a job.
 pub mod job_state {
     pub const STOPPED: &str = "stopped";

@@ -28,7 +28,7 @@ pub use dispatch_records::{
 pub use error::Error;
 pub use job_records::{
     ClaimOutcome, JobChanges, JobFilter, JobKey, JobOrder, JobRecord, JobWrite, OverlapRule,
-    RunClaim, RunRecord, job_state, run_state,
+    RunClaim, RunRecord, ScheduledJob, job_state, run_state,
 };
 pub use url::{Backend, DatabaseUrl};
 
@@ -142,8 +142,16 @@ pub trait JobStore: Send + Sync + std::fmt::Debug + 'static {
     /// Deletes a job, leaving a tombstone for the node that owns it. False if there was none.
     async fn job_delete(&self, job_id: i64) -> Result<bool, Error>;
 
-    /// The running jobs of a partition.
-    async fn jobs_in_partition(&self, partition_id: i64) -> Result<Vec<JobRecord>, Error>;
+    /// The running jobs of a partition, as much of them as scheduling needs.
+    async fn jobs_in_partition(&self, partition_id: i64) -> Result<Vec<ScheduledJob>, Error>;
+
+    /// The jobs of `job_ids` that exist, in one statement, in no particular order.
+    async fn jobs_get_many(&self, job_ids: &[i64]) -> Result<Vec<JobRecord>, Error>;
+
+    /// Inserts many jobs, a few hundred rows per statement, in one transaction: all or none.
+    /// Each is `(job_id, partition_id, job)`; started at once when `start`. A taken name or id
+    /// fails the whole import with [`Error::Conflict`].
+    async fn jobs_import(&self, jobs: &[(i64, i64, JobWrite)], start: bool) -> Result<(), Error>;
 
     /// Jobs updated and deleted after `since_ms` (database clock), at most `limit` updated.
     async fn jobs_changed_since(&self, since_ms: i64, limit: i64) -> Result<JobChanges, Error>;

@@ -267,11 +267,74 @@ macro_rules! job_store {
                 Ok(deleted == 1)
             }
 
-            async fn jobs_in_partition(&self, partition_id: i64) -> Result<Vec<JobRecord>, Error> {
-                Ok(sqlx::query_as::<$db, JobRecord>(sql(&self.q.jobs_in_partition))
+            async fn jobs_in_partition(
+                &self,
+                partition_id: i64,
+            ) -> Result<Vec<ScheduledJob>, Error> {
+                Ok(sqlx::query_as::<$db, ScheduledJob>(sql(&self.q.jobs_in_partition))
                     .bind(partition_id)
                     .fetch_all(&self.pool)
                     .await?)
+            }
+
+            async fn jobs_get_many(&self, job_ids: &[i64]) -> Result<Vec<JobRecord>, Error> {
+                let Some(query) = with_partitions(&self.q.jobs_get_many, job_ids) else {
+                    return Ok(Vec::new());
+                };
+                Ok(sqlx::query_as::<$db, JobRecord>(query)
+                    .fetch_all(&self.pool)
+                    .await?)
+            }
+
+            async fn jobs_import(
+                &self,
+                jobs: &[(i64, i64, JobWrite)],
+                start: bool,
+            ) -> Result<(), Error> {
+                /// Rows per statement: 12 parameters each stays under every backend's limit.
+                const ROWS: usize = 500;
+                if jobs.is_empty() {
+                    return Ok(());
+                }
+                let now = self.now_ms().await?;
+                let state = if start { job_state::RUNNING } else { job_state::STOPPED };
+                let started = start.then_some(now);
+                let mut tx = self.begin_write().await?;
+                for chunk in jobs.chunks(ROWS) {
+                    let mut insert = sqlx::QueryBuilder::<$db>::new(
+                        "INSERT INTO jobs (job_id, partition_id, name, app_name, handler_name, \
+                        schedule_json, timezone, args_json, policy_json, state, version, \
+                        next_fire_at_ms, last_fired_at_ms, created_at_ms, updated_at_ms, \
+                        started_at_ms) ",
+                    );
+                    insert.push_values(chunk, |mut row, (job_id, partition_id, job)| {
+                        row.push_bind(*job_id)
+                            .push_bind(*partition_id)
+                            .push_bind(job.name.clone())
+                            .push_bind(job.app_name.clone())
+                            .push_bind(job.handler_name.clone())
+                            .push_bind(job.schedule_json.clone())
+                            .push_bind(job.timezone.clone())
+                            .push_bind(job.args_json.clone())
+                            .push_bind(job.policy_json.clone())
+                            .push_bind(state)
+                            .push("1, NULL, NULL")
+                            .push_bind(now)
+                            .push_bind(now)
+                            .push_bind(started);
+                    });
+                    match insert.build().execute(&mut *tx).await.map_err(Error::from) {
+                        Ok(_) => {}
+                        Err(err) if err.is_unique_violation() => {
+                            return Err(Error::Conflict {
+                                what: "a job name or id of the import".to_owned(),
+                            });
+                        }
+                        Err(err) => return Err(err),
+                    }
+                }
+                tx.commit().await?;
+                Ok(())
             }
 
             async fn jobs_changed_since(

@@ -28,7 +28,7 @@ use super::dispatch_records::{
 };
 use super::job_records::{
     ClaimOutcome, JobChanges, JobFilter, JobKey, JobOrder, JobRecord, JobWrite, OverlapRule,
-    RunClaim, RunRecord, run_state,
+    RunClaim, RunRecord, ScheduledJob, job_state, run_state,
 };
 use super::{
     Backend, ClusterMeta, ClusterStore, DatabaseUrl, DispatchStore, Error, JobStore, LeaderFence,
@@ -45,7 +45,7 @@ fn sql(query: &Arc<str>) -> AssertSqlSafe<Arc<str>> {
     AssertSqlSafe(Arc::clone(query))
 }
 
-/// A query whose `{partitions}` is replaced by the ids, formatted from integers (so safe), or
+/// A query whose `{partitions}` is replaced by the ids (of partitions, or of any rows), formatted from integers (so safe), or
 /// `None` when there are none.
 fn with_partitions(query: &Arc<str>, partitions: &[i64]) -> Option<AssertSqlSafe<String>> {
     if partitions.is_empty() {
