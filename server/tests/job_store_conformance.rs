@@ -27,6 +27,7 @@ macro_rules! conformance {
 conformance!(
     jobs_are_created_read_listed_and_paged,
     a_duplicate_job_name_is_a_conflict_and_nothing_is_overwritten,
+    an_import_stores_every_job_or_none,
     an_update_applies_only_at_the_expected_version,
     changes_and_deletions_are_seen_by_polling,
     a_claim_inserts_one_run_per_instant_and_advances_the_job,
@@ -255,6 +256,46 @@ async fn a_duplicate_job_name_is_a_conflict_and_nothing_is_overwritten(db: TestD
     );
     assert_eq!(store.job_get(1).await.unwrap().unwrap().state, "stopped");
     assert!(store.job_get(2).await.unwrap().is_none());
+}
+
+async fn an_import_stores_every_job_or_none(db: TestDb) {
+    let store = db.migrated_store().await;
+    // More rows than one statement carries, so the import spans several.
+    let rows: Vec<(i64, i64, JobWrite)> = (1..=1_200)
+        .map(|i| (i, i % 4, job(&format!("imported-{i}"))))
+        .collect();
+    store.jobs_import(&rows, true).await.unwrap();
+    let some = store.jobs_get_many(&[1, 600, 1_200, 5_000]).await.unwrap();
+    let mut ids: Vec<i64> = some.iter().map(|j| j.job_id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [1, 600, 1_200], "the absent id is left out");
+    let j600 = some.iter().find(|j| j.job_id == 600).unwrap();
+    assert_eq!(j600.name, "imported-600");
+    assert_eq!(j600.partition_id, 0);
+    assert_eq!(j600.state, job_state::RUNNING);
+    assert!(
+        j600.started_at_ms.is_some(),
+        "an import with start anchors the job"
+    );
+    assert_eq!(store.jobs_in_partition(0).await.unwrap().len(), 300);
+
+    // One taken name fails the whole import: none of its other jobs is stored.
+    let clash = vec![
+        (2_001, 0, job("fresh-a")),
+        (2_002, 0, job("imported-7")),
+        (2_003, 0, job("fresh-b")),
+    ];
+    let err = store.jobs_import(&clash, false).await.unwrap_err();
+    assert!(matches!(err, Error::Conflict { .. }), "{err}");
+    assert!(
+        store
+            .jobs_get_many(&[2_001, 2_003])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(store.job_get(7).await.unwrap().unwrap().name, "imported-7");
+    assert!(store.jobs_get_many(&[]).await.unwrap().is_empty());
 }
 
 async fn an_update_applies_only_at_the_expected_version(db: TestDb) {
