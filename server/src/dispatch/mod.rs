@@ -225,6 +225,8 @@ impl Dispatcher {
             .await?;
         let pending_count = pending.len();
         self.runs_cursor = next_cursor(&pending, self.settings.batch, |r| r.run_id);
+        self.prefetch_jobs(&mut jobs, pending.iter().map(|r| r.job_id))
+            .await?;
         // The runs that can start, start together: one transaction (one commit) for all.
         let mut starting = Vec::new();
         for run in pending {
@@ -243,6 +245,8 @@ impl Dispatcher {
             .attempts_due(&partitions, self.attempts_cursor, self.settings.batch)
             .await?;
         self.attempts_cursor = next_cursor(&due, self.settings.batch, |d| d.attempt.attempt_id);
+        self.prefetch_jobs(&mut jobs, due.iter().map(|d| d.attempt.job_id))
+            .await?;
         // Highest effective priority first: waiting raises it, so nothing starves.
         let now = fleet.now_ms;
         due.sort_by_key(|d| {
@@ -301,6 +305,28 @@ impl Dispatcher {
                 ended,
                 "slow dispatch tick"
             );
+        }
+        Ok(())
+    }
+
+    /// Reads the jobs of `job_ids` not yet in `cache` in one statement; a job that no longer
+    /// exists is cached as `None`.
+    async fn prefetch_jobs(
+        &self,
+        cache: &mut HashMap<i64, Option<JobRecord>>,
+        job_ids: impl Iterator<Item = i64>,
+    ) -> Result<(), store::Error> {
+        let mut missing: Vec<i64> = job_ids.filter(|id| !cache.contains_key(id)).collect();
+        missing.sort_unstable();
+        missing.dedup();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        for id in &missing {
+            cache.insert(*id, None);
+        }
+        for job in self.store.jobs_get_many(&missing).await? {
+            cache.insert(job.job_id, Some(job));
         }
         Ok(())
     }
