@@ -517,7 +517,7 @@ impl Dispatcher {
 }
 
 /// A tick slower than this is logged with where its time went.
-const SLOW_TICK: Duration = Duration::from_millis(1_000);
+const SLOW_TICK: Duration = Duration::from_millis(100);
 
 /// Most dispatches of one node in flight at once.
 const MAX_IN_FLIGHT: usize = 128;

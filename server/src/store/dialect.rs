@@ -174,6 +174,8 @@ queries! {
         WHERE partition_id = ? AND owner_node_id = ? AND epoch = ? \
         AND pending_owner_node_id IS NOT NULL";
 
+    // The database clock as an expression, for statements built at run time.
+    now_expr = "{now}";
     job_insert = "INSERT INTO jobs (job_id, partition_id, name, app_name, handler_name, \
         schedule_json, timezone, args_json, policy_json, state, version, next_fire_at_ms, \
         last_fired_at_ms, created_at_ms, updated_at_ms, started_at_ms) \

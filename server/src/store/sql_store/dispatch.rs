@@ -261,31 +261,38 @@ macro_rules! dispatch_store {
                     return Ok(0);
                 }
                 sqlx::query::<$db>(start).execute(&mut *tx).await?;
-                let mut started = 0;
-                for (run, attempts) in runs {
-                    if !pending.contains(&run.run_id) {
-                        continue;
-                    }
-                    for attempt in attempts {
-                        sqlx::query::<$db>(sql(&self.q.attempt_insert))
-                            .bind(run.run_id)
-                            .bind(run.job_id)
-                            .bind(run.partition_id)
-                            .bind(attempt.shard_index)
-                            .bind(attempt.shard_total)
-                            .bind(1_i64)
-                            .bind(run.priority)
-                            .bind(&attempt.args_json)
-                            .bind(0_i64)
-                            .bind(None::<&str>)
-                            .bind(attempt.prefer_executor_id.as_deref())
-                            .execute(&mut *tx)
-                            .await?;
-                    }
-                    started += 1;
+                let starting: Vec<(&RunRecord, &NewAttempt)> = runs
+                    .iter()
+                    .filter(|(run, _)| pending.contains(&run.run_id))
+                    .flat_map(|(run, attempts)| attempts.iter().map(move |a| (run, a)))
+                    .collect();
+                // First attempts go in a few multi-row inserts, not a statement each.
+                for chunk in starting.chunks(ATTEMPT_ROWS_PER_INSERT) {
+                    let mut insert = sqlx::QueryBuilder::<$db>::new(
+                        "INSERT INTO attempts (run_id, job_id, partition_id, shard_index, \
+                        shard_total, attempt_no, priority, args_json, state, created_at_ms, \
+                        not_before_ms, avoid_executor_id, executor_id) ",
+                    );
+                    let now: &str = &self.q.now_expr;
+                    insert.push_values(chunk, |mut row, (run, attempt)| {
+                        row.push_bind(run.run_id)
+                            .push_bind(run.job_id)
+                            .push_bind(run.partition_id)
+                            .push_bind(attempt.shard_index)
+                            .push_bind(attempt.shard_total)
+                            .push("1")
+                            .push_bind(run.priority)
+                            .push_bind(attempt.args_json.clone())
+                            .push("'pending'")
+                            .push(now)
+                            .push(now)
+                            .push("NULL")
+                            .push_bind(attempt.prefer_executor_id.clone());
+                    });
+                    insert.build().execute(&mut *tx).await?;
                 }
                 tx.commit().await?;
-                Ok(started)
+                Ok(runs.iter().filter(|(run, _)| pending.contains(&run.run_id)).count())
             }
 
             async fn run_end(

@@ -72,6 +72,9 @@ fn like_prefix(prefix: &str) -> String {
     pattern
 }
 
+/// Rows per multi-row attempt insert: 8 parameters each stays under every backend's limit.
+const ATTEMPT_ROWS_PER_INSERT: usize = 1_000;
+
 /// How often a transaction that lost a deadlock or serialisation race is tried in all.
 const TRANSIENT_ATTEMPTS: u32 = 4;
 
