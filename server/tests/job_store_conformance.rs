@@ -36,6 +36,7 @@ conformance!(
     overlap_rules_decide_the_state_of_a_claimed_run,
     a_one_shot_claim_marks_the_job_done,
     manual_runs_take_a_free_millisecond,
+    a_claim_of_an_instant_a_manual_run_holds_advances_the_job_only,
 );
 
 fn job(name: &str) -> JobWrite {
@@ -527,4 +528,31 @@ async fn manual_runs_take_a_free_millisecond(db: TestDb) {
     assert_ne!(first.scheduled_at_ms, second.scheduled_at_ms);
     assert_eq!((first.trigger_kind.as_str(), first.priority), ("manual", 7));
     assert_eq!(store.runs_of_job(1, None, 10).await.unwrap().len(), 2);
+}
+
+async fn a_claim_of_an_instant_a_manual_run_holds_advances_the_job_only(db: TestDb) {
+    let store = owned(&db).await;
+    let record = store.job_insert(1, 0, &job("a"), true).await.unwrap();
+    let manual = store
+        .run_insert_manual(&record, "n1", "no_executor", Some("by hand"))
+        .await
+        .unwrap();
+    let at = manual.scheduled_at_ms;
+    let outcomes = store
+        .runs_claim("n1", &[claim(1, 1, at), claim(1, 1, at + 1_000)])
+        .await
+        .unwrap();
+    assert_eq!(outcomes, vec![ClaimOutcome::Claimed, ClaimOutcome::Claimed]);
+    let runs = store.runs_of_job(1, None, 10).await.unwrap();
+    assert_eq!(
+        runs.len(),
+        2,
+        "the manual run keeps its instant; no second run there"
+    );
+    let held = runs.iter().find(|r| r.scheduled_at_ms == at).unwrap();
+    assert_eq!(held.trigger_kind, "manual");
+    assert_eq!(
+        store.job_get(1).await.unwrap().unwrap().last_fired_at_ms,
+        Some(at + 1_000)
+    );
 }

@@ -16,6 +16,8 @@ struct Dialect {
     /// MySQL needs a table in `SELECT … WHERE`; the others need none.
     from_dual: &'static str,
     numbered_params: bool,
+    /// What makes an `INSERT` into `runs` skip a row whose (job, instant) is taken.
+    ignore_duplicate_run: &'static str,
 }
 
 impl Dialect {
@@ -28,6 +30,7 @@ impl Dialect {
                 for_update: "FOR UPDATE",
                 from_dual: "",
                 numbered_params: true,
+                ignore_duplicate_run: "ON CONFLICT (job_id, scheduled_at_ms) DO NOTHING",
             },
             Backend::Mysql => Dialect {
                 // sqlx sets the session time zone to UTC, so this round trip is exact.
@@ -35,6 +38,8 @@ impl Dialect {
                 for_update: "FOR UPDATE",
                 from_dual: "FROM DUAL",
                 numbered_params: false,
+                // A no-op update; unlike INSERT IGNORE it does not hide other errors.
+                ignore_duplicate_run: "ON DUPLICATE KEY UPDATE job_id = job_id",
             },
             Backend::Sqlite => Dialect {
                 now_ms: "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
@@ -42,6 +47,7 @@ impl Dialect {
                 for_update: "",
                 from_dual: "",
                 numbered_params: false,
+                ignore_duplicate_run: "ON CONFLICT (job_id, scheduled_at_ms) DO NOTHING",
             },
         }
     }
@@ -50,7 +56,8 @@ impl Dialect {
         let text = template
             .replace("{now}", self.now_ms)
             .replace("{for_update}", self.for_update)
-            .replace("{from_dual}", self.from_dual);
+            .replace("{from_dual}", self.from_dual)
+            .replace("{ignore_duplicate_run}", self.ignore_duplicate_run);
         if !self.numbered_params {
             return text.into();
         }
@@ -211,8 +218,12 @@ queries! {
         VALUES (?, ?, {now})";
     job_deletions_since = "SELECT job_id FROM job_deletions WHERE deleted_at_ms > ?";
 
-    partition_lock = "SELECT owner_node_id, epoch FROM partitions WHERE partition_id = ? \
-        {for_update}";
+    // A claim's partitions and jobs, locked in one statement each, in ascending order.
+    partitions_lock_many = "SELECT partition_id, owner_node_id, epoch FROM partitions \
+        WHERE partition_id IN ({partitions}) ORDER BY partition_id {for_update}";
+    jobs_lock_many = "SELECT job_id, version, state, last_fired_at_ms FROM jobs \
+        WHERE job_id IN ({partitions}) ORDER BY job_id {for_update}";
+    run_insert_ignore_duplicate = "{ignore_duplicate_run}";
     job_advance = "UPDATE jobs SET last_fired_at_ms = ?, \
         state = CASE WHEN ? = 1 THEN 'done' ELSE state END \
         WHERE job_id = ? AND version = ? AND state = 'running' \

@@ -9,30 +9,37 @@ macro_rules! job_store {
                 node_id: &str,
                 claims: &[RunClaim],
             ) -> Result<Vec<ClaimOutcome>, Error> {
+                let mut partition_ids: Vec<i64> = claims.iter().map(|c| c.partition_id).collect();
+                partition_ids.sort_unstable();
+                partition_ids.dedup();
+                let Some(lock_partitions) =
+                    with_partitions(&self.q.partitions_lock_many, &partition_ids)
+                else {
+                    return Ok(Vec::new());
+                };
                 let mut tx = self.begin_write().await?;
-                // Partitions are locked in ascending order, once each, so two claimers cannot
-                // deadlock; a hand-off of a locked partition waits for this claim to commit.
-                let mut fences: Vec<(i64, i64)> =
-                    claims.iter().map(|c| (c.partition_id, c.epoch)).collect();
-                fences.sort_unstable();
-                fences.dedup();
-                let mut fenced = Vec::new();
-                for (partition_id, epoch) in fences {
-                    let row = sqlx::query_as::<$db, (Option<String>, i64)>(sql(
-                        &self.q.partition_lock,
-                    ))
-                    .bind(partition_id)
-                    .fetch_optional(&mut *tx)
+                // Partitions are locked in ascending order, in one statement, so two claimers
+                // cannot deadlock; a hand-off of a locked partition waits for this claim.
+                let owners: HashMap<i64, (Option<String>, i64)> =
+                    sqlx::query_as::<$db, (i64, Option<String>, i64)>(lock_partitions)
+                        .fetch_all(&mut *tx)
+                        .await?
+                        .into_iter()
+                        .map(|(partition, owner, epoch)| (partition, (owner, epoch)))
+                        .collect();
+                let mut outcomes: Vec<Option<ClaimOutcome>> = claims
+                    .iter()
+                    .map(|c| {
+                        let owned = matches!(owners.get(&c.partition_id),
+                            Some((Some(owner), epoch)) if owner == node_id && *epoch == c.epoch);
+                        (!owned).then_some(ClaimOutcome::Fenced)
+                    })
+                    .collect();
+                self.claim_set_based(&mut tx, node_id, claims, &mut outcomes)
                     .await?;
-                    let owned = matches!(&row, Some((Some(owner), e)) if owner == node_id && *e == epoch);
-                    if !owned {
-                        fenced.push((partition_id, epoch));
-                    }
-                }
-                let mut outcomes = Vec::with_capacity(claims.len());
-                for claim in claims {
-                    if fenced.contains(&(claim.partition_id, claim.epoch)) {
-                        outcomes.push(ClaimOutcome::Fenced);
+                // Claims under an overlap rule read their job's unfinished runs: one at a time.
+                for (claim, outcome) in claims.iter().zip(outcomes.iter_mut()) {
+                    if outcome.is_some() {
                         continue;
                     }
                     let advanced = sqlx::query::<$db>(sql(&self.q.job_advance))
@@ -45,7 +52,7 @@ macro_rules! job_store {
                         .await?
                         .rows_affected();
                     if advanced == 0 {
-                        outcomes.push(ClaimOutcome::Stale);
+                        *outcome = Some(ClaimOutcome::Stale);
                         continue;
                     }
                     let (state, message) = self.overlap_decision(&mut tx, claim).await?;
@@ -65,10 +72,117 @@ macro_rules! job_store {
                         .bind(claim.scheduled_at_ms)
                         .execute(&mut *tx)
                         .await?;
-                    outcomes.push(ClaimOutcome::Claimed);
+                    *outcome = Some(ClaimOutcome::Claimed);
                 }
                 tx.commit().await?;
-                Ok(outcomes)
+                Ok(outcomes
+                    .into_iter()
+                    .map(|o| o.unwrap_or(ClaimOutcome::Stale))
+                    .collect())
+            }
+
+            /// Claims the not yet decided claims whose job allows overlapping runs (nearly all)
+            /// in a constant number of statements: lock their jobs, decide each claim in
+            /// memory against the locked rows, advance the jobs in one `UPDATE`, and insert
+            /// the runs in multi-row `INSERT`s.
+            async fn claim_set_based(
+                &self,
+                tx: &mut Transaction<'static, $db>,
+                node_id: &str,
+                claims: &[RunClaim],
+                outcomes: &mut [Option<ClaimOutcome>],
+            ) -> Result<(), Error> {
+                let chosen: Vec<usize> = (0..claims.len())
+                    .filter(|&i| outcomes[i].is_none() && claims[i].overlap == OverlapRule::Allow)
+                    .collect();
+                let mut job_ids: Vec<i64> = chosen.iter().map(|&i| claims[i].job_id).collect();
+                job_ids.sort_unstable();
+                job_ids.dedup();
+                let Some(lock_jobs) = with_partitions(&self.q.jobs_lock_many, &job_ids) else {
+                    return Ok(());
+                };
+                // Per job: its version, whether it still runs, its last fired instant.
+                let mut jobs: HashMap<i64, (i64, bool, Option<i64>)> =
+                    sqlx::query_as::<$db, (i64, i64, String, Option<i64>)>(lock_jobs)
+                        .fetch_all(&mut **tx)
+                        .await?
+                        .into_iter()
+                        .map(|(id, version, state, last)| {
+                            (id, (version, state == job_state::RUNNING, last))
+                        })
+                        .collect();
+                // The same rule as `job_advance`, claim after claim in batch order.
+                let mut advanced: Vec<(i64, i64, bool)> = Vec::new();
+                let mut inserts: Vec<&RunClaim> = Vec::new();
+                for i in chosen {
+                    let claim = &claims[i];
+                    let at = claim.scheduled_at_ms;
+                    let current = jobs.get_mut(&claim.job_id).filter(|(version, running, last)| {
+                        *version == claim.job_version && *running && last.is_none_or(|l| l < at)
+                    });
+                    let Some((_, running, last)) = current else {
+                        outcomes[i] = Some(ClaimOutcome::Stale);
+                        continue;
+                    };
+                    *last = Some(at);
+                    *running = !claim.job_done;
+                    advanced.retain(|(job, _, _)| *job != claim.job_id);
+                    advanced.push((claim.job_id, at, claim.job_done));
+                    inserts.push(claim);
+                    outcomes[i] = Some(ClaimOutcome::Claimed);
+                }
+                if advanced.is_empty() {
+                    return Ok(());
+                }
+                let mut update =
+                    sqlx::QueryBuilder::<$db>::new("UPDATE jobs SET last_fired_at_ms = CASE job_id");
+                for (job_id, at, _) in &advanced {
+                    update.push(" WHEN ").push_bind(*job_id).push(" THEN ").push_bind(*at);
+                }
+                update.push(" END");
+                if advanced.iter().any(|(_, _, done)| *done) {
+                    update.push(", state = CASE WHEN job_id IN (");
+                    let mut done = update.separated(", ");
+                    for (job_id, _, _) in advanced.iter().filter(|(_, _, d)| *d) {
+                        done.push_bind(*job_id);
+                    }
+                    update.push(") THEN 'done' ELSE state END");
+                }
+                update.push(" WHERE job_id IN (");
+                let mut ids = update.separated(", ");
+                for (job_id, _, _) in &advanced {
+                    ids.push_bind(*job_id);
+                }
+                update.push(")");
+                update.build().execute(&mut **tx).await?;
+
+                let now: &str = &self.q.now_expr;
+                for chunk in inserts.chunks(RUN_ROWS_PER_INSERT) {
+                    let mut insert = sqlx::QueryBuilder::<$db>::new(
+                        "INSERT INTO runs (job_id, scheduled_at_ms, partition_id, epoch, \
+                        node_id, trigger_kind, state, priority, created_at_ms, started_at_ms, \
+                        finished_at_ms, message) ",
+                    );
+                    insert.push_values(chunk, |mut row, claim| {
+                        let finished = !run_state::UNFINISHED.contains(&claim.state);
+                        row.push_bind(claim.job_id)
+                            .push_bind(claim.scheduled_at_ms)
+                            .push_bind(claim.partition_id)
+                            .push_bind(claim.epoch)
+                            .push_bind(node_id.to_owned())
+                            .push_bind(claim.trigger_kind)
+                            .push_bind(claim.state)
+                            .push_bind(claim.priority)
+                            .push(now)
+                            .push("NULL")
+                            .push(if finished { now } else { "NULL" })
+                            .push_bind(claim.message.clone());
+                    });
+                    // A manual run may hold the instant already: the job still advances.
+                    insert.push(" ").push(&*self.q.run_insert_ignore_duplicate);
+                    insert.build().execute(&mut **tx).await?;
+                }
+                Ok(())
             }
 
             /// The state and message of a claimed run under the job's overlap rule.

@@ -8,6 +8,7 @@ mod cluster;
 mod dispatch;
 mod jobs;
 
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -74,6 +75,9 @@ fn like_prefix(prefix: &str) -> String {
 
 /// Rows per multi-row attempt insert: 8 parameters each stays under every backend's limit.
 const ATTEMPT_ROWS_PER_INSERT: usize = 1_000;
+
+/// Rows per multi-row run insert: 9 parameters each.
+const RUN_ROWS_PER_INSERT: usize = 500;
 
 /// How often a transaction that lost a deadlock or serialisation race is tried in all.
 const TRANSIENT_ATTEMPTS: u32 = 4;
