@@ -54,7 +54,7 @@ impl Default for DispatchSettings {
             tick: Duration::from_millis(100),
             executor_lease: Duration::from_secs(5),
             no_executor_grace: Duration::from_secs(30),
-            batch: 512,
+            batch: 2_048,
         }
     }
 }
