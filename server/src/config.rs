@@ -77,6 +77,8 @@ pub struct SchedulerConfig {
     pub misfire_threshold_ms: u64,
     /// Most instants claimed in one transaction.
     pub claim_batch: usize,
+    /// How long before its instant a run is claimed and started, to be delivered on time.
+    pub claim_ahead_ms: u64,
 }
 
 impl Default for SchedulerConfig {
@@ -86,6 +88,7 @@ impl Default for SchedulerConfig {
             poll_ms: defaults.poll_interval.as_millis() as u64,
             misfire_threshold_ms: defaults.misfire_threshold.as_millis() as u64,
             claim_batch: defaults.claim_batch,
+            claim_ahead_ms: defaults.claim_ahead.as_millis() as u64,
         }
     }
 }
@@ -351,6 +354,12 @@ impl Config {
                 format!("{} is outside 1..=100000", s.claim_batch),
             ));
         }
+        if s.claim_ahead_ms > 10_000 {
+            return Err(invalid(
+                "scheduler.claim_ahead_ms",
+                format!("{} is outside 0..=10000", s.claim_ahead_ms),
+            ));
+        }
         Ok(())
     }
 
@@ -359,6 +368,7 @@ impl Config {
             poll_interval: Duration::from_millis(self.scheduler.poll_ms),
             misfire_threshold: Duration::from_millis(self.scheduler.misfire_threshold_ms),
             claim_batch: self.scheduler.claim_batch,
+            claim_ahead: Duration::from_millis(self.scheduler.claim_ahead_ms),
         }
     }
 
@@ -366,6 +376,7 @@ impl Config {
         crate::dispatch::DispatchSettings {
             executor_lease: Duration::from_millis(self.dispatch.executor_lease_ms),
             no_executor_grace: Duration::from_millis(self.dispatch.no_executor_grace_ms),
+            deliver_ahead: Duration::from_millis(self.scheduler.claim_ahead_ms),
             ..crate::dispatch::DispatchSettings::default()
         }
     }

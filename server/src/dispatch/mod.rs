@@ -46,6 +46,9 @@ pub struct DispatchSettings {
     pub no_executor_grace: Duration,
     /// Most attempts looked at per tick.
     pub batch: i64,
+    /// Attempts due this soon are planned now and delivered at their instant (the scheduler
+    /// claims runs as long ahead).
+    pub deliver_ahead: Duration,
 }
 
 impl Default for DispatchSettings {
@@ -55,6 +58,7 @@ impl Default for DispatchSettings {
             executor_lease: Duration::from_secs(5),
             no_executor_grace: Duration::from_secs(30),
             batch: 2_048,
+            deliver_ahead: crate::scheduler::DEFAULT_CLAIM_AHEAD,
         }
     }
 }
@@ -193,6 +197,9 @@ impl Dispatcher {
             self.store.executor_loads().await?,
             lease_ms,
         );
+        // The database clock's reading at a local instant: deliveries wait for their instant
+        // on the local monotonic clock from here.
+        let clock_base = (tokio::time::Instant::now(), fleet.now_ms);
         let mut jobs: HashMap<i64, Option<JobRecord>> = HashMap::new();
 
         for attempt in self
@@ -242,7 +249,12 @@ impl Dispatcher {
         let starts = began.elapsed();
         let mut due = self
             .store
-            .attempts_due(&partitions, self.attempts_cursor, self.settings.batch)
+            .attempts_due(
+                &partitions,
+                millis(self.settings.deliver_ahead),
+                self.attempts_cursor,
+                self.settings.batch,
+            )
             .await?;
         self.attempts_cursor = next_cursor(&due, self.settings.batch, |d| d.attempt.attempt_id);
         self.prefetch_jobs(&mut jobs, due.iter().map(|d| d.attempt.job_id))
@@ -255,9 +267,10 @@ impl Dispatcher {
             (std::cmp::Reverse(aged), a.attempt_id)
         });
         // Offers are planned in priority order, then delivered concurrently (one slow
-        // executor must not hold up the rest); the attempts answered at once with their
-        // result end together, in one transaction.
+        // executor must not hold up the rest), each at its instant; the attempts answered at
+        // once with their result end together, in one transaction.
         let mut delivering = tokio::task::JoinSet::new();
+        let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
         let mut ended = Vec::new();
         for due in due {
             let job = self.job(&mut jobs, due.attempt.job_id).await?;
@@ -265,10 +278,17 @@ impl Dispatcher {
                 .plan(&due.attempt, due.scheduled_at_ms, job.as_ref(), &mut fleet)
                 .await?;
             if let Some(offer) = planned {
-                bounded(&mut delivering, &mut ended).await;
                 let store = Arc::clone(&self.store);
                 let client = self.client.clone();
-                delivering.spawn(async move { deliver(&*store, &client, offer).await });
+                let in_flight = Arc::clone(&in_flight);
+                let wait_ms = u64::try_from(due.attempt.not_before_ms - clock_base.1).unwrap_or(0);
+                let at = clock_base.0 + Duration::from_millis(wait_ms);
+                delivering.spawn(async move {
+                    tokio::time::sleep_until(at).await;
+                    // Closed never: the semaphore lives as long as the tick.
+                    let _permit = in_flight.acquire_owned().await.ok();
+                    deliver(&*store, &client, offer).await
+                });
             }
         }
         drain(&mut delivering, &mut ended).await;
@@ -535,13 +555,6 @@ struct Ended {
 
 /// What a delivery produced: an attempt to end (answered at once), or nothing more to do.
 type Delivered = Result<Option<Ended>, store::Error>;
-
-/// Waits for room under [`MAX_IN_FLIGHT`], keeping what finished deliveries produced.
-async fn bounded(tasks: &mut tokio::task::JoinSet<Delivered>, ended: &mut Vec<Option<Ended>>) {
-    while tasks.len() >= MAX_IN_FLIGHT {
-        keep(tasks.join_next().await, ended);
-    }
-}
 
 /// Waits for every delivery.
 async fn drain(tasks: &mut tokio::task::JoinSet<Delivered>, ended: &mut Vec<Option<Ended>>) {

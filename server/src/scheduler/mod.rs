@@ -40,6 +40,9 @@ pub struct SchedulerSettings {
     pub misfire_threshold: Duration,
     /// Most instants claimed in one transaction.
     pub claim_batch: usize,
+    /// Instants are claimed this long before they are due, so the run is stored and started
+    /// by then and only its delivery is left at the instant (XXL-JOB reads 5 s ahead).
+    pub claim_ahead: Duration,
 }
 
 impl Default for SchedulerSettings {
@@ -48,9 +51,13 @@ impl Default for SchedulerSettings {
             poll_interval: Duration::from_millis(500),
             misfire_threshold: Duration::from_secs(60),
             claim_batch: 512,
+            claim_ahead: DEFAULT_CLAIM_AHEAD,
         }
     }
 }
+
+/// See [`SchedulerSettings::claim_ahead`]; the dispatcher holds deliveries as long.
+pub const DEFAULT_CLAIM_AHEAD: Duration = Duration::from_millis(1_000);
 
 /// Re-read recent changes with this overlap: a change committed late with an earlier
 /// `updated_at` is still seen.
@@ -140,7 +147,8 @@ impl Scheduler {
                     warn!(error = %err, "scheduler could not refresh its jobs");
                 }
             }
-            if let Err(err) = self.fire_due(self.clock.now_ms()).await {
+            let ahead = millis(self.settings.claim_ahead);
+            if let Err(err) = self.fire_due(self.clock.now_ms() + ahead).await {
                 warn!(error = %err, "claiming due instants failed; retrying");
                 tokio::select! {
                     _ = stop.cancelled() => return,
@@ -149,7 +157,11 @@ impl Scheduler {
                 continue;
             }
             let now = self.clock.now_ms();
-            let wake = self.timer.next_due().unwrap_or(i64::MAX).min(next_poll_ms);
+            let wake = self
+                .timer
+                .next_due()
+                .map_or(i64::MAX, |due| due - ahead)
+                .min(next_poll_ms);
             let wait = Duration::from_millis(u64::try_from(wake - now).unwrap_or(0));
             tokio::select! {
                 _ = stop.cancelled() => return,
@@ -375,12 +387,12 @@ impl Scheduler {
         })
     }
 
-    /// Claims every due instant (and pending catch-ups), a batch per transaction.
-    async fn fire_due(&mut self, now: i64) -> Result<(), store::Error> {
+    /// Claims every instant due by `horizon` (and pending catch-ups), a batch per transaction.
+    async fn fire_due(&mut self, horizon: i64) -> Result<(), store::Error> {
         loop {
             let mut batch = std::mem::take(&mut self.pending);
             while batch.len() < self.settings.claim_batch {
-                let Some(entry) = self.timer.pop_due(now) else {
+                let Some(entry) = self.timer.pop_due(horizon) else {
                     break;
                 };
                 if let Some(claim) = self.due_claim(entry) {

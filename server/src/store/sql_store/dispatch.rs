@@ -285,7 +285,8 @@ macro_rules! dispatch_store {
                             .push_bind(attempt.args_json.clone())
                             .push("'pending'")
                             .push(now)
-                            .push(now)
+                            // Not before its instant: a run claimed ahead waits for it.
+                            .push_bind(run.scheduled_at_ms)
                             .push("NULL")
                             .push_bind(attempt.prefer_executor_id.clone());
                     });
@@ -385,6 +386,7 @@ macro_rules! dispatch_store {
             async fn attempts_due(
                 &self,
                 partitions: &[i64],
+                ahead_ms: i64,
                 after_attempt_id: i64,
                 limit: i64,
             ) -> Result<Vec<DueAttempt>, Error> {
@@ -392,6 +394,7 @@ macro_rules! dispatch_store {
                     return Ok(Vec::new());
                 };
                 Ok(sqlx::query_as::<$db, DueAttempt>(query)
+                    .bind(ahead_ms)
                     .bind(after_attempt_id)
                     .bind(limit)
                     .fetch_all(&self.pool)
