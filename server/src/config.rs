@@ -376,7 +376,9 @@ impl Config {
         crate::dispatch::DispatchSettings {
             executor_lease: Duration::from_millis(self.dispatch.executor_lease_ms),
             no_executor_grace: Duration::from_millis(self.dispatch.no_executor_grace_ms),
-            deliver_ahead: Duration::from_millis(self.scheduler.claim_ahead_ms),
+            deliver_ahead: crate::dispatch::deliver_ahead(Duration::from_millis(
+                self.scheduler.claim_ahead_ms,
+            )),
             ..crate::dispatch::DispatchSettings::default()
         }
     }

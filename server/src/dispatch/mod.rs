@@ -17,6 +17,7 @@ pub mod sharding;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use carillon_protocol::{Dispatch, PROTOCOL_VERSION, Shard};
@@ -28,7 +29,7 @@ use tracing::{debug, info, warn};
 use crate::cluster::LocalView;
 use crate::jobs::{JobPolicy, Overlap, Sharding};
 use crate::store::{
-    self, AttemptEnd, AttemptRecord, ExecutorList, ExecutorRecord, JobRecord, NewAttempt,
+    self, AttemptEnd, AttemptRecord, DueAttempt, ExecutorList, ExecutorRecord, JobRecord, NewAttempt,
     RunRecord, Store, attempt_state, run_state,
 };
 use balancer::{Balancers, Candidate};
@@ -58,9 +59,17 @@ impl Default for DispatchSettings {
             executor_lease: Duration::from_secs(5),
             no_executor_grace: Duration::from_secs(30),
             batch: 2_048,
-            deliver_ahead: crate::scheduler::DEFAULT_CLAIM_AHEAD,
+            deliver_ahead: deliver_ahead(crate::scheduler::DEFAULT_CLAIM_AHEAD),
         }
     }
+}
+
+/// How far ahead a tick plans deliveries, given how far ahead runs are claimed: a tick waits
+/// for its deliveries, so holding them long would hold up the ticks behind it; a quarter
+/// second covers a tick's round trips and leaves the runs started earlier waiting in the
+/// database.
+pub fn deliver_ahead(claim_ahead: Duration) -> Duration {
+    claim_ahead.min(Duration::from_millis(250))
 }
 
 /// Waiting this long raises an attempt's priority by one, so low priorities are not starved.
@@ -73,13 +82,53 @@ pub struct Dispatcher {
     view: Arc<LocalView>,
     client: DispatchClient,
     settings: DispatchSettings,
-    balancers: Balancers,
+    /// Only planning uses it, never across an `.await`.
+    balancers: std::sync::Mutex<Balancers>,
     wake: Arc<Notify>,
+    /// Woken when runs started, so their attempts are delivered at once.
+    started: Notify,
     report_to: Vec<String>,
-    /// Where the next tick resumes reading pending runs and due attempts: a slice per tick,
+    /// Where the next pass resumes reading pending runs and due attempts: a slice per pass,
     /// wrapping around, so work that cannot go anywhere never hides the rest.
-    runs_cursor: i64,
-    attempts_cursor: i64,
+    runs_cursor: AtomicI64,
+    due_cursor: std::sync::Mutex<DueCursor>,
+}
+
+/// Where the next delivery pass resumes in the queue of due attempts, ordered by when they
+/// are due. It starts over after a short slice (the queue is drained) and at least every
+/// [`DUE_CURSOR_RESTART`], so an attempt that became due behind the cursor (claimed ahead, or
+/// a retry) waits at most that long while the queue stays full.
+#[derive(Debug)]
+struct DueCursor {
+    after: Option<(i64, i64)>,
+    since: std::time::Instant,
+}
+
+const DUE_CURSOR_RESTART: Duration = Duration::from_secs(1);
+
+impl DueCursor {
+    fn new() -> Self {
+        Self {
+            after: None,
+            since: std::time::Instant::now(),
+        }
+    }
+
+    fn current(&mut self) -> Option<(i64, i64)> {
+        if self.since.elapsed() >= DUE_CURSOR_RESTART {
+            *self = Self::new();
+        }
+        self.after
+    }
+
+    fn advance(&mut self, slice: &[DueAttempt], batch: i64) {
+        match slice.last() {
+            Some(last) if slice.len() as i64 >= batch => {
+                self.after = Some((last.attempt.not_before_ms, last.attempt.attempt_id));
+            }
+            _ => *self = Self::new(),
+        }
+    }
 }
 
 /// The executors able to take work now, by app, with what each offers and carries.
@@ -159,44 +208,119 @@ impl Dispatcher {
             view,
             client,
             settings,
-            balancers: Balancers::new(seed),
+            balancers: std::sync::Mutex::new(Balancers::new(seed)),
             wake,
+            started: Notify::new(),
             report_to,
-            runs_cursor: 0,
-            attempts_cursor: 0,
+            runs_cursor: AtomicI64::new(0),
+            due_cursor: std::sync::Mutex::new(DueCursor::new()),
         }
     }
 
-    pub async fn run(mut self, stop: CancellationToken) {
-        loop {
-            if let Err(err) = self.tick().await {
-                warn!(error = %err, "dispatch tick failed");
+    /// Two passes run side by side: one starts pending runs (the database work of creating
+    /// their attempts), the other delivers due attempts and stores what executors answered;
+    /// so a tick's HTTP never waits for the next runs' inserts, nor those for the HTTP.
+    pub async fn run(self, stop: CancellationToken) {
+        let starting = async {
+            loop {
+                match self.start_pass().await {
+                    Ok(0) => {}
+                    Ok(_) => self.started.notify_one(),
+                    Err(err) => warn!(error = %err, "starting runs failed"),
+                }
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = self.wake.notified() => {}
+                    _ = tokio::time::sleep(self.settings.tick) => {}
+                }
             }
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = self.wake.notified() => {}
-                _ = tokio::time::sleep(self.settings.tick) => {}
+        };
+        let delivering = async {
+            loop {
+                if let Err(err) = self.delivery_pass().await {
+                    warn!(error = %err, "dispatch tick failed");
+                }
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = self.started.notified() => {}
+                    _ = tokio::time::sleep(self.settings.tick) => {}
+                }
             }
+        };
+        tokio::join!(starting, delivering);
+    }
+
+    fn due_cursor<T>(&self, f: impl FnOnce(&mut DueCursor) -> T) -> T {
+        match self.due_cursor.lock() {
+            Ok(mut cursor) => f(&mut cursor),
+            Err(poisoned) => f(&mut poisoned.into_inner()),
         }
     }
 
-    async fn tick(&mut self) -> Result<(), store::Error> {
-        let partitions: Vec<i64> = self
-            .view
+    fn owned_partitions(&self) -> Vec<i64> {
+        self.view
             .owned_partitions()
             .iter()
             .map(|p| p.partition_id)
-            .collect();
+            .collect()
+    }
+
+    async fn fleet(&self) -> Result<Fleet, store::Error> {
+        Ok(Fleet::new(
+            self.store.executors_list(None).await?,
+            self.store.executor_loads().await?,
+            millis(self.settings.executor_lease),
+        ))
+    }
+
+    /// Starts a slice of pending runs: one attempt per shard, all in one transaction.
+    /// Returns how many started.
+    async fn start_pass(&self) -> Result<usize, store::Error> {
+        let partitions = self.owned_partitions();
+        if partitions.is_empty() {
+            return Ok(0);
+        }
+        let cursor = self.runs_cursor.load(Ordering::Relaxed);
+        let pending = self
+            .store
+            .runs_pending(&partitions, cursor, self.settings.batch)
+            .await?;
+        self.runs_cursor.store(
+            next_cursor(&pending, self.settings.batch, |r| r.run_id),
+            Ordering::Relaxed,
+        );
+        if pending.is_empty() {
+            return Ok(0);
+        }
+        let fleet = self.fleet().await?;
+        let mut jobs: HashMap<i64, Option<JobRecord>> = HashMap::new();
+        self.prefetch_jobs(&mut jobs, pending.iter().map(|r| r.job_id))
+            .await?;
+        let mut starting = Vec::new();
+        for run in pending {
+            let job = self.job(&mut jobs, run.job_id).await?;
+            if let Some(attempts) = self.start_run(&run, job.as_ref(), &fleet).await? {
+                starting.push((run, attempts));
+            }
+        }
+        if starting.is_empty() {
+            return Ok(0);
+        }
+        let started = self.store.runs_start(&starting).await?;
+        debug!(started, "runs started");
+        Ok(started)
+    }
+
+    /// Fails over the attempts of lost executors, times out the overdue, then delivers the
+    /// attempts due soon, each at its instant, and stores what executors answered at once.
+    async fn delivery_pass(&self) -> Result<(), store::Error> {
+        let partitions = self.owned_partitions();
         if partitions.is_empty() {
             return Ok(());
         }
         let began = std::time::Instant::now();
         let lease_ms = millis(self.settings.executor_lease);
-        let mut fleet = Fleet::new(
-            self.store.executors_list(None).await?,
-            self.store.executor_loads().await?,
-            lease_ms,
-        );
+        let mut fleet = self.fleet().await?;
         // The database clock's reading at a local instant: deliveries wait for their instant
         // on the local monotonic clock from here.
         let clock_base = (tokio::time::Instant::now(), fleet.now_ms);
@@ -226,37 +350,17 @@ impl Dispatcher {
             }
         }
         let housekeeping = began.elapsed();
-        let pending = self
-            .store
-            .runs_pending(&partitions, self.runs_cursor, self.settings.batch)
-            .await?;
-        let pending_count = pending.len();
-        self.runs_cursor = next_cursor(&pending, self.settings.batch, |r| r.run_id);
-        self.prefetch_jobs(&mut jobs, pending.iter().map(|r| r.job_id))
-            .await?;
-        // The runs that can start, start together: one transaction (one commit) for all.
-        let mut starting = Vec::new();
-        for run in pending {
-            let job = self.job(&mut jobs, run.job_id).await?;
-            if let Some(attempts) = self.start_run(&run, job.as_ref(), &fleet).await? {
-                starting.push((run, attempts));
-            }
-        }
-        if !starting.is_empty() {
-            let started = self.store.runs_start(&starting).await?;
-            debug!(started, "runs started");
-        }
-        let starts = began.elapsed();
         let mut due = self
             .store
             .attempts_due(
                 &partitions,
                 millis(self.settings.deliver_ahead),
-                self.attempts_cursor,
+                self.due_cursor(|c| c.current()),
                 self.settings.batch,
             )
             .await?;
-        self.attempts_cursor = next_cursor(&due, self.settings.batch, |d| d.attempt.attempt_id);
+        self.due_cursor(|c| c.advance(&due, self.settings.batch));
+        let due_count = due.len();
         self.prefetch_jobs(&mut jobs, due.iter().map(|d| d.attempt.job_id))
             .await?;
         // Highest effective priority first: waiting raises it, so nothing starves.
@@ -319,11 +423,10 @@ impl Dispatcher {
             warn!(
                 ?took,
                 ?housekeeping,
-                ?starts,
                 ?delivered,
-                pending = pending_count,
+                due = due_count,
                 ended,
-                "slow dispatch tick"
+                "slow delivery pass"
             );
         }
         Ok(())
@@ -435,7 +538,7 @@ impl Dispatcher {
     /// Plans the offer of one attempt to the executors that can take it, in balancer order,
     /// counting it against the first one's capacity; ends it here when it cannot go anywhere.
     async fn plan(
-        &mut self,
+        &self,
         attempt: &AttemptRecord,
         scheduled_at_ms: i64,
         job: Option<&JobRecord>,
@@ -479,13 +582,23 @@ impl Dispatcher {
             .collect();
         let group = format!("{}/{}", job.app_name, job.handler_name);
         let key = (job.job_id as u64) ^ (attempt.shard_index as u64).rotate_left(32);
-        let mut order = self.balancers.order(
-            policy.balance,
-            &group,
-            &candidates,
-            key,
-            attempt.avoid_executor_id.as_deref(),
-        );
+        let mut order = match self.balancers.lock() {
+            Ok(mut balancers) => balancers.order(
+                policy.balance,
+                &group,
+                &candidates,
+                key,
+                attempt.avoid_executor_id.as_deref(),
+            ),
+            // A panic while planning left it poisoned; its state is only rotation counters.
+            Err(poisoned) => poisoned.into_inner().order(
+                policy.balance,
+                &group,
+                &candidates,
+                key,
+                attempt.avoid_executor_id.as_deref(),
+            ),
+        };
         // A shard meant for one executor goes there first.
         if let Some(preferred) = attempt.executor_id.as_deref()
             && let Some(pos) = order

@@ -333,7 +333,8 @@ queries! {
         a.avoid_executor_id, a.executor_id, a.dispatched_at_ms, a.deadline_ms, \
         a.finished_at_ms, a.output, a.error, r.scheduled_at_ms FROM attempts a JOIN runs r ON \
         r.run_id = a.run_id WHERE a.state = 'pending' AND a.partition_id IN ({partitions}) AND \
-        a.not_before_ms <= {now} + ? AND a.attempt_id > ? ORDER BY a.attempt_id LIMIT ?";
+        a.not_before_ms <= {now} + ? AND (a.not_before_ms > ? OR (a.not_before_ms = ? \
+        AND a.attempt_id > ?)) ORDER BY a.not_before_ms, a.attempt_id LIMIT ?";
     attempts_expired = "SELECT attempt_id, run_id, job_id, partition_id, shard_index, shard_total, attempt_no, \
         priority, args_json, state, created_at_ms, not_before_ms, avoid_executor_id, \
         executor_id, dispatched_at_ms, deadline_ms, finished_at_ms, output, error FROM attempts \

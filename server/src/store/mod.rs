@@ -243,13 +243,13 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
 
     async fn attempt_get(&self, attempt_id: i64) -> Result<Option<AttemptRecord>, Error>;
 
-    /// Attempts due for dispatch in these partitions within `ahead_ms` (database clock) with
-    /// an id above `after_attempt_id`, oldest first.
+    /// Attempts due for dispatch in these partitions within `ahead_ms` (database clock),
+    /// earliest due first, after the `(not_before_ms, attempt_id)` key `after` when given.
     async fn attempts_due(
         &self,
         partitions: &[i64],
         ahead_ms: i64,
-        after_attempt_id: i64,
+        after: Option<(i64, i64)>,
         limit: i64,
     ) -> Result<Vec<DueAttempt>, Error>;
 

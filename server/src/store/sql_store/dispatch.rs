@@ -387,15 +387,18 @@ macro_rules! dispatch_store {
                 &self,
                 partitions: &[i64],
                 ahead_ms: i64,
-                after_attempt_id: i64,
+                after: Option<(i64, i64)>,
                 limit: i64,
             ) -> Result<Vec<DueAttempt>, Error> {
                 let Some(query) = with_partitions(&self.q.attempts_due, partitions) else {
                     return Ok(Vec::new());
                 };
+                let (after_due, after_id) = after.unwrap_or((i64::MIN, i64::MIN));
                 Ok(sqlx::query_as::<$db, DueAttempt>(query)
                     .bind(ahead_ms)
-                    .bind(after_attempt_id)
+                    .bind(after_due)
+                    .bind(after_due)
+                    .bind(after_id)
                     .bind(limit)
                     .fetch_all(&self.pool)
                     .await?)
