@@ -29,8 +29,8 @@ use tracing::{debug, info, warn};
 use crate::cluster::LocalView;
 use crate::jobs::{JobPolicy, Overlap, Sharding};
 use crate::store::{
-    self, AttemptEnd, AttemptRecord, DueAttempt, ExecutorList, ExecutorRecord, JobRecord, NewAttempt,
-    RunRecord, Store, attempt_state, run_state,
+    self, AttemptEnd, AttemptRecord, DueAttempt, ExecutorList, ExecutorRecord, JobRecord,
+    NewAttempt, RunRecord, Store, attempt_state, run_state,
 };
 use balancer::{Balancers, Candidate};
 use client::{Delivery, DispatchClient};
