@@ -35,9 +35,12 @@ impl ClusterTimings {
 impl Default for ClusterTimings {
     fn default() -> Self {
         Self {
-            heartbeat: Duration::from_secs(1),
-            node_lease: Duration::from_secs(5),
-            leader_lease: Duration::from_secs(5),
+            // A dead leader's role and partitions move within about a lease plus a heartbeat
+            // (the failover target is 6 s); a live node renews seven times before its rights
+            // lapse at four fifths of the lease, so a database pause under ~3 s costs nothing.
+            heartbeat: Duration::from_millis(500),
+            node_lease: Duration::from_secs(4),
+            leader_lease: Duration::from_secs(4),
         }
     }
 }
