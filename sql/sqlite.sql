@@ -55,7 +55,8 @@ CREATE TABLE executors (
     in_flight BIGINT NOT NULL,
     state VARCHAR(16) NOT NULL,
     registered_at_ms BIGINT NOT NULL,
-    heartbeat_at_ms BIGINT NOT NULL
+    heartbeat_at_ms BIGINT NOT NULL,
+    accepts_batch BIGINT NOT NULL DEFAULT 0
 );
 CREATE INDEX executors_app_idx ON executors (app_name, heartbeat_at_ms);
 

@@ -13,8 +13,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use carillon_protocol::{
-    DirectResult, Dispatch, Heartbeat, Outcome, PROTOCOL_VERSION, SIGNATURE_HEADER,
-    TIMESTAMP_HEADER, admin_paths, executor_paths, verify,
+    BatchItemReply, DirectResult, Dispatch, DispatchBatch, DispatchBatchReply, Heartbeat, Outcome,
+    PROTOCOL_VERSION, SIGNATURE_HEADER, TIMESTAMP_HEADER, admin_paths, executor_paths, verify,
 };
 use serde_json::json;
 
@@ -44,7 +44,7 @@ pub(crate) struct FastExecutor {
 impl FastExecutor {
     /// Serves on a loopback port, registers with the cluster and heartbeats until the process
     /// ends.
-    pub(crate) async fn start(cluster: &Cluster) -> anyhow::Result<FastExecutor> {
+    pub(crate) async fn start(cluster: &Cluster, batch: bool) -> anyhow::Result<FastExecutor> {
         let shared = Arc::new(Shared {
             secret: cluster.dispatch_secret.clone(),
             receipts: Mutex::new(Vec::with_capacity(1 << 20)),
@@ -53,11 +53,12 @@ impl FastExecutor {
         let address = format!("http://{}", listener.local_addr()?);
         let app = axum::Router::new()
             .route(executor_paths::DISPATCH, post(dispatch))
+            .route(executor_paths::DISPATCH_BATCH, post(dispatch_batch))
             .route(executor_paths::CANCEL, post(|| async { StatusCode::OK }))
             .with_state(Arc::clone(&shared));
         tokio::spawn(async move { axum::serve(listener, app).await });
         let executor = FastExecutor { shared, address };
-        let heartbeat_ms = executor.register(cluster).await?;
+        let heartbeat_ms = executor.register(cluster, batch).await?;
         let urls = cluster.urls();
         let token = cluster.executor_token.clone();
         tokio::spawn(async move {
@@ -87,10 +88,10 @@ impl FastExecutor {
         Ok(executor)
     }
 
-    async fn register(&self, cluster: &Cluster) -> anyhow::Result<u64> {
+    async fn register(&self, cluster: &Cluster, batch: bool) -> anyhow::Result<u64> {
         let body = json!({"protocol": PROTOCOL_VERSION, "executor_id": "bench-executor",
             "app": "bench", "address": self.address, "weight": 1, "capacity": 100_000,
-            "handlers": [{"name": "noop"}]});
+            "handlers": [{"name": "noop"}], "batch": batch});
         let response = reqwest::Client::new()
             .post(format!("{}{}", cluster.urls()[0], admin_paths::REGISTER))
             .bearer_auth(&cluster.executor_token)
@@ -115,36 +116,76 @@ impl FastExecutor {
     }
 }
 
-async fn dispatch(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
-    let received_ms = now_ms();
+fn unsigned(shared: &Shared, headers: &HeaderMap, body: &[u8], now: i64) -> Option<Response> {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let signed = verify(
         shared.secret.as_bytes(),
         header(TIMESTAMP_HEADER),
         header(SIGNATURE_HEADER),
-        &body,
-        received_ms,
+        body,
+        now,
     );
-    if let Err(e) = signed {
-        return (StatusCode::UNAUTHORIZED, e.to_string()).into_response();
+    signed
+        .err()
+        .map(|e| (StatusCode::UNAUTHORIZED, e.to_string()).into_response())
+}
+
+fn record(shared: &Shared, dispatches: &[Dispatch], received_ms: i64) {
+    let mut receipts = shared
+        .receipts
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    for dispatch in dispatches {
+        receipts.push(Receipt {
+            job_id: dispatch.job_id,
+            scheduled_ms: crate::cluster::parse_rfc3339_ms(&dispatch.scheduled_at).unwrap_or(0),
+            received_ms,
+        });
+    }
+}
+
+fn succeeded() -> DirectResult {
+    DirectResult {
+        outcome: Outcome::Succeeded,
+        output: None,
+        error: None,
+    }
+}
+
+async fn dispatch(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    let received_ms = now_ms();
+    if let Some(refused) = unsigned(&shared, &headers, &body, received_ms) {
+        return refused;
     }
     let Ok(dispatch) = serde_json::from_slice::<Dispatch>(&body) else {
         return StatusCode::BAD_REQUEST.into_response();
     };
-    let scheduled_ms = crate::cluster::parse_rfc3339_ms(&dispatch.scheduled_at).unwrap_or(0);
-    shared
-        .receipts
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .push(Receipt {
-            job_id: dispatch.job_id,
-            scheduled_ms,
-            received_ms,
-        });
-    Json(DirectResult {
-        outcome: Outcome::Succeeded,
-        output: None,
-        error: None,
-    })
-    .into_response()
+    record(&shared, std::slice::from_ref(&dispatch), received_ms);
+    Json(succeeded()).into_response()
+}
+
+async fn dispatch_batch(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let received_ms = now_ms();
+    if let Some(refused) = unsigned(&shared, &headers, &body, received_ms) {
+        return refused;
+    }
+    let Ok(batch) = serde_json::from_slice::<DispatchBatch>(&body) else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    record(&shared, &batch.dispatches, received_ms);
+    let replies = batch
+        .dispatches
+        .iter()
+        .map(|d| BatchItemReply {
+            attempt_id: d.attempt_id,
+            status: 200,
+            result: Some(succeeded()),
+            error: None,
+        })
+        .collect();
+    Json(DispatchBatchReply { replies }).into_response()
 }

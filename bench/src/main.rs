@@ -30,6 +30,9 @@ struct Cli {
     /// Print one JSON object instead of a table.
     #[arg(long, global = true)]
     json: bool,
+    /// The executor does not offer `dispatch-batch`: one request per attempt.
+    #[arg(long, global = true)]
+    no_batch: bool,
     #[command(subcommand)]
     scenario: Scenario,
 }
@@ -88,6 +91,7 @@ async fn main() -> anyhow::Result<()> {
         db: cli.db,
         database_url: cli.database_url,
         carillon,
+        batch: !cli.no_batch,
     };
     let report = match cli.scenario {
         Scenario::Throughput {

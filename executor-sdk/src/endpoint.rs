@@ -1,5 +1,5 @@
-//! The HTTP endpoint admin nodes dispatch to: `POST /carillon/v1/dispatch` and
-//! `POST /carillon/v1/cancel`, both signed.
+//! The HTTP endpoint admin nodes dispatch to: `POST /carillon/v1/dispatch`,
+//! `POST /carillon/v1/dispatch-batch` and `POST /carillon/v1/cancel`, all signed.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -11,8 +11,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use carillon_protocol::{
-    Cancel, Dispatch, PROTOCOL_VERSION, REPLAY_WINDOW_MS, SIGNATURE_HEADER, TIMESTAMP_HEADER,
-    executor_paths, verify,
+    BatchItemReply, Cancel, Dispatch, DispatchBatch, DispatchBatchReply, PROTOCOL_VERSION,
+    REPLAY_WINDOW_MS, SIGNATURE_HEADER, TIMESTAMP_HEADER, executor_paths, verify,
 };
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -23,6 +23,7 @@ use crate::executor::{Shared, now_ms};
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route(executor_paths::DISPATCH, post(dispatch))
+        .route(executor_paths::DISPATCH_BATCH, post(dispatch_batch))
         .route(executor_paths::CANCEL, post(cancel))
         .with_state(shared)
 }
@@ -57,40 +58,90 @@ async fn dispatch(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
         Ok(d) => d,
         Err(e) => return refuse(StatusCode::BAD_REQUEST, format!("not a dispatch: {e}")),
     };
+    match accept(&shared, dispatch) {
+        Ok(()) => StatusCode::ACCEPTED.into_response(),
+        Err((status, why)) => refuse(status, why),
+    }
+}
+
+/// Attempts due together, each accepted or refused as if it came alone.
+async fn dispatch_batch(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Some(refused) = refusal(&shared, &headers, &body) {
+        return refused;
+    }
+    let batch: DispatchBatch = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                format!("not a dispatch batch: {e}"),
+            );
+        }
+    };
+    let replies = batch
+        .dispatches
+        .into_iter()
+        .map(|dispatch| {
+            let attempt_id = dispatch.attempt_id;
+            let (status, error) = match accept(&shared, dispatch) {
+                Ok(()) => (StatusCode::ACCEPTED, None),
+                Err((status, why)) => (status, Some(why)),
+            };
+            BatchItemReply {
+                attempt_id,
+                status: status.as_u16(),
+                result: None,
+                error,
+            }
+        })
+        .collect();
+    axum::Json(DispatchBatchReply { replies }).into_response()
+}
+
+/// Starts the handler of a dispatch, or says why not (with the status a single dispatch
+/// answers).
+fn accept(shared: &Arc<Shared>, dispatch: Dispatch) -> Result<(), (StatusCode, String)> {
     if dispatch.protocol != PROTOCOL_VERSION {
-        return refuse(
+        return Err((
             StatusCode::BAD_REQUEST,
             format!("protocol {} is not spoken here", dispatch.protocol),
-        );
+        ));
     }
     if shared.draining.load(Ordering::SeqCst) {
-        return refuse(StatusCode::SERVICE_UNAVAILABLE, "draining");
+        return Err((StatusCode::SERVICE_UNAVAILABLE, "draining".to_owned()));
     }
     let Some(job) = shared.jobs.get(dispatch.handler.as_str()).copied() else {
-        return refuse(
+        return Err((
             StatusCode::NOT_FOUND,
             format!("no handler {:?} here", dispatch.handler),
-        );
+        ));
     };
     {
         let mut seen = shared.lock_seen();
         let now = now_ms();
         seen.retain(|_, at| now - *at <= REPLAY_WINDOW_MS);
         if seen.contains_key(&dispatch.attempt_id) {
-            return refuse(StatusCode::CONFLICT, "this attempt was already accepted");
+            return Err((
+                StatusCode::CONFLICT,
+                "this attempt was already accepted".to_owned(),
+            ));
         }
         seen.insert(dispatch.attempt_id, now);
     }
     let Ok(permit) = Arc::clone(&shared.slots).try_acquire_owned() else {
         // Not accepted: the same attempt may be offered again later.
         shared.lock_seen().remove(&dispatch.attempt_id);
-        return refuse(StatusCode::TOO_MANY_REQUESTS, "at capacity");
+        return Err((StatusCode::TOO_MANY_REQUESTS, "at capacity".to_owned()));
     };
     let token = CancellationToken::new();
     shared
         .lock_running()
         .insert(dispatch.attempt_id, token.clone());
-    let task_shared = Arc::clone(&shared);
+    let task_shared = Arc::clone(shared);
     shared.tasks.spawn(async move {
         let attempt_id = dispatch.attempt_id;
         let report_to = dispatch.report_to.clone();
@@ -104,7 +155,7 @@ async fn dispatch(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
         task_shared.lock_running().remove(&attempt_id);
         task_shared.report(attempt_id, result, &report_to).await;
     });
-    StatusCode::ACCEPTED.into_response()
+    Ok(())
 }
 
 async fn cancel(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {

@@ -314,6 +314,7 @@ impl Shared {
             weight: self.weight,
             capacity: self.capacity,
             handlers,
+            batch: true,
         }
     }
 

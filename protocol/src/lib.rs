@@ -18,6 +18,7 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// Paths on an executor, relative to its advertised address.
 pub mod executor_paths {
     pub const DISPATCH: &str = "/carillon/v1/dispatch";
+    pub const DISPATCH_BATCH: &str = "/carillon/v1/dispatch-batch";
     pub const CANCEL: &str = "/carillon/v1/cancel";
 }
 

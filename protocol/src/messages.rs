@@ -19,6 +19,10 @@ pub struct Registration {
     /// Attempts it runs at once; beyond that it answers `429`.
     pub capacity: u32,
     pub handlers: Vec<HandlerSpec>,
+    /// It serves `POST /carillon/v1/dispatch-batch`: admin nodes then send the attempts due
+    /// together in one request. Older executors omit it and get one request per attempt.
+    #[serde(default)]
+    pub batch: bool,
 }
 
 /// A handler an executor offers.
@@ -108,6 +112,36 @@ pub struct Dispatch {
 pub struct Shard {
     pub index: u32,
     pub total: u32,
+}
+
+/// `POST {executor}/carillon/v1/dispatch-batch` (admin node → executor, signed as one
+/// body): attempts due together, for an executor that registered `batch`. Each is accepted or
+/// refused on its own, exactly as if it came alone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DispatchBatch {
+    pub dispatches: Vec<Dispatch>,
+}
+
+/// The `200` answer to a batch: one reply per dispatch, in any order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DispatchBatchReply {
+    pub replies: Vec<BatchItemReply>,
+}
+
+/// What the single dispatch of this attempt would have answered: `status` is its HTTP status
+/// (`202` accepted, `200` done with `result`, `429`/`503` try another executor, other `4xx`
+/// refused with `error`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BatchItemReply {
+    pub attempt_id: i64,
+    pub status: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<DirectResult>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// How an attempt ended.

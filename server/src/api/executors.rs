@@ -109,6 +109,7 @@ pub(super) async fn register(
             address: address.to_owned(),
             weight: i64::from(registration.weight),
             capacity: i64::from(registration.capacity),
+            accepts_batch: registration.batch,
             handlers: registration
                 .handlers
                 .iter()

@@ -1,10 +1,12 @@
 //! Signed HTTP calls to executors: one shared client, no redirects, explicit timeouts.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use carillon_protocol::{
-    Cancel, DirectResult, Dispatch, SIGNATURE_HEADER, TIMESTAMP_HEADER, executor_paths, sign,
+    BatchItemReply, Cancel, DirectResult, Dispatch, DispatchBatch, DispatchBatchReply,
+    SIGNATURE_HEADER, TIMESTAMP_HEADER, executor_paths, sign,
 };
 use reqwest::StatusCode;
 
@@ -94,6 +96,37 @@ impl DispatchClient {
         }
     }
 
+    /// Sends attempts due together to an executor that registered `batch`, in one signed
+    /// request; what became of each, by attempt id. `Err` when the request as a whole got no
+    /// usable answer: none of them is known to have been accepted.
+    pub async fn dispatch_batch(
+        &self,
+        address: &str,
+        dispatches: Vec<Dispatch>,
+    ) -> Result<HashMap<i64, Delivery>, String> {
+        let body = serde_json::to_vec(&DispatchBatch { dispatches })
+            .map_err(|e| format!("cannot encode the batch: {e}"))?;
+        let url = format!(
+            "{}{}",
+            address.trim_end_matches('/'),
+            executor_paths::DISPATCH_BATCH
+        );
+        let response = self.post_signed(url, body).await?;
+        let status = response.status();
+        if status != StatusCode::OK {
+            return Err(format!("executor answered {status} to a batch"));
+        }
+        let reply: DispatchBatchReply = response
+            .json()
+            .await
+            .map_err(|e| format!("200 with a body that is not a batch reply: {e}"))?;
+        Ok(reply
+            .replies
+            .into_iter()
+            .map(|item| (item.attempt_id, item_delivery(item)))
+            .collect())
+    }
+
     /// Asks an executor to stop an attempt; best effort.
     pub async fn cancel(&self, address: &str, attempt_id: i64) -> bool {
         let Ok(body) = serde_json::to_vec(&Cancel { attempt_id }) else {
@@ -105,6 +138,24 @@ impl DispatchClient {
             executor_paths::CANCEL
         );
         matches!(self.post_signed(url, body).await, Ok(r) if r.status().is_success())
+    }
+}
+
+/// One reply of a batch, read as the single dispatch's answer would be.
+fn item_delivery(item: BatchItemReply) -> Delivery {
+    let why = item.error.unwrap_or_default();
+    match item.status {
+        202 => Delivery::Accepted,
+        200 => match item.result {
+            Some(result) => Delivery::Finished(result),
+            None => Delivery::Refused("200 without a result".to_owned()),
+        },
+        429 | 503 => Delivery::TryAnother(format!("executor answered {}", item.status)),
+        s if s >= 500 => Delivery::TryAnother(format!("executor answered {s}")),
+        s => Delivery::Refused(format!(
+            "executor answered {s}: {}",
+            why.chars().take(300).collect::<String>()
+        )),
     }
 }
 

@@ -376,24 +376,44 @@ impl Dispatcher {
         let mut delivering = tokio::task::JoinSet::new();
         let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
         let mut ended = Vec::new();
+        // Offers due at one instant for one batch-taking executor go in one request.
+        let mut batches: HashMap<(String, i64), Vec<Offer>> = HashMap::new();
+        let mut singles = Vec::new();
         for due in due {
             let job = self.job(&mut jobs, due.attempt.job_id).await?;
             let planned = self
                 .plan(&due.attempt, due.scheduled_at_ms, job.as_ref(), &mut fleet)
                 .await?;
-            if let Some(offer) = planned {
-                let store = Arc::clone(&self.store);
-                let client = self.client.clone();
-                let in_flight = Arc::clone(&in_flight);
-                let wait_ms = u64::try_from(due.attempt.not_before_ms - clock_base.1).unwrap_or(0);
-                let at = clock_base.0 + Duration::from_millis(wait_ms);
-                delivering.spawn(async move {
-                    tokio::time::sleep_until(at).await;
-                    // Closed never: the semaphore lives as long as the tick.
-                    let _permit = in_flight.acquire_owned().await.ok();
-                    deliver(&*store, &client, offer).await
-                });
+            match planned {
+                Some(offer) if offer.first_takes_batches => {
+                    let first = offer.targets.first().map(|(id, _)| id.clone());
+                    let key = (first.unwrap_or_default(), offer.attempt.not_before_ms);
+                    batches.entry(key).or_default().push(offer);
+                }
+                Some(offer) => singles.push(offer),
+                None => {}
             }
+        }
+        let deliveries = singles.into_iter().map(|offer| vec![offer]).chain(
+            batches
+                .into_values()
+                .flat_map(|offers| chunked(offers, MAX_BATCH)),
+        );
+        for offers in deliveries {
+            let Some(due_ms) = offers.first().map(|o| o.attempt.not_before_ms) else {
+                continue;
+            };
+            let store = Arc::clone(&self.store);
+            let client = self.client.clone();
+            let in_flight = Arc::clone(&in_flight);
+            let wait_ms = u64::try_from(due_ms - clock_base.1).unwrap_or(0);
+            let at = clock_base.0 + Duration::from_millis(wait_ms);
+            delivering.spawn(async move {
+                tokio::time::sleep_until(at).await;
+                // Closed never: the semaphore lives as long as the pass.
+                let _permit = in_flight.acquire_owned().await.ok();
+                deliver_batch(&*store, &client, offers).await
+            });
         }
         drain(&mut delivering, &mut ended).await;
         let delivered = began.elapsed();
@@ -634,6 +654,7 @@ impl Dispatcher {
                 )
             })
             .collect();
+        let first_takes_batches = order.first().is_some_and(|&i| executors[i].takes_batches());
         if let Some((first, _)) = targets.first() {
             *fleet.load.entry(first.clone()).or_default() += 1;
         }
@@ -641,6 +662,7 @@ impl Dispatcher {
             attempt: attempt.clone(),
             request,
             targets,
+            first_takes_batches,
             timeout_ms: policy
                 .timeout_ms
                 .map_or(0, |t| i64::try_from(t).unwrap_or(i64::MAX)),
@@ -669,10 +691,30 @@ struct Ended {
 /// What a delivery produced: an attempt to end (answered at once), or nothing more to do.
 type Delivered = Result<Option<Ended>, store::Error>;
 
+/// Most attempts in one batch request.
+const MAX_BATCH: usize = 512;
+
+fn chunked(mut offers: Vec<Offer>, size: usize) -> Vec<Vec<Offer>> {
+    let mut chunks = Vec::with_capacity(offers.len().div_ceil(size));
+    while offers.len() > size {
+        let rest = offers.split_off(size);
+        chunks.push(std::mem::replace(&mut offers, rest));
+    }
+    chunks.push(offers);
+    chunks
+}
+
 /// Waits for every delivery.
-async fn drain(tasks: &mut tokio::task::JoinSet<Delivered>, ended: &mut Vec<Option<Ended>>) {
+async fn drain(tasks: &mut tokio::task::JoinSet<Vec<Delivered>>, ended: &mut Vec<Option<Ended>>) {
     while let Some(done) = tasks.join_next().await {
-        keep(Some(done), ended);
+        match done {
+            Ok(products) => {
+                for product in products {
+                    keep(Some(Ok(product)), ended);
+                }
+            }
+            Err(err) => keep(Some(Err(err)), ended),
+        }
     }
 }
 
@@ -693,7 +735,10 @@ fn keep(done: Option<Result<Delivered, tokio::task::JoinError>>, ended: &mut Vec
 struct Offer {
     attempt: AttemptRecord,
     request: Dispatch,
+    /// `(executor_id, address)` in the order to try.
     targets: Vec<(String, String)>,
+    /// The first target serves `dispatch-batch`: the offer may go with others due with it.
+    first_takes_batches: bool,
     policy: JobPolicy,
     timeout_ms: i64,
 }
@@ -701,48 +746,109 @@ struct Offer {
 /// Offers an attempt to its executors in turn until one takes it (`202`: recorded as
 /// running) or answers for good (a result or a refusal: returned, to be ended with others).
 async fn deliver(store: &dyn Store, client: &DispatchClient, offer: Offer) -> Delivered {
-    let attempt = &offer.attempt;
-    for (executor_id, address) in offer.targets {
-        let (ending, output, error) = match client.dispatch(&address, &offer.request).await {
-            Delivery::Accepted => {
-                store
-                    .attempt_dispatched(attempt.attempt_id, &executor_id, offer.timeout_ms)
-                    .await?;
-                return Ok(None);
-            }
-            Delivery::Finished(result) => (
-                Ending::Reported(result.outcome),
-                result.output,
-                result.error,
-            ),
-            Delivery::TryAnother(why) => {
-                debug!(attempt_id = attempt.attempt_id, executor = %executor_id, why, "offering to the next executor");
-                continue;
-            }
-            Delivery::Refused(why) => (Ending::Refused, None, Some(why)),
-        };
-        let end = end_of(
-            &offer.policy,
-            attempt,
-            Some(&executor_id),
-            ending,
-            output.as_ref(),
-            error,
-        );
-        let simple = end.state == attempt_state::SUCCEEDED
-            && end.output.is_none()
-            && end.error.is_none()
-            && end.retry_after_ms.is_none()
-            && attempt.shard_total == 1
-            && offer.policy.overlap != Overlap::Queue;
-        return Ok(Some(Ended {
-            attempt_id: attempt.attempt_id,
-            run_id: attempt.run_id,
-            end,
-            simple_success: simple.then_some(executor_id),
-        }));
+    deliver_from(store, client, &offer, 0).await
+}
+
+/// [`deliver`], starting at target `first`.
+async fn deliver_from(
+    store: &dyn Store,
+    client: &DispatchClient,
+    offer: &Offer,
+    first: usize,
+) -> Delivered {
+    for (executor_id, address) in offer.targets.iter().skip(first) {
+        let delivery = client.dispatch(address, &offer.request).await;
+        if let Some(done) = settle(store, offer, executor_id, delivery).await {
+            return done;
+        }
     }
     Ok(None)
+}
+
+/// Offers attempts due together to their first target in one request (a single one goes
+/// alone); an attempt it does not take, or all of them when the request fails, go on to the
+/// next targets one by one, as a single dispatch would.
+async fn deliver_batch(
+    store: &dyn Store,
+    client: &DispatchClient,
+    offers: Vec<Offer>,
+) -> Vec<Delivered> {
+    let first = offers.first().and_then(|o| o.targets.first()).cloned();
+    let (Some((executor_id, address)), true) = (first, offers.len() > 1) else {
+        let mut products = Vec::with_capacity(offers.len());
+        for offer in offers {
+            products.push(deliver(store, client, offer).await);
+        }
+        return products;
+    };
+    let requests = offers.iter().map(|o| o.request.clone()).collect();
+    let mut replies = match client.dispatch_batch(&address, requests).await {
+        Ok(replies) => replies,
+        Err(why) => {
+            debug!(executor = %executor_id, why, attempts = offers.len(), "batch not delivered; offering one by one");
+            HashMap::new()
+        }
+    };
+    let mut products = Vec::with_capacity(offers.len());
+    for offer in &offers {
+        let settled = match replies.remove(&offer.attempt.attempt_id) {
+            Some(delivery) => settle(store, offer, &executor_id, delivery).await,
+            None => None,
+        };
+        products.push(match settled {
+            Some(done) => done,
+            None => deliver_from(store, client, offer, 1).await,
+        });
+    }
+    products
+}
+
+/// What an executor's answer to an offer means: `None` to offer it to the next executor.
+async fn settle(
+    store: &dyn Store,
+    offer: &Offer,
+    executor_id: &str,
+    delivery: Delivery,
+) -> Option<Delivered> {
+    let attempt = &offer.attempt;
+    let (ending, output, error) = match delivery {
+        Delivery::Accepted => {
+            let recorded = store
+                .attempt_dispatched(attempt.attempt_id, executor_id, offer.timeout_ms)
+                .await;
+            return Some(recorded.map(|_| None));
+        }
+        Delivery::Finished(result) => (
+            Ending::Reported(result.outcome),
+            result.output,
+            result.error,
+        ),
+        Delivery::TryAnother(why) => {
+            debug!(attempt_id = attempt.attempt_id, executor = %executor_id, why, "offering to the next executor");
+            return None;
+        }
+        Delivery::Refused(why) => (Ending::Refused, None, Some(why)),
+    };
+    let end = end_of(
+        &offer.policy,
+        attempt,
+        Some(executor_id),
+        ending,
+        output.as_ref(),
+        error,
+    );
+    let simple = end.state == attempt_state::SUCCEEDED
+        && end.output.is_none()
+        && end.error.is_none()
+        && end.retry_after_ms.is_none()
+        && attempt.shard_total == 1
+        && offer.policy.overlap != Overlap::Queue;
+    Some(Ok(Some(Ended {
+        attempt_id: attempt.attempt_id,
+        run_id: attempt.run_id,
+        end,
+        simple_success: simple.then(|| executor_id.to_owned()),
+    })))
 }
 
 /// The first attempts of a run: one per shard.

@@ -243,11 +243,11 @@ queries! {
     app_insert = "INSERT INTO apps (app_name, description, created_at_ms) \
         SELECT ?, '', {now} {from_dual} WHERE NOT EXISTS (SELECT 1 FROM apps WHERE app_name = ?)";
     executor_update = "UPDATE executors SET app_name = ?, address = ?, weight = ?, capacity = ?, \
-        in_flight = 0, state = 'active', registered_at_ms = {now}, heartbeat_at_ms = {now} \
+        accepts_batch = ?, in_flight = 0, state = 'active', registered_at_ms = {now}, heartbeat_at_ms = {now} \
         WHERE executor_id = ?";
     executor_insert = "INSERT INTO executors (executor_id, app_name, address, weight, capacity, \
-        in_flight, state, registered_at_ms, heartbeat_at_ms) \
-        VALUES (?, ?, ?, ?, ?, 0, 'active', {now}, {now})";
+        accepts_batch, in_flight, state, registered_at_ms, heartbeat_at_ms) \
+        VALUES (?, ?, ?, ?, ?, ?, 0, 'active', {now}, {now})";
     handlers_delete = "DELETE FROM handlers WHERE executor_id = ?";
     handler_insert = "INSERT INTO handlers (executor_id, handler_name, app_name, description) \
         VALUES (?, ?, ?, ?)";
@@ -262,7 +262,7 @@ queries! {
         WHERE executor_id = ? AND state = 'drained'";
     executor_leave = "UPDATE executors SET state = 'left' WHERE executor_id = ? AND state <> 'left'";
     executors_all = "SELECT executor_id, app_name, address, weight, capacity, in_flight, state, \
-        registered_at_ms, heartbeat_at_ms FROM executors WHERE (? IS NULL OR app_name = ?) \
+        registered_at_ms, heartbeat_at_ms, accepts_batch FROM executors WHERE (? IS NULL OR app_name = ?) \
         ORDER BY executor_id";
     handlers_all = "SELECT executor_id, handler_name FROM handlers \
         WHERE (? IS NULL OR app_name = ?)";

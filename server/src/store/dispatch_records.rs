@@ -8,6 +8,8 @@ pub struct ExecutorRegistration {
     pub address: String,
     pub weight: i64,
     pub capacity: i64,
+    /// It serves `POST /carillon/v1/dispatch-batch`.
+    pub accepts_batch: bool,
     /// Handler names and descriptions.
     pub handlers: Vec<(String, String)>,
 }
@@ -26,9 +28,15 @@ pub struct ExecutorRecord {
     pub state: String,
     pub registered_at_ms: i64,
     pub heartbeat_at_ms: i64,
+    /// 1 when it serves `POST /carillon/v1/dispatch-batch`.
+    pub accepts_batch: i64,
 }
 
 impl ExecutorRecord {
+    pub fn takes_batches(&self) -> bool {
+        self.accepts_batch == 1
+    }
+
     /// Takes new work: active and heard from within `lease_ms` of `now_ms` (database clock).
     pub fn is_healthy(&self, now_ms: i64, lease_ms: i64) -> bool {
         self.state == "active" && self.heartbeat_at_ms + lease_ms > now_ms

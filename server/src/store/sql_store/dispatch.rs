@@ -135,6 +135,7 @@ macro_rules! dispatch_store {
                     .bind(&executor.address)
                     .bind(executor.weight)
                     .bind(executor.capacity)
+                    .bind(i64::from(executor.accepts_batch))
                     .bind(&executor.executor_id)
                     .execute(&mut *tx)
                     .await?
@@ -146,6 +147,7 @@ macro_rules! dispatch_store {
                         .bind(&executor.address)
                         .bind(executor.weight)
                         .bind(executor.capacity)
+                        .bind(i64::from(executor.accepts_batch))
                         .execute(&mut *tx)
                         .await?;
                 }
