@@ -58,7 +58,7 @@ impl Default for DispatchSettings {
             tick: Duration::from_millis(100),
             executor_lease: Duration::from_secs(5),
             no_executor_grace: Duration::from_secs(30),
-            batch: 2_048,
+            batch: 8_192,
             deliver_ahead: deliver_ahead(crate::scheduler::DEFAULT_CLAIM_AHEAD),
         }
     }
