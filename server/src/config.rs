@@ -457,15 +457,17 @@ mod tests {
         );
         assert_eq!(config.cluster.partitions, 256);
         assert_eq!(config.timings(), ClusterTimings::default());
-        assert_eq!(config.timings().heartbeat, Duration::from_secs(1));
-        assert_eq!(config.timings().node_lease, Duration::from_secs(5));
+        assert_eq!(config.timings().heartbeat, Duration::from_millis(500));
+        assert_eq!(config.timings().node_lease, Duration::from_secs(4));
+        assert_eq!(config.timings().leader_lease, Duration::from_secs(4));
+        assert_eq!(config.scheduler.claim_ahead_ms, 1_000);
     }
 
     #[test]
     fn a_file_overrides_only_what_it_names() {
         let config = parse("[cluster]\nheartbeat_ms = 200\nnode_lease_ms = 1000\n").unwrap();
         assert_eq!(config.cluster.heartbeat_ms, 200);
-        assert_eq!(config.cluster.leader_lease_ms, 5_000);
+        assert_eq!(config.cluster.leader_lease_ms, 4_000);
         assert_eq!(config.http.listen.port(), 9001);
     }
 
@@ -473,6 +475,16 @@ mod tests {
     fn unknown_settings_are_named() {
         let err = parse("[cluster]\nheartbeat = 5\n").unwrap_err().to_string();
         assert!(err.contains("heartbeat"), "{err}");
+    }
+
+    #[test]
+    fn claiming_more_than_ten_seconds_ahead_is_refused_by_name() {
+        let err = parse("[scheduler]\nclaim_ahead_ms = 60000\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("scheduler.claim_ahead_ms"), "{err}");
+        let none = parse("[scheduler]\nclaim_ahead_ms = 0\n").unwrap();
+        assert_eq!(none.scheduler_settings().claim_ahead, Duration::ZERO);
     }
 
     #[test]

@@ -204,6 +204,39 @@ async fn the_sdk_registers_runs_handlers_and_drains() {
         "a replay is refused"
     );
 
+    // The batch endpoint answers each attempt as the single one would: a new attempt is
+    // accepted, an unknown handler refused, the replayed attempt refused; one signature for
+    // the whole body.
+    let one = |attempt_id: i64, handler: &str| {
+        json!({"protocol": 1, "run_id": 1, "attempt_id": attempt_id, "attempt": 1, "job_id": 1,
+            "job": "x", "handler": handler, "args": null, "shard": {"index": 0, "total": 1},
+            "scheduled_at": "", "report_to": []})
+    };
+    let batch = serde_json::to_vec(&json!({"dispatches": [
+        one(434343, "shard"), one(434344, "nowhere"), one(424242, "shard")]}))
+    .unwrap();
+    let batch_url = format!("http://127.0.0.1:{port}/carillon/v1/dispatch-batch");
+    let post_batch = |signature: String| {
+        reqwest::Client::new()
+            .post(&batch_url)
+            .header("x-carillon-timestamp", now.to_string())
+            .header("x-carillon-signature", signature)
+            .body(batch.clone())
+            .send()
+    };
+    let forged = post_batch(format!("v1={}", "b".repeat(64))).await.unwrap();
+    assert_eq!(forged.status(), 401, "a batch is signed as a whole");
+    let signed = carillon_protocol::sign(SECRET.as_bytes(), now, &batch);
+    let reply: carillon_protocol::DispatchBatchReply =
+        post_batch(signed).await.unwrap().json().await.unwrap();
+    let mut statuses: Vec<(i64, u16)> = reply
+        .replies
+        .iter()
+        .map(|r| (r.attempt_id, r.status))
+        .collect();
+    statuses.sort_unstable();
+    assert_eq!(statuses, [(424242, 409), (434343, 202), (434344, 404)]);
+
     // Shutdown drains: the slow attempt finishes and is reported, then the executor leaves.
     let run = trigger_new(&node, "slowly", "slow", json!({})).await;
     wait_for(
