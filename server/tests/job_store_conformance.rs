@@ -11,8 +11,8 @@ mod support;
 use std::sync::Arc;
 
 use carillon_server::store::{
-    ClaimOutcome, Error, JobFilter, JobKey, JobOrder, JobWrite, LeaderFence, NodeRegistration,
-    OverlapRule, PartitionChange, RunClaim, Store, job_state, run_state,
+    ClaimOutcome, Error, JobFilter, JobKey, JobOrder, JobWrite, LeaderFence, NewAttempt,
+    NodeRegistration, OverlapRule, PartitionChange, RunClaim, Store, job_state, run_state,
 };
 use support::db::TestDb;
 
@@ -37,6 +37,7 @@ conformance!(
     a_one_shot_claim_marks_the_job_done,
     manual_runs_take_a_free_millisecond,
     a_claim_of_an_instant_a_manual_run_holds_advances_the_job_only,
+    runs_claimed_ahead_start_at_once_and_fall_due_at_their_instant,
 );
 
 fn job(name: &str) -> JobWrite {
@@ -555,4 +556,67 @@ async fn a_claim_of_an_instant_a_manual_run_holds_advances_the_job_only(db: Test
         store.job_get(1).await.unwrap().unwrap().last_fired_at_ms,
         Some(at + 1_000)
     );
+}
+
+async fn runs_claimed_ahead_start_at_once_and_fall_due_at_their_instant(db: TestDb) {
+    let store = owned(&db).await;
+    store.job_insert(1, 0, &job("a"), true).await.unwrap();
+    let now = store.now_ms().await.unwrap();
+    let soon = now + 60_000;
+    let mut ahead = claim(1, 1, soon);
+    ahead.state = run_state::PENDING;
+    ahead.message = None;
+    assert_eq!(
+        store.runs_claim("n1", &[ahead]).await.unwrap(),
+        vec![ClaimOutcome::Claimed]
+    );
+    let pending = store.runs_pending(&[0], 0, 10).await.unwrap();
+    assert_eq!(pending.len(), 1, "a run claimed ahead is pending at once");
+    let first = NewAttempt {
+        shard_index: 0,
+        shard_total: 1,
+        args_json: "null".into(),
+        prefer_executor_id: None,
+    };
+    let started = store
+        .runs_start(&[(pending[0].clone(), vec![first])])
+        .await
+        .unwrap();
+    assert_eq!(started, 1);
+    assert!(
+        store
+            .attempts_due(&[0], 0, None, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "its attempt is not due before its instant"
+    );
+    let due = store.attempts_due(&[0], 120_000, None, 10).await.unwrap();
+    assert_eq!(due.len(), 1, "but it is within a look-ahead");
+    assert_eq!(due[0].attempt.not_before_ms, soon);
+    let after = Some((due[0].attempt.not_before_ms, due[0].attempt.attempt_id));
+    assert!(
+        store
+            .attempts_due(&[0], 120_000, after, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // Accepted in a batch: recorded running together, with the job's deadline.
+    let id = due[0].attempt.attempt_id;
+    assert_eq!(
+        store.attempts_dispatched(&[id], "e1", 5_000).await.unwrap(),
+        1
+    );
+    let running = store.attempt_get(id).await.unwrap().unwrap();
+    assert_eq!(running.state, "running");
+    assert_eq!(running.executor_id.as_deref(), Some("e1"));
+    assert!(running.deadline_ms.is_some());
+    assert_eq!(
+        store.attempts_dispatched(&[id], "e2", 0).await.unwrap(),
+        0,
+        "only a pending attempt is marked"
+    );
+    assert_eq!(store.attempts_dispatched(&[], "e2", 0).await.unwrap(), 0);
 }

@@ -789,9 +789,18 @@ async fn deliver_batch(
             HashMap::new()
         }
     };
+    // Attempts it accepted are recorded together, a statement per timeout.
+    let mut accepted: HashMap<i64, Vec<i64>> = HashMap::new();
     let mut products = Vec::with_capacity(offers.len());
     for offer in &offers {
         let settled = match replies.remove(&offer.attempt.attempt_id) {
+            Some(Delivery::Accepted) => {
+                accepted
+                    .entry(offer.timeout_ms)
+                    .or_default()
+                    .push(offer.attempt.attempt_id);
+                continue;
+            }
             Some(delivery) => settle(store, offer, &executor_id, delivery).await,
             None => None,
         };
@@ -799,6 +808,12 @@ async fn deliver_batch(
             Some(done) => done,
             None => deliver_from(store, client, offer, 1).await,
         });
+    }
+    for (timeout_ms, attempt_ids) in accepted {
+        let recorded = store
+            .attempts_dispatched(&attempt_ids, &executor_id, timeout_ms)
+            .await;
+        products.push(recorded.map(|_| None));
     }
     products
 }

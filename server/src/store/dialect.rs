@@ -315,6 +315,10 @@ queries! {
     attempt_dispatched = "UPDATE attempts SET state = 'running', executor_id = ?, \
         dispatched_at_ms = {now}, deadline_ms = CASE WHEN ? > 0 THEN {now} + ? ELSE NULL END \
         WHERE attempt_id = ? AND state = 'pending'";
+    // `{partitions}`: the attempt ids one executor accepted in one batch.
+    attempts_dispatched_many = "UPDATE attempts SET state = 'running', executor_id = ?, \
+        dispatched_at_ms = {now}, deadline_ms = CASE WHEN ? > 0 THEN {now} + ? ELSE NULL END \
+        WHERE state = 'pending' AND attempt_id IN ({partitions})";
     // An executor named here ran it: an attempt it answered at once was dispatched now.
     attempt_end = "UPDATE attempts SET state = ?, finished_at_ms = {now}, output = ?, error = ?, \
         executor_id = COALESCE(?, executor_id), \

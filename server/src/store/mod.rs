@@ -277,6 +277,15 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
         timeout_ms: i64,
     ) -> Result<bool, Error>;
 
+    /// [`attempt_dispatched`](Self::attempt_dispatched) for many attempts of one executor and
+    /// one timeout, in one statement; how many were still pending.
+    async fn attempts_dispatched(
+        &self,
+        attempt_ids: &[i64],
+        executor_id: &str,
+        timeout_ms: i64,
+    ) -> Result<u64, Error>;
+
     /// Ends an attempt and moves its run on: queues a retry of the shard, or ends the run when
     /// every shard has ended (`succeeded` if all succeeded, `cancelled` if one was cancelled,
     /// else `failed`), releasing the job's next queued run. Ending an attempt twice is harmless.

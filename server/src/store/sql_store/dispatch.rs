@@ -452,6 +452,25 @@ macro_rules! dispatch_store {
                 Ok(marked.rows_affected() == 1)
             }
 
+            async fn attempts_dispatched(
+                &self,
+                attempt_ids: &[i64],
+                executor_id: &str,
+                timeout_ms: i64,
+            ) -> Result<u64, Error> {
+                let Some(query) = with_partitions(&self.q.attempts_dispatched_many, attempt_ids)
+                else {
+                    return Ok(0);
+                };
+                let marked = sqlx::query::<$db>(query)
+                    .bind(executor_id)
+                    .bind(timeout_ms)
+                    .bind(timeout_ms)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(marked.rows_affected())
+            }
+
             async fn attempts_succeed(
                 &self,
                 executor_id: &str,
