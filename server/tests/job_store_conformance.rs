@@ -330,7 +330,10 @@ async fn changes_and_deletions_are_seen_by_polling(db: TestDb) {
     let before = store.now_ms().await.unwrap() - 1;
     store.job_insert(1, 0, &job("a"), true).await.unwrap();
     store.job_insert(2, 0, &job("b"), true).await.unwrap();
-    let changes = store.jobs_changed_since(before, 100).await.unwrap();
+    let changes = store
+        .jobs_changed_since(before, i64::MAX, 100)
+        .await
+        .unwrap();
     assert_eq!(
         changes
             .changed
@@ -343,17 +346,40 @@ async fn changes_and_deletions_are_seen_by_polling(db: TestDb) {
     assert!(changes.deleted.is_empty());
     assert!(store.job_delete(1).await.unwrap());
     assert!(!store.job_delete(1).await.unwrap());
-    let changes = store.jobs_changed_since(before, 100).await.unwrap();
+    let changes = store
+        .jobs_changed_since(before, i64::MAX, 100)
+        .await
+        .unwrap();
     assert_eq!(changes.deleted, vec![1]);
     assert_eq!(
         changes.changed.iter().map(|j| j.job_id).collect::<Vec<_>>(),
         vec![2]
     );
     let later = store
-        .jobs_changed_since(changes.now_ms + 1, 100)
+        .jobs_changed_since(changes.now_ms + 1, i64::MAX, 100)
         .await
         .unwrap();
     assert!(later.changed.is_empty() && later.deleted.is_empty());
+
+    // A burst larger than a page is read page after page, each job once, even when many
+    // share one millisecond.
+    let burst: Vec<(i64, i64, JobWrite)> = (10..17)
+        .map(|i| (i, 0, job(&format!("burst-{i}"))))
+        .collect();
+    store.jobs_import(&burst, true).await.unwrap();
+    let (mut since, mut after) = (changes.now_ms - 1, i64::MAX);
+    let mut seen = Vec::new();
+    for _ in 0..10 {
+        let page = store.jobs_changed_since(since, after, 3).await.unwrap();
+        seen.extend(page.changed.iter().map(|j| j.job_id));
+        match page.changed.last() {
+            Some(last) if page.changed.len() == 3 => {
+                (since, after) = (last.updated_at_ms, last.job_id)
+            }
+            _ => break,
+        }
+    }
+    assert_eq!(seen, (10..17).collect::<Vec<_>>());
 }
 
 async fn a_claim_inserts_one_run_per_instant_and_advances_the_job(db: TestDb) {

@@ -104,6 +104,8 @@ pub struct Scheduler {
     timer: Timer,
     pending: Vec<RunClaim>,
     changes_since_ms: Option<i64>,
+    /// The key after which the next page of a burst of changes starts.
+    changes_page_after: Option<(i64, i64)>,
     /// Parsed recurring schedules, shared by every job with the same expression and zone.
     schedule_table: Vec<Schedule>,
     /// Index into `schedule_table` by zone, then schedule JSON.
@@ -130,6 +132,7 @@ impl Scheduler {
             timer: Timer::default(),
             pending: Vec::new(),
             changes_since_ms: None,
+            changes_page_after: None,
             schedule_table: Vec::new(),
             schedule_ids: HashMap::new(),
             dispatcher,
@@ -214,15 +217,26 @@ impl Scheduler {
     }
 
     async fn poll_changes(&mut self, now: i64) -> Result<(), store::Error> {
-        // The first poll starts now: loading the partitions read everything older.
-        let since = self.changes_since_ms.unwrap_or(now) - CHANGE_OVERLAP_MS;
-        let changes = self.store.jobs_changed_since(since, CHANGE_PAGE).await?;
-        let mut latest = changes.now_ms;
+        // After a full page, the next one starts right after its last row; otherwise a poll
+        // re-reads the overlap before the last one (the first poll starts now: loading the
+        // partitions read everything older). Resuming a burst with the overlap instead would
+        // read the same first page forever once more than a page changed within the overlap.
+        let (since, after_job_id) = match self.changes_page_after.take() {
+            Some(after) => after,
+            None => (
+                self.changes_since_ms.unwrap_or(now) - CHANGE_OVERLAP_MS,
+                i64::MAX,
+            ),
+        };
+        let changes = self
+            .store
+            .jobs_changed_since(since, after_job_id, CHANGE_PAGE)
+            .await?;
         if changes.changed.len() as i64 >= CHANGE_PAGE {
-            // A full page: resume after its last row rather than skip the rest.
-            latest = changes.changed.last().map_or(latest, |j| j.updated_at_ms);
+            self.changes_page_after = changes.changed.last().map(|j| (j.updated_at_ms, j.job_id));
+        } else {
+            self.changes_since_ms = Some(changes.now_ms);
         }
-        self.changes_since_ms = Some(latest);
         for job_id in changes.deleted {
             self.jobs.remove(&job_id);
         }

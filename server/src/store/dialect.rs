@@ -204,7 +204,8 @@ queries! {
     jobs_changed_since = "SELECT job_id, partition_id, name, app_name, handler_name, \
         schedule_json, timezone, args_json, policy_json, state, version, last_fired_at_ms, \
         created_at_ms, updated_at_ms, started_at_ms FROM jobs \
-        WHERE updated_at_ms > ? ORDER BY updated_at_ms LIMIT ?";
+        WHERE updated_at_ms > ? OR (updated_at_ms = ? AND job_id > ?) \
+        ORDER BY updated_at_ms, job_id LIMIT ?";
     job_update = "UPDATE jobs SET name = ?, app_name = ?, handler_name = ?, \
         schedule_json = ?, timezone = ?, args_json = ?, policy_json = ?, \
         version = version + 1, updated_at_ms = {now} WHERE job_id = ? AND version = ?";

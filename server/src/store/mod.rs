@@ -154,7 +154,14 @@ pub trait JobStore: Send + Sync + std::fmt::Debug + 'static {
     async fn jobs_import(&self, jobs: &[(i64, i64, JobWrite)], start: bool) -> Result<(), Error>;
 
     /// Jobs updated and deleted after `since_ms` (database clock), at most `limit` updated.
-    async fn jobs_changed_since(&self, since_ms: i64, limit: i64) -> Result<JobChanges, Error>;
+    /// Paged by the key `(updated_at_ms, job_id)`: the page starts after `since_ms` and, among
+    /// jobs updated at `since_ms` itself, after `after_job_id` (`i64::MAX`: none of them).
+    async fn jobs_changed_since(
+        &self,
+        since_ms: i64,
+        after_job_id: i64,
+        limit: i64,
+    ) -> Result<JobChanges, Error>;
 
     /// Claims scheduled instants in one transaction. Each partition is locked and checked to
     /// still be `node_id`'s at the claim's epoch; each job must still be running at the

@@ -454,12 +454,15 @@ macro_rules! job_store {
             async fn jobs_changed_since(
                 &self,
                 since_ms: i64,
+                after_job_id: i64,
                 limit: i64,
             ) -> Result<JobChanges, Error> {
                 // The clock first: a change committed after this read is seen by the next poll.
                 let now_ms = self.now_ms().await?;
                 let changed = sqlx::query_as::<$db, JobRecord>(sql(&self.q.jobs_changed_since))
                     .bind(since_ms)
+                    .bind(since_ms)
+                    .bind(after_job_id)
                     .bind(limit)
                     .fetch_all(&self.pool)
                     .await?;
