@@ -94,6 +94,16 @@ impl LocalView {
         self.lock().partitions.clone()
     }
 
+    /// Whether this node may act on `partition_id` now.
+    pub fn owns(&self, partition_id: i64) -> bool {
+        self.is_member()
+            && self
+                .lock()
+                .partitions
+                .iter()
+                .any(|p| p.partition_id == partition_id)
+    }
+
     pub(super) fn renew_membership(&self, until: Instant) {
         self.lock().member_until = Some(until);
     }

@@ -405,6 +405,7 @@ impl Dispatcher {
             };
             let store = Arc::clone(&self.store);
             let client = self.client.clone();
+            let view = Arc::clone(&self.view);
             let in_flight = Arc::clone(&in_flight);
             let wait_ms = u64::try_from(due_ms - clock_base.1).unwrap_or(0);
             let at = clock_base.0 + Duration::from_millis(wait_ms);
@@ -412,6 +413,12 @@ impl Dispatcher {
                 tokio::time::sleep_until(at).await;
                 // Closed never: the semaphore lives as long as the pass.
                 let _permit = in_flight.acquire_owned().await.ok();
+                // A partition that moved away (or a lapsed lease) while the delivery waited for
+                // its instant: its attempts stay pending for the next owner.
+                let offers: Vec<Offer> = offers
+                    .into_iter()
+                    .filter(|o| view.owns(o.attempt.partition_id))
+                    .collect();
                 deliver_batch(&*store, &client, offers).await
             });
         }
