@@ -45,7 +45,7 @@ pub struct DispatchSettings {
     pub executor_lease: Duration,
     /// How long a run waits for an executor of its handler to appear before it fails.
     pub no_executor_grace: Duration,
-    /// Most attempts looked at per tick.
+    /// Most runs started, and attempts delivered, per pass.
     pub batch: i64,
     /// Attempts due this soon are planned now and delivered at their instant (the scheduler
     /// claims runs as long ahead).
@@ -64,9 +64,9 @@ impl Default for DispatchSettings {
     }
 }
 
-/// How far ahead a tick plans deliveries, given how far ahead runs are claimed: a tick waits
-/// for its deliveries, so holding them long would hold up the ticks behind it; a quarter
-/// second covers a tick's round trips and leaves the runs started earlier waiting in the
+/// How far ahead a delivery pass plans deliveries, given how far ahead runs are claimed: a pass
+/// waits for its deliveries, so holding them long would hold up the passes behind it; a quarter
+/// second covers a pass's round trips and leaves the runs started earlier waiting in the
 /// database.
 pub fn deliver_ahead(claim_ahead: Duration) -> Duration {
     claim_ahead.min(Duration::from_millis(250))
@@ -219,7 +219,7 @@ impl Dispatcher {
 
     /// Two passes run side by side: one starts pending runs (the database work of creating
     /// their attempts), the other delivers due attempts and stores what executors answered;
-    /// so a tick's HTTP never waits for the next runs' inserts, nor those for the HTTP.
+    /// so a pass's HTTP never waits for the next runs' inserts, nor those for the HTTP.
     pub async fn run(self, stop: CancellationToken) {
         let starting = async {
             loop {
@@ -238,7 +238,7 @@ impl Dispatcher {
         let delivering = async {
             loop {
                 if let Err(err) = self.delivery_pass().await {
-                    warn!(error = %err, "dispatch tick failed");
+                    warn!(error = %err, "delivering attempts failed");
                 }
                 tokio::select! {
                     _ = stop.cancelled() => return,
@@ -446,7 +446,7 @@ impl Dispatcher {
             ended += rest.len();
         }
         let took = began.elapsed();
-        if took > SLOW_TICK {
+        if took > SLOW_PASS {
             warn!(
                 ?took,
                 ?housekeeping,
@@ -678,13 +678,14 @@ impl Dispatcher {
     }
 }
 
-/// A tick slower than this is logged with where its time went.
-const SLOW_TICK: Duration = Duration::from_millis(100);
+/// A delivery pass slower than this is logged with where its time went (a pass waits up to
+/// [`deliver_ahead`] for the instants it holds, so this leaves most of a second of work).
+const SLOW_PASS: Duration = Duration::from_millis(1_000);
 
 /// Most dispatches of one node in flight at once.
 const MAX_IN_FLIGHT: usize = 128;
 
-/// An attempt an executor answered at once, to end with the others of its tick.
+/// An attempt an executor answered at once, to end with the others of its pass.
 #[derive(Debug)]
 struct Ended {
     attempt_id: i64,
@@ -726,7 +727,7 @@ async fn drain(tasks: &mut tokio::task::JoinSet<Vec<Delivered>>, ended: &mut Vec
 }
 
 /// Keeps a delivery's product; a failed one is logged (its attempt stays in the database and
-/// a later tick picks it up again).
+/// a later pass picks it up again).
 fn keep(done: Option<Result<Delivered, tokio::task::JoinError>>, ended: &mut Vec<Option<Ended>>) {
     match done {
         Some(Ok(Ok(product))) => ended.push(product),
