@@ -214,6 +214,8 @@ impl Application {
             Arc::new(dispatch_secret),
             Duration::from_millis(config.dispatch.connect_timeout_ms),
             Duration::from_millis(config.dispatch.request_timeout_ms),
+            crate::dispatch::networks::Allowlist::parse(&config.dispatch.allowed_networks)
+                .map_err(|why| StartupError::Http(format!("dispatch.allowed_networks: {why}")))?,
         )
         .map_err(|e| StartupError::Http(e.to_string()))?;
         let dispatcher = Dispatcher::new(

@@ -190,6 +190,9 @@ pub struct DispatchConfig {
     pub request_timeout_ms: u64,
     /// How long a run waits for an executor of its handler to register before it fails.
     pub no_executor_grace_ms: u64,
+    /// Networks executors may register addresses in (`10.0.0.0/8`, `fd00::/8`, single
+    /// addresses); empty allows any. Checked at registration and on every connection.
+    pub allowed_networks: Vec<String>,
 }
 
 impl Default for DispatchConfig {
@@ -201,6 +204,7 @@ impl Default for DispatchConfig {
             connect_timeout_ms: 2_000,
             request_timeout_ms: 10_000,
             no_executor_grace_ms: 30_000,
+            allowed_networks: Vec::new(),
         }
     }
 }
@@ -341,6 +345,8 @@ impl Config {
                 ),
             ));
         }
+        crate::dispatch::networks::Allowlist::parse(&d.allowed_networks)
+            .map_err(|why| invalid("dispatch.allowed_networks", why))?;
         let s = &self.scheduler;
         if !(10..=60_000).contains(&s.poll_ms) {
             return Err(invalid(
@@ -475,6 +481,19 @@ mod tests {
     fn unknown_settings_are_named() {
         let err = parse("[cluster]\nheartbeat = 5\n").unwrap_err().to_string();
         assert!(err.contains("heartbeat"), "{err}");
+    }
+
+    #[test]
+    fn allowed_networks_are_parsed_and_a_bad_one_is_named() {
+        let ok = parse("[dispatch]\nallowed_networks = [\"10.0.0.0/8\", \"fd00::/8\"]\n").unwrap();
+        assert_eq!(ok.dispatch.allowed_networks.len(), 2);
+        let err = parse("[dispatch]\nallowed_networks = [\"10.0.0.0/40\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("dispatch.allowed_networks") && err.contains("10.0.0.0/40"),
+            "{err}"
+        );
     }
 
     #[test]

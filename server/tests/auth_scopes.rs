@@ -191,3 +191,63 @@ async fn each_token_opens_exactly_what_it_should() {
         "the admin token opens everything"
     );
 }
+
+/// With `dispatch.allowed_networks`, an executor cannot point the nodes outside those networks:
+/// an address literal or a name resolving outside them is refused at registration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executors_register_only_addresses_in_the_allowed_networks() {
+    let node = Solo::start(|spec| {
+        spec.extra_env = vec![
+            ("CARILLON_EXECUTOR_TOKEN", EXECUTOR.to_owned()),
+            (
+                "CARILLON_DISPATCH_ALLOWED_NETWORKS",
+                "10.0.0.0/8, fd00::/8".to_owned(),
+            ),
+        ];
+    })
+    .await;
+    let register = node.url("/api/v1/executors/register");
+    for address in [
+        "http://127.0.0.1:9100",
+        "http://localhost:9100",
+        "http://[::1]:9100",
+    ] {
+        let mut body = registration("etl", "etl-outside");
+        body["address"] = json!(address);
+        let response = reqwest::Client::new()
+            .post(&register)
+            .bearer_auth(EXECUTOR)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{address}");
+        let problem: serde_json::Value = response.json().await.unwrap();
+        let text = problem.to_string();
+        assert!(
+            text.contains("address") && text.contains("dispatch.allowed_networks"),
+            "{address}: {text}"
+        );
+    }
+    let mut inside = registration("etl", "etl-inside");
+    inside["address"] = json!("http://10.9.8.7:9100");
+    assert_eq!(
+        status(
+            &node,
+            "POST",
+            "/api/v1/executors/register",
+            Some(EXECUTOR),
+            Some(inside)
+        )
+        .await,
+        StatusCode::OK
+    );
+    let (_, executors) = node.call(Method::GET, "/api/v1/executors", None).await;
+    let ids: Vec<&str> = executors["executors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["id"].as_str())
+        .collect();
+    assert_eq!(ids, ["etl-inside"], "nothing outside was stored");
+}

@@ -89,6 +89,12 @@ pub(super) async fn register(
             "must be an http:// or https:// URL",
         ));
     }
+    // The nodes will send signed requests there: only into the networks the operator allows.
+    state
+        .dispatch
+        .check_address(address)
+        .await
+        .map_err(|why| ApiError::invalid("address", why))?;
     if registration.weight == 0 || registration.weight > 1_000 {
         return Err(ApiError::invalid("weight", "must be between 1 and 1000"));
     }

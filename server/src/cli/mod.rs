@@ -139,6 +139,9 @@ struct ServerArgs {
     /// How long work waits for an executor of its handler before it fails.
     #[arg(long, env = "CARILLON_NO_EXECUTOR_GRACE_MS")]
     no_executor_grace_ms: Option<u64>,
+    /// Networks executors may register addresses in: `10.0.0.0/8,fd00::/8`.
+    #[arg(long, env = "CARILLON_DISPATCH_ALLOWED_NETWORKS")]
+    dispatch_allowed_networks: Option<String>,
 }
 
 impl CommonArgs {
@@ -184,6 +187,14 @@ impl ServerArgs {
         }
         if let Some(secret) = self.dispatch_secret {
             config.dispatch.secret = Some(Secret::new(secret));
+        }
+        if let Some(networks) = self.dispatch_allowed_networks {
+            config.dispatch.allowed_networks = networks
+                .split(',')
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .map(str::to_owned)
+                .collect();
         }
         set(
             &mut config.dispatch.executor_lease_ms,

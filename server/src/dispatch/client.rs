@@ -10,6 +10,7 @@ use carillon_protocol::{
 };
 use reqwest::StatusCode;
 
+use super::networks::{Allowlist, AllowlistResolver};
 use crate::clock::system_now_ms;
 use crate::config::Secret;
 
@@ -30,6 +31,7 @@ pub enum Delivery {
 pub struct DispatchClient {
     http: reqwest::Client,
     secret: Arc<Secret>,
+    allowlist: Arc<Allowlist>,
 }
 
 impl DispatchClient {
@@ -37,18 +39,35 @@ impl DispatchClient {
         secret: Arc<Secret>,
         connect_timeout: Duration,
         request_timeout: Duration,
+        allowlist: Allowlist,
     ) -> Result<Self, reqwest::Error> {
-        let http = reqwest::Client::builder()
+        let allowlist = Arc::new(allowlist);
+        let mut http = reqwest::Client::builder()
             .connect_timeout(connect_timeout)
             .timeout(request_timeout)
             // Dispatch only to the address an executor registered, never where it points.
             .redirect(reqwest::redirect::Policy::none())
-            .pool_max_idle_per_host(64)
-            .build()?;
-        Ok(Self { http, secret })
+            .pool_max_idle_per_host(64);
+        if !allowlist.is_open() {
+            http = http.dns_resolver(AllowlistResolver(Arc::clone(&allowlist)));
+        }
+        Ok(Self {
+            http: http.build()?,
+            secret,
+            allowlist,
+        })
+    }
+
+    /// Whether executors may register `address` (see [`networks`](super::networks)).
+    pub async fn check_address(&self, address: &str) -> Result<(), String> {
+        self.allowlist.check_address(address).await
     }
 
     async fn post_signed(&self, url: String, body: Vec<u8>) -> Result<reqwest::Response, String> {
+        // An address literal skips the resolver: check it here.
+        if !self.allowlist.permits_literal(&url) {
+            return Err("the executor's address is outside dispatch.allowed_networks".to_owned());
+        }
         // Signatures use this machine's clock: the executor compares with its own.
         let timestamp = system_now_ms();
         let signature = sign(self.secret.expose().as_bytes(), timestamp, &body);

@@ -13,6 +13,7 @@ pub mod backoff;
 pub mod balancer;
 pub mod client;
 pub mod finish;
+pub mod networks;
 pub mod sharding;
 
 use std::collections::{HashMap, HashSet};
