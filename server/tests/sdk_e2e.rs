@@ -176,19 +176,22 @@ async fn the_sdk_registers_runs_handlers_and_drains() {
     assert_eq!(ended(&node, &run).await["state"], "cancelled");
 
     // The endpoint refuses a bad signature, and a replayed attempt.
-    let url = format!("http://127.0.0.1:{port}/carillon/v1/dispatch");
-    let body = serde_json::to_vec(&json!({"protocol": 1, "run_id": 1, "attempt_id": 424242, "attempt": 1,
-        "job_id": 1, "job": "x", "handler": "shard", "args": null, "shard": {"index": 0, "total": 1},
-        "scheduled_at": "", "report_to": []})).unwrap();
+    let one = |attempt_id: i64, handler: &str| {
+        json!({"protocol": 1, "run_id": 1, "attempt_id": attempt_id, "attempt": 1, "job_id": 1,
+            "job": "x", "handler": handler, "args": null, "shard": {"index": 0, "total": 1},
+            "scheduled_at": "", "report_to": []})
+    };
     let now = chrono::Utc::now().timestamp_millis();
-    let post = |signature: String| {
+    let signed_post = |path: &'static str, body: Vec<u8>, signature: String| {
         reqwest::Client::new()
-            .post(&url)
+            .post(format!("http://127.0.0.1:{port}{path}"))
             .header("x-carillon-timestamp", now.to_string())
             .header("x-carillon-signature", signature)
-            .body(body.clone())
+            .body(body)
             .send()
     };
+    let body = serde_json::to_vec(&one(424242, "shard")).unwrap();
+    let post = |signature: String| signed_post("/carillon/v1/dispatch", body.clone(), signature);
     assert_eq!(
         post(format!("v1={}", "a".repeat(64)))
             .await
@@ -207,23 +210,11 @@ async fn the_sdk_registers_runs_handlers_and_drains() {
     // The batch endpoint answers each attempt as the single one would: a new attempt is
     // accepted, an unknown handler refused, the replayed attempt refused; one signature for
     // the whole body.
-    let one = |attempt_id: i64, handler: &str| {
-        json!({"protocol": 1, "run_id": 1, "attempt_id": attempt_id, "attempt": 1, "job_id": 1,
-            "job": "x", "handler": handler, "args": null, "shard": {"index": 0, "total": 1},
-            "scheduled_at": "", "report_to": []})
-    };
     let batch = serde_json::to_vec(&json!({"dispatches": [
         one(434343, "shard"), one(434344, "nowhere"), one(424242, "shard")]}))
     .unwrap();
-    let batch_url = format!("http://127.0.0.1:{port}/carillon/v1/dispatch-batch");
-    let post_batch = |signature: String| {
-        reqwest::Client::new()
-            .post(&batch_url)
-            .header("x-carillon-timestamp", now.to_string())
-            .header("x-carillon-signature", signature)
-            .body(batch.clone())
-            .send()
-    };
+    let post_batch =
+        |signature: String| signed_post("/carillon/v1/dispatch-batch", batch.clone(), signature);
     let forged = post_batch(format!("v1={}", "b".repeat(64))).await.unwrap();
     assert_eq!(forged.status(), 401, "a batch is signed as a whole");
     let signed = carillon_protocol::sign(SECRET.as_bytes(), now, &batch);

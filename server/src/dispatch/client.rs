@@ -96,21 +96,15 @@ impl DispatchClient {
             Ok(response) => response,
             Err(e) => return Delivery::TryAnother(e),
         };
-        let status = response.status();
-        match status {
+        match response.status() {
             StatusCode::ACCEPTED => Delivery::Accepted,
             StatusCode::OK => match response.json::<DirectResult>().await {
                 Ok(result) => Delivery::Finished(result),
                 Err(e) => Delivery::Refused(format!("200 with a body that is not a result: {e}")),
             },
-            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
-                Delivery::TryAnother(format!("executor answered {status}"))
-            }
-            s if s.is_server_error() => Delivery::TryAnother(format!("executor answered {s}")),
-            s => {
+            status => {
                 let detail = response.text().await.unwrap_or_default();
-                let detail: String = detail.chars().take(300).collect();
-                Delivery::Refused(format!("executor answered {s}: {detail}"))
+                not_taken(status.as_u16(), &detail)
             }
         }
     }
@@ -162,20 +156,27 @@ impl DispatchClient {
 
 /// One reply of a batch, read as the single dispatch's answer would be.
 fn item_delivery(item: BatchItemReply) -> Delivery {
-    let why = item.error.unwrap_or_default();
     match item.status {
         202 => Delivery::Accepted,
         200 => match item.result {
             Some(result) => Delivery::Finished(result),
             None => Delivery::Refused("200 without a result".to_owned()),
         },
-        429 | 503 => Delivery::TryAnother(format!("executor answered {}", item.status)),
-        s if s >= 500 => Delivery::TryAnother(format!("executor answered {s}")),
-        s => Delivery::Refused(format!(
-            "executor answered {s}: {}",
-            why.chars().take(300).collect::<String>()
-        )),
+        status => not_taken(status, item.error.as_deref().unwrap_or_default()),
     }
+}
+
+/// An answer other than `200`/`202`: busy, draining or failing (try the next executor), or a
+/// refusal for good (`404`, `401`, `400`, `409`…), single or in a batch alike.
+fn not_taken(status: u16, detail: &str) -> Delivery {
+    let status_text = StatusCode::from_u16(status)
+        .map(|s| s.to_string())
+        .unwrap_or_else(|_| status.to_string());
+    if status == 429 || status >= 500 {
+        return Delivery::TryAnother(format!("executor answered {status_text}"));
+    }
+    let detail: String = detail.chars().take(300).collect();
+    Delivery::Refused(format!("executor answered {status_text}: {detail}"))
 }
 
 /// reqwest errors carry the URL; the message already says which executor.

@@ -266,10 +266,17 @@ impl Dispatcher {
             .collect()
     }
 
-    async fn fleet(&self) -> Result<Fleet, store::Error> {
+    /// The healthy executors and their handlers; with what each carries when `with_loads`
+    /// (only offers need it: starting a run does not count against capacity).
+    async fn fleet(&self, with_loads: bool) -> Result<Fleet, store::Error> {
+        let loads = if with_loads {
+            self.store.executor_loads().await?
+        } else {
+            Vec::new()
+        };
         Ok(Fleet::new(
             self.store.executors_list(None).await?,
-            self.store.executor_loads().await?,
+            loads,
             millis(self.settings.executor_lease),
         ))
     }
@@ -293,14 +300,14 @@ impl Dispatcher {
         if pending.is_empty() {
             return Ok(0);
         }
-        let fleet = self.fleet().await?;
+        let fleet = self.fleet(false).await?;
         let mut jobs: HashMap<i64, Option<JobRecord>> = HashMap::new();
         self.prefetch_jobs(&mut jobs, pending.iter().map(|r| r.job_id))
             .await?;
         let mut starting = Vec::new();
         for run in pending {
-            let job = self.job(&mut jobs, run.job_id).await?;
-            if let Some(attempts) = self.start_run(&run, job.as_ref(), &fleet).await? {
+            let job = jobs.get(&run.job_id).and_then(Option::as_ref);
+            if let Some(attempts) = self.start_run(&run, job, &fleet).await? {
                 starting.push((run, attempts));
             }
         }
@@ -321,7 +328,7 @@ impl Dispatcher {
         }
         let began = std::time::Instant::now();
         let lease_ms = millis(self.settings.executor_lease);
-        let mut fleet = self.fleet().await?;
+        let mut fleet = self.fleet(true).await?;
         // The database clock's reading at a local instant: deliveries wait for their instant
         // on the local monotonic clock from here.
         let clock_base = (tokio::time::Instant::now(), fleet.now_ms);
@@ -381,9 +388,9 @@ impl Dispatcher {
         let mut batches: HashMap<(String, i64), Vec<Offer>> = HashMap::new();
         let mut singles = Vec::new();
         for due in due {
-            let job = self.job(&mut jobs, due.attempt.job_id).await?;
+            let job = jobs.get(&due.attempt.job_id).and_then(Option::as_ref);
             let planned = self
-                .plan(&due.attempt, due.scheduled_at_ms, job.as_ref(), &mut fleet)
+                .plan(&due.attempt, due.scheduled_at_ms, job, &mut fleet)
                 .await?;
             match planned {
                 Some(offer) if offer.first_takes_batches => {
@@ -461,7 +468,7 @@ impl Dispatcher {
     }
 
     /// Reads the jobs of `job_ids` not yet in `cache` in one statement; a job that no longer
-    /// exists is cached as `None`.
+    /// exists is cached as `None`. Every job a pass looks at is read here, once.
     async fn prefetch_jobs(
         &self,
         cache: &mut HashMap<i64, Option<JobRecord>>,
@@ -480,19 +487,6 @@ impl Dispatcher {
             cache.insert(job.job_id, Some(job));
         }
         Ok(())
-    }
-
-    async fn job(
-        &self,
-        cache: &mut HashMap<i64, Option<JobRecord>>,
-        job_id: i64,
-    ) -> Result<Option<JobRecord>, store::Error> {
-        if let Some(job) = cache.get(&job_id) {
-            return Ok(job.clone());
-        }
-        let job = self.store.job_get(job_id).await?;
-        cache.insert(job_id, job.clone());
-        Ok(job)
     }
 
     fn address_of(&self, fleet: &Fleet, executor_id: Option<&str>) -> Option<String> {
