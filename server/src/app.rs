@@ -212,6 +212,7 @@ impl Application {
         );
         let client = DispatchClient::new(
             Arc::new(dispatch_secret),
+            Arc::clone(&clock),
             Duration::from_millis(config.dispatch.connect_timeout_ms),
             Duration::from_millis(config.dispatch.request_timeout_ms),
             crate::dispatch::networks::Allowlist::parse(&config.dispatch.allowed_networks)

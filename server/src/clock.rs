@@ -8,6 +8,8 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use tokio::sync::watch;
+
 /// This machine's clock in epoch milliseconds.
 pub fn system_now_ms() -> i64 {
     SystemTime::now()
@@ -16,14 +18,34 @@ pub fn system_now_ms() -> i64 {
 }
 
 /// Wall time as the database tells it, read locally.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ClusterClock {
     offset_ms: AtomicI64,
+    /// Whether the database clock has been read once: before that, `now_ms` is this
+    /// machine's clock, which may be minutes off.
+    synced: watch::Sender<bool>,
+}
+
+impl Default for ClusterClock {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl ClusterClock {
     pub fn new() -> Self {
-        Self::default()
+        Self {
+            offset_ms: AtomicI64::new(0),
+            synced: watch::channel(false).0,
+        }
+    }
+
+    /// Returns once the database clock has been read: scheduling must not start on this
+    /// machine's clock.
+    pub async fn synced(&self) {
+        let mut readings = self.synced.subscribe();
+        // The sender lives as long as `self`, so waiting cannot fail.
+        let _ = readings.wait_for(|synced| *synced).await;
     }
 
     /// Now, by the database's clock, in epoch milliseconds.
@@ -37,6 +59,8 @@ impl ClusterClock {
         let midpoint = sent_ms + (received_ms - sent_ms) / 2;
         self.offset_ms
             .store(database_ms - midpoint, Ordering::Relaxed);
+        self.synced
+            .send_if_modified(|synced| !std::mem::replace(synced, true));
     }
 
     /// The current correction, database minus local (for the API and logs).
@@ -48,6 +72,16 @@ impl ClusterClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn the_clock_is_synced_once_the_database_clock_was_read() {
+        let clock = ClusterClock::new();
+        let waiting = tokio::time::timeout(std::time::Duration::from_millis(20), clock.synced());
+        assert!(waiting.await.is_err(), "not synced before a reading");
+        clock.observe(1_000, 1_050, 1_100);
+        let waiting = tokio::time::timeout(std::time::Duration::from_secs(5), clock.synced());
+        assert!(waiting.await.is_ok(), "synced after a reading");
+    }
 
     #[test]
     fn the_offset_is_taken_at_the_round_trips_midpoint() {

@@ -11,7 +11,7 @@ use carillon_protocol::{
 use reqwest::StatusCode;
 
 use super::networks::{Allowlist, AllowlistResolver};
-use crate::clock::system_now_ms;
+use crate::clock::ClusterClock;
 use crate::config::Secret;
 
 /// What became of one dispatch.
@@ -32,11 +32,13 @@ pub struct DispatchClient {
     http: reqwest::Client,
     secret: Arc<Secret>,
     allowlist: Arc<Allowlist>,
+    clock: Arc<ClusterClock>,
 }
 
 impl DispatchClient {
     pub fn new(
         secret: Arc<Secret>,
+        clock: Arc<ClusterClock>,
         connect_timeout: Duration,
         request_timeout: Duration,
         allowlist: Allowlist,
@@ -55,6 +57,7 @@ impl DispatchClient {
             http: http.build()?,
             secret,
             allowlist,
+            clock,
         })
     }
 
@@ -68,8 +71,10 @@ impl DispatchClient {
         if !self.allowlist.permits_literal(&url) {
             return Err("the executor's address is outside dispatch.allowed_networks".to_owned());
         }
-        // Signatures use this machine's clock: the executor compares with its own.
-        let timestamp = system_now_ms();
+        // Signatures carry the cluster's time (the database clock), not this machine's: a
+        // node whose clock is minutes off would otherwise have every dispatch refused as
+        // stale by executors whose clocks are right.
+        let timestamp = self.clock.now_ms();
         let signature = sign(self.secret.expose().as_bytes(), timestamp, &body);
         self.http
             .post(url)

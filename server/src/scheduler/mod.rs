@@ -141,12 +141,19 @@ impl Scheduler {
 
     /// Runs until `stop` is cancelled. Claimed runs are durable, so stopping loses nothing.
     pub async fn run(mut self, stop: CancellationToken) {
-        let mut next_poll_ms = i64::MIN;
+        // Until the database clock has been read, this machine's clock is all there is, and
+        // it may be minutes off: instants computed from it would be wrong.
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = self.clock.synced() => {}
+        }
+        // Polls are paced on the monotonic clock: a correction of the cluster clock (its
+        // first reading can move it by minutes) must not postpone them.
+        let mut next_poll = tokio::time::Instant::now();
         loop {
-            let now = self.clock.now_ms();
-            if now >= next_poll_ms {
-                next_poll_ms = now + millis(self.settings.poll_interval);
-                if let Err(err) = self.follow_cluster(now).await {
+            if tokio::time::Instant::now() >= next_poll {
+                next_poll = tokio::time::Instant::now() + self.settings.poll_interval;
+                if let Err(err) = self.follow_cluster(self.clock.now_ms()).await {
                     warn!(error = %err, "scheduler could not refresh its jobs");
                 }
             }
@@ -159,16 +166,13 @@ impl Scheduler {
                 }
                 continue;
             }
-            let now = self.clock.now_ms();
-            let wake = self
-                .timer
-                .next_due()
-                .map_or(i64::MAX, |due| due - ahead)
-                .min(next_poll_ms);
-            let wait = Duration::from_millis(u64::try_from(wake - now).unwrap_or(0));
+            let until_due = self.timer.next_due().map_or(Duration::MAX, |due| {
+                Duration::from_millis(u64::try_from(due - ahead - self.clock.now_ms()).unwrap_or(0))
+            });
+            let until_poll = next_poll.saturating_duration_since(tokio::time::Instant::now());
             tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = tokio::time::sleep(wait) => {}
+                _ = tokio::time::sleep(until_due.min(until_poll)) => {}
             }
         }
     }

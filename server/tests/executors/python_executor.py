@@ -6,6 +6,7 @@ Handlers:
   slow     -> answers 202, sleeps `args.seconds` (default 3), reports succeeded
   fail     -> answers 200 with outcome failed
   flaky    -> fails when this executor runs with --fail, succeeds otherwise
+With --hang, `slow` answers 202 and then never reports nor honours a cancel (a stuck handler).
 Prints "listening <port>" once it serves.
 """
 import argparse, hashlib, hmac, json, threading, time, urllib.request
@@ -20,6 +21,7 @@ p.add_argument("--id", required=True)
 p.add_argument("--weight", type=int, default=1)
 p.add_argument("--capacity", type=int, default=8)
 p.add_argument("--fail", action="store_true")
+p.add_argument("--hang", action="store_true")
 args = p.parse_args()
 
 lock = threading.Lock()
@@ -123,7 +125,9 @@ class Handler(BaseHTTPRequestHandler):
                 return self.reply(429, {"error": "busy"})
             seen[msg["attempt_id"]] = now_ms()
             log.append({"attempt_id": msg["attempt_id"], "run_id": msg["run_id"], "handler": msg["handler"],
-                        "args": msg["args"], "shard": msg["shard"], "attempt": msg["attempt"]})
+                        "args": msg["args"], "shard": msg["shard"], "attempt": msg["attempt"],
+                        "job_id": msg["job_id"], "scheduled_at": msg["scheduled_at"],
+                        "received_ms": now_ms()})
         handler = msg["handler"]
         if handler == "echo":
             return self.reply(200, {"outcome": "succeeded", "output": {"args": msg["args"], "shard": msg["shard"], "by": args.id,
@@ -132,6 +136,10 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(200, {"outcome": "failed", "error": "failed on " + args.id})
         if handler == "flaky":
             return self.reply(200, {"outcome": "succeeded", "output": {"by": args.id}})
+        if handler == "slow" and args.hang:
+            with lock:  # listed as in flight by heartbeats, like any stuck handler
+                running[msg["attempt_id"]] = threading.Event()
+            return self.reply(202, {})
         if handler == "slow":
             ev = threading.Event()
             with lock:

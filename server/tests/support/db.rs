@@ -199,38 +199,7 @@ impl TestDb {
 
     /// Rows of two integers from `query` (written with `?` placeholders) bound to `binds`.
     pub async fn fetch_pairs(&self, query: &str, binds: &[i64]) -> Vec<(i64, i64)> {
-        let query = match self.engine {
-            Engine::Postgres => {
-                let mut out = String::new();
-                let mut n = 0;
-                for ch in query.chars() {
-                    if ch == '?' {
-                        n += 1;
-                        out.push_str(&format!("${n}"));
-                    } else {
-                        out.push(ch);
-                    }
-                }
-                out
-            }
-            _ => query.to_owned(),
-        };
-        let sql = AssertSqlSafe(query);
-        macro_rules! run {
-            ($conn:ty) => {{
-                let mut c = <$conn>::connect(&self.url).await.expect("connect");
-                let mut q = sqlx::query_as::<_, (i64, i64)>(sql);
-                for b in binds {
-                    q = q.bind(*b);
-                }
-                q.fetch_all(&mut c).await.expect("query")
-            }};
-        }
-        match self.engine {
-            Engine::Postgres => run!(sqlx::PgConnection),
-            Engine::Mysql => run!(sqlx::MySqlConnection),
-            Engine::Sqlite => run!(sqlx::SqliteConnection),
-        }
+        fetch_rows(self.engine, &self.url, query, binds).await
     }
 
     async fn fetch_strings(&self, query: &'static str) -> Vec<String> {
@@ -263,6 +232,53 @@ impl TestDb {
                     .expect(query)
             }
         }
+    }
+}
+
+/// Rows of `T` (a tuple of columns) from `query`, written with `?` placeholders and bound to
+/// `binds`, on the database at `url`.
+pub async fn fetch_rows<T>(engine: Engine, url: &str, query: &str, binds: &[i64]) -> Vec<T>
+where
+    T: Send
+        + Unpin
+        + for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>
+        + for<'r> sqlx::FromRow<'r, sqlx::mysql::MySqlRow>
+        + for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow>,
+{
+    let query = match engine {
+        Engine::Postgres => {
+            let mut out = String::new();
+            let mut n = 0;
+            for ch in query.chars() {
+                if ch == '?' {
+                    n += 1;
+                    out.push_str(&format!("${n}"));
+                } else {
+                    out.push(ch);
+                }
+            }
+            out
+        }
+        _ => query.to_owned(),
+    };
+    let what = query.clone();
+    let sql = AssertSqlSafe(query);
+    macro_rules! run {
+        ($conn:ty) => {{
+            let mut c = <$conn>::connect(url).await.expect("connect");
+            let mut q = sqlx::query_as::<_, T>(sql);
+            for b in binds {
+                q = q.bind(*b);
+            }
+            q.fetch_all(&mut c)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: {e}"))
+        }};
+    }
+    match engine {
+        Engine::Postgres => run!(sqlx::PgConnection),
+        Engine::Mysql => run!(sqlx::MySqlConnection),
+        Engine::Sqlite => run!(sqlx::SqliteConnection),
     }
 }
 

@@ -9,6 +9,8 @@
 pub mod db;
 pub mod executor;
 pub mod node;
+pub mod private_server;
+pub mod proxy;
 
 use std::future::Future;
 use std::time::Duration;

@@ -193,6 +193,20 @@ impl NodeProcess {
         let _ = self.child.wait();
     }
 
+    /// Sends `signal` (`STOP`, `CONT`, …) to the process.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -{signal}");
+    }
+
+    /// True while the process has not exited.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// SIGTERM, then waits for the process to exit.
     pub async fn terminate(&mut self) -> ExitStatus {
         let status = Command::new("kill")

@@ -1,0 +1,116 @@
+//! Nodes whose clocks are minutes off (libfaketime: one 7 minutes ahead, one 7 minutes behind;
+//! more than the executors' five-minute signature window) fire every instant once, never
+//! before it is due, and their dispatches are accepted.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::harness::{Cluster, Database, every_second, instants, one_at_a_time};
+use crate::invariants::{Verdict, each_at, max_lateness_ms, runs, settle};
+use crate::support::db::TestDb;
+use crate::support::node::NodeSpec;
+
+for_engine!(
+    postgres,
+    Postgres,
+    [nodes_minutes_off_fire_neither_early_nor_twice]
+);
+// Not on SQLite: embedded, its clock is the node's own, so a skewed node is a skewed database.
+for_engine!(
+    mysql,
+    Mysql,
+    [nodes_minutes_off_fire_neither_early_nor_twice]
+);
+
+const SKEW: [&str; 2] = ["+7m", "-7m"];
+
+fn libfaketime() -> Option<PathBuf> {
+    [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib",
+    ]
+    .iter()
+    .map(|dir| PathBuf::from(dir).join("faketime/libfaketime.so.1"))
+    .find(|p| p.exists())
+}
+
+/// Runs node `n<k>` with its clock shifted by `SKEW[k-1]`.
+fn skewed(library: &PathBuf) -> impl Fn(&mut NodeSpec) + '_ {
+    move |spec: &mut NodeSpec| {
+        let k = Cluster::index(&spec.node_id);
+        spec.extra_env
+            .push(("LD_PRELOAD", library.display().to_string()));
+        spec.extra_env.push(("FAKETIME", SKEW[k % 2].to_owned()));
+        // Timers and leases run on the monotonic clock, which no clock change moves.
+        spec.extra_env.push(("DONT_FAKE_MONOTONIC", "1".to_owned()));
+    }
+}
+
+async fn nodes_minutes_off_fire_neither_early_nor_twice(test_db: TestDb) {
+    let Some(library) = libfaketime() else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true: the clock skew scenario needs libfaketime (apt-get install faketime)"
+        );
+        eprintln!("skipping: libfaketime is not installed (apt-get install faketime)");
+        return;
+    };
+    let _turn = one_at_a_time().await;
+    let scenario = format!("clocks 7 minutes off ({:?})", test_db.engine);
+    let db = Database::direct(test_db.engine, &test_db.url);
+    let cluster = Cluster::start(&db, 2, skewed(&library)).await;
+    let executor = cluster.executor(0, "py-1", &["--capacity", "64"]);
+    let bodies = (0..30)
+        .map(|i| every_second(&format!("tick-{i}")))
+        .collect();
+    let jobs = cluster.create_jobs(0, bodies).await;
+    let from = cluster.firing_from(&jobs).await;
+    db.sleep_until(from + 6_000).await;
+    let to = from + 6_000;
+    settle(&db, &jobs, from, to, Duration::from_secs(60)).await;
+    let runs = runs(&db, &jobs, from, to).await;
+    let verdict = Verdict::of(&runs, &each_at(&jobs, &instants(from, to, 1_000)));
+
+    // Early, as the executor saw it: its clock is the true one.
+    let mut earliest: BTreeMap<i64, i64> = BTreeMap::new();
+    let mut early = Vec::new();
+    let mut delivered = 0;
+    for entry in executor.log().await {
+        let (Some(received), Some(scheduled)) = (
+            entry["received_ms"].as_i64(),
+            entry["scheduled_at"].as_str(),
+        ) else {
+            continue;
+        };
+        let scheduled = chrono::DateTime::parse_from_rfc3339(scheduled)
+            .unwrap()
+            .timestamp_millis();
+        delivered += 1;
+        let ahead = scheduled - received;
+        let worst = earliest.entry(scheduled).or_insert(ahead);
+        *worst = (*worst).max(ahead);
+        if received < scheduled {
+            early.push((entry["run_id"].clone(), ahead));
+        }
+    }
+    let refused = executor
+        .log()
+        .await
+        .iter()
+        .filter(|e| e["refused"].is_string())
+        .count();
+    eprintln!(
+        "figures: {scenario}: skews {:?}; dispatches received {delivered}, early {} (most {} ms \
+         ahead), refused signatures {refused}; max lateness {} ms; {}",
+        SKEW,
+        early.len(),
+        earliest.values().max().copied().unwrap_or(0),
+        max_lateness_ms(&runs),
+        verdict.figures()
+    );
+    verdict.assert_exactly_once(&scenario, true);
+    assert!(early.is_empty(), "{scenario}: fired early: {early:?}");
+    assert_eq!(refused, 0, "{scenario}: dispatches refused by the executor");
+}

@@ -1,0 +1,303 @@
+//! A PostgreSQL or MariaDB server of a test's own, in a temporary directory on a free loopback
+//! port, so that a test can crash and restart its database without touching the servers other
+//! tests share.
+//!
+//! Without the server binaries the test is skipped with a message, or fails with `CI=true`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::db::Engine;
+
+#[derive(Debug)]
+pub struct PrivateServer {
+    pub engine: Engine,
+    pub port: u16,
+    dir: tempfile::TempDir,
+    /// MariaDB runs as our child; PostgreSQL is driven by `pg_ctl`.
+    child: Option<Child>,
+}
+
+fn required() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+fn postgres_bin(name: &str) -> Option<PathBuf> {
+    let versions = std::fs::read_dir("/usr/lib/postgresql").ok()?;
+    let mut found: Vec<PathBuf> = versions
+        .filter_map(|v| v.ok())
+        .map(|v| v.path().join("bin").join(name))
+        .filter(|p| p.exists())
+        .collect();
+    found.sort();
+    found.pop()
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("port").port()
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// Runs a PostgreSQL tool as the `postgres` user when we are root (PostgreSQL refuses root).
+fn as_postgres(program: &Path) -> Command {
+    if is_root() {
+        let mut command = Command::new("runuser");
+        command.args(["-u", "postgres", "--"]).arg(program);
+        command
+    } else {
+        Command::new(program)
+    }
+}
+
+fn run(command: &mut Command, what: &str) {
+    let output = command
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        output.status.success(),
+        "{what} failed: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+impl PrivateServer {
+    /// Creates and starts a server with an empty database `test`, or `None` when this machine
+    /// cannot run one (outside CI).
+    pub async fn start(engine: Engine) -> Option<PrivateServer> {
+        let missing = match engine {
+            Engine::Postgres => postgres_bin("initdb").is_none(),
+            Engine::Mysql => !Path::new("/usr/sbin/mariadbd").exists(),
+            Engine::Sqlite => panic!("SQLite has no server"),
+        };
+        if missing {
+            if required() {
+                panic!("CI=true: a private {engine:?} server needs its binaries on this machine");
+            }
+            eprintln!("skipping: no {engine:?} server binaries to start a private server");
+            return None;
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut server = PrivateServer {
+            engine,
+            port: free_port(),
+            dir,
+            child: None,
+        };
+        server.init();
+        server.boot().await;
+        server.create_test_database().await;
+        Some(server)
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    fn init(&self) {
+        match self.engine {
+            Engine::Postgres => {
+                if is_root() {
+                    run(
+                        Command::new("chown").arg("postgres").arg(self.dir.path()),
+                        "chown",
+                    );
+                }
+                let initdb = postgres_bin("initdb").expect("initdb");
+                run(
+                    as_postgres(&initdb)
+                        .arg("-D")
+                        .arg(self.data())
+                        .args(["-A", "trust", "-U", "postgres", "-N"]),
+                    "initdb",
+                );
+            }
+            Engine::Mysql => run(
+                Command::new("mariadb-install-db")
+                    .arg("--no-defaults")
+                    .arg(format!("--datadir={}", self.data().display()))
+                    .args([
+                        "--auth-root-authentication-method=normal",
+                        "--skip-test-db",
+                        "--user=root",
+                    ]),
+                "mariadb-install-db",
+            ),
+            Engine::Sqlite => unreachable!(),
+        }
+    }
+
+    /// Starts the server on its data directory and waits until it answers.
+    async fn boot(&mut self) {
+        match self.engine {
+            Engine::Postgres => {
+                let pg_ctl = postgres_bin("pg_ctl").expect("pg_ctl");
+                let options = format!(
+                    "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
+                    self.port,
+                    self.dir.path().display()
+                );
+                run(
+                    as_postgres(&pg_ctl)
+                        .arg("-D")
+                        .arg(self.data())
+                        .arg("-l")
+                        .arg(self.dir.path().join("server.log"))
+                        .args(["-o", &options, "-w", "start"]),
+                    "pg_ctl start",
+                );
+            }
+            Engine::Mysql => {
+                let log = std::fs::File::create(self.dir.path().join("server.log")).expect("log");
+                let child = Command::new("/usr/sbin/mariadbd")
+                    .arg("--no-defaults")
+                    .arg(format!("--datadir={}", self.data().display()))
+                    .arg(format!("--port={}", self.port))
+                    .arg(format!(
+                        "--socket={}",
+                        self.dir.path().join("mysqld.sock").display()
+                    ))
+                    .args([
+                        "--bind-address=127.0.0.1",
+                        "--user=root",
+                        "--max-connections=300",
+                        "--innodb-flush-log-at-trx-commit=2",
+                    ])
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(log)
+                    .spawn()
+                    .expect("mariadbd");
+                self.child = Some(child);
+            }
+            Engine::Sqlite => unreachable!(),
+        }
+        self.wait_until_answering().await;
+    }
+
+    async fn wait_until_answering(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let url = self.admin_url();
+        loop {
+            let answered = match self.engine {
+                Engine::Postgres => {
+                    use sqlx::Connection;
+                    sqlx::PgConnection::connect(&url).await.is_ok()
+                }
+                _ => {
+                    use sqlx::Connection;
+                    sqlx::MySqlConnection::connect(&url).await.is_ok()
+                }
+            };
+            if answered {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the private {:?} server did not answer; its log:\n{}",
+                self.engine,
+                std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn admin_url(&self) -> String {
+        match self.engine {
+            Engine::Postgres => format!("postgres://postgres@127.0.0.1:{}/postgres", self.port),
+            _ => format!("mysql://root@127.0.0.1:{}/mysql", self.port),
+        }
+    }
+
+    async fn create_test_database(&self) {
+        use sqlx::{Connection, Executor};
+        match self.engine {
+            Engine::Postgres => {
+                let mut c = sqlx::PgConnection::connect(&self.admin_url())
+                    .await
+                    .expect("connect");
+                c.execute("CREATE DATABASE test").await.expect("create");
+            }
+            _ => {
+                let mut c = sqlx::MySqlConnection::connect(&self.admin_url())
+                    .await
+                    .expect("connect");
+                c.execute("CREATE DATABASE test").await.expect("create");
+            }
+        }
+    }
+
+    /// The URL of its `test` database.
+    pub fn url(&self) -> String {
+        match self.engine {
+            Engine::Postgres => format!("postgres://postgres@127.0.0.1:{}/test", self.port),
+            _ => format!("mysql://root@127.0.0.1:{}/test", self.port),
+        }
+    }
+
+    pub fn addr(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// Stops the server the way a crash does (PostgreSQL's immediate shutdown, which skips the
+    /// checkpoint and recovers at the next start; `kill -9` for MariaDB), then starts it again
+    /// after `down`.
+    pub async fn crash_and_restart(&mut self, down: Duration) {
+        self.crash();
+        tokio::time::sleep(down).await;
+        self.boot().await;
+    }
+
+    fn crash(&mut self) {
+        match self.engine {
+            Engine::Postgres => {
+                let pg_ctl = postgres_bin("pg_ctl").expect("pg_ctl");
+                run(
+                    as_postgres(&pg_ctl).arg("-D").arg(self.data()).args([
+                        "-m",
+                        "immediate",
+                        "-w",
+                        "stop",
+                    ]),
+                    "pg_ctl stop",
+                );
+            }
+            _ => {
+                if let Some(mut child) = self.child.take() {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+            }
+        }
+    }
+}
+
+impl Drop for PrivateServer {
+    fn drop(&mut self) {
+        if self.engine == Engine::Postgres {
+            if let Some(pg_ctl) = postgres_bin("pg_ctl") {
+                let _ = as_postgres(&pg_ctl)
+                    .arg("-D")
+                    .arg(self.data())
+                    .args(["-m", "immediate", "-w", "stop"])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status();
+            }
+        } else if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
