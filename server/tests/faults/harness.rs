@@ -180,9 +180,13 @@ impl Cluster {
         self.nodes.push(NodeProcess::start(spec).await);
     }
 
-    /// Restarts node `i` (after a kill) with the settings it had.
+    /// Restarts node `i` (after a kill) with the settings and the port it had, so executors
+    /// that know its address find it again.
     pub async fn restart(&mut self, i: usize) {
-        let spec = self.nodes[i].spec.clone();
+        let mut spec = self.nodes[i].spec.clone();
+        let listen = format!("127.0.0.1:{}", self.nodes[i].addr.port());
+        spec.extra_env.retain(|(key, _)| *key != "CARILLON_LISTEN");
+        spec.extra_env.push(("CARILLON_LISTEN", listen));
         self.nodes[i].kill9();
         self.nodes[i] = NodeProcess::start(spec).await;
     }

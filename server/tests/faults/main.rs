@@ -23,5 +23,8 @@ mod harness;
 mod invariants;
 
 mod clock_skew;
+mod cluster_restart;
 mod database_outage;
+mod executor_faults;
+mod job_races;
 mod leader_faults;

@@ -1,0 +1,127 @@
+//! Executors fail while they hold work: one is killed mid-run (`kill -9`), one hangs in its
+//! handler (accepts, never finishes, ignores cancels), one freezes whole (SIGSTOP: no answers,
+//! no heartbeats). Every run still ends `succeeded` exactly once, on the executors that work.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::harness::{Cluster, Database, id_list, instants, one_at_a_time};
+use crate::invariants::{Verdict, each_at, runs, runs_succeeded_twice, settle};
+use crate::support::db::{Engine, TestDb};
+
+for_engine!(
+    postgres,
+    Postgres,
+    [executors_killed_hung_or_frozen_mid_run_lose_no_run]
+);
+for_engine!(
+    mysql,
+    Mysql,
+    [executors_killed_hung_or_frozen_mid_run_lose_no_run]
+);
+for_engine!(
+    sqlite,
+    Sqlite,
+    [executors_killed_hung_or_frozen_mid_run_lose_no_run]
+);
+
+async fn executors_killed_hung_or_frozen_mid_run_lose_no_run(test_db: TestDb) {
+    let _turn = one_at_a_time().await;
+    let scenario = format!("executors killed, hung, frozen ({:?})", test_db.engine);
+    let db = Database::direct(test_db.engine, &test_db.url);
+    let size = if db.engine == Engine::Sqlite { 1 } else { 2 };
+    let cluster = Cluster::start(&db, size, |_| {}).await;
+    let mut killed = cluster.executor(0, "killed", &["--capacity", "64"]);
+    let _steady = cluster.executor(0, "steady", &["--capacity", "64"]);
+    let _hung = cluster.executor(0, "hung", &["--capacity", "64", "--hang"]);
+    let frozen = cluster.executor(0, "frozen", &["--capacity", "64"]);
+    // One-second handlers every other second, timed out after 2.5 s, retried elsewhere.
+    let bodies = (0..12)
+        .map(|i| {
+            json!({"name": format!("slow-{i}"), "app": "py", "handler": "slow",
+                   "args": {"seconds": 1}, "schedule": {"cron": "*/2 * * * * *"},
+                   "start": true, "timeout_ms": 2_500, "balance": "round_robin",
+                   "retry": {"max_attempts": 6, "initial_delay_ms": 100}})
+        })
+        .collect();
+    let jobs = cluster.create_jobs(0, bodies).await;
+    let from = (cluster.firing_from(&jobs).await / 2_000 + 1) * 2_000;
+
+    // Killed while it runs attempts.
+    let running_on = |executor: &'static str| {
+        let db = db.clone();
+        async move {
+            db.scalar(
+                &format!(
+                    "SELECT COUNT(*) FROM attempts WHERE state = 'running' \
+                     AND executor_id = '{executor}'"
+                ),
+                &[],
+            )
+            .await
+        }
+    };
+    // Killed, then frozen, 300 ms into one-second handlers.
+    db.sleep_until(from + 300).await;
+    killed.kill9();
+    let killed_holding = running_on("killed").await;
+    db.sleep_until(from + 2_300).await;
+    frozen.signal("STOP");
+    let frozen_holding = running_on("frozen").await;
+
+    let to = from + 12_000;
+    db.sleep_until(to).await;
+    settle(&db, &jobs, from, to, Duration::from_secs(90)).await;
+    let runs = runs(&db, &jobs, from, to).await;
+    let verdict = Verdict::of(&runs, &each_at(&jobs, &instants(from, to, 2_000)));
+    let twice = runs_succeeded_twice(&db, &jobs, from, to).await;
+    let outcomes: BTreeMap<(String, String), i64> = db
+        .rows::<(String, String, i64)>(
+            &format!(
+                "SELECT COALESCE(a.executor_id, '-'), a.state, COUNT(*) FROM attempts a \
+                 JOIN runs r ON r.run_id = a.run_id WHERE r.job_id IN ({}) \
+                 AND r.scheduled_at_ms BETWEEN ? AND ? GROUP BY a.executor_id, a.state",
+                id_list(&jobs)
+            ),
+            &[from, to],
+        )
+        .await
+        .into_iter()
+        .map(|(executor, state, n)| ((executor, state), n))
+        .collect();
+    let count = |executor: &str, state: &str| {
+        outcomes
+            .get(&(executor.to_owned(), state.to_owned()))
+            .copied()
+            .unwrap_or(0)
+    };
+    eprintln!(
+        "figures: {scenario}: killed holding {killed_holding} attempts, frozen holding \
+         {frozen_holding}; attempts by executor and state {outcomes:?}; {}; attempts succeeded \
+         twice {}",
+        verdict.figures(),
+        twice.len()
+    );
+    verdict.assert_exactly_once(&scenario, true);
+    assert!(twice.is_empty(), "{scenario}: runs done twice: {twice:?}");
+    assert!(
+        count("killed", "lost") > 0,
+        "{scenario}: the kill lost attempts"
+    );
+    assert!(
+        count("frozen", "lost") > 0,
+        "{scenario}: the freeze lost attempts"
+    );
+    assert!(
+        count("hung", "timed_out") > 0,
+        "{scenario}: the hang timed out attempts"
+    );
+    assert_eq!(
+        count("hung", "succeeded"),
+        0,
+        "{scenario}: a hung handler never succeeds"
+    );
+    frozen.signal("CONT");
+}
