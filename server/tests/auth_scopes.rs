@@ -251,3 +251,108 @@ async fn executors_register_only_addresses_in_the_allowed_networks() {
         .collect();
     assert_eq!(ids, ["etl-inside"], "nothing outside was stored");
 }
+
+/// Every secret a node holds, with the database password, is absent from everything it
+/// answers (every documented `GET`, errors included) and from its whole debug log, whatever
+/// work it did: registrations, dispatches refused, jobs, runs, bad tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_token_secret_or_database_password_leaks_into_answers_or_logs() {
+    const SECRET: &str = "dispatch-secret-never-shown-0123";
+    const PASSWORD: &str = "database-password-never-shown";
+    // Postgres when it answers (trust authentication ignores the password), else SQLite.
+    let database = support::db::TestDb::create(support::db::Engine::Postgres).await;
+    let node = Solo::start(|spec| {
+        if let Some(db) = &database {
+            spec.database_url = db
+                .url
+                .replacen("postgres@", &format!("postgres:{PASSWORD}@"), 1);
+        }
+        spec.extra_env = vec![
+            ("CARILLON_READ_ONLY_TOKEN", READ_ONLY.to_owned()),
+            ("CARILLON_EXECUTOR_TOKEN", EXECUTOR.to_owned()),
+            ("CARILLON_APP_TOKENS", format!("billing={BILLING}")),
+            ("CARILLON_DISPATCH_SECRET", SECRET.to_owned()),
+        ];
+    })
+    .await;
+    let secrets = [TOKEN, READ_ONLY, EXECUTOR, BILLING, SECRET, PASSWORD];
+
+    let mut answers = Vec::new();
+    let post = |path: &'static str, token: &'static str, body: serde_json::Value| {
+        let request = reqwest::Client::new()
+            .post(node.url(path))
+            .bearer_auth(token)
+            .json(&body)
+            .send();
+        async move { request.await.unwrap().text().await.unwrap() }
+    };
+    answers.push(
+        post(
+            "/api/v1/executors/register",
+            BILLING,
+            registration("billing", "b-1"),
+        )
+        .await,
+    );
+    answers.push(
+        post(
+            "/api/v1/executors/heartbeat",
+            BILLING,
+            json!({"executor_id": "b-1", "in_flight": []}),
+        )
+        .await,
+    );
+    answers.push(
+        post(
+            "/api/v1/jobs",
+            TOKEN,
+            json!({"name": "leak-check", "app": "billing", "handler": "report",
+                   "schedule": {"every": "1s"}, "start": true}),
+        )
+        .await,
+    );
+    answers.push(post("/api/v1/jobs", "a-wrong-token-of-24-chars", json!({})).await);
+    // The job fires and its dispatch fails against the executor's unreachable address.
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    for (method, path) in endpoints(&node).await {
+        if method != "GET" {
+            continue;
+        }
+        let response = reqwest::Client::new()
+            .get(node.url(&path))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        answers.push(response.text().await.unwrap());
+    }
+    for path in [
+        "/api/v1/runs",
+        "/api/v1/executors",
+        "/api/v1/executors/b-1",
+        "/api/v1/apps",
+    ] {
+        let (_, body) = node.call(Method::GET, path, None).await;
+        answers.push(body.to_string());
+    }
+    let log = node.log_text();
+    assert!(
+        log.contains("executor registered"),
+        "the node did the work:\n{log}"
+    );
+    if database.is_some() {
+        assert!(
+            log.contains("postgres:***@"),
+            "the log names the database:\n{log}"
+        );
+    }
+    for secret in secrets {
+        for answer in &answers {
+            assert!(
+                !answer.contains(secret),
+                "an answer holds a secret: {answer}"
+            );
+        }
+        assert!(!log.contains(secret), "the log holds a secret:\n{log}");
+    }
+}
