@@ -112,9 +112,9 @@ async fn a_leader_killed_in_the_middle_of_a_batch_claim_loses_and_repeats_nothin
     let victim = Cluster::index(&leader);
     let steady = (victim + 1) % 3;
     let _executor = cluster.executor(steady, "py-1", &["--capacity", "256"]);
-    // 600 jobs due together every other second: each node claims its share in one batch, in
+    // 300 jobs due together every other second: each node claims its share in one batch, in
     // four lanes that commit separately.
-    let bodies = (0..600)
+    let bodies = (0..300)
         .map(|i| {
             json!({"name": format!("batch-{i}"), "app": "py", "handler": "echo",
                    "schedule": {"cron": "*/2 * * * * *"}, "start": true,
