@@ -141,7 +141,8 @@ CREATE TABLE attempts (
     deadline_ms BIGINT NULL,
     finished_at_ms BIGINT NULL,
     output TEXT NULL,
-    error TEXT NULL
+    error TEXT NULL,
+    seen_at_ms BIGINT NULL
 );
 CREATE UNIQUE INDEX attempts_run_shard_idx ON attempts (run_id, shard_index, attempt_no);
 CREATE INDEX attempts_queue_idx ON attempts (state, partition_id, not_before_ms);

@@ -198,11 +198,13 @@ pub(super) async fn heartbeat(
         .store
         .executor_heartbeat(&beat.executor_id, in_flight, beat.draining)
         .await?;
+    let listed = &beat.in_flight[..beat.in_flight.len().min(1_000)];
+    state.store.attempts_seen(&beat.executor_id, listed).await?;
     // Attempts it still runs that ended here (cancelled, timed out, lost and moved): stop
     // them. A pending one is not ended: the executor may have accepted it a moment before the
     // node that dispatched it records the answer, and heartbeats overtake that record.
     let mut cancel = Vec::new();
-    for attempt_id in beat.in_flight.iter().take(1_000) {
+    for attempt_id in listed {
         if let Some(a) = state.store.attempt_get(*attempt_id).await?
             && a.state != attempt_state::PENDING
             && (a.state != attempt_state::RUNNING

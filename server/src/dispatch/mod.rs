@@ -339,8 +339,10 @@ impl Dispatcher {
             .attempts_orphaned(&partitions, lease_ms, self.settings.batch)
             .await?
         {
-            info!(attempt_id = attempt.attempt_id, executor = ?attempt.executor_id, "executor lost; failing the attempt over");
-            let error = Some("the executor stopped heartbeating".to_owned());
+            info!(attempt_id = attempt.attempt_id, executor = ?attempt.executor_id, "executor lost the attempt; failing it over");
+            let error = Some(
+                "the executor stopped heartbeating, or heartbeats without listing it".to_owned(),
+            );
             finish_attempt(&*self.store, &attempt, Ending::Lost, None, error).await?;
         }
         for attempt in self

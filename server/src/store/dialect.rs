@@ -350,7 +350,11 @@ queries! {
         a.avoid_executor_id, a.executor_id, a.dispatched_at_ms, a.deadline_ms, a.finished_at_ms, \
         a.output, a.error FROM attempts a LEFT JOIN executors e ON e.executor_id = a.executor_id \
         WHERE a.state = 'running' AND a.partition_id IN ({partitions}) AND (e.executor_id IS \
-        NULL OR e.state = 'left' OR e.heartbeat_at_ms + ? <= {now}) LIMIT ?";
+        NULL OR e.state = 'left' OR e.heartbeat_at_ms + ? <= {now} \
+        OR e.heartbeat_at_ms >= COALESCE(a.seen_at_ms, a.dispatched_at_ms) + ?) LIMIT ?";
+
+    attempts_seen = "UPDATE attempts SET seen_at_ms = {now} WHERE executor_id = ? \
+        AND state = 'running' AND attempt_id IN ({partitions})";
 
     run_by_instant = "SELECT run_id, job_id, scheduled_at_ms, partition_id, epoch, node_id, \
         trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, message \

@@ -267,13 +267,18 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
         limit: i64,
     ) -> Result<Vec<AttemptRecord>, Error>;
 
-    /// Running attempts whose executor has left or not heartbeated within `lease_ms`.
+    /// Running attempts whose executor has left or not heartbeated within `lease_ms`, or has
+    /// heartbeated `lease_ms` past the last time it listed the attempt as in flight (it
+    /// restarted and forgot it).
     async fn attempts_orphaned(
         &self,
         partitions: &[i64],
         lease_ms: i64,
         limit: i64,
     ) -> Result<Vec<AttemptRecord>, Error>;
+
+    /// Records that a heartbeat of `executor_id` listed these running attempts as in flight.
+    async fn attempts_seen(&self, executor_id: &str, attempt_ids: &[i64]) -> Result<(), Error>;
 
     /// Marks a pending attempt as accepted by `executor_id`, with a deadline `timeout_ms` from
     /// now (none when 0); false if it was no longer pending.

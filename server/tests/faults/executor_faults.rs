@@ -14,18 +14,38 @@ use crate::support::db::{Engine, TestDb};
 for_engine!(
     postgres,
     Postgres,
-    [executors_killed_hung_or_frozen_mid_run_lose_no_run]
+    [
+        executors_killed_hung_or_frozen_mid_run_lose_no_run,
+        an_executor_restarted_mid_run_has_what_it_forgot_run_again,
+    ]
 );
 for_engine!(
     mysql,
     Mysql,
-    [executors_killed_hung_or_frozen_mid_run_lose_no_run]
+    [
+        executors_killed_hung_or_frozen_mid_run_lose_no_run,
+        an_executor_restarted_mid_run_has_what_it_forgot_run_again,
+    ]
 );
 for_engine!(
     sqlite,
     Sqlite,
-    [executors_killed_hung_or_frozen_mid_run_lose_no_run]
+    [
+        executors_killed_hung_or_frozen_mid_run_lose_no_run,
+        an_executor_restarted_mid_run_has_what_it_forgot_run_again,
+    ]
 );
+
+/// The attempts running on `executor`, by the database.
+async fn running_on(db: &Database, executor: &str) -> i64 {
+    db.scalar(
+        &format!(
+            "SELECT COUNT(*) FROM attempts WHERE state = 'running' AND executor_id = '{executor}'"
+        ),
+        &[],
+    )
+    .await
+}
 
 async fn executors_killed_hung_or_frozen_mid_run_lose_no_run(test_db: TestDb) {
     let _turn = one_at_a_time().await;
@@ -49,27 +69,13 @@ async fn executors_killed_hung_or_frozen_mid_run_lose_no_run(test_db: TestDb) {
     let jobs = cluster.create_jobs(0, bodies).await;
     let from = (cluster.firing_from(&jobs).await / 2_000 + 1) * 2_000;
 
-    // Killed while it runs attempts.
-    let running_on = |executor: &'static str| {
-        let db = db.clone();
-        async move {
-            db.scalar(
-                &format!(
-                    "SELECT COUNT(*) FROM attempts WHERE state = 'running' \
-                     AND executor_id = '{executor}'"
-                ),
-                &[],
-            )
-            .await
-        }
-    };
     // Killed, then frozen, 300 ms into one-second handlers.
     db.sleep_until(from + 300).await;
     killed.kill9();
-    let killed_holding = running_on("killed").await;
+    let killed_holding = running_on(&db, "killed").await;
     db.sleep_until(from + 2_300).await;
     frozen.signal("STOP");
-    let frozen_holding = running_on("frozen").await;
+    let frozen_holding = running_on(&db, "frozen").await;
 
     let to = from + 12_000;
     db.sleep_until(to).await;
@@ -124,4 +130,56 @@ async fn executors_killed_hung_or_frozen_mid_run_lose_no_run(test_db: TestDb) {
         "{scenario}: a hung handler never succeeds"
     );
     frozen.signal("CONT");
+}
+
+/// An executor killed and started again at once under the same id (a restarted pod or
+/// service) heartbeats on as if nothing happened, but has forgotten the attempts it ran: they
+/// must not stay `running` forever (these jobs have no timeout to rescue them).
+async fn an_executor_restarted_mid_run_has_what_it_forgot_run_again(test_db: TestDb) {
+    let _turn = one_at_a_time().await;
+    let scenario = format!("executor restarted mid-run ({:?})", test_db.engine);
+    let db = Database::direct(test_db.engine, &test_db.url);
+    let size = if db.engine == Engine::Sqlite { 1 } else { 2 };
+    let cluster = Cluster::start(&db, size, |_| {}).await;
+    let mut restarted = cluster.executor(0, "restarted", &["--capacity", "64"]);
+    let _steady = cluster.executor(0, "steady", &["--capacity", "64"]);
+    let bodies = (0..6)
+        .map(|i| {
+            json!({"name": format!("slow-{i}"), "app": "py", "handler": "slow",
+                   "args": {"seconds": 2}, "schedule": {"cron": "*/4 * * * * *"},
+                   "start": true, "balance": "round_robin",
+                   "retry": {"max_attempts": 3, "initial_delay_ms": 100}})
+        })
+        .collect();
+    let jobs = cluster.create_jobs(0, bodies).await;
+    let from = (cluster.firing_from(&jobs).await / 4_000 + 1) * 4_000;
+    db.sleep_until(from + 500).await;
+    let holding = running_on(&db, "restarted").await;
+    restarted.kill9();
+    restarted = cluster.executor(0, "restarted", &["--capacity", "64"]);
+    let to = from + 8_000;
+    db.sleep_until(to).await;
+    settle(&db, &jobs, from, to, Duration::from_secs(30)).await;
+    let runs = runs(&db, &jobs, from, to).await;
+    let verdict = Verdict::of(&runs, &each_at(&jobs, &instants(from, to, 4_000)));
+    let twice = runs_succeeded_twice(&db, &jobs, from, to).await;
+    let lost = db
+        .scalar(
+            "SELECT COUNT(*) FROM attempts WHERE state = 'lost' AND executor_id = 'restarted'",
+            &[],
+        )
+        .await;
+    eprintln!(
+        "figures: {scenario}: restarted holding {holding} attempts; attempts it forgot failed \
+         over {lost}; {}; attempts succeeded twice {}",
+        verdict.figures(),
+        twice.len()
+    );
+    drop(restarted);
+    verdict.assert_exactly_once(&scenario, true);
+    assert!(twice.is_empty(), "{scenario}: runs done twice: {twice:?}");
+    assert!(
+        holding > 0 && lost >= holding,
+        "{scenario}: forgotten attempts failed over"
+    );
 }

@@ -431,9 +431,25 @@ macro_rules! dispatch_store {
                 };
                 Ok(sqlx::query_as::<$db, AttemptRecord>(query)
                     .bind(lease_ms)
+                    .bind(lease_ms)
                     .bind(limit)
                     .fetch_all(&self.pool)
                     .await?)
+            }
+
+            async fn attempts_seen(
+                &self,
+                executor_id: &str,
+                attempt_ids: &[i64],
+            ) -> Result<(), Error> {
+                let Some(query) = with_partitions(&self.q.attempts_seen, attempt_ids) else {
+                    return Ok(());
+                };
+                sqlx::query::<$db>(query)
+                    .bind(executor_id)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(())
             }
 
             async fn attempt_dispatched(
