@@ -512,3 +512,61 @@ async fn work_with_nowhere_to_go_ends_visibly_instead_of_waiting_forever() {
             .any(|r| r["id"] == detail["id"])
     );
 }
+
+/// A node that dies between an executor's `202` and its record of it leaves the attempt
+/// pending; the partition's next owner offers the same attempt again, and the executor answers
+/// `409` (already accepted). That attempt is running there, so it must be recorded as
+/// running, not failed and run again. Here the test plays the dead node: it delivers attempt 1
+/// itself, signed, before the node does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_offered_again_to_the_executor_running_it_is_not_run_twice() {
+    let node = node().await;
+    let executor = Executor::start(&node, "py", "py-1", 1, &[]);
+    let body = serde_json::to_vec(&json!({
+        "protocol": 1, "run_id": 1, "attempt_id": 1, "attempt": 1, "job_id": 1, "job": "slow",
+        "handler": "slow", "args": {"seconds": 2}, "shard": {"index": 0, "total": 1},
+        "scheduled_at": "2026-01-01T00:00:00Z", "report_to": [node.url("")]}))
+    .unwrap();
+    let now = carillon_server::clock::system_now_ms();
+    let response = reqwest::Client::new()
+        .post(format!(
+            "http://127.0.0.1:{}/carillon/v1/dispatch",
+            executor.port
+        ))
+        .header("content-type", "application/json")
+        .header(carillon_protocol::TIMESTAMP_HEADER, now.to_string())
+        .header(
+            carillon_protocol::SIGNATURE_HEADER,
+            carillon_protocol::sign(support::executor::SECRET.as_bytes(), now, &body),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+
+    // The node's first run gets attempt 1: a fresh database numbers from 1.
+    let job = create(
+        &node,
+        job(
+            "replayed",
+            "py",
+            "slow",
+            json!({"args": {"seconds": 2}, "start": true}),
+        ),
+    )
+    .await;
+    let run = trigger(&node, &job).await;
+    let detail = ended(&node, &run).await;
+    assert_eq!(detail["state"], "succeeded", "{detail}");
+    let attempts = detail["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 1, "one attempt, not retried: {detail}");
+    assert_eq!(attempts[0]["id"], 1, "{detail}");
+    let started = executor
+        .log()
+        .await
+        .iter()
+        .filter(|e| e["attempt_id"].is_i64())
+        .count();
+    assert_eq!(started, 1, "the handler ran once");
+}

@@ -17,13 +17,13 @@ use crate::config::Secret;
 /// What became of one dispatch.
 #[derive(Debug)]
 pub enum Delivery {
-    /// `202`: running; the result will be reported.
+    /// `202`, or `409` for an attempt it already had: running; the result will be reported.
     Accepted,
     /// `200`: done; here is the result.
     Finished(DirectResult),
     /// `429`, `503` or no answer: offer it to the next executor.
     TryAnother(String),
-    /// The executor refused it for good (`404`, `401`, `400`, `409`…).
+    /// The executor refused it for good (`404`, `401`, `400`…).
     Refused(String),
 }
 
@@ -171,12 +171,19 @@ fn item_delivery(item: BatchItemReply) -> Delivery {
     }
 }
 
-/// An answer other than `200`/`202`: busy, draining or failing (try the next executor), or a
-/// refusal for good (`404`, `401`, `400`, `409`…), single or in a batch alike.
+/// An answer other than `200`/`202`: already accepted (`409`, a replay), busy, draining or
+/// failing (try the next executor), or a refusal for good (`404`, `401`, `400`…), single or in
+/// a batch alike.
 fn not_taken(status: u16, detail: &str) -> Delivery {
     let status_text = StatusCode::from_u16(status)
         .map(|s| s.to_string())
         .unwrap_or_else(|_| status.to_string());
+    // The executor already holds this attempt: a node died between its `202` and recording
+    // it, and the partition's next owner offered it again. It runs there; its result report,
+    // or its heartbeats no longer listing it, end it. Failing it here would run it twice.
+    if status == 409 {
+        return Delivery::Accepted;
+    }
     if status == 429 || status >= 500 {
         return Delivery::TryAnother(format!("executor answered {status_text}"));
     }
