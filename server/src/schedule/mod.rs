@@ -10,6 +10,9 @@ mod every;
 mod rrule;
 mod zone;
 
+#[cfg(test)]
+mod properties;
+
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -100,8 +103,8 @@ pub struct Schedule {
 pub struct NextHints {
     /// When the job was started: the anchor of an `every` schedule.
     pub anchor: Option<DateTime<Utc>>,
-    /// An earlier instant of this schedule (the last fired), from which an RRULE search
-    /// resumes instead of replaying its history.
+    /// An earlier instant of this schedule (the last fired), from which an RRULE search that
+    /// cannot restart on the rule's grid resumes instead of replaying its history.
     pub cursor: Option<DateTime<Utc>>,
 }
 
@@ -149,13 +152,16 @@ impl Schedule {
         }
     }
 
-    /// Up to `count` instants after `after`, strictly increasing.
+    /// Up to `count` instants after `after`, strictly increasing: `next_after` repeated.
     pub fn preview(
         &self,
         after: DateTime<Utc>,
         count: usize,
         hints: NextHints,
     ) -> Result<Vec<DateTime<Utc>>, ScheduleError> {
+        if let Kind::Rrule(rule) = &*self.kind {
+            return rule.preview(after, count, hints.cursor);
+        }
         let mut instants = Vec::with_capacity(count);
         let mut cursor = after;
         while instants.len() < count {

@@ -5,22 +5,31 @@
 //! zone-less wall time before it sees it), and `zone::resolve` applies the DST rule, exactly as
 //! for cron. That sidesteps the crate's duplicates and disorder for hourly rules across DST.
 //!
-//! Finding the next instant must not replay the whole history: a rule without COUNT restarts
-//! from a known earlier occurrence (the cursor), which reproduces the same sequence from there.
+//! Finding the next instant must not replay the whole history. A search restarts the rule at the
+//! time it searches from, on the rule's own grid of periods (see `restarted`); where that cannot
+//! reproduce the sequence, it resumes from a known earlier occurrence (the cursor), and only
+//! failing both replays from DTSTART. COUNT is turned into the UNTIL it amounts to when the rule
+//! is parsed, so that counting never needs the history either.
 
 use std::str::FromStr;
 
-use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
+use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime, NaiveTime, TimeZone, Timelike, Utc};
 use chrono_tz::Tz;
-use rrule::RRuleSet;
+use rrule::{Frequency, RRule, RRuleSet};
 
 use super::{ScheduleError, zone};
 
 /// The longest RRULE text accepted.
 pub(crate) const MAX_LEN: usize = 4096;
-/// Occurrences one search may step over before it gives up (a minutely rule replayed over
-/// five years is about 2.6 million; the scheduler resumes from a cursor, so replays are rare).
-const MAX_SCAN: usize = 5_000_000;
+/// Occurrences one search may step over before it gives up (each counted once per RRULE line,
+/// as the crate spends about that much on it), and the most all COUNTs of a rule may expand to.
+/// Measured in a test build (the crates optimised, this one not): 0.45 µs an occurrence for
+/// one line, so a search that reaches the bound gives up after about 45 ms, and expanding a
+/// COUNT of 100,000 takes 35 ms; the bound before, 5 million, took 2.4 s. A restarted search
+/// steps over almost nothing; the bound is met only by what must be replayed (a few SECONDLY
+/// and MINUTELY rules, several RRULE lines on different grids) and by DST rescans, at most
+/// three hours of occurrences.
+pub(crate) const MAX_SCAN: usize = 100_000;
 
 #[derive(Debug)]
 pub(crate) struct RruleSchedule {
@@ -28,9 +37,10 @@ pub(crate) struct RruleSchedule {
     dtstart: NaiveDateTime,
     /// The RRULE/RDATE/EXDATE lines with every date-time rewritten as a zone-less wall time.
     body: String,
-    /// A rule with COUNT must be counted from DTSTART; one with RDATEs cannot resume from a
-    /// cursor that may be an RDATE. Both replay from DTSTART.
+    /// Whether a search may resume from a cursor (see `resumed`).
     resumable: bool,
+    /// Whether a search may restart the rule on its grid (see `restarted`).
+    restartable: bool,
     full: RRuleSet,
 }
 
@@ -81,14 +91,27 @@ impl RruleSchedule {
             return Err(err("needs an RRULE or RDATE line"));
         }
         let mut body = String::new();
-        let mut has_count = false;
+        let mut shapes = Vec::new();
+        let mut expansion_budget = MAX_SCAN;
         for (name, packed) in lines {
             let (params, value) = packed.split_once('\u{0}').unwrap_or(("", &packed));
             let rewritten = match name.as_str() {
                 "RRULE" => {
                     check_interval(value)?;
-                    has_count |= value.to_ascii_uppercase().contains("COUNT=");
-                    rewrite_until(value, zone)?
+                    let rule = rewrite_until(value, zone)?;
+                    let rule = count_as_until(dtstart, &rule, &mut expansion_budget)?;
+                    let shape = Shape::of(&rule);
+                    if shape.skips_days_in_the_crate() {
+                        return Err(err(format!(
+                            "FREQ={} with BYHOUR, BYMINUTE or BYSECOND and a day filter (BYDAY, \
+                             BYMONTHDAY, BYMONTH, …) is not supported: the rrule library skips \
+                             whole days with it and the job would stop firing; write it as \
+                             FREQ=DAILY or FREQ=WEEKLY with BYHOUR and BYMINUTE listing the times",
+                            shape.freq
+                        )));
+                    }
+                    shapes.push(shape);
+                    rule
                 }
                 _ => value
                     .split(',')
@@ -109,27 +132,109 @@ impl RruleSchedule {
             body.push_str(&format!("\n{name}:{rewritten}"));
         }
         let full = build(dtstart, &body)?;
-        let resumable = !has_count && !body.contains("\nRDATE:");
+        let restartable = shapes.iter().all(Shape::restartable);
+        let resumable = match shapes.as_slice() {
+            [shape] => shape.resumable() && !body.contains("\nRDATE:"),
+            _ => false,
+        };
         Ok(Self {
             zone,
             dtstart,
             body,
             resumable,
+            restartable,
             full,
         })
     }
 
     /// The first instant strictly after `after`. `cursor`, when given, is an earlier
-    /// occurrence of this rule (such as the last one fired), from which the search resumes.
+    /// occurrence of this rule (such as the last one fired), from which the search may resume.
     pub(crate) fn next_after(
         &self,
         after: DateTime<Utc>,
         cursor: Option<DateTime<Utc>>,
     ) -> Result<Option<DateTime<Utc>>, ScheduleError> {
+        Ok(self.preview(after, 1, cursor)?.pop())
+    }
+
+    /// Up to `count` instants after `after`, strictly increasing: what repeating `next_after`
+    /// gives, in one pass over the occurrences, so that a rule that has to be replayed is
+    /// replayed once and not once an instant.
+    pub(crate) fn preview(
+        &self,
+        after: DateTime<Utc>,
+        count: usize,
+        cursor: Option<DateTime<Utc>>,
+    ) -> Result<Vec<DateTime<Utc>>, ScheduleError> {
         let start = zone::search_start(after, self.zone);
-        // Resuming restarts the rule at the cursor's wall time, which must be the occurrence's
-        // own: not so for an instant a DST gap moved, so near an offset change we replay.
-        let resumed = match cursor {
+        let set = self
+            .restarted(start)
+            .or_else(|| self.resumed(after, cursor))
+            .unwrap_or_else(|| self.full.clone());
+        self.scan(set, start, after, count)
+    }
+
+    /// `preview` replaying the rule from DTSTART, the reference the shortcuts must agree with.
+    #[cfg(test)]
+    pub(crate) fn preview_replayed(
+        &self,
+        after: DateTime<Utc>,
+        count: usize,
+    ) -> Result<Vec<DateTime<Utc>>, ScheduleError> {
+        let start = zone::search_start(after, self.zone);
+        self.scan(self.full.clone(), start, after, count)
+    }
+
+    /// Up to `count` instants of `set`, each the first after the one before (`after` for the
+    /// first), ignoring occurrences before the wall time `start`. The bound applies to each
+    /// instant's search.
+    fn scan(
+        &self,
+        set: RRuleSet,
+        start: NaiveDateTime,
+        after: DateTime<Utc>,
+        count: usize,
+    ) -> Result<Vec<DateTime<Utc>>, ScheduleError> {
+        // The crate spends about one step per RRULE line on each occurrence of a set.
+        let cost = set.get_rrule().len().max(1);
+        let limited = set.limit();
+        let mut occurrences = (&limited).into_iter();
+        let mut instants = Vec::with_capacity(count.min(1_000));
+        let mut last = after;
+        while instants.len() < count {
+            let mut found = None;
+            let mut spent = 0;
+            for occurrence in occurrences.by_ref() {
+                spent += cost;
+                if spent > MAX_SCAN {
+                    return Err(err(format!(
+                        "steps over more than {MAX_SCAN} occurrences without reaching one after \
+                         {last}: move DTSTART closer to it"
+                    )));
+                }
+                let wall = occurrence.naive_utc();
+                if wall < start {
+                    continue;
+                }
+                let instant = zone::resolve(wall, self.zone);
+                if instant > last {
+                    found = Some(instant);
+                    break;
+                }
+            }
+            let Some(instant) = found else { break };
+            instants.push(instant);
+            last = instant;
+        }
+        Ok(instants)
+    }
+
+    /// The rule restarted at its cursor, an occurrence: restarting DTSTART there reproduces the
+    /// sequence of a single RRULE line (see `Shape::resumable`), without RDATEs (the cursor may
+    /// be one), unless near an offset change, where a DST-shifted instant is not its own wall
+    /// time.
+    fn resumed(&self, after: DateTime<Utc>, cursor: Option<DateTime<Utc>>) -> Option<RRuleSet> {
+        match cursor {
             Some(c) if self.resumable && c <= after && !zone::near_offset_change(c, self.zone) => {
                 let wall = zone::local(c, self.zone).naive_local();
                 (wall > self.dtstart)
@@ -137,23 +242,254 @@ impl RruleSchedule {
                     .flatten()
             }
             _ => None,
+        }
+    }
+
+    /// The rule restarted at the wall time `start`, giving the same occurrences from `start` on
+    /// as a replay from DTSTART, or `None` when that cannot be promised.
+    ///
+    /// Every rule's BYxxx defaults were filled in from DTSTART when it was parsed, so a
+    /// restart only has to keep to the rule's grid of periods (the years, months, weeks… that
+    /// are a multiple of INTERVAL from DTSTART's): see `restart_point`. Several rules must agree
+    /// on the point. Rules the crate does not step along their grid are left out (see
+    /// `Shape::restartable`).
+    fn restarted(&self, start: NaiveDateTime) -> Option<RRuleSet> {
+        if !self.restartable || start <= self.dtstart {
+            return None;
+        }
+        // A rule that ended before `start` adds nothing from there on.
+        let live: Vec<RRule> = self
+            .full
+            .get_rrule()
+            .iter()
+            .filter(|rule| rule.get_until().is_none_or(|u| u.naive_utc() >= start))
+            .cloned()
+            .collect();
+        let mut points = live
+            .iter()
+            .map(|rule| restart_point(rule, self.dtstart, start));
+        let at = match points.next() {
+            Some(first) => {
+                let first = first?;
+                if !points.all(|p| p == Some(first)) {
+                    return None;
+                }
+                first
+            }
+            None => start,
         };
-        let set = resumed.unwrap_or_else(|| self.full.clone());
-        for (scanned, occurrence) in set.limit().into_iter().enumerate() {
-            if scanned >= MAX_SCAN {
-                return Err(err("takes too long to reach the requested time"));
-            }
-            let wall = occurrence.naive_utc();
-            if wall < start {
+        if at <= self.dtstart {
+            return None;
+        }
+        Some(
+            RRuleSet::new(rrule::Tz::UTC.from_utc_datetime(&at))
+                .set_rrules(live)
+                .set_rdates(self.full.get_rdate().clone())
+                .set_exdates(self.full.get_exdate().clone()),
+        )
+    }
+}
+
+/// What the shortcuts of a search need to know of one RRULE line.
+#[derive(Debug, Default)]
+struct Shape {
+    freq: String,
+    interval: u32,
+    count: bool,
+    by_hour: bool,
+    by_minute: bool,
+    by_second: bool,
+    /// Any of the parts that filter days: BYMONTH, BYMONTHDAY, BYYEARDAY, BYWEEKNO, BYDAY.
+    by_day: bool,
+    by_set_pos: bool,
+}
+
+impl Shape {
+    fn of(rule: &str) -> Self {
+        let mut shape = Self {
+            interval: 1,
+            ..Self::default()
+        };
+        for part in rule.split(';') {
+            let Some((key, value)) = part.split_once('=') else {
                 continue;
-            }
-            let instant = zone::resolve(wall, self.zone);
-            if instant > after {
-                return Ok(Some(instant));
+            };
+            match key.trim().to_ascii_uppercase().as_str() {
+                "FREQ" => shape.freq = value.trim().to_ascii_uppercase(),
+                "INTERVAL" => shape.interval = value.trim().parse().unwrap_or(1).max(1),
+                "COUNT" => shape.count = true,
+                "BYHOUR" => shape.by_hour = true,
+                "BYMINUTE" => shape.by_minute = true,
+                "BYSECOND" => shape.by_second = true,
+                "BYSETPOS" => shape.by_set_pos = true,
+                "BYMONTH" | "BYMONTHDAY" | "BYYEARDAY" | "BYWEEKNO" | "BYDAY" | "BYEASTER" => {
+                    shape.by_day = true;
+                }
+                _ => {}
             }
         }
-        Ok(None)
+        shape
     }
+
+    /// Whether the crate's sequence from an occurrence, restarted as DTSTART with the defaults
+    /// read again from it, is the sequence from there on. Not with COUNT, counted from DTSTART;
+    /// nor for a weekly rule with BYSETPOS: the crate's first week runs from the day it starts
+    /// on, and BYSETPOS counts within it.
+    fn resumable(&self) -> bool {
+        !(self.count || self.freq == "WEEKLY" && self.by_set_pos)
+    }
+
+    /// Whether the crate's sequence from any point of the rule's grid is its sequence from
+    /// there on (see `restart_point` for the point). Not with COUNT.
+    ///
+    /// A SECONDLY or MINUTELY rule with BYHOUR/BYMINUTE is stepped by whole minutes or hours
+    /// once it leaves a matching one, which stays on the INTERVAL grid only when those are
+    /// multiples of INTERVAL (or INTERVAL of them).
+    fn restartable(&self) -> bool {
+        let steps_on_grid =
+            |unit: u32| unit.is_multiple_of(self.interval) || self.interval.is_multiple_of(unit);
+        let on_grid = match self.freq.as_str() {
+            "SECONDLY" if self.by_hour || self.by_minute => {
+                3600u32.is_multiple_of(self.interval) && steps_on_grid(60)
+            }
+            "MINUTELY" if self.by_hour => steps_on_grid(60),
+            _ => true,
+        };
+        !self.count && on_grid
+    }
+
+    /// Whether the crate gets this rule wrong: a SECONDLY or MINUTELY rule with BYHOUR,
+    /// BYMINUTE or BYSECOND and a day filter. Skipping a day that does not match, it goes on
+    /// skipping whole days each time the time of day carries over while it looks for a match,
+    /// or reports an endless loop and ends the rule (the JavaScript rrule, its ancestor, has
+    /// the same bug: issue #373). Such a rule is refused when it is parsed.
+    fn skips_days_in_the_crate(&self) -> bool {
+        let by_time = match self.freq.as_str() {
+            "SECONDLY" => self.by_hour || self.by_minute || self.by_second,
+            "MINUTELY" => self.by_hour || self.by_minute,
+            _ => false,
+        };
+        by_time && self.by_day
+    }
+}
+
+/// The index of the period of `rule`'s frequency that `wall` falls in.
+fn period(rule: &RRule, wall: NaiveDateTime) -> i64 {
+    let days = i64::from(wall.date().num_days_from_ce());
+    let seconds = i64::from(wall.num_seconds_from_midnight());
+    match rule.get_freq() {
+        Frequency::Yearly => i64::from(wall.year()),
+        Frequency::Monthly => i64::from(wall.year()) * 12 + i64::from(wall.month0()),
+        Frequency::Weekly => {
+            let since_week_start = (wall.weekday().num_days_from_monday() + 7
+                - rule.get_week_start().num_days_from_monday())
+                % 7;
+            (days - i64::from(since_week_start)).div_euclid(7)
+        }
+        Frequency::Daily => days,
+        Frequency::Hourly => days * 24 + seconds / 3600,
+        Frequency::Minutely => days * 1440 + seconds / 60,
+        Frequency::Secondly => days * 86_400 + seconds,
+    }
+}
+
+/// The first wall time of period `index` of `rule`'s frequency.
+fn period_start(rule: &RRule, index: i64) -> Option<NaiveDateTime> {
+    let day = |days: i64| NaiveDate::from_num_days_from_ce_opt(i32::try_from(days).ok()?);
+    let at = |days: i64, seconds: i64| {
+        day(days)?
+            .and_time(NaiveTime::MIN)
+            .checked_add_signed(chrono::Duration::seconds(seconds))
+    };
+    match rule.get_freq() {
+        Frequency::Yearly => NaiveDate::from_ymd_opt(i32::try_from(index).ok()?, 1, 1)
+            .map(|d| d.and_time(NaiveTime::MIN)),
+        Frequency::Monthly => NaiveDate::from_ymd_opt(
+            i32::try_from(index.div_euclid(12)).ok()?,
+            u32::try_from(index.rem_euclid(12)).ok()? + 1,
+            1,
+        )
+        .map(|d| d.and_time(NaiveTime::MIN)),
+        Frequency::Weekly => {
+            // The one day of the seven numbered `7 × index …` that is a week start.
+            let first = day(index * 7)?.weekday();
+            let to_start = (rule.get_week_start().num_days_from_monday() + 7
+                - first.num_days_from_monday())
+                % 7;
+            at(index * 7 + i64::from(to_start), 0)
+        }
+        Frequency::Daily => at(index, 0),
+        Frequency::Hourly => at(index.div_euclid(24), index.rem_euclid(24) * 3600),
+        Frequency::Minutely => at(index.div_euclid(1440), index.rem_euclid(1440) * 60),
+        Frequency::Secondly => at(index.div_euclid(86_400), index.rem_euclid(86_400)),
+    }
+}
+
+/// Where `rule` can restart to give its occurrences from `wall` on: `wall` itself if it lies
+/// in one of the periods the rule fires in (those a multiple of INTERVAL from DTSTART's), else
+/// the start of the next such period.
+fn restart_point(
+    rule: &RRule,
+    dtstart: NaiveDateTime,
+    wall: NaiveDateTime,
+) -> Option<NaiveDateTime> {
+    let index = period(rule, wall);
+    let interval = i64::from(rule.get_interval());
+    let offset = (index - period(rule, dtstart)).rem_euclid(interval);
+    if offset != 0 {
+        period_start(rule, index + interval - offset)
+    } else if rule.get_freq() == Frequency::Weekly && !rule.get_by_set_pos().is_empty() {
+        // The crate's first week runs from the day it starts on, and BYSETPOS counts within
+        // what it built: a week has to be restarted whole.
+        period_start(rule, index)
+    } else {
+        Some(wall)
+    }
+}
+
+/// Rewrites `COUNT=n` as `UNTIL=` the n-th occurrence, found by expanding the rule (without
+/// EXDATEs, which COUNT does not see) from `dtstart`. A rule with COUNT would otherwise have to
+/// be replayed from DTSTART on every search. Expanding spends from `budget`, shared by all the
+/// rule's lines; a rule that would need more is refused. A rule that yields nothing, or ends
+/// after year 9999, keeps its COUNT: replaying it costs no more than this expansion did.
+fn count_as_until(
+    dtstart: NaiveDateTime,
+    rule: &str,
+    budget: &mut usize,
+) -> Result<String, ScheduleError> {
+    let Some(count) = rule.split(';').find_map(|part| {
+        part.split_once('=')
+            .filter(|(key, _)| key.trim().eq_ignore_ascii_case("COUNT"))
+            .map(|(_, value)| value.trim())
+    }) else {
+        return Ok(rule.to_owned());
+    };
+    let set = build(dtstart, &format!("\nRRULE:{rule}"))?;
+    let mut last = None;
+    for occurrence in &set.limit() {
+        if *budget == 0 {
+            return Err(err(format!(
+                "COUNT={count} expands to more than {MAX_SCAN} occurrences; use UNTIL instead"
+            )));
+        }
+        last = Some(occurrence.naive_utc());
+        *budget -= 1;
+    }
+    // Past year 9999 an UNTIL cannot be written; the rule stays within the budget replayed.
+    let Some(last) = last.filter(|l| l.year() <= 9999) else {
+        return Ok(rule.to_owned());
+    };
+    let mut parts: Vec<String> = rule
+        .split(';')
+        .filter(|part| {
+            !part
+                .split_once('=')
+                .is_some_and(|(key, _)| key.trim().eq_ignore_ascii_case("COUNT"))
+        })
+        .map(str::to_owned)
+        .collect();
+    parts.push(format!("UNTIL={}", naive_utc_text(last)));
+    Ok(parts.join(";"))
 }
 
 /// The `rrule` crate accepts `INTERVAL=0`, which would never advance.

@@ -455,19 +455,23 @@ impl Scheduler {
             anchor: job.anchor_ms.and_then(DateTime::from_timestamp_millis),
             cursor: DateTime::from_timestamp_millis(entry.due_ms),
         };
-        let following = self
+        let search = self
             .schedule_table
             .get(job.schedule as usize)
             .zip(DateTime::from_timestamp_millis(entry.due_ms))
-            .and_then(|(schedule, due)| schedule.next_after(due, hints).ok().flatten())
-            .map(|n| n.timestamp_millis());
-        let claim = self.claim_for(
-            entry.job_id,
-            job,
-            entry.due_ms,
-            "schedule",
-            following.is_none(),
-        );
+            .map(|(schedule, due)| schedule.next_after(due, hints));
+        // A search that gives up (a rule too sparse to replay within its bound) is not the
+        // end of the schedule: the job stays running, idle until it is edited or reloaded,
+        // and says so, rather than being finished as if its last instant had come.
+        let (following, ended) = match search {
+            Some(Ok(next)) => (next.map(|n| n.timestamp_millis()), next.is_none()),
+            Some(Err(err)) => {
+                warn!(job_id = entry.job_id, error = %err, "cannot find the job's next instant; it stays idle until edited or reloaded");
+                (None, false)
+            }
+            None => (None, true),
+        };
+        let claim = self.claim_for(entry.job_id, job, entry.due_ms, "schedule", ended);
         if let Some(job) = self.jobs.get_mut(&entry.job_id) {
             job.next_ms = following;
             if let Some(next) = following {

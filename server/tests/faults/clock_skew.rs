@@ -3,7 +3,7 @@
 //! before it is due, and their dispatches are accepted.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::harness::{Cluster, Database, every_second, instants, one_at_a_time};
@@ -37,7 +37,7 @@ fn libfaketime() -> Option<PathBuf> {
 }
 
 /// Runs node `n<k>` with its clock shifted by `SKEW[k-1]`.
-fn skewed(library: &PathBuf) -> impl Fn(&mut NodeSpec) + '_ {
+fn skewed(library: &Path) -> impl Fn(&mut NodeSpec) + '_ {
     move |spec: &mut NodeSpec| {
         let k = Cluster::index(&spec.node_id);
         spec.extra_env

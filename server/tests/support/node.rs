@@ -262,10 +262,11 @@ impl NodeProcess {
         (status, json)
     }
 
-    /// Sends a raw body (for oversized or malformed requests).
+    /// Sends a raw body (for oversized or malformed requests), on a connection of its own: the
+    /// node may answer an oversized body before reading it and close the connection, which a
+    /// pooled connection would then hand to the next call.
     pub async fn call_raw(&self, path: &str, body: Vec<u8>) -> (u16, serde_json::Value) {
-        let response = self
-            .client
+        let response = reqwest::Client::new()
             .post(self.url(path))
             .bearer_auth(TOKEN)
             .header("content-type", "application/json")
