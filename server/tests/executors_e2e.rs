@@ -570,3 +570,89 @@ async fn an_attempt_offered_again_to_the_executor_running_it_is_not_run_twice() 
         .count();
     assert_eq!(started, 1, "the handler ran once");
 }
+
+/// A node calls only the address an executor registered: an executor that answers with a
+/// redirect (to an internal service, say) gets no request followed there, and the attempt fails
+/// naming the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatch_never_follows_a_redirect() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let node = node().await;
+    // The target a redirect points at counts every connection it gets.
+    let target = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let target_port = target.local_addr().unwrap().port();
+    let reached = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&reached);
+    tokio::spawn(async move {
+        while let Ok((_socket, _)) = target.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    let redirector = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = format!("http://{}", redirector.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = redirector.accept().await {
+            let mut request = vec![0u8; 65_536];
+            let _ = socket.read(&mut request).await;
+            let answer = format!(
+                "HTTP/1.1 307 Temporary Redirect\r\nLocation: http://127.0.0.1:{target_port}\
+                 /carillon/v1/dispatch\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            let _ = socket.write_all(answer.as_bytes()).await;
+        }
+    });
+    let client = reqwest::Client::new();
+    let executor_call = |path: &'static str, body: Value| {
+        client
+            .post(node.url(path))
+            .bearer_auth(EXECUTOR_TOKEN)
+            .json(&body)
+            .send()
+    };
+    let registered = executor_call(
+        "/api/v1/executors/register",
+        json!({"protocol": 1, "executor_id": "redirector", "app": "py", "address": address,
+               "weight": 1, "capacity": 8, "handlers": [{"name": "echo", "description": ""}]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(registered.status(), 200);
+    // It stays healthy: it heartbeats like any executor.
+    let heartbeats = {
+        let client = client.clone();
+        let url = node.url("/api/v1/executors/heartbeat");
+        tokio::spawn(async move {
+            loop {
+                let _ = client
+                    .post(&url)
+                    .bearer_auth(EXECUTOR_TOKEN)
+                    .json(&json!({"executor_id": "redirector", "in_flight": []}))
+                    .send()
+                    .await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        })
+    };
+    let job = create(
+        &node,
+        job("redirected", "py", "echo", json!({"start": true})),
+    )
+    .await;
+    let run = trigger(&node, &job).await;
+    let detail = ended(&node, &run).await;
+    heartbeats.abort();
+    assert_eq!(detail["state"], "failed", "{detail}");
+    let error = detail["attempts"][0]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("307"),
+        "the attempt names the answer: {detail}"
+    );
+    assert_eq!(
+        reached.load(Ordering::SeqCst),
+        0,
+        "the redirect was not followed"
+    );
+}
