@@ -7,7 +7,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, MutexGuard};
 
-use crate::support::db::{Engine, fetch_rows};
+use crate::support::db::{AnyRow, Engine, fetch_rows};
 use crate::support::executor::{Executor, node_env};
 use crate::support::node::{ClusterSnapshot, NodeProcess, NodeSpec};
 use crate::support::wait_for;
@@ -38,14 +38,7 @@ impl Database {
         }
     }
 
-    pub async fn rows<T>(&self, query: &str, binds: &[i64]) -> Vec<T>
-    where
-        T: Send
-            + Unpin
-            + for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>
-            + for<'r> sqlx::FromRow<'r, sqlx::mysql::MySqlRow>
-            + for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow>,
-    {
+    pub async fn rows<T: AnyRow>(&self, query: &str, binds: &[i64]) -> Vec<T> {
         fetch_rows(self.engine, &self.test_url, query, binds).await
     }
 

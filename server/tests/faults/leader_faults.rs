@@ -9,6 +9,7 @@ use serde_json::json;
 use crate::harness::{Cluster, Database, every_second, id_list, instants, one_at_a_time};
 use crate::invariants::{Verdict, each_at, max_lateness_ms, runs, runs_succeeded_twice, settle};
 use crate::support::db::TestDb;
+use crate::support::executor::Executor;
 use crate::support::node::epoch_ms;
 use crate::support::wait_for;
 
@@ -36,15 +37,58 @@ for_engine!(
 /// the dead node held may be missed.
 const FAILOVER_BOUND_MS: i64 = 6_000;
 
+/// Three nodes and an executor registered with a node other than the leader.
+struct LeaderScene {
+    cluster: Cluster,
+    db: Database,
+    leader: String,
+    victim: usize,
+    steady: usize,
+    _executor: Executor,
+}
+
+impl LeaderScene {
+    async fn start(test_db: &TestDb, capacity: &str) -> LeaderScene {
+        let db = Database::direct(test_db.engine, &test_db.url);
+        let cluster = Cluster::start(&db, 3, |_| {}).await;
+        let leader = cluster.leader().await;
+        let victim = Cluster::index(&leader);
+        let steady = (victim + 1) % 3;
+        let executor = cluster.executor(steady, "py-1", &["--capacity", capacity]);
+        LeaderScene {
+            cluster,
+            db,
+            leader,
+            victim,
+            steady,
+            _executor: executor,
+        }
+    }
+
+    /// The nodes but the leader.
+    fn others(&self) -> Vec<String> {
+        self.cluster
+            .ids()
+            .into_iter()
+            .filter(|id| *id != self.leader)
+            .collect()
+    }
+}
+
 async fn a_leader_killed_during_reassignment_loses_and_repeats_nothing(test_db: TestDb) {
     let _turn = one_at_a_time().await;
     let scenario = format!("leader killed during reassignment ({:?})", test_db.engine);
-    let db = Database::direct(test_db.engine, &test_db.url);
-    let mut cluster = Cluster::start(&db, 3, |_| {}).await;
-    let leader = cluster.leader().await;
-    let victim = Cluster::index(&leader);
-    let steady = (victim + 1) % 3;
-    let _executor = cluster.executor(steady, "py-1", &["--capacity", "64"]);
+    let mut scene = LeaderScene::start(&test_db, "64").await;
+    let survivors = scene.others();
+    let LeaderScene {
+        cluster,
+        db,
+        leader: _,
+        victim,
+        steady,
+        ..
+    } = &mut scene;
+    let (victim, steady) = (*victim, *steady);
     let bodies = (0..60)
         .map(|i| every_second(&format!("tick-{i}")))
         .collect();
@@ -68,21 +112,16 @@ async fn a_leader_killed_during_reassignment_loses_and_repeats_nothing(test_db: 
     let killed_at = db.now_ms().await;
     cluster.nodes[victim].kill9();
 
-    let survivors: Vec<String> = cluster
-        .ids()
-        .into_iter()
-        .filter(|id| *id != leader)
-        .collect();
     let survivors: Vec<&str> = survivors.iter().map(String::as_str).collect();
     let settled = cluster.settled(steady, &survivors).await;
     let new_leader = settled.leader.unwrap();
     let failover_ms = epoch_ms(&new_leader.acquired_at) - killed_at;
 
     let to = (db.now_ms().await / 1_000 + 3) * 1_000;
-    settle(&db, &jobs, from, to, Duration::from_secs(60)).await;
-    let runs = runs(&db, &jobs, from, to).await;
+    settle(db, &jobs, from, to, Duration::from_secs(60)).await;
+    let runs = runs(db, &jobs, from, to).await;
     let verdict = Verdict::of(&runs, &each_at(&jobs, &instants(from, to, 1_000)));
-    let twice = runs_succeeded_twice(&db, &jobs, from, to).await;
+    let twice = runs_succeeded_twice(db, &jobs, from, to).await;
     let late = max_lateness_ms(&runs);
     eprintln!(
         "figures: {scenario}: killed with {} partitions handing off and {} already moved; \
@@ -106,12 +145,17 @@ async fn a_leader_killed_during_reassignment_loses_and_repeats_nothing(test_db: 
 async fn a_leader_killed_in_the_middle_of_a_batch_claim_loses_and_repeats_nothing(test_db: TestDb) {
     let _turn = one_at_a_time().await;
     let scenario = format!("leader killed mid batch claim ({:?})", test_db.engine);
-    let db = Database::direct(test_db.engine, &test_db.url);
-    let mut cluster = Cluster::start(&db, 3, |_| {}).await;
-    let leader = cluster.leader().await;
-    let victim = Cluster::index(&leader);
-    let steady = (victim + 1) % 3;
-    let _executor = cluster.executor(steady, "py-1", &["--capacity", "256"]);
+    let mut scene = LeaderScene::start(&test_db, "256").await;
+    let survivors = scene.others();
+    let LeaderScene {
+        cluster,
+        db,
+        leader,
+        victim,
+        steady,
+        ..
+    } = &mut scene;
+    let (victim, steady) = (*victim, *steady);
     // 300 jobs due together every other second: each node claims its share in one batch, in
     // four lanes that commit separately.
     let bodies = (0..300)
@@ -124,7 +168,7 @@ async fn a_leader_killed_in_the_middle_of_a_batch_claim_loses_and_repeats_nothin
     let jobs = cluster.create_jobs(steady, bodies).await;
     let from = (cluster.firing_from(&jobs).await / 2_000 + 1) * 2_000;
     let victims_jobs = {
-        let partitions = cluster.partitions_of(&leader).await;
+        let partitions = cluster.partitions_of(leader).await;
         db.scalar(
             &format!(
                 "SELECT COUNT(*) FROM jobs WHERE job_id IN ({}) AND partition_id IN ({})",
@@ -139,7 +183,7 @@ async fn a_leader_killed_in_the_middle_of_a_batch_claim_loses_and_repeats_nothin
     // The test holds one of the leader's partitions locked across its claim of the next
     // instant: the lanes claiming the other partitions commit, the one claiming this
     // partition waits inside its transaction, and then the leader is killed.
-    let victim_partitions = cluster.partitions_of(&leader).await;
+    let victim_partitions = cluster.partitions_of(leader).await;
     let locked: Vec<(i64, i64)> = db
         .rows(
             &format!(
@@ -167,19 +211,14 @@ async fn a_leader_killed_in_the_middle_of_a_batch_claim_loses_and_repeats_nothin
         )
         .await;
 
-    let survivors: Vec<String> = cluster
-        .ids()
-        .into_iter()
-        .filter(|id| *id != leader)
-        .collect();
     let survivors: Vec<&str> = survivors.iter().map(String::as_str).collect();
     cluster.settled(steady, &survivors).await;
     cluster.restart(victim).await;
     let to = (db.now_ms().await / 2_000 + 2) * 2_000;
-    settle(&db, &jobs, from, to, Duration::from_secs(90)).await;
-    let runs = runs(&db, &jobs, from, to).await;
+    settle(db, &jobs, from, to, Duration::from_secs(90)).await;
+    let runs = runs(db, &jobs, from, to).await;
     let verdict = Verdict::of(&runs, &each_at(&jobs, &instants(from, to, 2_000)));
-    let twice = runs_succeeded_twice(&db, &jobs, from, to).await;
+    let twice = runs_succeeded_twice(db, &jobs, from, to).await;
     eprintln!(
         "figures: {scenario}: killed in its claim with {claimed_before_death} of its \
          {victims_jobs} runs of the instant committed (partition {locked} held); \
@@ -199,12 +238,17 @@ async fn a_leader_killed_in_the_middle_of_a_batch_claim_loses_and_repeats_nothin
 async fn a_leader_paused_past_its_lease_does_not_act_when_it_resumes(test_db: TestDb) {
     let _turn = one_at_a_time().await;
     let scenario = format!("leader paused past its lease ({:?})", test_db.engine);
-    let db = Database::direct(test_db.engine, &test_db.url);
-    let cluster = Cluster::start(&db, 3, |_| {}).await;
-    let leader = cluster.leader().await;
-    let victim = Cluster::index(&leader);
-    let steady = (victim + 1) % 3;
-    let _executor = cluster.executor(steady, "py-1", &["--capacity", "64"]);
+    let scene = LeaderScene::start(&test_db, "64").await;
+    let others = scene.others();
+    let LeaderScene {
+        cluster,
+        db,
+        leader,
+        victim,
+        steady,
+        ..
+    } = &scene;
+    let (victim, steady) = (*victim, *steady);
     let bodies = (0..60)
         .map(|i| every_second(&format!("tick-{i}")))
         .collect();
@@ -217,11 +261,6 @@ async fn a_leader_paused_past_its_lease_does_not_act_when_it_resumes(test_db: Te
     // Frozen for four leases: the others take over its leadership and partitions.
     let paused_at = db.now_ms().await;
     cluster.nodes[victim].signal("STOP");
-    let others: Vec<String> = cluster
-        .ids()
-        .into_iter()
-        .filter(|id| *id != leader)
-        .collect();
     let others: Vec<&str> = others.iter().map(String::as_str).collect();
     let settled = wait_for(
         Duration::from_secs(30),
@@ -249,14 +288,14 @@ async fn a_leader_paused_past_its_lease_does_not_act_when_it_resumes(test_db: Te
     // It comes back as a follower: the cluster settles on all three again.
     cluster.settled(steady, &["n1", "n2", "n3"]).await;
     let to = (db.now_ms().await / 1_000 + 3) * 1_000;
-    settle(&db, &jobs, from, to, Duration::from_secs(60)).await;
-    let runs = runs(&db, &jobs, from, to).await;
+    settle(db, &jobs, from, to, Duration::from_secs(60)).await;
+    let runs = runs(db, &jobs, from, to).await;
     let verdict = Verdict::of(&runs, &each_at(&jobs, &instants(from, to, 1_000)));
     // Writes of the deposed node under the rights it held before the pause: a run it created
     // after resuming at an epoch its partition had already left behind.
     let stale: Vec<i64> = runs
         .iter()
-        .filter(|r| r.node_id == leader && r.created_at_ms >= resumed_at)
+        .filter(|r| r.node_id == *leader && r.created_at_ms >= resumed_at)
         .filter(|r| {
             epochs_at_resume
                 .get(&r.partition_id)
@@ -267,7 +306,7 @@ async fn a_leader_paused_past_its_lease_does_not_act_when_it_resumes(test_db: Te
     let during_pause = runs
         .iter()
         .filter(|r| {
-            r.node_id == leader && r.created_at_ms > paused_at && r.created_at_ms < resumed_at
+            r.node_id == *leader && r.created_at_ms > paused_at && r.created_at_ms < resumed_at
         })
         .count();
     let term_after = cluster.settled(steady, &["n1", "n2", "n3"]).await;

@@ -235,16 +235,33 @@ impl TestDb {
     }
 }
 
-/// Rows of `T` (a tuple of columns) from `query`, written with `?` placeholders and bound to
-/// `binds`, on the database at `url`.
-pub async fn fetch_rows<T>(engine: Engine, url: &str, query: &str, binds: &[i64]) -> Vec<T>
-where
+/// A row type (a tuple of columns, or a `FromRow` struct) readable on every backend.
+pub trait AnyRow:
+    Send
+    + Unpin
+    + for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>
+    + for<'r> sqlx::FromRow<'r, sqlx::mysql::MySqlRow>
+    + for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow>
+{
+}
+
+impl<T> AnyRow for T where
     T: Send
         + Unpin
         + for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>
         + for<'r> sqlx::FromRow<'r, sqlx::mysql::MySqlRow>
-        + for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow>,
+        + for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow>
 {
+}
+
+/// Rows of `T` from `query`, written with `?` placeholders and bound to `binds`, on the
+/// database at `url`.
+pub async fn fetch_rows<T: AnyRow>(
+    engine: Engine,
+    url: &str,
+    query: &str,
+    binds: &[i64],
+) -> Vec<T> {
     let query = match engine {
         Engine::Postgres => {
             let mut out = String::new();

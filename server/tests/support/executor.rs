@@ -80,11 +80,7 @@ impl Executor {
 
     /// Sends `signal` (`STOP`, `CONT`, …) to the executor process.
     pub fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([&format!("-{signal}"), &self.child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success(), "kill -{signal}");
+        super::send_signal(self.child.id(), signal);
     }
 
     pub fn kill9(&mut self) {

@@ -51,6 +51,15 @@ macro_rules! for_engine {
     };
 }
 
+/// Sends `signal` (`STOP`, `CONT`, `TERM`…) to process `pid`.
+pub fn send_signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -{signal} {pid}");
+}
+
 /// Polls `check` every 50 ms until it returns `Some`, or panics with `what` after `limit`.
 pub async fn wait_for<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
 where

@@ -195,11 +195,7 @@ impl NodeProcess {
 
     /// Sends `signal` (`STOP`, `CONT`, …) to the process.
     pub fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([&format!("-{signal}"), &self.child.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success(), "kill -{signal}");
+        super::send_signal(self.child.id(), signal);
     }
 
     /// True while the process has not exited.
