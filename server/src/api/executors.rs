@@ -198,8 +198,11 @@ pub(super) async fn heartbeat(
         .store
         .executor_heartbeat(&beat.executor_id, in_flight, beat.draining)
         .await?;
+    // Every attempt listed is still held: one not marked seen would be taken for forgotten.
+    for listed in beat.in_flight.chunks(1_000) {
+        state.store.attempts_seen(&beat.executor_id, listed).await?;
+    }
     let listed = &beat.in_flight[..beat.in_flight.len().min(1_000)];
-    state.store.attempts_seen(&beat.executor_id, listed).await?;
     // Attempts it still runs that ended here (cancelled, timed out, lost and moved): stop
     // them. A pending one is not ended: the executor may have accepted it a moment before the
     // node that dispatched it records the answer, and heartbeats overtake that record.
