@@ -79,7 +79,9 @@ async fn a_leader_killed_during_reassignment_loses_and_repeats_nothing(test_db: 
     let _turn = one_at_a_time().await;
     let scenario = format!("leader killed during reassignment ({:?})", test_db.engine);
     let mut scene = LeaderScene::start(&test_db, "64").await;
-    let survivors = scene.others();
+    // The leader's peers, and the node that joins.
+    let mut survivors = scene.others();
+    survivors.push("n4".to_owned());
     let LeaderScene {
         cluster,
         db,
