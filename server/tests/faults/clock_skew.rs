@@ -101,8 +101,8 @@ async fn nodes_minutes_off_fire_neither_early_nor_twice(test_db: TestDb) {
         .iter()
         .filter(|e| e["refused"].is_string())
         .count();
-    eprintln!(
-        "figures: {scenario}: skews {:?}; dispatches received {delivered}, early {} (most {} ms \
+    figures!(
+        "{scenario}: skews {:?}; dispatches received {delivered}, early {} (most {} ms \
          ahead), refused signatures {refused}; max lateness {} ms; {}",
         SKEW,
         early.len(),

@@ -166,8 +166,8 @@ async fn a_cluster_restarted_after_a_gap_applies_each_misfire_policy_exactly(tes
             .filter(|run| !seen.insert(*run))
             .count()
     };
-    eprintln!(
-        "figures: {scenario}: down {} ms, threshold {THRESHOLD_MS} ms; missed instants and \
+    figures!(
+        "{scenario}: down {} ms, threshold {THRESHOLD_MS} ms; missed instants and \
          runs for them per policy {figures:?}; runs claimed ahead before the stop and finished \
          after it {claimed_before_stop}; runs delivered twice {redelivered}; {}",
         restarted_at - stopped_at,

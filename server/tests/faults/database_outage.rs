@@ -91,8 +91,8 @@ async fn the_cluster_rides_out_a_lost_and_a_restarted_database(engine: Engine) {
         .iter_mut()
         .filter_map(|n| (!n.is_running()).then(|| n.node_id().to_owned()))
         .collect();
-    eprintln!(
-        "figures: {scenario}: unreachable {} ms, every job firing again {outage_recovered} ms \
+    figures!(
+        "{scenario}: unreachable {} ms, every job firing again {outage_recovered} ms \
          after; down {} ms for the restart, firing again {restart_recovered} ms after; \
          max lateness {} ms; {}; attempts succeeded twice {}; nodes that exited {}",
         restored_at - cut_at,

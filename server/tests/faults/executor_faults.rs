@@ -103,8 +103,8 @@ async fn executors_killed_hung_or_frozen_mid_run_lose_no_run(test_db: TestDb) {
             .copied()
             .unwrap_or(0)
     };
-    eprintln!(
-        "figures: {scenario}: killed holding {killed_holding} attempts, frozen holding \
+    figures!(
+        "{scenario}: killed holding {killed_holding} attempts, frozen holding \
          {frozen_holding}; attempts by executor and state {outcomes:?}; {}; attempts succeeded \
          twice {}",
         verdict.figures(),
@@ -169,8 +169,8 @@ async fn an_executor_restarted_mid_run_has_what_it_forgot_run_again(test_db: Tes
             &[],
         )
         .await;
-    eprintln!(
-        "figures: {scenario}: restarted holding {holding} attempts; attempts it forgot failed \
+    figures!(
+        "{scenario}: restarted holding {holding} attempts; attempts it forgot failed \
          over {lost}; {}; attempts succeeded twice {}",
         verdict.figures(),
         twice.len()

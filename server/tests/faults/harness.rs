@@ -19,6 +19,22 @@ pub async fn one_at_a_time() -> MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().await
 }
 
+/// Where the scenarios' figures are collected.
+pub const FIGURES_FILE: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/fault-figures.txt");
+
+/// See the `figures!` macro.
+pub fn record_figures(line: &str) {
+    use std::io::Write;
+    eprintln!("figures: {line}");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(FIGURES_FILE);
+    if let Ok(mut file) = file {
+        let _ = writeln!(file, "{line}");
+    }
+}
+
 /// A database the nodes use, and how the test reads it.
 #[derive(Debug, Clone)]
 pub struct Database {

@@ -146,8 +146,8 @@ async fn edits_stops_and_deletes_racing_a_fire_never_run_an_instant_twice(test_d
         *m.entry(format!("{:?} raced by a fire", c.1)).or_default() += usize::from(fired_after);
         m
     });
-    eprintln!(
-        "figures: {scenario}: {} changes sent from {} ms to {} ms around an instant; {won:?}; {}",
+    figures!(
+        "{scenario}: {} changes sent from {} ms to {} ms around an instant; {won:?}; {}",
         changes.len(),
         OFFSETS_MS[0],
         OFFSETS_MS[OFFSETS_MS.len() - 1],

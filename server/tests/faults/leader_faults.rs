@@ -125,8 +125,8 @@ async fn a_leader_killed_during_reassignment_loses_and_repeats_nothing(test_db: 
     let verdict = Verdict::of(&runs, &each_at(&jobs, &instants(from, to, 1_000)));
     let twice = runs_succeeded_twice(db, &jobs, from, to).await;
     let late = max_lateness_ms(&runs);
-    eprintln!(
-        "figures: {scenario}: killed with {} partitions handing off and {} already moved; \
+    figures!(
+        "{scenario}: killed with {} partitions handing off and {} already moved; \
          new leader {} (term {}) after {failover_ms} ms; max lateness {late} ms; {}; \
          attempts succeeded twice {}",
         moving.0,
@@ -221,8 +221,8 @@ async fn a_leader_killed_in_the_middle_of_a_batch_claim_loses_and_repeats_nothin
     let runs = runs(db, &jobs, from, to).await;
     let verdict = Verdict::of(&runs, &each_at(&jobs, &instants(from, to, 2_000)));
     let twice = runs_succeeded_twice(db, &jobs, from, to).await;
-    eprintln!(
-        "figures: {scenario}: killed in its claim with {claimed_before_death} of its \
+    figures!(
+        "{scenario}: killed in its claim with {claimed_before_death} of its \
          {victims_jobs} runs of the instant committed (partition {locked} held); \
          max lateness {} ms; {}; attempts succeeded twice {}",
         max_lateness_ms(&runs),
@@ -313,8 +313,8 @@ async fn a_leader_paused_past_its_lease_does_not_act_when_it_resumes(test_db: Te
         .count();
     let term_after = cluster.settled(steady, &["n1", "n2", "n3"]).await;
     let term_after = term_after.leader.unwrap();
-    eprintln!(
-        "figures: {scenario}: paused 4 s; new leader {} (term {} after {}) in {failover_ms} ms; \
+    figures!(
+        "{scenario}: paused 4 s; new leader {} (term {} after {}) in {failover_ms} ms; \
          runs written by the deposed node under stale epochs {}; during the pause {during_pause}; {}",
         new_leader.node_id,
         new_leader.term,

@@ -15,6 +15,15 @@
     reason = "the scenarios share the harness within this one test crate"
 )]
 
+/// Prints a scenario's figures and appends them to `fault-figures.txt` in cargo's temporary
+/// directory for tests, which `.ci/run` prints after the tests (cargo hides a passing test's
+/// output).
+macro_rules! figures {
+    ($($arg:tt)*) => {
+        $crate::harness::record_figures(&format!($($arg)*))
+    };
+}
+
 #[path = "../support/mod.rs"]
 #[macro_use]
 mod support;
