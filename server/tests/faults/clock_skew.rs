@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::harness::{Cluster, Database, every_second, instants, one_at_a_time};
+use crate::harness::{Cluster, Database, instants, one_at_a_time};
 use crate::invariants::{Verdict, each_at, max_lateness_ms, runs, settle};
 use crate::support::db::TestDb;
 use crate::support::node::NodeSpec;
@@ -62,11 +62,7 @@ async fn nodes_minutes_off_fire_neither_early_nor_twice(test_db: TestDb) {
     let db = Database::direct(test_db.engine, &test_db.url);
     let cluster = Cluster::start(&db, 2, skewed(&library)).await;
     let executor = cluster.executor(0, "py-1", &["--capacity", "64"]);
-    let bodies = (0..30)
-        .map(|i| every_second(&format!("tick-{i}")))
-        .collect();
-    let jobs = cluster.create_jobs(0, bodies).await;
-    let from = cluster.firing_from(&jobs).await;
+    let (jobs, from) = cluster.ticking(0, 30).await;
     db.sleep_until(from + 6_000).await;
     let to = from + 6_000;
     settle(&db, &jobs, from, to, Duration::from_secs(60)).await;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::harness::{Cluster, Database, every_second, instants, one_at_a_time};
+use crate::harness::{Cluster, Database, instants, one_at_a_time};
 use crate::invariants::{Verdict, each_at, max_lateness_ms, runs, runs_succeeded_twice, settle};
 use crate::support::db::Engine;
 use crate::support::private_server::PrivateServer;
@@ -58,11 +58,7 @@ async fn the_cluster_rides_out_a_lost_and_a_restarted_database(engine: Engine) {
     };
     let mut cluster = Cluster::start(&db, 2, |_| {}).await;
     let _executor = cluster.executor(0, "py-1", &["--capacity", "64"]);
-    let bodies = (0..40)
-        .map(|i| every_second(&format!("tick-{i}")))
-        .collect();
-    let jobs = cluster.create_jobs(0, bodies).await;
-    let from = cluster.firing_from(&jobs).await;
+    let (jobs, from) = cluster.ticking(0, 40).await;
     db.sleep_until(from + 2_000).await;
 
     // Unreachable for 10 s.

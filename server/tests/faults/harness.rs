@@ -265,6 +265,17 @@ impl Cluster {
         Executor::start(&self.nodes[via], "py", id, 1, extra)
     }
 
+    /// Creates `count` jobs named `tick-<i>` firing every second (see `every_second`) through
+    /// node `via`; returns them and the first instant from which all of them fire.
+    pub async fn ticking(&self, via: usize, count: usize) -> (Vec<i64>, i64) {
+        let bodies = (0..count)
+            .map(|i| every_second(&format!("tick-{i}")))
+            .collect();
+        let jobs = self.create_jobs(via, bodies).await;
+        let from = self.firing_from(&jobs).await;
+        (jobs, from)
+    }
+
     /// The first instant (a whole second) after every job of `jobs` fired at least once: from
     /// there on every instant is expected.
     pub async fn firing_from(&self, jobs: &[i64]) -> i64 {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::harness::{Cluster, Database, every_second, id_list, instants, one_at_a_time};
+use crate::harness::{Cluster, Database, id_list, instants, one_at_a_time};
 use crate::invariants::{Verdict, each_at, max_lateness_ms, runs, runs_succeeded_twice, settle};
 use crate::support::db::TestDb;
 use crate::support::executor::Executor;
@@ -91,11 +91,7 @@ async fn a_leader_killed_during_reassignment_loses_and_repeats_nothing(test_db: 
         ..
     } = &mut scene;
     let (victim, steady) = (*victim, *steady);
-    let bodies = (0..60)
-        .map(|i| every_second(&format!("tick-{i}")))
-        .collect();
-    let jobs = cluster.create_jobs(steady, bodies).await;
-    let from = cluster.firing_from(&jobs).await;
+    let (jobs, from) = cluster.ticking(steady, 60).await;
     db.sleep_until(from + 1_000).await;
 
     // A fourth node joins; the leader is killed as soon as it starts moving partitions to it.
@@ -251,11 +247,7 @@ async fn a_leader_paused_past_its_lease_does_not_act_when_it_resumes(test_db: Te
         ..
     } = &scene;
     let (victim, steady) = (*victim, *steady);
-    let bodies = (0..60)
-        .map(|i| every_second(&format!("tick-{i}")))
-        .collect();
-    let jobs = cluster.create_jobs(steady, bodies).await;
-    let from = cluster.firing_from(&jobs).await;
+    let (jobs, from) = cluster.ticking(steady, 60).await;
     db.sleep_until(from + 1_500).await;
     let term_before = cluster.settled(steady, &["n1", "n2", "n3"]).await;
     let term_before = term_before.leader.unwrap().term;
