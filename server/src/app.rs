@@ -20,6 +20,7 @@ use crate::config::{Config, ConfigError};
 use crate::data_dir::{DataDir, DataDirError};
 use crate::dispatch::Dispatcher;
 use crate::dispatch::client::DispatchClient;
+use crate::observe::{self, AlertSettings, AlertWorker, NodeMetrics, Observer};
 use crate::scheduler::Scheduler;
 use crate::store::{self, DatabaseUrl, NodeRegistration, PoolOptions, Store};
 
@@ -72,6 +73,7 @@ pub struct Application {
     coordinator: Coordinator,
     scheduler: Scheduler,
     dispatcher: Dispatcher,
+    alert_worker: AlertWorker,
     shutdown_grace: Duration,
 }
 
@@ -202,6 +204,15 @@ impl Application {
             incarnation,
             timings,
         );
+        let metrics = Arc::new(NodeMetrics::new());
+        let (alerter, alert_worker) = observe::alerts::alerts(
+            Arc::clone(&api_store),
+            Arc::clone(&view),
+            AlertSettings::new(&config.alerts, config.dispatch.executor_lease_ms),
+            Arc::clone(&metrics),
+        )
+        .map_err(|e| StartupError::Http(format!("cannot build the HTTP client for alerts: {e}")))?;
+        let observer = Observer::new(Arc::clone(&metrics), alerter, config.alerts.late_after_ms);
         let dispatcher_wake = Arc::new(Notify::new());
         let scheduler = Scheduler::new(
             Arc::clone(&api_store),
@@ -209,6 +220,7 @@ impl Application {
             Arc::clone(&clock),
             config.scheduler_settings(),
             Arc::clone(&dispatcher_wake),
+            metrics,
         );
         let client = DispatchClient::new(
             Arc::new(dispatch_secret),
@@ -226,6 +238,7 @@ impl Application {
             config.dispatch_settings(),
             dispatcher_wake,
             vec![advertised.clone()],
+            observer.clone(),
         );
         let api_state = ApiState {
             store: api_store,
@@ -247,6 +260,8 @@ impl Application {
             dispatch: client,
             executor_heartbeat_ms: config.dispatch.executor_heartbeat_ms,
             executor_lease_ms: config.dispatch.executor_lease_ms,
+            observer,
+            late_after_ms: config.alerts.late_after_ms,
         };
         Ok(Self {
             listener,
@@ -255,6 +270,7 @@ impl Application {
             coordinator,
             scheduler,
             dispatcher,
+            alert_worker,
             shutdown_grace: Duration::from_millis(config.cluster.shutdown_grace_ms),
         })
     }
@@ -278,6 +294,7 @@ impl Application {
         let mut coordinator = tracker.spawn(self.coordinator.run(shutdown.child_token()));
         tracker.spawn(self.scheduler.run(shutdown.child_token()));
         tracker.spawn(self.dispatcher.run(shutdown.child_token()));
+        tracker.spawn(self.alert_worker.run(shutdown.child_token()));
         tracker.close();
         info!(address = %self.local_addr, "carillon node listening");
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::cluster::ClusterTimings;
+use crate::jobs::AlertFormat;
 
 /// Why a configuration was refused. Every message names the setting at fault.
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +66,36 @@ pub struct Config {
     pub scheduler: SchedulerConfig,
     pub dispatch: DispatchConfig,
     pub log: LogConfig,
+    pub alerts: AlertsConfig,
+}
+
+/// Alerts every job shares. A job may add its own webhook (`alerts` in the job document).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AlertsConfig {
+    /// Receives every alert: runs that fail for good, late fires, apps left without a healthy
+    /// executor. A secret: chat webhooks carry their credential in the URL.
+    pub webhook: Option<Secret>,
+    pub format: AlertFormat,
+    /// A first dispatch later than this after its instant is a late fire; 0 turns the node's
+    /// late alerts off (a job's own `late_after_ms` still applies to its webhook).
+    pub late_after_ms: u64,
+    /// How often the leader looks for apps without a healthy executor.
+    pub check_ms: u64,
+    /// Tries per webhook call before the alert is given up (1 s, 2 s, 4 s… apart).
+    pub attempts: u32,
+}
+
+impl Default for AlertsConfig {
+    fn default() -> Self {
+        Self {
+            webhook: None,
+            format: AlertFormat::Json,
+            late_after_ms: 60_000,
+            check_ms: 10_000,
+            attempts: 5,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -364,6 +395,23 @@ impl Config {
             return Err(invalid(
                 "scheduler.claim_ahead_ms",
                 format!("{} is outside 0..=10000", s.claim_ahead_ms),
+            ));
+        }
+        let a = &self.alerts;
+        if let Some(url) = &a.webhook {
+            crate::jobs::check_webhook(url.expose())
+                .map_err(|why| invalid("alerts.webhook", why))?;
+        }
+        if !(100..=3_600_000).contains(&a.check_ms) {
+            return Err(invalid(
+                "alerts.check_ms",
+                format!("{} is outside 100..=3600000", a.check_ms),
+            ));
+        }
+        if !(1..=20).contains(&a.attempts) {
+            return Err(invalid(
+                "alerts.attempts",
+                format!("{} is outside 1..=20", a.attempts),
             ));
         }
         Ok(())

@@ -12,6 +12,7 @@ pub mod config;
 pub mod data_dir;
 pub mod dispatch;
 pub mod jobs;
+pub mod observe;
 pub mod schedule;
 pub mod scheduler;
 pub mod store;

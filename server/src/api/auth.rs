@@ -1,7 +1,7 @@
 //! Bearer-token authentication of `/api/v1`.
 
 use axum::extract::{Request, State};
-use axum::http::{Method, header};
+use axum::http::{HeaderMap, Method, header};
 use axum::middleware::Next;
 use axum::response::Response;
 
@@ -53,20 +53,23 @@ fn principal_of(state: &ApiState, token: &str) -> Option<Principal> {
     }
 }
 
+/// Who presented the bearer token of `headers`; `401` for no token or an unknown one.
+fn caller(state: &ApiState, headers: &HeaderMap) -> Result<Principal, ApiError> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .map(str::trim)
+        .and_then(|token| principal_of(state, token))
+        .ok_or(ApiError::Unauthorized)
+}
+
 pub(super) async fn require_admin(
     State(state): State<ApiState>,
     mut request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "))
-        .map(str::trim);
-    let principal = presented
-        .and_then(|token| principal_of(&state, token))
-        .ok_or(ApiError::Unauthorized)?;
+    let principal = caller(&state, request.headers())?;
     let executor_endpoint = EXECUTOR_ENDPOINTS.contains(&request.uri().path());
     let reading = matches!(*request.method(), Method::GET | Method::HEAD);
     let allowed = match &principal {
@@ -82,6 +85,17 @@ pub(super) async fn require_admin(
     }
     request.extensions_mut().insert(principal);
     Ok(next.run(request).await)
+}
+
+/// Refuses a caller of a read endpoint outside `/api/v1` (`/metrics`) unless it presents the
+/// admin or the read-only token.
+pub(super) fn require_reader(state: &ApiState, headers: &HeaderMap) -> Result<(), ApiError> {
+    match caller(state, headers)? {
+        Principal::Admin | Principal::ReadOnly => Ok(()),
+        Principal::Executor { .. } => Err(ApiError::Forbidden(
+            "this token does not open this endpoint".to_owned(),
+        )),
+    }
 }
 
 /// Compares without stopping at the first difference, so response time does not reveal how

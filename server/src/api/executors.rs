@@ -166,6 +166,7 @@ async fn create_declared_job(
         catch_up_window_ms: None,
         overlap: Default::default(),
         priority: None,
+        alerts: None,
         start: true,
     };
     let definition = match input.into_definition() {
@@ -249,6 +250,7 @@ pub(super) async fn results(
     }
     let ended = finish_attempt_by(
         &*state.store,
+        &state.observer,
         &attempt,
         Some(&report.executor_id),
         Ending::Reported(report.outcome),

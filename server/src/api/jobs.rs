@@ -266,6 +266,9 @@ pub(super) struct ListQuery {
     state: Option<String>,
     /// Names starting with this.
     name: Option<String>,
+    /// Names containing this, ignoring ASCII case.
+    #[param(max_length = 200)]
+    search: Option<String>,
     /// `-created` (newest first, the default), `created`, `name` or `-name`.
     #[param(pattern = "^(-created|created|name|-name)$")]
     sort: Option<String>,
@@ -297,6 +300,13 @@ pub(super) async fn list(
     {
         return Err(ApiError::invalid("state", "use stopped, running or done"));
     }
+    if query
+        .search
+        .as_ref()
+        .is_some_and(|s| s.chars().count() > 200)
+    {
+        return Err(ApiError::invalid("search", "is longer than 200 characters"));
+    }
     let sort = paging::sort(query.sort.as_deref(), JOB_SORTS)?;
     let limit = paging::limit(query.limit)?;
     let by_name = sort.ends_with("name");
@@ -315,6 +325,7 @@ pub(super) async fn list(
         app: query.app,
         state: query.state,
         name_prefix: query.name,
+        name_contains: query.search.filter(|s| !s.is_empty()),
         order,
         after,
         limit,

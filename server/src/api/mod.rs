@@ -7,11 +7,13 @@ mod error;
 mod executors;
 mod health;
 mod jobs;
+mod metrics;
 mod openapi;
 mod paging;
 mod params;
 mod runs;
 mod schedules;
+mod stats;
 
 use std::sync::Arc;
 
@@ -29,6 +31,7 @@ use crate::clock::ClusterClock;
 use crate::cluster::{ClusterTimings, LocalView};
 use crate::config::Secret;
 use crate::dispatch::client::DispatchClient;
+use crate::observe::Observer;
 use crate::store::Store;
 
 /// What every handler can reach.
@@ -47,6 +50,10 @@ pub struct ApiState {
     pub dispatch: DispatchClient,
     pub executor_heartbeat_ms: u64,
     pub executor_lease_ms: u64,
+    /// Where run endings reported here are counted and alerted on.
+    pub observer: Observer,
+    /// The node's late-fire threshold, for the dashboard's statistics.
+    pub late_after_ms: u64,
 }
 
 /// Every route with its documentation; `finish_api` adds what the `/api/v1` routes share
@@ -68,6 +75,7 @@ fn routes_with(
         .routes(routes!(runs::cancel))
         .routes(routes!(runs::rerun))
         .routes(routes!(runs::dead_letters))
+        .routes(routes!(stats::show))
         .routes(routes!(executors::list))
         .routes(routes!(executors::get, executors::remove))
         .routes(routes!(executors::drain))
@@ -81,6 +89,7 @@ fn routes_with(
     OpenApiRouter::with_openapi(openapi::base())
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
+        .routes(routes!(metrics::metrics))
         .nest("/api/v1", finish_api(api))
 }
 

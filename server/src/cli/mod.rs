@@ -18,6 +18,7 @@ use tracing::{error, info};
 use crate::app::Application;
 use crate::config::{Config, ConfigError, LogFormat, Secret};
 use crate::data_dir::DataDir;
+use crate::jobs::AlertFormat;
 use crate::store::{self, DatabaseUrl, PoolOptions};
 use crate::telemetry;
 
@@ -142,6 +143,18 @@ struct ServerArgs {
     /// Networks executors may register addresses in: `10.0.0.0/8,fd00::/8`.
     #[arg(long, env = "CARILLON_DISPATCH_ALLOWED_NETWORKS")]
     dispatch_allowed_networks: Option<String>,
+    /// Where every alert is posted (a secret: chat webhooks carry their key in the URL).
+    #[arg(long, env = "CARILLON_ALERTS_WEBHOOK", hide_env_values = true)]
+    alerts_webhook: Option<String>,
+    /// The body of alert webhooks.
+    #[arg(long, env = "CARILLON_ALERTS_FORMAT", value_enum)]
+    alerts_format: Option<AlertFormat>,
+    /// A first dispatch later than this after its instant is a late fire (0: no late alerts).
+    #[arg(long, env = "CARILLON_ALERTS_LATE_AFTER_MS")]
+    alerts_late_after_ms: Option<u64>,
+    /// How often the leader looks for apps without a healthy executor.
+    #[arg(long, env = "CARILLON_ALERTS_CHECK_MS")]
+    alerts_check_ms: Option<u64>,
 }
 
 impl CommonArgs {
@@ -212,6 +225,12 @@ impl ServerArgs {
             &mut config.scheduler.misfire_threshold_ms,
             self.misfire_threshold_ms,
         );
+        if let Some(url) = self.alerts_webhook {
+            config.alerts.webhook = Some(Secret::new(url));
+        }
+        set(&mut config.alerts.format, self.alerts_format);
+        set(&mut config.alerts.late_after_ms, self.alerts_late_after_ms);
+        set(&mut config.alerts.check_ms, self.alerts_check_ms);
     }
 }
 

@@ -22,9 +22,34 @@ pub enum Delivery {
     /// `200`: done; here is the result.
     Finished(DirectResult),
     /// `429`, `503` or no answer: offer it to the next executor.
-    TryAnother(String),
+    TryAnother(NotTaken, String),
     /// The executor refused it for good (`404`, `401`, `400`…).
     Refused(String),
+}
+
+/// Why an executor did not take an attempt it may take later, or another executor may.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotTaken {
+    /// `429`: at capacity.
+    Busy,
+    /// `503` or another `5xx`: draining or failing.
+    Unavailable,
+    /// No answer: refused connection, timeout, reset.
+    Unreachable,
+}
+
+impl Delivery {
+    /// The outcome's name in `carillon_dispatches_total`.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Delivery::Accepted => "accepted",
+            Delivery::Finished(_) => "answered",
+            Delivery::TryAnother(NotTaken::Busy, _) => "busy",
+            Delivery::TryAnother(NotTaken::Unavailable, _) => "unavailable",
+            Delivery::TryAnother(NotTaken::Unreachable, _) => "unreachable",
+            Delivery::Refused(_) => "refused",
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -87,6 +112,11 @@ impl DispatchClient {
             .map_err(|e| format!("no answer: {}", without_url(&e)))
     }
 
+    /// Now by the cluster clock, which stamps the signatures.
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
     pub async fn dispatch(&self, address: &str, dispatch: &Dispatch) -> Delivery {
         let body = match serde_json::to_vec(dispatch) {
             Ok(body) => body,
@@ -99,7 +129,7 @@ impl DispatchClient {
         );
         let response = match self.post_signed(url, body).await {
             Ok(response) => response,
-            Err(e) => return Delivery::TryAnother(e),
+            Err(e) => return Delivery::TryAnother(NotTaken::Unreachable, e),
         };
         match response.status() {
             StatusCode::ACCEPTED => Delivery::Accepted,
@@ -185,7 +215,12 @@ fn not_taken(status: u16, detail: &str) -> Delivery {
         return Delivery::Accepted;
     }
     if status == 429 || status >= 500 {
-        return Delivery::TryAnother(format!("executor answered {status_text}"));
+        let why = if status == 429 {
+            NotTaken::Busy
+        } else {
+            NotTaken::Unavailable
+        };
+        return Delivery::TryAnother(why, format!("executor answered {status_text}"));
     }
     let detail: String = detail.chars().take(300).collect();
     Delivery::Refused(format!("executor answered {status_text}: {detail}"))

@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use super::backoff::retry_delay_ms;
 use crate::jobs::JobPolicy;
+use crate::observe::Observer;
 use crate::store::{self, AttemptEnd, AttemptEnded, AttemptRecord, Store, attempt_state};
 
 /// Output kept per attempt; the rest is cut.
@@ -24,19 +25,22 @@ pub enum Ending {
     Refused,
 }
 
+/// Ends `attempt` as `ending` says and reports what that did to its run.
 pub async fn finish_attempt(
     store: &dyn Store,
+    observer: &Observer,
     attempt: &AttemptRecord,
     ending: Ending,
     output: Option<&Value>,
     error: Option<String>,
 ) -> Result<AttemptEnded, store::Error> {
-    finish_attempt_by(store, attempt, None, ending, output, error).await
+    finish_attempt_by(store, observer, attempt, None, ending, output, error).await
 }
 
 /// Like [`finish_attempt`], recording which executor reported the ending.
 pub async fn finish_attempt_by(
     store: &dyn Store,
+    observer: &Observer,
     attempt: &AttemptRecord,
     executor_id: Option<&str>,
     ending: Ending,
@@ -48,7 +52,9 @@ pub async fn finish_attempt_by(
         None => JobPolicy::default(),
     };
     let end = end_of(&policy, attempt, executor_id, ending, output, error);
-    store.attempt_end(attempt.attempt_id, &end).await
+    let ended = store.attempt_end(attempt.attempt_id, &end).await?;
+    observer.attempt_ended(&ended, attempt.run_id, attempt.job_id, end.error.as_deref());
+    Ok(ended)
 }
 
 /// How `attempt` ends under the job's `policy`: its final state, and whether and when its

@@ -29,6 +29,7 @@ use tracing::{debug, info, warn};
 
 use crate::cluster::LocalView;
 use crate::jobs::{JobPolicy, Overlap, Sharding};
+use crate::observe::Observer;
 use crate::store::{
     self, AttemptEnd, AttemptRecord, DueAttempt, ExecutorList, ExecutorRecord, JobRecord,
     NewAttempt, RunRecord, Store, attempt_state, run_state,
@@ -93,6 +94,7 @@ pub struct Dispatcher {
     /// wrapping around, so work that cannot go anywhere never hides the rest.
     runs_cursor: AtomicI64,
     due_cursor: std::sync::Mutex<DueCursor>,
+    observer: Observer,
 }
 
 /// Where the next delivery pass resumes in the queue of due attempts, ordered by when they
@@ -202,6 +204,7 @@ impl Dispatcher {
         settings: DispatchSettings,
         wake: Arc<Notify>,
         report_to: Vec<String>,
+        observer: Observer,
     ) -> Self {
         let seed = crate::clock::system_now_ms() as u64;
         Self {
@@ -215,6 +218,7 @@ impl Dispatcher {
             report_to,
             runs_cursor: AtomicI64::new(0),
             due_cursor: std::sync::Mutex::new(DueCursor::new()),
+            observer,
         }
     }
 
@@ -339,22 +343,42 @@ impl Dispatcher {
             .attempts_orphaned(&partitions, lease_ms, self.settings.batch)
             .await?
         {
-            info!(attempt_id = attempt.attempt_id, executor = ?attempt.executor_id, "executor lost the attempt; failing it over");
+            info!(run_id = attempt.run_id, attempt_id = attempt.attempt_id, executor = ?attempt.executor_id, "executor lost the attempt; failing it over");
             let error = Some(
                 "the executor stopped heartbeating, or heartbeats without listing it".to_owned(),
             );
-            finish_attempt(&*self.store, &attempt, Ending::Lost, None, error).await?;
+            finish_attempt(
+                &*self.store,
+                &self.observer,
+                &attempt,
+                Ending::Lost,
+                None,
+                error,
+            )
+            .await?;
         }
         for attempt in self
             .store
             .attempts_expired(&partitions, self.settings.batch)
             .await?
         {
-            info!(attempt_id = attempt.attempt_id, "attempt timed out");
+            info!(
+                run_id = attempt.run_id,
+                attempt_id = attempt.attempt_id,
+                "attempt timed out"
+            );
             // Record the timeout first: the executor's "cancelled" report then finds the attempt
             // ended and changes nothing.
             let error = Some("the job's timeout passed".to_owned());
-            finish_attempt(&*self.store, &attempt, Ending::TimedOut, None, error).await?;
+            finish_attempt(
+                &*self.store,
+                &self.observer,
+                &attempt,
+                Ending::TimedOut,
+                None,
+                error,
+            )
+            .await?;
             if let Some(address) = self.address_of(&fleet, attempt.executor_id.as_deref()) {
                 self.client.cancel(&address, attempt.attempt_id).await;
             }
@@ -416,6 +440,7 @@ impl Dispatcher {
             let store = Arc::clone(&self.store);
             let client = self.client.clone();
             let view = Arc::clone(&self.view);
+            let observer = self.observer.clone();
             let in_flight = Arc::clone(&in_flight);
             let wait_ms = u64::try_from(due_ms - clock_base.1).unwrap_or(0);
             let at = clock_base.0 + Duration::from_millis(wait_ms);
@@ -429,7 +454,7 @@ impl Dispatcher {
                     .into_iter()
                     .filter(|o| view.owns(o.attempt.partition_id))
                     .collect();
-                deliver_batch(&*store, &client, offers).await
+                deliver_batch(&*store, &client, &observer, offers).await
             });
         }
         drain(&mut delivering, &mut ended).await;
@@ -443,16 +468,25 @@ impl Dispatcher {
                     .entry(executor)
                     .or_default()
                     .push((done.attempt_id, done.run_id)),
-                None => rest.push((done.attempt_id, done.end)),
+                None => rest.push(((done.run_id, done.job_id), done.attempt_id, done.end)),
             }
         }
         let mut ended = 0;
         for (executor, attempts) in simple {
             self.store.attempts_succeed(&executor, &attempts).await?;
+            self.observer.runs_succeeded(attempts.len());
             ended += attempts.len();
         }
         if !rest.is_empty() {
-            self.store.attempts_end(&rest).await?;
+            let ends: Vec<(i64, AttemptEnd)> = rest
+                .iter()
+                .map(|(_, attempt_id, end)| (*attempt_id, end.clone()))
+                .collect();
+            let outcomes = self.store.attempts_end(&ends).await?;
+            for ((ids, _, end), outcome) in rest.iter().zip(&outcomes) {
+                self.observer
+                    .attempt_ended(outcome, ids.0, ids.1, end.error.as_deref());
+            }
             ended += rest.len();
         }
         let took = began.elapsed();
@@ -535,22 +569,36 @@ impl Dispatcher {
         fleet: &Fleet,
     ) -> Result<Option<Vec<NewAttempt>>, store::Error> {
         let Some(job) = job else {
-            self.store
-                .run_end(
+            let message = "the job was deleted";
+            if self
+                .store
+                .run_end(run.run_id, run_state::CANCELLED, Some(message))
+                .await?
+            {
+                self.observer.run_ended(
                     run.run_id,
+                    run.job_id,
                     run_state::CANCELLED,
-                    Some("the job was deleted"),
-                )
-                .await?;
+                    Some(message),
+                );
+            }
             return Ok(None);
         };
         let executors = fleet.offering(&job.app_name, &job.handler_name);
         if executors.is_empty() {
             let waited = fleet.now_ms - run.created_at_ms;
-            if let Some(message) = self.nowhere_to_go(fleet, job, waited) {
-                self.store
+            if let Some(message) = self.nowhere_to_go(fleet, job, waited)
+                && self
+                    .store
                     .run_end(run.run_id, run_state::NO_EXECUTOR, Some(&message))
-                    .await?;
+                    .await?
+            {
+                self.observer.run_ended(
+                    run.run_id,
+                    run.job_id,
+                    run_state::NO_EXECUTOR,
+                    Some(&message),
+                );
             }
             return Ok(None);
         }
@@ -572,6 +620,7 @@ impl Dispatcher {
             let error = Some("the job was deleted".to_owned());
             finish_attempt(
                 &*self.store,
+                &self.observer,
                 attempt,
                 Ending::Reported(carillon_protocol::Outcome::Cancelled),
                 None,
@@ -585,7 +634,15 @@ impl Dispatcher {
         if offering.is_empty() {
             let waited = fleet.now_ms - attempt.not_before_ms.max(attempt.created_at_ms);
             if let Some(message) = self.nowhere_to_go(fleet, job, waited) {
-                finish_attempt(&*self.store, attempt, Ending::Refused, None, Some(message)).await?;
+                finish_attempt(
+                    &*self.store,
+                    &self.observer,
+                    attempt,
+                    Ending::Refused,
+                    None,
+                    Some(message),
+                )
+                .await?;
             }
             return Ok(None);
         }
@@ -664,6 +721,7 @@ impl Dispatcher {
         }
         Ok(Some(Offer {
             attempt: attempt.clone(),
+            scheduled_at_ms,
             request,
             targets,
             first_takes_batches,
@@ -687,6 +745,7 @@ const MAX_IN_FLIGHT: usize = 128;
 struct Ended {
     attempt_id: i64,
     run_id: i64,
+    job_id: i64,
     end: AttemptEnd,
     /// The executor, when this is a plain success: the run's only shard, no output, and a
     /// job that queues nothing behind it (so nothing else changes when it ends).
@@ -739,6 +798,7 @@ fn keep(done: Option<Result<Delivered, tokio::task::JoinError>>, ended: &mut Vec
 #[derive(Debug)]
 struct Offer {
     attempt: AttemptRecord,
+    scheduled_at_ms: i64,
     request: Dispatch,
     /// `(executor_id, address)` in the order to try.
     targets: Vec<(String, String)>,
@@ -750,20 +810,27 @@ struct Offer {
 
 /// Offers an attempt to its executors in turn until one takes it (`202`: recorded as
 /// running) or answers for good (a result or a refusal: returned, to be ended with others).
-async fn deliver(store: &dyn Store, client: &DispatchClient, offer: Offer) -> Delivered {
-    deliver_from(store, client, &offer, 0).await
+async fn deliver(
+    store: &dyn Store,
+    client: &DispatchClient,
+    observer: &Observer,
+    offer: Offer,
+) -> Delivered {
+    deliver_from(store, client, observer, &offer, 0).await
 }
 
 /// [`deliver`], starting at target `first`.
 async fn deliver_from(
     store: &dyn Store,
     client: &DispatchClient,
+    observer: &Observer,
     offer: &Offer,
     first: usize,
 ) -> Delivered {
     for (executor_id, address) in offer.targets.iter().skip(first) {
+        let sent_ms = client.now_ms();
         let delivery = client.dispatch(address, &offer.request).await;
-        if let Some(done) = settle(store, offer, executor_id, delivery).await {
+        if let Some(done) = settle(store, observer, offer, executor_id, sent_ms, delivery).await {
             return done;
         }
     }
@@ -776,21 +843,27 @@ async fn deliver_from(
 async fn deliver_batch(
     store: &dyn Store,
     client: &DispatchClient,
+    observer: &Observer,
     offers: Vec<Offer>,
 ) -> Vec<Delivered> {
     let first = offers.first().and_then(|o| o.targets.first()).cloned();
     let (Some((executor_id, address)), true) = (first, offers.len() > 1) else {
         let mut products = Vec::with_capacity(offers.len());
         for offer in offers {
-            products.push(deliver(store, client, offer).await);
+            products.push(deliver(store, client, observer, offer).await);
         }
         return products;
     };
     let requests = offers.iter().map(|o| o.request.clone()).collect();
+    let sent_ms = client.now_ms();
     let mut replies = match client.dispatch_batch(&address, requests).await {
         Ok(replies) => replies,
         Err(why) => {
             debug!(executor = %executor_id, why, attempts = offers.len(), "batch not delivered; offering one by one");
+            observer
+                .metrics
+                .dispatches
+                .add("batch_failed", offers.len() as u64);
             HashMap::new()
         }
     };
@@ -800,18 +873,19 @@ async fn deliver_batch(
     for offer in &offers {
         let settled = match replies.remove(&offer.attempt.attempt_id) {
             Some(Delivery::Accepted) => {
+                taken(observer, offer, sent_ms, &Delivery::Accepted);
                 accepted
                     .entry(offer.timeout_ms)
                     .or_default()
                     .push(offer.attempt.attempt_id);
                 continue;
             }
-            Some(delivery) => settle(store, offer, &executor_id, delivery).await,
+            Some(delivery) => settle(store, observer, offer, &executor_id, sent_ms, delivery).await,
             None => None,
         };
         products.push(match settled {
             Some(done) => done,
-            None => deliver_from(store, client, offer, 1).await,
+            None => deliver_from(store, client, observer, offer, 1).await,
         });
     }
     for (timeout_ms, attempt_ids) in accepted {
@@ -823,13 +897,35 @@ async fn deliver_batch(
     products
 }
 
+/// Counts an executor's answer to an offer; a run's first attempt that it took (at once or
+/// with its result) counts its lateness from `sent_ms`.
+fn taken(observer: &Observer, offer: &Offer, sent_ms: i64, delivery: &Delivery) {
+    observer.metrics.dispatches.add(delivery.outcome(), 1);
+    let a = &offer.attempt;
+    if matches!(delivery, Delivery::Accepted | Delivery::Finished(_))
+        && a.attempt_no == 1
+        && a.shard_index == 0
+    {
+        observer.first_dispatch(
+            a.run_id,
+            a.job_id,
+            offer.scheduled_at_ms,
+            sent_ms,
+            &offer.policy,
+        );
+    }
+}
+
 /// What an executor's answer to an offer means: `None` to offer it to the next executor.
 async fn settle(
     store: &dyn Store,
+    observer: &Observer,
     offer: &Offer,
     executor_id: &str,
+    sent_ms: i64,
     delivery: Delivery,
 ) -> Option<Delivered> {
+    taken(observer, offer, sent_ms, &delivery);
     let attempt = &offer.attempt;
     let (ending, output, error) = match delivery {
         Delivery::Accepted => {
@@ -843,8 +939,8 @@ async fn settle(
             result.output,
             result.error,
         ),
-        Delivery::TryAnother(why) => {
-            debug!(attempt_id = attempt.attempt_id, executor = %executor_id, why, "offering to the next executor");
+        Delivery::TryAnother(_, why) => {
+            debug!(run_id = attempt.run_id, attempt_id = attempt.attempt_id, executor = %executor_id, why, "offering to the next executor");
             return None;
         }
         Delivery::Refused(why) => (Ending::Refused, None, Some(why)),
@@ -866,6 +962,7 @@ async fn settle(
     Some(Ok(Some(Ended {
         attempt_id: attempt.attempt_id,
         run_id: attempt.run_id,
+        job_id: attempt.job_id,
         end,
         simple_success: simple.then(|| executor_id.to_owned()),
     })))

@@ -6,7 +6,9 @@ pub mod policy;
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 
-pub use policy::{Backoff, Balance, JobPolicy, Misfire, Overlap, Retry, Sharding};
+pub use policy::{
+    AlertFormat, Backoff, Balance, JobAlerts, JobPolicy, Misfire, Overlap, Retry, Sharding,
+};
 
 use crate::schedule::{Schedule, ScheduleError, ScheduleSpec, parse_zone};
 
@@ -91,6 +93,9 @@ pub struct JobInput {
     #[serde(default)]
     #[schema(minimum = 0, maximum = 10)]
     pub priority: Option<i32>,
+    /// The job's own alert webhook.
+    #[serde(default)]
+    pub alerts: Option<JobAlerts>,
     /// Start the job at once (default: created stopped).
     #[serde(default)]
     pub start: bool,
@@ -124,6 +129,9 @@ pub struct JobPatch {
     pub overlap: Option<Overlap>,
     #[schema(minimum = 0, maximum = 10)]
     pub priority: Option<i32>,
+    /// `null` removes the job's alert webhook; leaving the field out keeps it.
+    #[serde(default, deserialize_with = "present")]
+    pub alerts: Option<Option<JobAlerts>>,
     pub version: Option<i64>,
 }
 
@@ -169,6 +177,7 @@ impl JobInput {
                     .unwrap_or(defaults.catch_up_window_ms),
                 overlap: self.overlap,
                 priority: self.priority.unwrap_or(defaults.priority),
+                alerts: self.alerts,
             },
         };
         definition.validate()?;
@@ -203,6 +212,9 @@ impl JobPatch {
         );
         if let Some(timeout) = self.timeout_ms {
             p.timeout_ms = timeout;
+        }
+        if let Some(alerts) = self.alerts {
+            p.alerts = alerts;
         }
         next.validate()?;
         Ok(next)
@@ -290,8 +302,39 @@ impl JobDefinition {
                 "must be a JSON array when sharding.split is set",
             ));
         }
+        if let Some(alerts) = &p.alerts {
+            if let Some(url) = &alerts.webhook
+                && let Err(why) = check_webhook(url)
+            {
+                return Err(JobError::new("alerts.webhook", why));
+            }
+            if let Some(late) = alerts.late_after_ms
+                && !(1..=MAX_TIMEOUT_MS).contains(&late)
+            {
+                return Err(JobError::new(
+                    "alerts.late_after_ms",
+                    format!("{late} is outside 1..={MAX_TIMEOUT_MS} (7 days)"),
+                ));
+            }
+        }
         Ok(())
     }
+}
+
+/// Why `url` cannot be an alert webhook, if it cannot.
+pub fn check_webhook(url: &str) -> Result<(), String> {
+    const MAX_WEBHOOK: usize = 2_048;
+    let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
+    let host = url.split_once("://").map_or("", |(_, rest)| rest);
+    if !scheme_ok || host.is_empty() || host.starts_with('/') {
+        return Err("must be an http:// or https:// URL".to_owned());
+    }
+    if url.len() > MAX_WEBHOOK || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "must be at most {MAX_WEBHOOK} characters, without spaces"
+        ));
+    }
+    Ok(())
 }
 
 fn check_text(

@@ -100,6 +100,38 @@ pub struct JobPolicy {
     /// raising the effective priority so that low priorities are not starved.
     #[schema(minimum = 0, maximum = 10)]
     pub priority: i32,
+    /// Where this job's alerts go, beside the node's own webhook (`alerts.webhook`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alerts: Option<JobAlerts>,
+}
+
+/// A job's own alert webhook: it receives the job's runs that fail for good and its late
+/// fires.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobAlerts {
+    /// An `http://` or `https://` URL that receives a `POST` per alert.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<String>,
+    #[serde(default)]
+    pub format: AlertFormat,
+    /// A first dispatch later than this after its instant is a late fire (default: the
+    /// node's `alerts.late_after_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late_after_ms: Option<u64>,
+}
+
+/// The body of an alert webhook.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema, clap::ValueEnum,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum AlertFormat {
+    /// The alert as a JSON document (`event`, `summary`, `job`, `run`…).
+    #[default]
+    Json,
+    /// `{"text": "…"}`, which Slack, Mattermost, Rocket.Chat and most chat webhooks take.
+    Slack,
 }
 
 impl Default for JobPolicy {
@@ -113,6 +145,7 @@ impl Default for JobPolicy {
             catch_up_window_ms: 3_600_000,
             overlap: Overlap::default(),
             priority: 5,
+            alerts: None,
         }
     }
 }

@@ -24,6 +24,7 @@ use tracing::{debug, info, warn};
 use crate::clock::ClusterClock;
 use crate::cluster::LocalView;
 use crate::jobs::{JobPolicy, Overlap};
+use crate::observe::NodeMetrics;
 use crate::schedule::{NextHints, Schedule, ScheduleSpec, parse_zone};
 use crate::store::{
     self, ClaimOutcome, OverlapRule, RunClaim, ScheduledJob, Store, job_state, run_state,
@@ -95,6 +96,7 @@ enum LoadReason {
 /// The per-node scheduler.
 #[derive(Debug)]
 pub struct Scheduler {
+    metrics: Arc<NodeMetrics>,
     store: Arc<dyn Store>,
     view: Arc<LocalView>,
     clock: Arc<ClusterClock>,
@@ -121,8 +123,10 @@ impl Scheduler {
         clock: Arc<ClusterClock>,
         settings: SchedulerSettings,
         dispatcher: Arc<tokio::sync::Notify>,
+        metrics: Arc<NodeMetrics>,
     ) -> Self {
         Self {
+            metrics,
             store,
             view,
             clock,
@@ -496,15 +500,22 @@ impl Scheduler {
         let mut reload = Vec::new();
         for (claim, outcome) in batch.iter().zip(outcomes) {
             match outcome {
-                ClaimOutcome::Claimed => {}
+                ClaimOutcome::Claimed => {
+                    self.metrics.claims.add("claimed", 1);
+                    self.metrics.fires.add(claim.trigger_kind, 1);
+                }
                 ClaimOutcome::Fenced => {
+                    self.metrics.claims.add("fenced", 1);
                     warn!(
                         partition = claim.partition_id,
                         "partition moved; its claims refused"
                     );
                     self.forget_partition(claim.partition_id);
                 }
-                ClaimOutcome::Stale => reload.push(claim.job_id),
+                ClaimOutcome::Stale => {
+                    self.metrics.claims.add("stale", 1);
+                    reload.push(claim.job_id);
+                }
             }
         }
         reload.sort_unstable();

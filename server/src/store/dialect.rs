@@ -85,7 +85,8 @@ macro_rules! jobs_list {
             timezone, args_json, policy_json, state, version, last_fired_at_ms, created_at_ms, \
             updated_at_ms, started_at_ms FROM jobs \
             WHERE (? IS NULL OR app_name = ?) AND (? IS NULL OR state = ?) \
-            AND (? IS NULL OR name LIKE ? ESCAPE '!') AND (? IS NULL OR ",
+            AND (? IS NULL OR name LIKE ? ESCAPE '!') \
+            AND (? IS NULL OR LOWER(name) LIKE ? ESCAPE '!') AND (? IS NULL OR ",
             $after,
             ") ORDER BY ",
             $order,
@@ -291,6 +292,18 @@ queries! {
         trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, message \
         FROM runs WHERE run_id = ?";
     runs_by_id_desc = runs_list!("run_id < ?", "run_id DESC");
+    // Per minute of finishing: `x - x % 60000` floors in integers on every backend (MySQL's
+    // `/` would not). Served by `runs_finished_idx`.
+    runs_finished_by_minute = "SELECT finished_at_ms - (finished_at_ms % 60000) AS minute_ms, \
+        state, COUNT(*) AS runs FROM runs WHERE finished_at_ms >= ? GROUP BY 1, 2";
+    runs_late = "SELECT r.run_id, r.job_id, r.scheduled_at_ms, r.partition_id, r.epoch, \
+        r.node_id, r.trigger_kind, r.state, r.priority, r.created_at_ms, r.started_at_ms, \
+        r.finished_at_ms, r.message, a.dispatched_at_ms - r.scheduled_at_ms AS lateness_ms \
+        FROM runs r JOIN attempts a \
+        ON a.run_id = r.run_id AND a.shard_index = 0 AND a.attempt_no = 1 \
+        WHERE r.finished_at_ms >= ? AND a.dispatched_at_ms IS NOT NULL \
+        AND a.dispatched_at_ms - r.scheduled_at_ms > ? \
+        ORDER BY r.finished_at_ms DESC LIMIT ?";
     runs_by_id_asc = runs_list!("run_id > ?", "run_id");
     run_next_queued = "SELECT run_id FROM runs WHERE job_id = ? AND state = 'queued' \
         ORDER BY run_id LIMIT 1";

@@ -76,6 +76,22 @@ pub struct AttemptRecord {
     pub error: Option<String>,
 }
 
+/// Runs finished in one minute in one state (`minute_ms`: the minute's first millisecond).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct MinuteCount {
+    pub minute_ms: i64,
+    pub state: String,
+    pub runs: i64,
+}
+
+/// A finished run whose first dispatch came late, and how late.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct LateRun {
+    #[sqlx(flatten)]
+    pub run: super::RunRecord,
+    pub lateness_ms: i64,
+}
+
 /// An attempt due for dispatch, with the scheduled instant of its run.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct DueAttempt {

@@ -92,6 +92,8 @@ pub struct JobFilter {
     pub state: Option<String>,
     /// Names starting with this.
     pub name_prefix: Option<String>,
+    /// Names containing this, ignoring ASCII case.
+    pub name_contains: Option<String>,
     pub order: JobOrder,
     /// The sort key of the last job of the previous page; `None` for the first page.
     pub after: Option<JobKey>,

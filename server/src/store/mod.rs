@@ -23,7 +23,7 @@ pub use cluster_records::{
 };
 pub use dispatch_records::{
     AttemptEnd, AttemptEnded, AttemptRecord, DueAttempt, ExecutorList, ExecutorRecord,
-    ExecutorRegistration, NewAttempt, RunFilter, attempt_state,
+    ExecutorRegistration, LateRun, MinuteCount, NewAttempt, RunFilter, attempt_state,
 };
 pub use error::Error;
 pub use job_records::{
@@ -322,6 +322,18 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// Running attempts per executor, cluster-wide.
     async fn executor_loads(&self) -> Result<Vec<(String, i64)>, Error>;
+
+    /// Runs finished at or after `since_ms`, counted per minute of finishing and state.
+    async fn runs_finished_by_minute(&self, since_ms: i64) -> Result<Vec<MinuteCount>, Error>;
+
+    /// Runs finished at or after `since_ms` whose first dispatch (of shard 0) came more than
+    /// `late_ms` after their instant, last finished first.
+    async fn runs_late(
+        &self,
+        since_ms: i64,
+        late_ms: i64,
+        limit: i64,
+    ) -> Result<Vec<LateRun>, Error>;
 }
 
 /// The storage interface. One implementation per backend; the same conformance suite runs

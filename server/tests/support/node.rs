@@ -123,11 +123,20 @@ pub async fn wait_for_listen_address(child: &mut Child, log: &Path) -> SocketAdd
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let text = std::fs::read_to_string(log).unwrap_or_default();
+        // Text logs say `address=…`; JSON logs `"address":"…"`.
         if let Some(addr) = text
             .lines()
             .filter(|l| l.contains("carillon node listening"))
-            .find_map(|l| l.split("address=").nth(1))
-            .and_then(|rest| rest.split_whitespace().next())
+            .find_map(|l| {
+                l.split("address=")
+                    .nth(1)
+                    .and_then(|rest| rest.split_whitespace().next())
+                    .or_else(|| {
+                        l.split("\"address\":\"")
+                            .nth(1)
+                            .and_then(|rest| rest.split('"').next())
+                    })
+            })
             .and_then(|a| a.parse().ok())
         {
             return addr;

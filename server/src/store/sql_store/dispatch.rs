@@ -541,6 +541,32 @@ macro_rules! dispatch_store {
                         .await?,
                 )
             }
+
+            async fn runs_finished_by_minute(
+                &self,
+                since_ms: i64,
+            ) -> Result<Vec<MinuteCount>, Error> {
+                Ok(
+                    sqlx::query_as::<$db, MinuteCount>(sql(&self.q.runs_finished_by_minute))
+                        .bind(since_ms)
+                        .fetch_all(&self.pool)
+                        .await?,
+                )
+            }
+
+            async fn runs_late(
+                &self,
+                since_ms: i64,
+                late_ms: i64,
+                limit: i64,
+            ) -> Result<Vec<LateRun>, Error> {
+                Ok(sqlx::query_as::<$db, LateRun>(sql(&self.q.runs_late))
+                    .bind(since_ms)
+                    .bind(late_ms)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?)
+            }
         }
     };
 }

@@ -282,6 +282,10 @@ macro_rules! job_store {
 
             async fn jobs_list(&self, filter: &JobFilter) -> Result<Vec<JobRecord>, Error> {
                 let pattern = filter.name_prefix.as_deref().map(like_prefix);
+                let contains = filter
+                    .name_contains
+                    .as_deref()
+                    .map(|text| format!("%{}", like_prefix(&text.to_ascii_lowercase())));
                 let query = match filter.order {
                     JobOrder::NewestFirst => &self.q.jobs_by_id_desc,
                     JobOrder::OldestFirst => &self.q.jobs_by_id_asc,
@@ -294,7 +298,9 @@ macro_rules! job_store {
                     .bind(filter.state.as_deref())
                     .bind(filter.state.as_deref())
                     .bind(pattern.as_deref())
-                    .bind(pattern.as_deref());
+                    .bind(pattern.as_deref())
+                    .bind(contains.as_deref())
+                    .bind(contains.as_deref());
                 // A key of the other kind than the order's is no position in it: first page.
                 let query = match (filter.order, &filter.after) {
                     (JobOrder::NameAscending | JobOrder::NameDescending, after) => {

@@ -25,7 +25,7 @@ use sqlx::{AssertSqlSafe, Executor, Transaction};
 use super::dialect::Queries;
 use super::dispatch_records::{
     AttemptEnd, AttemptEnded, AttemptRecord, DueAttempt, ExecutorList, ExecutorRecord,
-    ExecutorRegistration, NewAttempt, RunFilter, attempt_state,
+    ExecutorRegistration, LateRun, MinuteCount, NewAttempt, RunFilter, attempt_state,
 };
 use super::job_records::{
     ClaimOutcome, JobChanges, JobFilter, JobKey, JobOrder, JobRecord, JobWrite, OverlapRule,

@@ -1,0 +1,153 @@
+//! `GET /metrics`: the node's counters and the cluster's state in the Prometheus text format.
+//! Counters are this node's own work (sum them over the nodes); gauges read at scrape time
+//! describe the cluster as the database has it, the same on every node.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::IntoResponse;
+
+use super::error::Problem;
+use super::{ApiError, ApiState, auth};
+use crate::observe::prometheus::{gauge, labelled_gauge};
+
+/// How long the scrape waits for the database before it leaves its gauges out.
+const DATABASE_PROBE_LIMIT: Duration = Duration::from_secs(2);
+
+/// The node's metrics (admin or read-only token).
+#[utoipa::path(get, operation_id = "getMetrics", path = "/metrics", tag = "health",
+    responses(
+        (status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain; version=0.0.4", body = String),
+        (status = 401, description = "No token, or not one of this cluster's", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "An executor token", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub(super) async fn metrics(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+) -> Result<impl IntoResponse, ApiError> {
+    auth::require_reader(&state, &headers)?;
+    let mut out = String::with_capacity(8 * 1024);
+    state.observer.metrics.render(&mut out);
+    node_gauges(&state, &mut out);
+    cluster_gauges(&state, &mut out).await;
+    Ok((
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        out,
+    ))
+}
+
+/// What this node acts on now.
+fn node_gauges(state: &ApiState, out: &mut String) {
+    let view = &state.view;
+    gauge(
+        out,
+        "carillon_node_member",
+        "1 while this node is a cluster member (its heartbeat holds).",
+        f64::from(u8::from(view.is_member())),
+    );
+    gauge(
+        out,
+        "carillon_node_leader",
+        "1 while this node holds the leader lease.",
+        f64::from(u8::from(view.leader_term().is_some())),
+    );
+    gauge(
+        out,
+        "carillon_partitions_owned",
+        "Partitions this node acts on.",
+        view.owned_partitions().len() as f64,
+    );
+    gauge(
+        out,
+        "carillon_jobs_held",
+        "Running jobs of this node's partitions held by its scheduler.",
+        view.jobs_held() as f64,
+    );
+    gauge(
+        out,
+        "carillon_clock_offset_seconds",
+        "The database clock minus this machine's, as last measured.",
+        state.clock.offset_ms() as f64 / 1_000.0,
+    );
+}
+
+/// The cluster as the database has it; left out when the database does not answer in time.
+async fn cluster_gauges(state: &ApiState, out: &mut String) {
+    let started = Instant::now();
+    let probe = tokio::time::timeout(DATABASE_PROBE_LIMIT, state.store.now_ms()).await;
+    gauge(
+        out,
+        "carillon_database_up",
+        "1 when the database answered this scrape's probe.",
+        f64::from(u8::from(matches!(probe, Ok(Ok(_))))),
+    );
+    if !matches!(probe, Ok(Ok(_))) {
+        return;
+    }
+    gauge(
+        out,
+        "carillon_database_round_trip_seconds",
+        "Round trip of a trivial query from this node, measured at this scrape.",
+        started.elapsed().as_secs_f64(),
+    );
+    let reads = tokio::time::timeout(DATABASE_PROBE_LIMIT, async {
+        (
+            state.store.leader_get().await,
+            state.store.executors_list(None).await,
+            state.store.executor_loads().await,
+        )
+    })
+    .await;
+    let Ok((leader, executors, loads)) = reads else {
+        return;
+    };
+    if let Ok(leader) = leader {
+        gauge(
+            out,
+            "carillon_leader_term",
+            "The leader lease's term (fencing token); it rises at every change of leader.",
+            leader.term as f64,
+        );
+    }
+    if let Ok(list) = executors {
+        let lease = i64::try_from(state.executor_lease_ms).unwrap_or(i64::MAX);
+        let mut by_app: BTreeMap<&str, (u32, u32)> = BTreeMap::new();
+        for e in list.executors.iter().filter(|e| e.state != "left") {
+            let entry = by_app.entry(e.app_name.as_str()).or_default();
+            entry.0 += 1;
+            if e.is_healthy(list.now_ms, lease) {
+                entry.1 += 1;
+            }
+        }
+        labelled_gauge(
+            out,
+            "carillon_executors",
+            "Executors registered per app (not left).",
+            "app",
+            by_app.iter().map(|(app, (all, _))| (*app, f64::from(*all))),
+        );
+        labelled_gauge(
+            out,
+            "carillon_executors_healthy",
+            "Executors per app that take work now: active and heard from within the lease.",
+            "app",
+            by_app
+                .iter()
+                .map(|(app, (_, healthy))| (*app, f64::from(*healthy))),
+        );
+    }
+    if let Ok(loads) = loads {
+        gauge(
+            out,
+            "carillon_attempts_in_flight",
+            "Attempts running on executors, cluster-wide.",
+            loads.iter().map(|(_, n)| *n).sum::<i64>() as f64,
+        );
+    }
+}

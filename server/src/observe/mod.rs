@@ -1,0 +1,99 @@
+//! What a node tells its operators about its work: counters for `/metrics`
+//! ([`NodeMetrics`]) and alerts to webhooks ([`alerts`]). The [`Observer`] is the one handle
+//! the scheduler, the dispatcher and the API report to; reporting never waits on I/O.
+
+pub mod alerts;
+pub mod metrics;
+pub mod prometheus;
+
+use std::sync::Arc;
+
+pub use alerts::{AlertEvent, AlertSettings, AlertWorker, Alerter};
+pub use metrics::NodeMetrics;
+
+use crate::jobs::JobPolicy;
+use crate::store::{AttemptEnded, run_state};
+
+/// Where the node's work is reported.
+#[derive(Debug, Clone)]
+pub struct Observer {
+    pub metrics: Arc<NodeMetrics>,
+    alerter: Alerter,
+    /// The node's late-fire threshold; 0: none (a job's own still applies).
+    late_after_ms: u64,
+}
+
+impl Observer {
+    pub fn new(metrics: Arc<NodeMetrics>, alerter: Alerter, late_after_ms: u64) -> Self {
+        Self {
+            metrics,
+            alerter,
+            late_after_ms,
+        }
+    }
+
+    /// What ending an attempt did to its run: a retry queued, or the run ended.
+    pub fn attempt_ended(
+        &self,
+        ended: &AttemptEnded,
+        run_id: i64,
+        job_id: i64,
+        error: Option<&str>,
+    ) {
+        match ended {
+            AttemptEnded::Retrying => self.metrics.retries.add(1),
+            AttemptEnded::RunEnded(state) => self.run_ended(run_id, job_id, state, error),
+            AttemptEnded::AlreadyEnded | AttemptEnded::RunContinues => {}
+        }
+    }
+
+    /// A run ended in `state`; one that failed for good is a dead letter and an alert.
+    pub fn run_ended(&self, run_id: i64, job_id: i64, state: &str, error: Option<&str>) {
+        self.metrics.runs_finished.add(state, 1);
+        if state == "failed" || state == run_state::NO_EXECUTOR {
+            self.metrics.dead_letters.add(1);
+            tracing::info!(run_id, job_id, state, error, "run failed for good");
+            self.alerter.raise(AlertEvent::RunFailed {
+                run_id,
+                job_id,
+                state: state.to_owned(),
+                error: error.map(str::to_owned),
+            });
+        }
+    }
+
+    /// `count` runs ended `succeeded` at once.
+    pub fn runs_succeeded(&self, count: usize) {
+        self.metrics
+            .runs_finished
+            .add("succeeded", u64::try_from(count).unwrap_or(u64::MAX));
+    }
+
+    /// A run's first attempt was sent at `sent_ms` (cluster clock) and taken: its lateness,
+    /// and an alert when that passes the job's threshold (or the node's).
+    pub fn first_dispatch(
+        &self,
+        run_id: i64,
+        job_id: i64,
+        scheduled_at_ms: i64,
+        sent_ms: i64,
+        policy: &JobPolicy,
+    ) {
+        let lateness_ms = (sent_ms - scheduled_at_ms).max(0);
+        self.metrics.lateness.observe_ms(lateness_ms);
+        let threshold = policy
+            .alerts
+            .as_ref()
+            .and_then(|a| a.late_after_ms)
+            .unwrap_or(self.late_after_ms);
+        if threshold > 0 && u64::try_from(lateness_ms).unwrap_or(0) > threshold {
+            tracing::info!(run_id, job_id, lateness_ms, "run fired late");
+            self.alerter.raise(AlertEvent::FiredLate {
+                run_id,
+                job_id,
+                scheduled_at_ms,
+                lateness_ms,
+            });
+        }
+    }
+}
