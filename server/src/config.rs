@@ -585,4 +585,25 @@ mod tests {
         assert!(!format!("{config:?}").contains("secret\""));
         assert!(!format!("{config:?}").contains("0123456789abcdef"));
     }
+
+    #[test]
+    fn alert_settings_are_checked_by_name_and_the_webhook_never_prints() {
+        let config = parse(
+            "[alerts]\nwebhook = \"https://hooks.example/T0/B0/s3cr3t\"\nformat = \"slack\"\n",
+        )
+        .unwrap();
+        assert_eq!(config.alerts.format, AlertFormat::Slack);
+        assert_eq!(config.alerts.late_after_ms, 60_000);
+        assert!(!format!("{config:?}").contains("s3cr3t"));
+        let err = parse("[alerts]\nwebhook = \"hooks.example/x\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("alerts.webhook: must be an http"), "{err}");
+        let err = parse("[alerts]\ncheck_ms = 5\n").unwrap_err().to_string();
+        assert!(err.starts_with("alerts.check_ms"), "{err}");
+        let err = parse("[alerts]\nformat = \"xml\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("xml"), "{err}");
+    }
 }

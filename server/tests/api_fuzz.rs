@@ -111,7 +111,7 @@ async fn the_api_answers_as_its_openapi_document_says() {
         node.log_text()
     );
     assert!(
-        stdout.contains("Tested: 28"),
+        stdout.contains("Tested: 30"),
         "every operation should have been fuzzed:\n{summary}"
     );
 }

@@ -23,7 +23,10 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; img-src 'self' data:;
 /// The console's routes.
 pub(super) fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
     Router::new()
-        .route("/", get(|| async { asset(INDEX_HTML, "text/html; charset=utf-8") }))
+        .route(
+            "/",
+            get(|| async { asset(INDEX_HTML, "text/html; charset=utf-8") }),
+        )
         .route(
             "/console/app.js",
             get(|| async { asset(APP_JS, "text/javascript; charset=utf-8") }),
@@ -51,9 +54,6 @@ fn asset(body: &'static str, content_type: &'static str) -> Response {
         HeaderValue::from_static("no-referrer"),
     );
     // Assets change with the binary; a browser asks again after a restart at most a minute on.
-    headers.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("no-cache"),
-    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     response
 }

@@ -3,6 +3,7 @@
 mod auth;
 mod body;
 mod cluster;
+mod console;
 mod error;
 mod executors;
 mod health;
@@ -111,7 +112,8 @@ pub fn router(state: ApiState) -> Router {
             ))
     })
     .split_for_parts();
-    app.method_not_allowed_fallback(error::method_not_allowed)
+    app.merge(console::routes())
+        .method_not_allowed_fallback(error::method_not_allowed)
         .fallback(error::not_found)
         .with_state(state)
 }

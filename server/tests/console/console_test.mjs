@@ -1,0 +1,397 @@
+// Browser test of the Carillon web console, driven by playwright-core and Debian's Chromium.
+//
+// Run by the Rust test harness as `node server/tests/console/console_test.mjs` with:
+//   CONSOLE_URL     the node's base URL, e.g. http://127.0.0.1:41234 (required)
+//   CONSOLE_TOKEN   an admin token (required)
+//   CONSOLE_APP     the app of a registered executor offering handlers `echo` and `fail` (default py)
+//   CHROMIUM        the browser (default /usr/bin/chromium)
+//   SCREENSHOT_DIR  optional: a PNG of each step is saved there
+// Exits 0 when every step passed, 1 (printing what failed) otherwise. Never downloads a browser.
+
+import { chromium } from 'playwright-core';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+
+const BASE = (process.env.CONSOLE_URL || '').replace(/\/+$/, '');
+const TOKEN = process.env.CONSOLE_TOKEN || '';
+const APP = process.env.CONSOLE_APP || 'py';
+const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+const SHOTS = process.env.SCREENSHOT_DIR || '';
+const SUFFIX = `${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`;
+const ECHO_JOB = `console-echo-${SUFFIX}`;
+const FAIL_JOB = `console-fail-${SUFFIX}`;
+
+const results = [];
+const createdJobs = new Map(); // name -> id, for the clean-up
+const pageProblems = [];
+let shotNo = 0;
+
+function log(...args) {
+  console.log(`[console-test ${new Date().toISOString().slice(11, 23)}]`, ...args);
+}
+
+/** Polls `fn` until it answers something truthy; throws naming `what` on timeout, with what
+ *  `context()` (optional) says about the page then. */
+async function waitFor(fn, timeoutMs, what, context) {
+  const deadline = Date.now() + timeoutMs;
+  let last;
+  let lastError;
+  for (;;) {
+    try {
+      last = await fn();
+      if (last) return last;
+      lastError = undefined;
+    } catch (e) {
+      lastError = e;
+    }
+    if (Date.now() >= deadline) {
+      const why = lastError ? ` (last error: ${String(lastError.message || lastError).split('\n')[0]})`
+        : last !== undefined ? ` (last value: ${JSON.stringify(last)})` : '';
+      let seen = '';
+      if (context) seen = `; ${await Promise.resolve().then(context).catch((e) => `(context unavailable: ${e.message})`)}`;
+      throw new Error(`timed out after ${(timeoutMs / 1000).toFixed(1)} s waiting for ${what}${why}${seen}`);
+    }
+    await new Promise((r) => setTimeout(r, 150));
+  }
+}
+
+function check(condition, message) {
+  if (!condition) throw new Error(message);
+}
+
+async function shot(page, name) {
+  if (!SHOTS || !page) return;
+  shotNo += 1;
+  const file = join(SHOTS, `${String(shotNo).padStart(2, '0')}-${name}.png`);
+  try {
+    await page.screenshot({ path: file, fullPage: true });
+    log(`screenshot ${file}`);
+  } catch (e) {
+    log(`could not save screenshot ${file}: ${e.message}`);
+  }
+}
+
+/** Runs one step; a failure prints what failed (with the page's visible alerts) and stops. */
+async function step(name, page, fn) {
+  const started = Date.now();
+  log(`step: ${name}`);
+  try {
+    await fn();
+    results.push({ name, ok: true });
+    log(`  ok (${Date.now() - started} ms)`);
+  } catch (e) {
+    results.push({ name, ok: false, error: e });
+    log(`  FAILED: ${e.message}`);
+    if (page && !page.isClosed()) {
+      log(`  page: ${page.url()}`);
+      const alerts = await page.locator('[role=alert]:not(:empty)').allInnerTexts().catch(() => []);
+      if (alerts.length) log(`  alerts on the page: ${JSON.stringify(alerts)}`);
+      await shot(page, `FAILED-${name.replace(/[^a-z0-9]+/gi, '-').toLowerCase()}`);
+    }
+    throw e;
+  }
+}
+
+/** The API straight from node, for the clean-up only. */
+async function apiCall(method, path) {
+  const res = await fetch(`${BASE}/api/v1${path}`, { method, headers: { Authorization: `Bearer ${TOKEN}` } });
+  return res.status;
+}
+
+function watch(page, label) {
+  page.on('pageerror', (e) => pageProblems.push(`${label}: uncaught ${e.message}`));
+  page.on('console', (msg) => {
+    const text = msg.text();
+    if (/Content Security Policy|Refused to (apply|execute|load|connect)/i.test(text)) pageProblems.push(`${label}: CSP: ${text}`);
+  });
+}
+
+const hashOf = (page) => new URL(page.url()).hash;
+
+async function waitHeading(page, name, timeout = 10_000) {
+  await page.getByRole('heading', { level: 1, name, exact: typeof name === 'string' }).waitFor({ state: 'visible', timeout });
+}
+
+async function login(page) {
+  await page.goto(`${BASE}/`);
+  await page.getByLabel('Token').fill(TOKEN);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await waitHeading(page, 'Dashboard');
+}
+
+async function openNav(page, name) {
+  await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name, exact: true }).click();
+  await waitHeading(page, name);
+}
+
+/** Fills the new-job form (the page shows it) and creates the job; answers its id. */
+async function createJob(page, { name, handler, kind, expression, zone, maxAttempts, startAtOnce }) {
+  await page.getByLabel('Name', { exact: true }).fill(name);
+  await page.getByLabel('App', { exact: true }).fill(APP);
+  await page.getByLabel('Handler', { exact: true }).fill(handler);
+  await page.getByLabel('Schedule kind').selectOption(kind);
+  await page.getByLabel('Expression').fill(expression);
+  if (zone) await page.getByLabel('Time zone').fill(zone);
+  if (maxAttempts !== undefined) await page.getByLabel('Max attempts').fill(String(maxAttempts));
+  const start = page.getByLabel('Start at once');
+  if (startAtOnce) await start.check();
+  else await start.uncheck();
+  await page.getByRole('button', { name: 'Create job' }).click();
+  const id = await waitFor(async () => {
+    const m = /^#\/jobs\/(\d+)$/.exec(hashOf(page));
+    if (m) return m[1];
+    const error = await page.evaluate(() => {
+      const el = document.querySelector('[data-testid="form-error"]');
+      return el ? el.textContent : '';
+    });
+    if (error.trim()) throw new Error(`the form says: ${error.trim()}`);
+    return null;
+  }, 10_000, `the page of the new job ${name}`);
+  createdJobs.set(name, id);
+  await waitHeading(page, name);
+  return id;
+}
+
+async function jobState(page) {
+  return (await page.getByTestId('job-state').innerText({ timeout: 2_000 })).trim();
+}
+
+/** The states of the runs a table lists, for failure messages. */
+function runStates(table) {
+  return async () => {
+    const states = await table.locator('tbody tr[data-state]').evaluateAll((trs) => trs.map((tr) => tr.dataset.state));
+    return states.length ? `the table lists runs in states ${JSON.stringify(states)}` : 'the table lists no run';
+  };
+}
+
+async function noHorizontalOverflow(page, where) {
+  const sizes = await page.evaluate(() => ({
+    scroll: document.documentElement.scrollWidth,
+    body: document.body.scrollWidth,
+    inner: window.innerWidth,
+  }));
+  check(sizes.scroll <= sizes.inner + 1 && sizes.body <= sizes.inner + 1,
+    `${where}: the page is wider than the ${sizes.inner} px viewport (document ${sizes.scroll} px, body ${sizes.body} px)`);
+}
+
+async function main() {
+  check(BASE, 'CONSOLE_URL is not set');
+  check(TOKEN, 'CONSOLE_TOKEN is not set');
+  if (SHOTS) mkdirSync(SHOTS, { recursive: true });
+  log(`console at ${BASE}, app ${APP}, jobs suffix ${SUFFIX}`);
+
+  const browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
+  });
+  let page;
+  try {
+    const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, locale: 'en-GB', timezoneId: 'UTC' });
+    context.setDefaultTimeout(15_000);
+    page = await context.newPage();
+    watch(page, 'desktop');
+
+    await step('1. login page, a wrong token is refused, the right one opens the dashboard', page, async () => {
+      await page.goto(`${BASE}/`);
+      const tokenInput = page.getByLabel('Token');
+      await tokenInput.waitFor({ state: 'visible' });
+      check(await tokenInput.getAttribute('type') === 'password', 'the token input is not a password input');
+      await shot(page, 'login');
+      await tokenInput.fill(`wrong-${TOKEN}`);
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      await waitFor(async () => (await page.getByTestId('login-error').innerText({ timeout: 2_000 })).includes('That token was refused'),
+        10_000, 'the message "That token was refused"');
+      await tokenInput.fill(TOKEN);
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      await waitHeading(page, 'Dashboard');
+      check(hashOf(page) === '#/dashboard', `after signing in the address is ${page.url()}, not #/dashboard`);
+      const nodes = page.getByTestId('cluster-nodes');
+      await waitFor(async () => (await nodes.locator('tbody tr').count()) >= 1, 10_000, 'a node in the cluster table');
+      await waitFor(async () => (await nodes.locator('.badge.leader', { hasText: 'leader' }).count()) === 1, 15_000,
+        'exactly one node marked leader');
+      check((await page.getByTestId('leader').innerText({ timeout: 2_000 })).includes('term'), 'the dashboard does not show the leader with its term');
+      await shot(page, 'dashboard');
+    });
+
+    let echoId;
+    await step('2. create a job with a live preview, start it, see a succeeded run', page, async () => {
+      await openNav(page, 'Jobs');
+      await page.getByRole('link', { name: 'New job' }).click();
+      await waitHeading(page, 'New job');
+      await page.getByLabel('Name', { exact: true }).fill(ECHO_JOB);
+      await page.getByLabel('Schedule kind').selectOption('cron');
+      await page.getByLabel('Expression').fill('* * * * * ?');
+      await page.getByLabel('Time zone').fill('Europe/Paris');
+      const instants = page.getByTestId('preview').getByTestId('preview-instant');
+      const parisOffset = new Intl.DateTimeFormat('en-US', { timeZone: 'Europe/Paris', timeZoneName: 'longOffset' })
+        .formatToParts(new Date()).find((p) => p.type === 'timeZoneName').value.replace('GMT', '');
+      await waitFor(async () => {
+        const texts = await instants.allInnerTexts();
+        return texts.length === 5 && texts.every((t) => /\+0[12]:00/.test(t) && t.includes('UTC')) && texts;
+      }, 10_000, `5 preview instants with the Paris offset (${parisOffset}) and UTC`);
+      const texts = await instants.allInnerTexts();
+      check(texts.some((t) => t.includes(parisOffset)), `the preview's local times do not show Paris's offset ${parisOffset}: ${JSON.stringify(texts)}`);
+      await shot(page, 'preview');
+
+      await page.getByLabel('Expression').fill('61 * * * *');
+      const previewError = page.getByTestId('preview').getByTestId('preview-error');
+      await waitFor(async () => (await previewError.count()) === 1 && (await previewError.innerText({ timeout: 2_000 })).trim().length > 0,
+        10_000, 'an error in the preview for the invalid expression 61 * * * *');
+      check(await instants.count() === 0, 'the preview still lists instants for an invalid expression');
+      await shot(page, 'preview-error');
+
+      await page.getByLabel('Expression').fill('* * * * * ?');
+      await waitFor(async () => (await instants.count()) === 5, 10_000, 'the preview listing 5 instants again');
+
+      echoId = await createJob(page, { name: ECHO_JOB, handler: 'echo', kind: 'cron', expression: '* * * * * ?', zone: 'Europe/Paris', startAtOnce: false });
+      await waitFor(async () => (await jobState(page)) === 'stopped', 5_000, `job ${ECHO_JOB} created stopped`);
+      await page.getByRole('button', { name: 'Start', exact: true }).click();
+      await waitFor(async () => (await jobState(page)) === 'running', 10_000, `job ${ECHO_JOB} running after Start`);
+      const succeeded = page.getByTestId('job-runs').locator('tbody tr[data-state="succeeded"]');
+      await waitFor(async () => (await succeeded.count()) >= 1, 20_000, `a succeeded run in the runs of ${ECHO_JOB}`,
+        runStates(page.getByTestId('job-runs')));
+      check((await succeeded.first().innerText({ timeout: 2_000 })).includes('succeeded'), 'the succeeded run shows no "succeeded" badge');
+      await shot(page, 'job-runs');
+    });
+
+    let failId;
+    await step('3. a failing job: its failed run shows the attempt\'s error', page, async () => {
+      await openNav(page, 'Jobs');
+      await page.getByRole('link', { name: 'New job' }).click();
+      await waitHeading(page, 'New job');
+      failId = await createJob(page, { name: FAIL_JOB, handler: 'fail', kind: 'every', expression: '1s', maxAttempts: 1, startAtOnce: true });
+      await waitFor(async () => (await jobState(page)) === 'running', 10_000, `job ${FAIL_JOB} created running`);
+
+      await openNav(page, 'Runs');
+      await page.getByLabel('State').selectOption('failed');
+      await page.getByLabel('Job id').fill(failId);
+      const table = page.getByTestId('runs-table');
+      const failed = table.locator('tbody tr[data-state="failed"]');
+      await waitFor(async () => (await failed.count()) >= 1, 25_000, `a failed run of ${FAIL_JOB} in the runs list`, runStates(table));
+      await waitFor(async () => (await failed.first().innerText({ timeout: 2_000 })).includes(FAIL_JOB), 10_000, 'the runs list naming the job');
+      check(await table.locator('tbody tr[data-state]:not([data-state="failed"])').count() === 0, 'the state filter let through runs that did not fail');
+      await shot(page, 'runs-failed');
+
+      // The dead letters hold it too.
+      await page.getByLabel('Dead letters only').check();
+      await waitFor(async () => (await failed.count()) >= 1, 10_000, 'the failed run among the dead letters');
+
+      const link = failed.first().getByRole('link', { name: /^Run \d+$/ });
+      const runName = (await link.innerText({ timeout: 2_000 })).trim();
+      await link.click();
+      await waitHeading(page, runName);
+      const error = page.getByTestId('attempts').getByTestId('attempt-error').first();
+      await waitFor(async () => (await error.innerText({ timeout: 2_000 })).includes('failed on'), 10_000, 'the attempt error "failed on …" on the run page');
+      check(await error.isVisible(), 'the attempt error is not visible');
+      check(await error.evaluate((el) => el.tagName) === 'PRE', 'the attempt error is not in a <pre>');
+      await page.getByRole('button', { name: 'Re-run dead letter' }).waitFor({ state: 'visible', timeout: 5_000 });
+      await shot(page, 'run-failed');
+    });
+
+    await step('phone viewport (390x844): the nav and the jobs list are usable', page, async () => {
+      const phone = await browser.newContext({ viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isMobile: true, hasTouch: true, locale: 'en-GB' });
+      phone.setDefaultTimeout(15_000);
+      const p = await phone.newPage();
+      watch(p, 'phone');
+      try {
+        await login(p);
+        await noHorizontalOverflow(p, 'dashboard');
+        const nav = p.getByRole('navigation', { name: 'Main' });
+        for (const name of ['Dashboard', 'Jobs', 'Runs', 'Executors']) {
+          const link = nav.getByRole('link', { name, exact: true });
+          check(await link.isVisible(), `the nav link ${name} is not visible on a phone`);
+          const box = await link.boundingBox();
+          check(box && box.x >= 0 && box.x + box.width <= 391, `the nav link ${name} is outside the screen: ${JSON.stringify(box)}`);
+        }
+        await shot(p, 'phone-dashboard');
+        await nav.getByRole('link', { name: 'Jobs', exact: true }).tap();
+        await waitHeading(p, 'Jobs');
+        await p.getByLabel('Search jobs').fill(SUFFIX);
+        const rows = p.getByTestId('jobs-table').locator('tbody tr[data-job-id]');
+        await waitFor(async () => (await rows.count()) === 2, 10_000, 'the two jobs listed on the phone');
+        await noHorizontalOverflow(p, 'jobs list');
+        for (const name of [ECHO_JOB, FAIL_JOB]) {
+          const row = p.getByTestId('jobs-table').locator(`tbody tr[data-job-name="${name}"]`);
+          const stop = row.getByRole('button', { name: `Stop ${name}` });
+          check(await stop.isVisible(), `the Stop button of ${name} is not visible on a phone`);
+          const box = await stop.boundingBox();
+          check(box && box.x + box.width <= 391, `the Stop button of ${name} is off screen: ${JSON.stringify(box)}`);
+          check(await row.getByRole('link', { name }).isVisible(), `the link to ${name} is not visible on a phone`);
+        }
+        await shot(p, 'phone-jobs');
+        await p.getByRole('link', { name: ECHO_JOB }).tap();
+        await waitHeading(p, ECHO_JOB);
+        await noHorizontalOverflow(p, 'job page');
+        await shot(p, 'phone-job');
+      } finally {
+        await phone.close();
+      }
+    });
+
+    await step('4. search finds exactly the two jobs; stop and delete both', page, async () => {
+      await openNav(page, 'Jobs');
+      await page.getByLabel('Search jobs').fill(SUFFIX);
+      const table = page.getByTestId('jobs-table');
+      const rows = table.locator('tbody tr[data-job-id]');
+      await waitFor(async () => {
+        const names = await rows.evaluateAll((trs) => trs.map((tr) => tr.dataset.jobName));
+        return names.length === 2 && names.includes(ECHO_JOB) && names.includes(FAIL_JOB);
+      }, 10_000, `exactly ${ECHO_JOB} and ${FAIL_JOB} listed for the search "${SUFFIX}"`);
+      await shot(page, 'search');
+      for (const name of [ECHO_JOB, FAIL_JOB]) {
+        const row = table.locator(`tbody tr[data-job-name="${name}"]`);
+        await row.getByRole('button', { name: `Stop ${name}` }).click();
+        await waitFor(async () => (await row.locator('.badge').first().innerText({ timeout: 2_000 })).trim() === 'stopped', 10_000, `${name} stopped`);
+        page.once('dialog', (d) => d.accept());
+        await row.getByRole('button', { name: `Delete ${name}` }).click();
+        await waitFor(async () => (await row.count()) === 0, 10_000, `${name} gone from the list after Delete`);
+        const status = await apiCall('GET', `/jobs/${createdJobs.get(name)}`);
+        check(status === 404, `job ${name} still exists after Delete (GET answered ${status})`);
+        createdJobs.delete(name);
+      }
+      await waitFor(async () => (await rows.count()) === 0, 5_000, 'no job left for the search');
+      await shot(page, 'deleted');
+    });
+
+    check(pageProblems.length === 0, `the pages reported problems:\n  ${pageProblems.join('\n  ')}`);
+    results.push({ name: 'no script error and no CSP violation', ok: true });
+  } finally {
+    // Never leave jobs firing every second behind, whatever failed: those known by id, and
+    // any other of this run's (found by name, in case a step failed before reading the id).
+    for (const name of [ECHO_JOB, FAIL_JOB]) {
+      if (createdJobs.has(name)) continue;
+      try {
+        const res = await fetch(`${BASE}/api/v1/jobs?name=${encodeURIComponent(name)}&limit=10`, { headers: { Authorization: `Bearer ${TOKEN}` } });
+        if (res.ok) for (const j of (await res.json()).jobs || []) if (j.name === name) createdJobs.set(name, String(j.id));
+      } catch {
+        /* best effort */
+      }
+    }
+    for (const [name, id] of createdJobs) {
+      try {
+        await apiCall('POST', `/jobs/${id}/stop`);
+        await apiCall('DELETE', `/jobs/${id}`);
+        log(`cleaned up job ${name} (${id})`);
+      } catch (e) {
+        log(`could not clean up job ${name} (${id}): ${e.message}`);
+      }
+    }
+    await browser.close().catch(() => {});
+  }
+}
+
+try {
+  await main();
+  const passed = results.filter((r) => r.ok).length;
+  log(`${passed} passed, 0 failed`);
+  console.log(`console: ${passed} passed, 0 failed`);
+  process.exit(0);
+} catch (e) {
+  const passed = results.filter((r) => r.ok).length;
+  console.error(`console test FAILED: ${e && e.stack ? e.stack : e}`);
+  if (pageProblems.length) console.error(`page problems:\n  ${pageProblems.join('\n  ')}`);
+  console.log(`console: ${passed} passed, 1 failed`);
+  process.exit(1);
+}
