@@ -289,7 +289,23 @@ async function api(method, path, body, { signal, tokenOverride, noSignOut } = {}
     if (res.status === 401 && !noSignOut && t && t === token()) signOut('Your token was refused: sign in again.');
     throw err;
   }
+  learnJobNames(data);
   return data;
+}
+
+// Runs carry their job's name (`job_name`, null once the job is deleted): remember it, so a
+// run shows its job without asking for the job.
+function learnJobNames(data) {
+  if (!data || typeof data !== 'object') return;
+  const learn = (r) => {
+    if (!r || r.job_id === undefined || !('job_name' in r)) return;
+    if (typeof r.job_name === 'string') rememberJob({ id: r.job_id, name: r.job_name });
+    else forgetJob(r.job_id);
+  };
+  learn(data);
+  for (const r of data.runs || []) learn(r);
+  for (const r of data.recent_failures || []) learn(r);
+  for (const l of data.late_fires || []) learn(l && l.run);
 }
 
 function query(params) {
@@ -889,7 +905,7 @@ function renderStats(body, s) {
   const per = s.per_minute || [];
   const finished = (s.succeeded || 0) + (s.failed || 0) + (s.other || 0);
   const rate = s.success_rate === null || s.success_rate === undefined ? '—' : `${(s.success_rate * 100).toFixed(s.success_rate >= 0.995 || s.success_rate === 0 ? 0 : 1)}%`;
-  const late = (s.late_fires || []).length;
+  const late = typeof s.late === 'number' ? s.late : (s.late_fires || []).length;
   const tile = (label, value, tone, testid) => h('div', { class: `tile ${tone || ''}`, testid },
     h('div', { class: 'value', text: value }), h('div', { class: 'label', text: label }));
   const rateTone = s.success_rate === null || s.success_rate === undefined ? '' : s.success_rate >= 0.99 ? 'ok' : s.success_rate >= 0.9 ? 'warn' : 'fail';
@@ -899,7 +915,7 @@ function renderStats(body, s) {
       tile('succeeded', String(s.succeeded ?? 0), '', 'succeeded-count'),
       tile('failed', String(s.failed ?? 0), s.failed ? 'fail' : '', 'failed-count'),
       tile('other (cancelled, skipped…)', String(s.other ?? 0), '', 'other-count'),
-      tile(`late (> ${fmtDuration(s.late_after_ms ?? 60000)})`, late >= 10 ? '10+' : String(late), late ? 'warn' : '', 'late-count')),
+      tile(`late (> ${fmtDuration(s.late_after_ms ?? 60000)})`, String(late), late ? 'warn' : '', 'late-count')),
     chart(per, finished, s.window_minutes || per.length));
 }
 

@@ -11,8 +11,9 @@ mod support;
 use std::sync::Arc;
 
 use carillon_server::store::{
-    ClaimOutcome, Error, JobFilter, JobKey, JobOrder, JobWrite, LeaderFence, NewAttempt,
-    NodeRegistration, OverlapRule, PartitionChange, RunClaim, Store, job_state, run_state,
+    AttemptEnd, ClaimOutcome, Error, JobFilter, JobKey, JobOrder, JobWrite, LeaderFence,
+    NewAttempt, NodeRegistration, OverlapRule, PartitionChange, RunClaim, Store, job_state,
+    run_state,
 };
 use support::db::TestDb;
 
@@ -38,6 +39,8 @@ conformance!(
     manual_runs_take_a_free_millisecond,
     a_claim_of_an_instant_a_manual_run_holds_advances_the_job_only,
     runs_claimed_ahead_start_at_once_and_fall_due_at_their_instant,
+    jobs_are_found_by_any_part_of_their_name_ignoring_case,
+    finished_runs_are_counted_by_minute_and_late_first_dispatches_found,
 );
 
 fn job(name: &str) -> JobWrite {
@@ -645,4 +648,145 @@ async fn runs_claimed_ahead_start_at_once_and_fall_due_at_their_instant(db: Test
         "only a pending attempt is marked"
     );
     assert_eq!(store.attempts_dispatched(&[], "e2", 0).await.unwrap(), 0);
+}
+
+async fn jobs_are_found_by_any_part_of_their_name_ignoring_case(db: TestDb) {
+    let store = db.migrated_store().await;
+    for (id, name) in [
+        (1, "Nightly-ETL-eu"),
+        (2, "nightly-etl-us"),
+        (3, "weekly_etl%"),
+        (4, "report"),
+    ] {
+        store.job_insert(id, 0, &job(name), false).await.unwrap();
+    }
+    let found = |text: &str| {
+        let filter = JobFilter {
+            name_contains: Some(text.to_owned()),
+            order: JobOrder::NameAscending,
+            limit: 10,
+            ..JobFilter::default()
+        };
+        let store = Arc::clone(&store);
+        async move {
+            store
+                .jobs_list(&filter)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|j| j.name)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        found("etl").await,
+        ["Nightly-ETL-eu", "nightly-etl-us", "weekly_etl%"]
+    );
+    assert_eq!(found("ETL-").await, ["Nightly-ETL-eu", "nightly-etl-us"]);
+    assert_eq!(
+        found("%").await,
+        ["weekly_etl%"],
+        "% is a character, not a wildcard"
+    );
+    assert_eq!(found("_etl").await, ["weekly_etl%"], "_ likewise");
+    assert!(found("monthly").await.is_empty());
+}
+
+async fn finished_runs_are_counted_by_minute_and_late_first_dispatches_found(db: TestDb) {
+    let store = owned(&db).await;
+    store.job_insert(1, 0, &job("a"), true).await.unwrap();
+    let now = store.now_ms().await.unwrap();
+    // Three instants: one two minutes ago (its dispatch now is late), two just past.
+    let mut claims = Vec::new();
+    for at in [now - 120_000, now - 2, now - 1] {
+        let mut c = claim(1, 1, at);
+        c.state = run_state::PENDING;
+        c.message = None;
+        claims.push(c);
+    }
+    let outcomes = store.runs_claim("n1", &claims).await.unwrap();
+    assert!(outcomes.iter().all(|o| *o == ClaimOutcome::Claimed));
+    let pending = store.runs_pending(&[0], 0, 10).await.unwrap();
+    assert_eq!(pending.len(), 3);
+    let starts: Vec<_> = pending
+        .iter()
+        .map(|r| {
+            let first = NewAttempt {
+                shard_index: 0,
+                shard_total: 1,
+                args_json: "null".into(),
+                prefer_executor_id: None,
+            };
+            (r.clone(), vec![first])
+        })
+        .collect();
+    assert_eq!(store.runs_start(&starts).await.unwrap(), 3);
+    let due = store.attempts_due(&[0], 0, None, 10).await.unwrap();
+    assert_eq!(due.len(), 3);
+    for (i, d) in due.iter().enumerate() {
+        let id = d.attempt.attempt_id;
+        assert!(store.attempt_dispatched(id, "e1", 0).await.unwrap());
+        let state = if i == 2 { "failed" } else { "succeeded" };
+        let end = AttemptEnd {
+            state,
+            output: None,
+            error: None,
+            executor_id: Some("e1".into()),
+            retry_after_ms: None,
+        };
+        store.attempt_end(id, &end).await.unwrap();
+    }
+    let late_run = due
+        .iter()
+        .find(|d| d.scheduled_at_ms == now - 120_000)
+        .unwrap()
+        .attempt
+        .run_id;
+
+    let counts = store
+        .runs_finished_by_minute(now - 3_600_000)
+        .await
+        .unwrap();
+    assert!(
+        counts.iter().all(|c| c.minute_ms % 60_000 == 0),
+        "{counts:?}"
+    );
+    let total = |state: &str| -> i64 {
+        counts
+            .iter()
+            .filter(|c| c.state == state)
+            .map(|c| c.runs)
+            .sum()
+    };
+    assert_eq!((total("succeeded"), total("failed")), (2, 1), "{counts:?}");
+    assert!(
+        store
+            .runs_finished_by_minute(now + 3_600_000)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    let late = store.runs_late(now - 3_600_000, 60_000, 10).await.unwrap();
+    assert_eq!(late.len(), 1, "{late:?}");
+    assert_eq!(late[0].run.run_id, late_run);
+    assert!(late[0].lateness_ms >= 120_000, "{late:?}");
+    assert_eq!(
+        store
+            .runs_late_count(now - 3_600_000, 60_000)
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(
+        store.runs_late_count(now - 3_600_000, 0).await.unwrap() >= 1,
+        "every dispatch is later than 0 ms"
+    );
+    assert!(
+        store
+            .runs_late(now - 3_600_000, 600_000, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }

@@ -407,6 +407,24 @@ async fn a_late_fire_is_alerted_and_shown_in_the_statistics() {
             .all(|l| l["lateness_ms"].as_i64().unwrap() > 1_500)
     );
     assert!(late.iter().all(|l| l["run"]["job_id"] == job["id"]));
+    assert!(late.iter().all(|l| l["run"]["job_name"] == "late-report"));
+    assert!(
+        stats["late"].as_i64().unwrap() >= late.len() as i64,
+        "{stats}"
+    );
+    // Runs name their job wherever they are listed; a deleted job's runs say null.
+    let (_, runs) = node.call(Method::GET, "/api/v1/runs?limit=5", None).await;
+    assert_eq!(runs["runs"][0]["job_name"], "late-report", "{runs}");
+    let run_id = &runs["runs"][0]["id"];
+    let (status, _) = node
+        .call(Method::DELETE, &format!("/api/v1/jobs/{}", job["id"]), None)
+        .await;
+    assert_eq!(status, 204);
+    let (_, run) = node
+        .call(Method::GET, &format!("/api/v1/runs/{run_id}"), None)
+        .await;
+    assert_eq!(run["job_name"], Value::Null, "{run}");
+    assert_eq!(run["job_id"], job["id"], "{run}");
     let (status, bad) = node
         .call(Method::GET, "/api/v1/stats?minutes=0", None)
         .await;

@@ -59,6 +59,8 @@ pub(super) struct JobView {
 pub(super) struct RunView {
     id: i64,
     job_id: i64,
+    /// The job's name; `null` once the job is deleted.
+    job_name: Option<String>,
     scheduled_at: Option<String>,
     /// `schedule`, `misfire` or `manual`.
     trigger: String,
@@ -73,11 +75,13 @@ pub(super) struct RunView {
     message: Option<String>,
 }
 
-impl From<RunRecord> for RunView {
-    fn from(r: RunRecord) -> Self {
+impl RunView {
+    /// The view of `r`, a run of the job named `job_name` (`None`: deleted).
+    pub(super) fn of(r: RunRecord, job_name: Option<String>) -> Self {
         Self {
             id: r.run_id,
             job_id: r.job_id,
+            job_name,
             scheduled_at: rfc3339(r.scheduled_at_ms),
             trigger: r.trigger_kind,
             state: r.state,
@@ -91,6 +95,34 @@ impl From<RunRecord> for RunView {
             message: r.message,
         }
     }
+}
+
+/// The views of `runs`, their jobs' names read in one statement.
+pub(super) async fn run_views(
+    state: &ApiState,
+    runs: Vec<RunRecord>,
+) -> Result<Vec<RunView>, ApiError> {
+    let mut ids: Vec<i64> = runs.iter().map(|r| r.job_id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let names: std::collections::HashMap<i64, String> = if ids.is_empty() {
+        Default::default()
+    } else {
+        state
+            .store
+            .jobs_get_many(&ids)
+            .await?
+            .into_iter()
+            .map(|j| (j.job_id, j.name))
+            .collect()
+    };
+    Ok(runs
+        .into_iter()
+        .map(|r| {
+            let name = names.get(&r.job_id).cloned();
+            RunView::of(r, name)
+        })
+        .collect())
 }
 
 fn definition_of(record: &JobRecord) -> Result<JobDefinition, ApiError> {
@@ -497,7 +529,10 @@ pub(super) async fn trigger(
         .store
         .run_insert_manual(&record, state.view.node_id(), run_state::PENDING, None)
         .await?;
-    Ok((StatusCode::ACCEPTED, Json(run.into())))
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(RunView::of(run, Some(record.name))),
+    ))
 }
 
 /// A job's runs, one page at a time.

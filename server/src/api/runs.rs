@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::error::Problem;
-use super::jobs::RunView;
+use super::jobs::{RunView, run_views};
 use super::paging;
 use super::params::{IdParam, QueryParams};
 use super::{ApiError, ApiState, rfc3339};
@@ -169,7 +169,7 @@ pub(super) async fn page_of(
     }
     let next_cursor = paging::next_cursor(&runs, limit, listing, sort, |r| r.run_id.to_string());
     Ok(RunList {
-        runs: runs.into_iter().map(RunView::from).collect(),
+        runs: run_views(state, runs).await?,
         next_cursor,
     })
 }
@@ -231,8 +231,9 @@ pub(super) async fn get(
         .await?
         .ok_or_else(|| ApiError::missing(format!("run {id}")))?;
     let attempts = state.store.attempts_of_run(id).await?;
+    let job_name = state.store.job_get(run.job_id).await?.map(|j| j.name);
     Ok(Json(RunDetail {
-        run: run.into(),
+        run: RunView::of(run, job_name),
         attempts: attempts.into_iter().map(AttemptView::from).collect(),
     }))
 }
@@ -269,7 +270,10 @@ pub(super) async fn rerun(
             Some(&message),
         )
         .await?;
-    Ok((axum::http::StatusCode::ACCEPTED, Json(again.into())))
+    Ok((
+        axum::http::StatusCode::ACCEPTED,
+        Json(RunView::of(again, Some(job.name))),
+    ))
 }
 
 /// Cancels an unfinished run; its executors are told to stop.

@@ -8,7 +8,7 @@ use axum::extract::State;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::jobs::RunView;
+use super::jobs::{RunView, run_views};
 use super::params::QueryParams;
 use super::{ApiError, ApiState, rfc3339};
 use crate::store::{RunFilter, run_state};
@@ -59,6 +59,8 @@ pub(super) struct Stats {
     success_rate: Option<f64>,
     /// The latest failed and `no_executor` runs, newest first.
     recent_failures: Vec<RunView>,
+    /// Runs finished in the window whose first dispatch was late.
+    late: i64,
     /// The latest runs that finished after a late first dispatch, newest first.
     late_fires: Vec<LateFire>,
 }
@@ -120,14 +122,22 @@ pub(super) async fn show(
     recent_failures.truncate(LISTED as usize);
 
     let late_after_ms = i64::try_from(state.late_after_ms).unwrap_or(i64::MAX);
-    let late_fires = if late_after_ms > 0 {
-        state
-            .store
-            .runs_late(first_minute, late_after_ms, LISTED)
-            .await?
+    let (late, late_runs) = if late_after_ms > 0 {
+        (
+            state
+                .store
+                .runs_late_count(first_minute, late_after_ms)
+                .await?,
+            state
+                .store
+                .runs_late(first_minute, late_after_ms, LISTED)
+                .await?,
+        )
     } else {
-        Vec::new()
+        (0, Vec::new())
     };
+    let lateness: Vec<i64> = late_runs.iter().map(|l| l.lateness_ms).collect();
+    let late_views = run_views(&state, late_runs.into_iter().map(|l| l.run).collect()).await?;
     Ok(Json(Stats {
         window_minutes: minutes,
         late_after_ms,
@@ -136,13 +146,12 @@ pub(super) async fn show(
         failed,
         other,
         success_rate,
-        recent_failures: recent_failures.into_iter().map(RunView::from).collect(),
-        late_fires: late_fires
+        recent_failures: run_views(&state, recent_failures).await?,
+        late,
+        late_fires: late_views
             .into_iter()
-            .map(|late| LateFire {
-                lateness_ms: late.lateness_ms,
-                run: late.run.into(),
-            })
+            .zip(lateness)
+            .map(|(run, lateness_ms)| LateFire { run, lateness_ms })
             .collect(),
     }))
 }

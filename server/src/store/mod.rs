@@ -334,6 +334,9 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
         late_ms: i64,
         limit: i64,
     ) -> Result<Vec<LateRun>, Error>;
+
+    /// How many runs [`runs_late`](Self::runs_late) would list without a limit.
+    async fn runs_late_count(&self, since_ms: i64, late_ms: i64) -> Result<i64, Error>;
 }
 
 /// The storage interface. One implementation per backend; the same conformance suite runs

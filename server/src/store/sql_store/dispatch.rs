@@ -567,6 +567,15 @@ macro_rules! dispatch_store {
                     .fetch_all(&self.pool)
                     .await?)
             }
+
+            async fn runs_late_count(&self, since_ms: i64, late_ms: i64) -> Result<i64, Error> {
+                let (count,) = sqlx::query_as::<$db, (i64,)>(sql(&self.q.runs_late_count))
+                    .bind(since_ms)
+                    .bind(late_ms)
+                    .fetch_one(&self.pool)
+                    .await?;
+                Ok(count)
+            }
         }
     };
 }
