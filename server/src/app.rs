@@ -262,6 +262,7 @@ impl Application {
             executor_lease_ms: config.dispatch.executor_lease_ms,
             observer,
             late_after_ms: config.alerts.late_after_ms,
+            settled_minutes: Arc::default(),
         };
         Ok(Self {
             listener,

@@ -489,3 +489,61 @@ async fn a_bad_alert_webhook_is_refused_naming_the_field_and_the_job_is_kept() {
         "a % is searched for, not a wildcard"
     );
 }
+
+/// Inserts `count` runs of job 1 finished `minutes_ago` minutes before `now_ms`, straight into
+/// the node's SQLite database.
+async fn finished_runs(url: &str, now_ms: i64, minutes_ago: i64, count: i64) {
+    use sqlx::{Connection, Executor};
+    // Instants of job 1 are unique: each inserted run takes the next one.
+    static INSTANT: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(1);
+    let at = now_ms - minutes_ago * 60_000;
+    let mut c = sqlx::SqliteConnection::connect(url).await.unwrap();
+    for _ in 0..count {
+        let sql = format!(
+            "INSERT INTO runs (job_id, scheduled_at_ms, partition_id, epoch, node_id, \
+             trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms) \
+             VALUES (1, {}, 0, 1, 'solo', 'schedule', 'succeeded', 5, {at}, {at}, {at})",
+            INSTANT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        c.execute(sqlx::AssertSqlSafe(sql)).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn the_statistics_read_each_settled_minute_once_and_the_recent_ones_every_time() {
+    let node = node_with(Vec::new()).await;
+    let url = &node.spec.database_url;
+    let stats = |minutes: i64| {
+        let node = &node;
+        async move {
+            let (status, stats) = node
+                .call(
+                    Method::GET,
+                    &format!("/api/v1/stats?minutes={minutes}"),
+                    None,
+                )
+                .await;
+            assert_eq!(status, 200, "{stats}");
+            stats["succeeded"].as_i64().unwrap()
+        }
+    };
+    let (_, cluster) = node.call(Method::GET, "/api/v1/cluster", None).await;
+    let now = support::node::epoch_ms(
+        &cluster["nodes"][0]["last_heartbeat_at"]
+            .as_str()
+            .map(str::to_owned),
+    );
+    finished_runs(url, now, 5, 3).await;
+    finished_runs(url, now, 20, 4).await;
+    assert_eq!(stats(10).await, 3, "the runs of 5 minutes ago");
+    // A minute that ended long ago cannot change: it is not read again. (Runs inserted into
+    // it behind the node's back show that.)
+    finished_runs(url, now, 5, 2).await;
+    assert_eq!(stats(10).await, 3);
+    // The current minute is read every time.
+    finished_runs(url, now, 0, 1).await;
+    assert_eq!(stats(10).await, 4);
+    // A longer window reads only the older minutes it adds.
+    assert_eq!(stats(30).await, 8, "4 of 20 minutes ago, 3 cached, 1 now");
+    assert_eq!(stats(10).await, 4);
+}

@@ -55,6 +55,8 @@ pub struct ApiState {
     pub observer: Observer,
     /// The node's late-fire threshold, for the dashboard's statistics.
     pub late_after_ms: u64,
+    /// The dashboard's per-minute totals that can no longer change.
+    pub settled_minutes: Arc<stats::SettledMinutes>,
 }
 
 /// Every route with its documentation; `finish_api` adds what the `/api/v1` routes share

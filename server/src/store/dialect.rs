@@ -111,22 +111,6 @@ macro_rules! runs_list {
     };
 }
 
-/// Runs finished since `?` whose first dispatch (shard 0, attempt 1) came more than `?`
-/// milliseconds after their instant: the columns to select, and what follows the filter.
-macro_rules! late_runs {
-    ($select:literal, $tail:literal) => {
-        concat!(
-            "SELECT ",
-            $select,
-            " FROM runs r JOIN attempts a \
-            ON a.run_id = r.run_id AND a.shard_index = 0 AND a.attempt_no = 1 \
-            WHERE r.finished_at_ms >= ? AND a.dispatched_at_ms IS NOT NULL \
-            AND a.dispatched_at_ms - r.scheduled_at_ms > ?",
-            $tail
-        )
-    };
-}
-
 macro_rules! queries {
     ($($name:ident = $template:expr;)*) => {
         /// Every query of the store, rendered for one backend at connect time.
@@ -309,16 +293,23 @@ queries! {
         FROM runs WHERE run_id = ?";
     runs_by_id_desc = runs_list!("run_id < ?", "run_id DESC");
     // Per minute of finishing: `x - x % 60000` floors in integers on every backend (MySQL's
-    // `/` would not). Served by `runs_finished_idx`.
-    runs_finished_by_minute = "SELECT finished_at_ms - (finished_at_ms % 60000) AS minute_ms, \
-        state, COUNT(*) AS runs FROM runs WHERE finished_at_ms >= ? GROUP BY 1, 2";
-    runs_late = late_runs!(
-        "r.run_id, r.job_id, r.scheduled_at_ms, r.partition_id, r.epoch, r.node_id, \
-        r.trigger_kind, r.state, r.priority, r.created_at_ms, r.started_at_ms, \
-        r.finished_at_ms, r.message, a.dispatched_at_ms - r.scheduled_at_ms AS lateness_ms",
-        " ORDER BY r.finished_at_ms DESC LIMIT ?"
-    );
-    runs_late_count = late_runs!("COUNT(*)", "");
+    // `/` would not); `COUNT(CASE …)` is a BIGINT everywhere, where MySQL's `SUM` is a
+    // DECIMAL. Runs come from `runs_finished_idx`, first attempts from the attempts' unique
+    // key. The first `?` is the late threshold.
+    runs_finished_by_minute = "SELECT r.finished_at_ms - (r.finished_at_ms % 60000) AS minute_ms, \
+        r.state, COUNT(*) AS runs, \
+        COUNT(CASE WHEN a.dispatched_at_ms - r.scheduled_at_ms > ? THEN 1 END) AS late \
+        FROM runs r LEFT JOIN attempts a \
+        ON a.run_id = r.run_id AND a.shard_index = 0 AND a.attempt_no = 1 \
+        WHERE r.finished_at_ms >= ? AND r.finished_at_ms < ? GROUP BY 1, 2";
+    runs_late = "SELECT r.run_id, r.job_id, r.scheduled_at_ms, r.partition_id, r.epoch, \
+        r.node_id, r.trigger_kind, r.state, r.priority, r.created_at_ms, r.started_at_ms, \
+        r.finished_at_ms, r.message, a.dispatched_at_ms - r.scheduled_at_ms AS lateness_ms \
+        FROM runs r JOIN attempts a \
+        ON a.run_id = r.run_id AND a.shard_index = 0 AND a.attempt_no = 1 \
+        WHERE r.finished_at_ms >= ? AND a.dispatched_at_ms IS NOT NULL \
+        AND a.dispatched_at_ms - r.scheduled_at_ms > ? \
+        ORDER BY r.finished_at_ms DESC LIMIT ?";
     runs_by_id_asc = runs_list!("run_id > ?", "run_id");
     run_next_queued = "SELECT run_id FROM runs WHERE job_id = ? AND state = 'queued' \
         ORDER BY run_id LIMIT 1";

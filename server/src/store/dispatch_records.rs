@@ -76,12 +76,14 @@ pub struct AttemptRecord {
     pub error: Option<String>,
 }
 
-/// Runs finished in one minute in one state (`minute_ms`: the minute's first millisecond).
+/// Runs finished in one minute in one state (`minute_ms`: the minute's first millisecond),
+/// and how many of them were first dispatched late.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct MinuteCount {
     pub minute_ms: i64,
     pub state: String,
     pub runs: i64,
+    pub late: i64,
 }
 
 /// A finished run whose first dispatch came late, and how late.

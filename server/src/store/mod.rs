@@ -323,8 +323,14 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
     /// Running attempts per executor, cluster-wide.
     async fn executor_loads(&self) -> Result<Vec<(String, i64)>, Error>;
 
-    /// Runs finished at or after `since_ms`, counted per minute of finishing and state.
-    async fn runs_finished_by_minute(&self, since_ms: i64) -> Result<Vec<MinuteCount>, Error>;
+    /// Runs finished in `[since_ms, until_ms)`, counted per minute of finishing and state,
+    /// with how many of them were first dispatched more than `late_ms` after their instant.
+    async fn runs_finished_by_minute(
+        &self,
+        since_ms: i64,
+        until_ms: i64,
+        late_ms: i64,
+    ) -> Result<Vec<MinuteCount>, Error>;
 
     /// Runs finished at or after `since_ms` whose first dispatch (of shard 0) came more than
     /// `late_ms` after their instant, last finished first.
@@ -334,9 +340,6 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
         late_ms: i64,
         limit: i64,
     ) -> Result<Vec<LateRun>, Error>;
-
-    /// How many runs [`runs_late`](Self::runs_late) would list without a limit.
-    async fn runs_late_count(&self, since_ms: i64, late_ms: i64) -> Result<i64, Error>;
 }
 
 /// The storage interface. One implementation per backend; the same conformance suite runs

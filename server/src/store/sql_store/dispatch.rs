@@ -545,10 +545,14 @@ macro_rules! dispatch_store {
             async fn runs_finished_by_minute(
                 &self,
                 since_ms: i64,
+                until_ms: i64,
+                late_ms: i64,
             ) -> Result<Vec<MinuteCount>, Error> {
                 Ok(
                     sqlx::query_as::<$db, MinuteCount>(sql(&self.q.runs_finished_by_minute))
+                        .bind(late_ms)
                         .bind(since_ms)
+                        .bind(until_ms)
                         .fetch_all(&self.pool)
                         .await?,
                 )
@@ -566,15 +570,6 @@ macro_rules! dispatch_store {
                     .bind(limit)
                     .fetch_all(&self.pool)
                     .await?)
-            }
-
-            async fn runs_late_count(&self, since_ms: i64, late_ms: i64) -> Result<i64, Error> {
-                let (count,) = sqlx::query_as::<$db, (i64,)>(sql(&self.q.runs_late_count))
-                    .bind(since_ms)
-                    .bind(late_ms)
-                    .fetch_one(&self.pool)
-                    .await?;
-                Ok(count)
             }
         }
     };
