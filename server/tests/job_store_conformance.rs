@@ -41,6 +41,7 @@ conformance!(
     runs_claimed_ahead_start_at_once_and_fall_due_at_their_instant,
     jobs_are_found_by_any_part_of_their_name_ignoring_case,
     finished_runs_are_counted_by_minute_and_late_first_dispatches_found,
+    shards_ending_at_once_end_their_run,
 );
 
 fn job(name: &str) -> JobWrite {
@@ -505,10 +506,45 @@ async fn overlap_rules_decide_the_state_of_a_claimed_run(db: TestDb) {
             (1_000, "pending".into())
         ]
     );
+    // The unfinished run has started: its attempt is under way.
+    let pending = store.runs_pending(&[0], 0, 10).await.unwrap();
+    assert_eq!(pending.len(), 1);
+    let first = NewAttempt {
+        shard_index: 0,
+        shard_total: 1,
+        args_json: "null".into(),
+        prefer_executor_id: None,
+    };
+    assert_eq!(
+        store
+            .runs_start(&[(pending[0].clone(), vec![first])])
+            .await
+            .unwrap(),
+        1
+    );
+    let attempt = store.attempts_of_run(pending[0].run_id).await.unwrap()[0].attempt_id;
+    assert!(store.attempt_dispatched(attempt, "e1", 0).await.unwrap());
     store
         .runs_claim("n1", &[with(4_000, OverlapRule::Replace)])
         .await
         .unwrap();
+    let replaced = store.attempt_get(attempt).await.unwrap().unwrap();
+    assert_eq!(
+        replaced.state, "cancelled",
+        "a replaced run's attempt stops too"
+    );
+    // Its executor's report comes too late to change anything.
+    let failed = AttemptEnd {
+        state: "failed",
+        output: None,
+        error: Some("late".into()),
+        executor_id: Some("e1".into()),
+        retry_after_ms: Some(0),
+    };
+    assert_eq!(
+        store.attempt_end(attempt, &failed).await.unwrap(),
+        carillon_server::store::AttemptEnded::AlreadyEnded
+    );
     assert_eq!(
         states(store.runs_of_job(1, None, 10).await.unwrap()),
         vec![
@@ -797,4 +833,64 @@ async fn finished_runs_are_counted_by_minute_and_late_first_dispatches_found(db:
             .unwrap()
             .is_empty()
     );
+}
+
+async fn shards_ending_at_once_end_their_run(db: TestDb) {
+    let store = owned(&db).await;
+    store.job_insert(1, 0, &job("a"), true).await.unwrap();
+    let now = store.now_ms().await.unwrap();
+    for round in 0..20_i64 {
+        let mut c = claim(1, 1, now - 100_000 + round);
+        c.state = run_state::PENDING;
+        c.message = None;
+        store.runs_claim("n1", &[c]).await.unwrap();
+        let pending = store.runs_pending(&[0], 0, 10).await.unwrap();
+        let shard = |i| NewAttempt {
+            shard_index: i,
+            shard_total: 2,
+            args_json: "null".into(),
+            prefer_executor_id: None,
+        };
+        store
+            .runs_start(&[(pending[0].clone(), vec![shard(0), shard(1)])])
+            .await
+            .unwrap();
+        let run_id = pending[0].run_id;
+        let attempts = store.attempts_of_run(run_id).await.unwrap();
+        let ends = attempts.iter().map(|a| {
+            let store = Arc::clone(&store);
+            let id = a.attempt_id;
+            tokio::spawn(async move {
+                let end = AttemptEnd {
+                    state: "succeeded",
+                    output: None,
+                    error: None,
+                    executor_id: Some("e1".into()),
+                    retry_after_ms: None,
+                };
+                store.attempt_end(id, &end).await.unwrap()
+            })
+        });
+        let ended: Vec<_> = futures_join(ends.collect()).await;
+        let run = store.run_get(run_id).await.unwrap().unwrap();
+        assert_eq!(run.state, "succeeded", "round {round}: {ended:?}");
+        assert_eq!(
+            ended
+                .iter()
+                .filter(
+                    |e| **e == carillon_server::store::AttemptEnded::RunEnded("succeeded".into())
+                )
+                .count(),
+            1,
+            "round {round}: exactly one end ends the run: {ended:?}"
+        );
+    }
+}
+
+async fn futures_join<T: Send + 'static>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
+    let mut out = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        out.push(task.await.unwrap());
+    }
+    out
 }

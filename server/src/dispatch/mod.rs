@@ -473,8 +473,8 @@ impl Dispatcher {
         }
         let mut ended = 0;
         for (executor, attempts) in simple {
-            self.store.attempts_succeed(&executor, &attempts).await?;
-            self.observer.runs_succeeded(attempts.len());
+            let runs = self.store.attempts_succeed(&executor, &attempts).await?;
+            self.observer.runs_succeeded(runs);
             ended += attempts.len();
         }
         if !rest.is_empty() {

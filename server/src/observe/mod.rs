@@ -63,10 +63,8 @@ impl Observer {
     }
 
     /// `count` runs ended `succeeded` at once.
-    pub fn runs_succeeded(&self, count: usize) {
-        self.metrics
-            .runs_finished
-            .add("succeeded", u64::try_from(count).unwrap_or(u64::MAX));
+    pub fn runs_succeeded(&self, count: u64) {
+        self.metrics.runs_finished.add("succeeded", count);
     }
 
     /// A run's first attempt was sent at `sent_ms` (cluster clock) and taken: its lateness,

@@ -234,6 +234,11 @@ queries! {
         AND state IN ('pending', 'queued', 'running') ORDER BY run_id LIMIT 1";
     runs_cancel_unfinished = "UPDATE runs SET state = 'cancelled', finished_at_ms = {now}, \
         message = ? WHERE job_id = ? AND state IN ('pending', 'queued', 'running')";
+    // After `runs_cancel_unfinished`: every unfinished attempt of the job is one of those
+    // runs'. Its executor is told to stop at its next heartbeat. The partition leads the
+    // queue index.
+    attempts_cancel_of_job = "UPDATE attempts SET state = 'cancelled', finished_at_ms = {now}, \
+        error = ? WHERE partition_id = ? AND state IN ('pending', 'running') AND job_id = ?";
     run_insert = "INSERT INTO runs (job_id, scheduled_at_ms, partition_id, epoch, node_id, \
         trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, message) \
         SELECT ?, ?, ?, ?, ?, ?, ?, ?, {now}, NULL, \
@@ -328,6 +333,7 @@ queries! {
         attempt_no, priority, args_json, state, created_at_ms, not_before_ms, avoid_executor_id, \
         executor_id, dispatched_at_ms, deadline_ms, finished_at_ms, output, error \
         FROM attempts WHERE attempt_id = ? {for_update}";
+    run_lock = "SELECT run_id FROM runs WHERE run_id = ? {for_update}";
     attempts_of_run = "SELECT attempt_id, run_id, job_id, partition_id, shard_index, \
         shard_total, attempt_no, priority, args_json, state, created_at_ms, not_before_ms, \
         avoid_executor_id, executor_id, dispatched_at_ms, deadline_ms, finished_at_ms, output, \

@@ -309,12 +309,13 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
     /// Ends attempts that `executor_id` answered at once with success, each the only shard of
     /// its run, with no output, of a job that queues nothing behind it: the attempts and their
     /// runs end `succeeded` in two statements (one transaction) whatever their number. An
-    /// attempt no longer unfinished is left alone, and so is its run.
+    /// attempt no longer unfinished is left alone, and so is its run. Returns how many runs
+    /// ended.
     async fn attempts_succeed(
         &self,
         executor_id: &str,
         attempts: &[(i64, i64)],
-    ) -> Result<(), Error>;
+    ) -> Result<u64, Error>;
 
     /// [`attempt_end`](Self::attempt_end) for many attempts in one transaction, in the order
     /// given; returns what became of each.

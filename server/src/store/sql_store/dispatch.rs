@@ -65,7 +65,13 @@ macro_rules! dispatch_store {
                         .await?;
                     return Ok(AttemptEnded::Retrying);
                 }
-                // The run ends when every shard's latest attempt has ended.
+                // The run ends when every shard's latest attempt has ended. Its row is locked
+                // first: two shards ending at once would otherwise each see the other still
+                // running (neither committed), and the run would never end.
+                sqlx::query::<$db>(sql(&self.q.run_lock))
+                    .bind(attempt.run_id)
+                    .execute(&mut **tx)
+                    .await?;
                 let attempts = sqlx::query_as::<$db, AttemptRecord>(sql(&self.q.attempts_of_run))
                     .bind(attempt.run_id)
                     .fetch_all(&mut **tx)
@@ -97,12 +103,18 @@ macro_rules! dispatch_store {
                         Some(format!("failed after its last attempt ({failed})")),
                     )
                 };
-                sqlx::query::<$db>(sql(&self.q.run_end))
+                let run_ended = sqlx::query::<$db>(sql(&self.q.run_end))
                     .bind(state)
                     .bind(message.as_deref())
                     .bind(attempt.run_id)
                     .execute(&mut **tx)
-                    .await?;
+                    .await?
+                    .rows_affected();
+                if run_ended == 0 {
+                    // The run had ended already (cancelled, or replaced): this attempt's end
+                    // changes nothing more.
+                    return Ok(AttemptEnded::AlreadyEnded);
+                }
                 // A run queued behind this one (overlap `queue`) may start now.
                 let queued = sqlx::query_scalar::<$db, i64>(sql(&self.q.run_next_queued))
                     .bind(attempt.job_id)
@@ -491,7 +503,7 @@ macro_rules! dispatch_store {
                 &self,
                 executor_id: &str,
                 attempts: &[(i64, i64)],
-            ) -> Result<(), Error> {
+            ) -> Result<u64, Error> {
                 let mut attempt_ids: Vec<i64> = attempts.iter().map(|(a, _)| *a).collect();
                 let mut run_ids: Vec<i64> = attempts.iter().map(|(_, r)| *r).collect();
                 attempt_ids.sort_unstable();
@@ -500,7 +512,7 @@ macro_rules! dispatch_store {
                     with_partitions(&self.q.attempts_succeed_many, &attempt_ids),
                     with_partitions(&self.q.runs_succeed_many, &run_ids),
                 ) else {
-                    return Ok(());
+                    return Ok(0);
                 };
                 retry_transient(|| async {
                     let mut tx = self.begin_write().await?;
@@ -508,11 +520,12 @@ macro_rules! dispatch_store {
                         .bind(executor_id)
                         .execute(&mut *tx)
                         .await?;
-                    sqlx::query::<$db>(AssertSqlSafe(finish.0.clone()))
+                    let runs = sqlx::query::<$db>(AssertSqlSafe(finish.0.clone()))
                         .execute(&mut *tx)
-                        .await?;
+                        .await?
+                        .rows_affected();
                     tx.commit().await?;
-                    Ok(())
+                    Ok(runs)
                 })
                 .await
             }

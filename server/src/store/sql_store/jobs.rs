@@ -212,11 +212,19 @@ macro_rules! job_store {
                         Some(format!("waiting for run {previous} of this job (overlap: queue)")),
                     ),
                     OverlapRule::Replace => {
+                        let why = format!(
+                            "replaced by the run of instant {} (overlap: replace)",
+                            claim.scheduled_at_ms
+                        );
                         sqlx::query::<$db>(sql(&self.q.runs_cancel_unfinished))
-                            .bind(format!(
-                                "replaced by the run of instant {} (overlap: replace)",
-                                claim.scheduled_at_ms
-                            ))
+                            .bind(&why)
+                            .bind(claim.job_id)
+                            .execute(&mut **tx)
+                            .await?;
+                        // Their attempts stop too: none is retried or delivered any more.
+                        sqlx::query::<$db>(sql(&self.q.attempts_cancel_of_job))
+                            .bind(&why)
+                            .bind(claim.partition_id)
                             .bind(claim.job_id)
                             .execute(&mut **tx)
                             .await?;
