@@ -298,7 +298,7 @@ pub(super) struct ListQuery {
     state: Option<String>,
     /// Names starting with this.
     name: Option<String>,
-    /// Names containing this, ignoring ASCII case.
+    /// Names containing this, ignoring case.
     #[param(max_length = 200)]
     search: Option<String>,
     /// `-created` (newest first, the default), `created`, `name` or `-name`.

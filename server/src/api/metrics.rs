@@ -117,10 +117,14 @@ async fn cluster_gauges(state: &ApiState, out: &mut String) {
     }
     if let Ok(list) = executors {
         let lease = i64::try_from(state.executor_lease_ms).unwrap_or(i64::MAX);
+        // Every app ever registered shows, at 0 when all its executors left, so an alert
+        // rule on `== 0` fires.
         let mut by_app: BTreeMap<&str, (u32, u32)> = BTreeMap::new();
-        for e in list.executors.iter().filter(|e| e.state != "left") {
+        for e in &list.executors {
             let entry = by_app.entry(e.app_name.as_str()).or_default();
-            entry.0 += 1;
+            if e.state != "left" {
+                entry.0 += 1;
+            }
             if e.is_healthy(list.now_ms, lease) {
                 entry.1 += 1;
             }

@@ -297,6 +297,9 @@ pub(super) async fn cancel(
             run.state
         )));
     };
+    state
+        .observer
+        .run_ended(id, run.job_id, run_state::CANCELLED, None);
     // Tell the executors; an executor that misses this learns it from its next heartbeat.
     let executors = state.store.executors_list(None).await?;
     for attempt in running {

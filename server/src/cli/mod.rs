@@ -143,7 +143,8 @@ struct ServerArgs {
     /// Networks executors may register addresses in: `10.0.0.0/8,fd00::/8`.
     #[arg(long, env = "CARILLON_DISPATCH_ALLOWED_NETWORKS")]
     dispatch_allowed_networks: Option<String>,
-    /// Where every alert is posted (a secret: chat webhooks carry their key in the URL).
+    /// Where every alert is posted (prefer the environment variable: flags show in `ps`, and
+    /// chat webhooks carry their key in the URL).
     #[arg(long, env = "CARILLON_ALERTS_WEBHOOK", hide_env_values = true)]
     alerts_webhook: Option<String>,
     /// The body of alert webhooks.

@@ -868,16 +868,13 @@ async fn deliver_batch(
         }
     };
     // Attempts it accepted are recorded together, a statement per timeout.
-    let mut accepted: HashMap<i64, Vec<i64>> = HashMap::new();
+    let mut accepted: HashMap<i64, Vec<&Offer>> = HashMap::new();
     let mut products = Vec::with_capacity(offers.len());
     for offer in &offers {
         let settled = match replies.remove(&offer.attempt.attempt_id) {
             Some(Delivery::Accepted) => {
-                taken(observer, offer, sent_ms, &Delivery::Accepted);
-                accepted
-                    .entry(offer.timeout_ms)
-                    .or_default()
-                    .push(offer.attempt.attempt_id);
+                observer.metrics.dispatches.add("accepted", 1);
+                accepted.entry(offer.timeout_ms).or_default().push(offer);
                 continue;
             }
             Some(delivery) => settle(store, observer, offer, &executor_id, sent_ms, delivery).await,
@@ -888,24 +885,31 @@ async fn deliver_batch(
             None => deliver_from(store, client, observer, offer, 1).await,
         });
     }
-    for (timeout_ms, attempt_ids) in accepted {
+    for (timeout_ms, group) in accepted {
+        let attempt_ids: Vec<i64> = group.iter().map(|o| o.attempt.attempt_id).collect();
         let recorded = store
             .attempts_dispatched(&attempt_ids, &executor_id, timeout_ms)
             .await;
+        // All of them recorded now: none was taken before (an offer made again after a lost
+        // record is answered `409`, accepted, and must not count twice).
+        if recorded
+            .as_ref()
+            .is_ok_and(|n| *n == attempt_ids.len() as u64)
+        {
+            for offer in group {
+                first_taken(observer, offer, sent_ms);
+            }
+        }
         products.push(recorded.map(|_| None));
     }
     products
 }
 
-/// Counts an executor's answer to an offer; a run's first attempt that it took (at once or
-/// with its result) counts its lateness from `sent_ms`.
-fn taken(observer: &Observer, offer: &Offer, sent_ms: i64, delivery: &Delivery) {
-    observer.metrics.dispatches.add(delivery.outcome(), 1);
+/// A run's first attempt (of shard 0) was taken by an executor, sent at `sent_ms`: the run's
+/// lateness. Called once per attempt: after its `202` was recorded, or with its result.
+fn first_taken(observer: &Observer, offer: &Offer, sent_ms: i64) {
     let a = &offer.attempt;
-    if matches!(delivery, Delivery::Accepted | Delivery::Finished(_))
-        && a.attempt_no == 1
-        && a.shard_index == 0
-    {
+    if a.attempt_no == 1 && a.shard_index == 0 {
         observer.first_dispatch(
             a.run_id,
             a.job_id,
@@ -925,20 +929,26 @@ async fn settle(
     sent_ms: i64,
     delivery: Delivery,
 ) -> Option<Delivered> {
-    taken(observer, offer, sent_ms, &delivery);
+    observer.metrics.dispatches.add(delivery.outcome(), 1);
     let attempt = &offer.attempt;
     let (ending, output, error) = match delivery {
         Delivery::Accepted => {
             let recorded = store
                 .attempt_dispatched(attempt.attempt_id, executor_id, offer.timeout_ms)
                 .await;
+            if matches!(recorded, Ok(true)) {
+                first_taken(observer, offer, sent_ms);
+            }
             return Some(recorded.map(|_| None));
         }
-        Delivery::Finished(result) => (
-            Ending::Reported(result.outcome),
-            result.output,
-            result.error,
-        ),
+        Delivery::Finished(result) => {
+            first_taken(observer, offer, sent_ms);
+            (
+                Ending::Reported(result.outcome),
+                result.output,
+                result.error,
+            )
+        }
         Delivery::TryAnother(_, why) => {
             debug!(run_id = attempt.run_id, attempt_id = attempt.attempt_id, executor = %executor_id, why, "offering to the next executor");
             return None;

@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -20,8 +21,8 @@ use super::metrics::NodeMetrics;
 use crate::api::rfc3339;
 use crate::cluster::LocalView;
 use crate::config::{AlertsConfig, Secret};
-use crate::jobs::{AlertFormat, JobPolicy};
-use crate::store::{JobRecord, Store};
+use crate::jobs::{AlertFormat, JobAlerts, JobPolicy};
+use crate::store::{JobRecord, RunRecord, Store};
 
 /// Alerts waiting for the worker; more are dropped (and counted), never waited for.
 const QUEUE: usize = 1_024;
@@ -58,6 +59,7 @@ pub enum AlertEvent {
 pub struct Alerter {
     queue: mpsc::Sender<AlertEvent>,
     metrics: Arc<NodeMetrics>,
+    dropped: Arc<AtomicU64>,
 }
 
 impl Alerter {
@@ -65,7 +67,12 @@ impl Alerter {
     pub fn raise(&self, event: AlertEvent) {
         if let Err(err) = self.queue.try_send(event) {
             self.metrics.alerts.add("dropped", 1);
-            warn!(event = ?err.into_inner(), "alert queue full or closed; alert dropped");
+            // The 1st, 2nd, 4th, 8th… drop is logged: a webhook down for an hour must not
+            // flood the log too.
+            let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            if dropped.is_power_of_two() {
+                warn!(dropped, event = ?err.into_inner(), "alert queue full; alerts dropped (carillon_alerts_total{{outcome=\"dropped\"}})");
+            }
         }
     }
 }
@@ -75,6 +82,8 @@ impl Alerter {
 pub struct AlertSettings {
     pub webhook: Option<Secret>,
     pub format: AlertFormat,
+    /// The node's late-fire threshold; 0: the node's webhook gets no late alerts.
+    pub late_after_ms: u64,
     pub check_every: Duration,
     pub attempts: u32,
     pub executor_lease_ms: i64,
@@ -85,6 +94,7 @@ impl AlertSettings {
         Self {
             webhook: config.webhook.clone(),
             format: config.format,
+            late_after_ms: config.late_after_ms,
             check_every: Duration::from_millis(config.check_ms),
             attempts: config.attempts,
             executor_lease_ms: i64::try_from(executor_lease_ms).unwrap_or(i64::MAX),
@@ -105,7 +115,7 @@ pub struct AlertWorker {
 }
 
 /// A webhook and the body it takes.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Target {
     url: String,
     format: AlertFormat,
@@ -129,6 +139,7 @@ pub fn alerts(
     let alerter = Alerter {
         queue: tx,
         metrics: Arc::clone(&metrics),
+        dropped: Arc::default(),
     };
     let worker = AlertWorker {
         queue: rx,
@@ -144,22 +155,28 @@ pub fn alerts(
 
 impl AlertWorker {
     pub async fn run(mut self, stop: CancellationToken) {
-        let mut healthy_by_app: Option<HashMap<String, usize>> = None;
+        let mut apps = AppWatch::default();
         let mut check = tokio::time::interval(self.settings.check_every);
         check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
                 event = self.queue.recv() => match event {
-                    Some(event) => self.handle(event).await,
+                    Some(event) => tokio::select! {
+                        _ = stop.cancelled() => return,
+                        () = self.handle(event) => {}
+                    },
                     None => return,
                 },
                 _ = check.tick() => {
                     if self.view.leader_term().is_some() {
-                        self.check_apps(&mut healthy_by_app).await;
+                        tokio::select! {
+                            _ = stop.cancelled() => return,
+                            () = self.check_apps(&mut apps) => {}
+                        }
                     } else {
-                        // A node that leads again starts afresh: its last reading is stale.
-                        healthy_by_app = None;
+                        // A node that leads again starts afresh: what it saw is stale.
+                        apps = AppWatch::default();
                     }
                 }
             }
@@ -178,35 +195,34 @@ impl AlertWorker {
             },
             None => None,
         };
-        let targets = self.targets(job.as_ref());
+        let job_alerts = job
+            .as_ref()
+            .and_then(|j| serde_json::from_str::<JobPolicy>(&j.policy_json).ok())
+            .and_then(|p| p.alerts);
+        let targets = targets(&event, job_alerts, &self.settings);
         if targets.is_empty() {
             return;
         }
-        let scheduled_at_ms = match &event {
-            AlertEvent::RunFailed { run_id, .. } => self
-                .store
-                .run_get(*run_id)
-                .await
-                .ok()
-                .flatten()
-                .map(|r| r.scheduled_at_ms),
-            AlertEvent::FiredLate {
-                scheduled_at_ms, ..
-            } => Some(*scheduled_at_ms),
+        let run = match &event {
+            AlertEvent::RunFailed { run_id, .. } => {
+                self.store.run_get(*run_id).await.ok().flatten()
+            }
             _ => None,
         };
-        let alert = Alert::describe(&event, job.as_ref(), scheduled_at_ms, self.view.node_id());
+        let alert = Alert::describe(&event, job.as_ref(), run.as_ref(), self.view.node_id());
         for target in targets {
+            // Waiting here for a free call holds up the queue, which then drops (and counts)
+            // what it cannot hold: calls in flight, and their retries, stay bounded.
+            let Ok(permit) = Arc::clone(&self.calls).acquire_owned().await else {
+                return;
+            };
             let body = alert.body(target.format);
             let http = self.http.clone();
             let metrics = Arc::clone(&self.metrics);
-            let calls = Arc::clone(&self.calls);
             let attempts = self.settings.attempts;
             let run_id = alert.run_id;
             tokio::spawn(async move {
-                let Ok(_permit) = calls.acquire_owned().await else {
-                    return;
-                };
+                let _permit = permit;
                 let outcome = if post_with_retries(&http, &target.url, &body, attempts).await {
                     "delivered"
                 } else {
@@ -225,33 +241,8 @@ impl AlertWorker {
         }
     }
 
-    /// The job's own webhook (for alerts about its runs) and the node's.
-    fn targets(&self, job: Option<&JobRecord>) -> Vec<Target> {
-        let mut targets = Vec::new();
-        if let Some(alerts) = job
-            .and_then(|j| serde_json::from_str::<JobPolicy>(&j.policy_json).ok())
-            .and_then(|p| p.alerts)
-            && let Some(url) = alerts.webhook
-        {
-            targets.push(Target {
-                url,
-                format: alerts.format,
-            });
-        }
-        if let Some(url) = &self.settings.webhook
-            && !targets.iter().any(|t| t.url == url.expose())
-        {
-            targets.push(Target {
-                url: url.expose().to_owned(),
-                format: self.settings.format,
-            });
-        }
-        targets
-    }
-
-    /// Raises an alert for each app whose healthy executors went from some to none, or back,
-    /// since the leader's last look.
-    async fn check_apps(&self, last: &mut Option<HashMap<String, usize>>) {
+    /// Looks at every app's executors and raises what [`AppWatch`] finds changed.
+    async fn check_apps(&self, apps: &mut AppWatch) {
         let list = match self.store.executors_list(None).await {
             Ok(list) => list,
             Err(err) => {
@@ -259,37 +250,131 @@ impl AlertWorker {
                 return;
             }
         };
-        let mut now: HashMap<String, (usize, usize)> = HashMap::new();
+        let lease = self.settings.executor_lease_ms;
+        // Heard from this recently and unhealthy now: it went down lately (perhaps while
+        // another node led), not long ago.
+        let recent = lease
+            + 3 * i64::try_from(self.settings.check_every.as_millis()).unwrap_or(i64::MAX / 4);
+        let mut looks: HashMap<String, AppLook> = HashMap::new();
         for e in &list.executors {
-            let entry = now.entry(e.app_name.clone()).or_default();
+            let look = looks.entry(e.app_name.clone()).or_default();
             if e.state != "left" {
-                entry.0 += 1;
+                look.executors += 1;
             }
-            if e.is_healthy(list.now_ms, self.settings.executor_lease_ms) {
-                entry.1 += 1;
+            if e.is_healthy(list.now_ms, lease) {
+                look.healthy += 1;
             }
-        }
-        if let Some(before) = last.as_ref() {
-            for (app, (executors, healthy)) in &now {
-                let had = before.get(app).copied().unwrap_or(0);
-                if had > 0 && *healthy == 0 {
-                    info!(app, "app has no healthy executor");
-                    self.handle(AlertEvent::AppUnhealthy {
-                        app: app.clone(),
-                        executors: *executors,
-                    })
-                    .await;
-                } else if had == 0 && *healthy > 0 && before.contains_key(app) {
-                    self.handle(AlertEvent::AppRecovered {
-                        app: app.clone(),
-                        healthy: *healthy,
-                    })
-                    .await;
-                }
+            if list.now_ms - e.heartbeat_at_ms <= recent {
+                look.heard_lately = true;
             }
         }
-        *last = Some(now.into_iter().map(|(app, (_, h))| (app, h)).collect());
+        for event in apps.look(looks) {
+            if let AlertEvent::AppUnhealthy { app, .. } = &event {
+                info!(app, "app has no healthy executor");
+            }
+            self.handle(event).await;
+        }
     }
+}
+
+/// What one look saw of an app's executors.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AppLook {
+    /// Registered and not left.
+    pub executors: usize,
+    pub healthy: usize,
+    /// One of its executors heartbeated within the lease and three looks.
+    pub heard_lately: bool,
+}
+
+/// The leader's memory of each app's health between looks. An app is reported unhealthy
+/// when two looks in a row find no healthy executor (a restart within one look is not an
+/// outage), if it was healthy before or was heard from lately; and recovered when a look
+/// finds a healthy executor again after that report.
+#[derive(Debug, Default)]
+pub struct AppWatch {
+    apps: HashMap<String, AppState>,
+}
+
+#[derive(Debug, Default)]
+struct AppState {
+    seen_healthy: bool,
+    looks_down: u32,
+    reported: bool,
+}
+
+impl AppWatch {
+    /// Takes in one look at every app; returns the alerts it calls for.
+    pub fn look(&mut self, looks: HashMap<String, AppLook>) -> Vec<AlertEvent> {
+        let mut events = Vec::new();
+        let mut names: Vec<&String> = looks.keys().collect();
+        names.sort();
+        for app in names {
+            let look = looks[app];
+            let state = self.apps.entry(app.clone()).or_default();
+            if look.healthy > 0 {
+                if state.reported {
+                    events.push(AlertEvent::AppRecovered {
+                        app: app.clone(),
+                        healthy: look.healthy,
+                    });
+                }
+                *state = AppState {
+                    seen_healthy: true,
+                    ..AppState::default()
+                };
+                continue;
+            }
+            state.looks_down += 1;
+            if state.looks_down >= 2 && !state.reported && (state.seen_healthy || look.heard_lately)
+            {
+                state.reported = true;
+                events.push(AlertEvent::AppUnhealthy {
+                    app: app.clone(),
+                    executors: look.executors,
+                });
+            }
+        }
+        self.apps.retain(|app, _| looks.contains_key(app));
+        events
+    }
+}
+
+/// Where `event` goes: the job's own webhook (for alerts about its runs) and the node's. A
+/// late fire goes to each only past its threshold: the job's (or else the node's) for the
+/// job's webhook, the node's for the node's.
+fn targets(
+    event: &AlertEvent,
+    job_alerts: Option<JobAlerts>,
+    settings: &AlertSettings,
+) -> Vec<Target> {
+    let lateness = match event {
+        AlertEvent::FiredLate { lateness_ms, .. } => Some(u64::try_from(*lateness_ms).unwrap_or(0)),
+        _ => None,
+    };
+    let node_late = settings.late_after_ms;
+    let mut targets = Vec::new();
+    if let Some(alerts) = job_alerts
+        && let Some(url) = alerts.webhook
+    {
+        let threshold = alerts.late_after_ms.unwrap_or(node_late);
+        if lateness.is_none_or(|late| threshold > 0 && late > threshold) {
+            targets.push(Target {
+                url,
+                format: alerts.format,
+            });
+        }
+    }
+    if let Some(url) = &settings.webhook
+        && !targets.iter().any(|t| t.url == url.expose())
+        && lateness.is_none_or(|late| node_late > 0 && late > node_late)
+    {
+        targets.push(Target {
+            url: url.expose().to_owned(),
+            format: settings.format,
+        });
+    }
+    targets
 }
 
 fn event_job(event: &AlertEvent) -> Option<i64> {
@@ -329,10 +414,11 @@ pub struct Alert {
 }
 
 impl Alert {
+    /// `run` is the run a `RunFailed` is about, as stored (its instant and message).
     pub fn describe(
         event: &AlertEvent,
         job: Option<&JobRecord>,
-        scheduled_at_ms: Option<i64>,
+        run: Option<&RunRecord>,
         node_id: &str,
     ) -> Self {
         let job_doc = |job_id: i64| match job {
@@ -345,7 +431,6 @@ impl Alert {
             Some(j) => format!("job {} ({}/{})", j.name, j.app_name, j.handler_name),
             None => format!("job {job_id}"),
         };
-        let scheduled = scheduled_at_ms.and_then(rfc3339);
         let (kind, run_id, summary, extra) = match event {
             AlertEvent::RunFailed {
                 run_id,
@@ -353,7 +438,15 @@ impl Alert {
                 state,
                 error,
             } => {
-                let why = error.as_deref().unwrap_or("no error given");
+                let scheduled = run.and_then(|r| rfc3339(r.scheduled_at_ms));
+                let message = run.and_then(|r| r.message.as_deref());
+                // The run's message says which shards failed; the error, what the last one said.
+                let why = match (message, error.as_deref()) {
+                    (Some(m), Some(e)) => format!("{m}: {e}"),
+                    (Some(m), None) => m.to_owned(),
+                    (None, Some(e)) => e.to_owned(),
+                    (None, None) => "no error given".to_owned(),
+                };
                 (
                     "run_failed",
                     Some(*run_id),
@@ -364,30 +457,34 @@ impl Alert {
                     ),
                     json!({
                         "job": job_doc(*job_id),
-                        "run": {"id": run_id, "state": state, "scheduled_at": scheduled, "error": error},
+                        "run": {"id": run_id, "state": state, "scheduled_at": scheduled,
+                                "message": message, "error": error},
                     }),
                 )
             }
             AlertEvent::FiredLate {
                 run_id,
                 job_id,
+                scheduled_at_ms,
                 lateness_ms,
-                ..
-            } => (
-                "run_late",
-                Some(*run_id),
-                format!(
-                    "{} fired {:.1} s late: run {run_id}, scheduled at {}",
-                    job_label(*job_id),
-                    *lateness_ms as f64 / 1_000.0,
-                    scheduled.as_deref().unwrap_or("?"),
-                ),
-                json!({
-                    "job": job_doc(*job_id),
-                    "run": {"id": run_id, "scheduled_at": scheduled},
-                    "lateness_ms": lateness_ms,
-                }),
-            ),
+            } => {
+                let scheduled = rfc3339(*scheduled_at_ms);
+                (
+                    "run_late",
+                    Some(*run_id),
+                    format!(
+                        "{} fired {:.1} s late: run {run_id}, scheduled at {}",
+                        job_label(*job_id),
+                        *lateness_ms as f64 / 1_000.0,
+                        scheduled.as_deref().unwrap_or("?"),
+                    ),
+                    json!({
+                        "job": job_doc(*job_id),
+                        "run": {"id": run_id, "scheduled_at": scheduled},
+                        "lateness_ms": lateness_ms,
+                    }),
+                )
+            }
             AlertEvent::AppUnhealthy { app, executors } => (
                 "app_unhealthy",
                 None,
@@ -422,9 +519,20 @@ impl Alert {
     pub fn body(&self, format: AlertFormat) -> Value {
         match format {
             AlertFormat::Json => self.document.clone(),
-            AlertFormat::Slack => json!({"text": format!("[carillon] {}", self.summary)}),
+            // Chat webhooks read `<…>` as mentions and links, and `&` as an entity: names
+            // and errors come from users and executors, so they are shown, never obeyed.
+            AlertFormat::Slack => {
+                json!({"text": format!("[carillon] {}", chat_escaped(&self.summary))})
+            }
         }
     }
+}
+
+/// `text` with `&`, `<` and `>` written as the entities Slack-style chat expects.
+fn chat_escaped(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 #[cfg(test)]
@@ -439,7 +547,22 @@ mod tests {
             state: "failed".to_owned(),
             error: Some("disk full".to_owned()),
         };
-        let alert = Alert::describe(&event, None, Some(0), "n1");
+        let run = RunRecord {
+            run_id: 7,
+            job_id: 3,
+            scheduled_at_ms: 0,
+            partition_id: 0,
+            epoch: 1,
+            node_id: "n1".to_owned(),
+            trigger_kind: "schedule".to_owned(),
+            state: "failed".to_owned(),
+            priority: 5,
+            created_at_ms: 0,
+            started_at_ms: None,
+            finished_at_ms: None,
+            message: Some("failed after its last attempt (shard 0: failed)".to_owned()),
+        };
+        let alert = Alert::describe(&event, None, Some(&run), "n1");
         let doc = alert.body(AlertFormat::Json);
         assert_eq!(doc["event"], "run_failed");
         assert_eq!(doc["run"]["id"], 7);
@@ -453,7 +576,152 @@ mod tests {
             text.starts_with("[carillon] job 3 failed for good: run 7"),
             "{text}"
         );
-        assert!(text.ends_with("disk full"), "{text}");
+        assert!(
+            text.ends_with("failed after its last attempt (shard 0: failed): disk full"),
+            "{text}"
+        );
         assert_eq!(chat.as_object().map(|o| o.len()), Some(1), "{chat}");
+    }
+
+    #[test]
+    fn chat_text_shows_markup_from_errors_instead_of_obeying_it() {
+        let event = AlertEvent::RunFailed {
+            run_id: 1,
+            job_id: 2,
+            state: "failed".to_owned(),
+            error: Some("<!channel> see <https://evil|details> & more".to_owned()),
+        };
+        let alert = Alert::describe(&event, None, None, "n1");
+        let text = alert.body(AlertFormat::Slack)["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            text.ends_with("&lt;!channel&gt; see &lt;https://evil|details&gt; &amp; more"),
+            "{text}"
+        );
+        assert_eq!(
+            alert.body(AlertFormat::Json)["run"]["error"],
+            "<!channel> see <https://evil|details> & more",
+            "the JSON document keeps the text as it is"
+        );
+    }
+
+    #[test]
+    fn a_late_fire_goes_to_each_webhook_only_past_its_threshold() {
+        let settings = |late_after_ms| AlertSettings {
+            webhook: Some(Secret::new("http://node/hook".to_owned())),
+            format: AlertFormat::Json,
+            late_after_ms,
+            check_every: Duration::from_secs(10),
+            attempts: 1,
+            executor_lease_ms: 5_000,
+        };
+        let job = |late_after_ms| {
+            Some(JobAlerts {
+                webhook: Some("http://job/hook".to_owned()),
+                format: AlertFormat::Slack,
+                late_after_ms,
+            })
+        };
+        let late = |lateness_ms| AlertEvent::FiredLate {
+            run_id: 1,
+            job_id: 2,
+            scheduled_at_ms: 0,
+            lateness_ms,
+        };
+        let urls = |targets: Vec<Target>| targets.into_iter().map(|t| t.url).collect::<Vec<_>>();
+        // The job's threshold for its webhook, the node's for the node's.
+        assert_eq!(
+            urls(targets(&late(2_000), job(Some(1_000)), &settings(5_000))),
+            ["http://job/hook"]
+        );
+        assert_eq!(
+            urls(targets(&late(6_000), job(Some(1_000)), &settings(5_000))),
+            ["http://job/hook", "http://node/hook"]
+        );
+        // No threshold of its own: the node's, for both.
+        assert!(targets(&late(2_000), job(None), &settings(5_000)).is_empty());
+        // The node's late alerts off: the job's own still go to its own webhook only.
+        assert_eq!(
+            urls(targets(&late(2_000), job(Some(1_000)), &settings(0))),
+            ["http://job/hook"]
+        );
+        assert!(targets(&late(2_000), job(None), &settings(0)).is_empty());
+        // Other alerts go to both, whatever the thresholds.
+        let failed = AlertEvent::RunFailed {
+            run_id: 1,
+            job_id: 2,
+            state: "failed".to_owned(),
+            error: None,
+        };
+        assert_eq!(
+            urls(targets(&failed, job(None), &settings(0))),
+            ["http://job/hook", "http://node/hook"]
+        );
+    }
+
+    fn looks(apps: &[(&str, usize, usize, bool)]) -> HashMap<String, AppLook> {
+        apps.iter()
+            .map(|(app, executors, healthy, heard_lately)| {
+                (
+                    (*app).to_owned(),
+                    AppLook {
+                        executors: *executors,
+                        healthy: *healthy,
+                        heard_lately: *heard_lately,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_app_is_reported_down_after_two_looks_and_up_again_once() {
+        let mut watch = AppWatch::default();
+        assert!(watch.look(looks(&[("billing", 2, 2, true)])).is_empty());
+        assert!(
+            watch.look(looks(&[("billing", 2, 0, true)])).is_empty(),
+            "one look down may be a restart"
+        );
+        assert_eq!(
+            watch.look(looks(&[("billing", 2, 0, true)])),
+            vec![AlertEvent::AppUnhealthy {
+                app: "billing".to_owned(),
+                executors: 2
+            }]
+        );
+        assert!(
+            watch.look(looks(&[("billing", 2, 0, false)])).is_empty(),
+            "reported once"
+        );
+        assert_eq!(
+            watch.look(looks(&[("billing", 2, 1, true)])),
+            vec![AlertEvent::AppRecovered {
+                app: "billing".to_owned(),
+                healthy: 1
+            }]
+        );
+        assert!(watch.look(looks(&[("billing", 2, 1, true)])).is_empty());
+    }
+
+    #[test]
+    fn a_new_leader_reports_an_app_that_went_down_lately_but_not_one_long_gone() {
+        let mut watch = AppWatch::default();
+        let down = looks(&[("lately", 1, 0, true), ("long-gone", 1, 0, false)]);
+        assert!(watch.look(down.clone()).is_empty());
+        assert_eq!(
+            watch.look(down.clone()),
+            vec![AlertEvent::AppUnhealthy {
+                app: "lately".to_owned(),
+                executors: 1
+            }]
+        );
+        // An app never reported down is not reported recovered.
+        assert!(
+            watch
+                .look(looks(&[("lately", 1, 0, false), ("long-gone", 1, 1, true)]))
+                .is_empty()
+        );
     }
 }

@@ -79,12 +79,16 @@ impl Observer {
     ) {
         let lateness_ms = (sent_ms - scheduled_at_ms).max(0);
         self.metrics.lateness.observe_ms(lateness_ms);
-        let threshold = policy
+        // Late for the job's webhook (its threshold, or else the node's) or for the node's;
+        // the worker sends it only to the webhooks whose threshold it passed.
+        let job_threshold = policy
             .alerts
             .as_ref()
             .and_then(|a| a.late_after_ms)
             .unwrap_or(self.late_after_ms);
-        if threshold > 0 && u64::try_from(lateness_ms).unwrap_or(0) > threshold {
+        let late = u64::try_from(lateness_ms).unwrap_or(0);
+        let past = |threshold: u64| threshold > 0 && late > threshold;
+        if past(job_threshold) || past(self.late_after_ms) {
             tracing::info!(run_id, job_id, lateness_ms, "run fired late");
             self.alerter.raise(AlertEvent::FiredLate {
                 run_id,

@@ -86,7 +86,7 @@ macro_rules! jobs_list {
             updated_at_ms, started_at_ms FROM jobs \
             WHERE (? IS NULL OR app_name = ?) AND (? IS NULL OR state = ?) \
             AND (? IS NULL OR name LIKE ? ESCAPE '!') \
-            AND (? IS NULL OR LOWER(name) LIKE ? ESCAPE '!') AND (? IS NULL OR ",
+            AND (? IS NULL OR LOWER(name) LIKE LOWER(?) ESCAPE '!') AND (? IS NULL OR ",
             $after,
             ") ORDER BY ",
             $order,

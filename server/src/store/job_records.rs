@@ -92,7 +92,7 @@ pub struct JobFilter {
     pub state: Option<String>,
     /// Names starting with this.
     pub name_prefix: Option<String>,
-    /// Names containing this, ignoring ASCII case.
+    /// Names containing this, ignoring case (as the database's `LOWER` folds it).
     pub name_contains: Option<String>,
     pub order: JobOrder,
     /// The sort key of the last job of the previous page; `None` for the first page.

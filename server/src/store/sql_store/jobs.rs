@@ -293,7 +293,7 @@ macro_rules! job_store {
                 let contains = filter
                     .name_contains
                     .as_deref()
-                    .map(|text| format!("%{}", like_prefix(&text.to_ascii_lowercase())));
+                    .map(|text| format!("%{}", like_prefix(text)));
                 let query = match filter.order {
                     JobOrder::NewestFirst => &self.q.jobs_by_id_desc,
                     JobOrder::OldestFirst => &self.q.jobs_by_id_asc,
