@@ -15,10 +15,8 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use reqwest::Method;
 use support::executor::Executor;
 use support::node::{Solo, TOKEN};
-use support::wait_for;
 
 fn chromium() -> PathBuf {
     std::env::var_os("CHROMIUM").map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from)
@@ -59,16 +57,7 @@ async fn the_console_creates_starts_and_shows_jobs_and_their_runs_in_a_browser()
         return;
     }
     let node = Solo::start(|spec| spec.extra_env = support::executor::node_env()).await;
-    let _py = Executor::start(&node, "py", "py-1", 1, &[]);
-    wait_for(
-        Duration::from_secs(10),
-        "the executor to register",
-        || async {
-            let (_, list) = node.call(Method::GET, "/api/v1/executors", None).await;
-            (list["executors"].as_array().map_or(0, Vec::len) == 1).then_some(())
-        },
-    )
-    .await;
+    let _py = Executor::start_registered(&node, "py", "py-1").await;
 
     let screenshots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screens");
     let run = tokio::process::Command::new("node")

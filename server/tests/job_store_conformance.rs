@@ -83,6 +83,16 @@ async fn owned(db: &TestDb) -> Arc<dyn Store> {
     store
 }
 
+/// The first attempt of shard `index` of `total`, for no executor in particular.
+fn shard(index: i64, total: i64) -> NewAttempt {
+    NewAttempt {
+        shard_index: index,
+        shard_total: total,
+        args_json: "null".into(),
+        prefer_executor_id: None,
+    }
+}
+
 fn claim(job_id: i64, version: i64, at: i64) -> RunClaim {
     RunClaim {
         job_id,
@@ -509,12 +519,7 @@ async fn overlap_rules_decide_the_state_of_a_claimed_run(db: TestDb) {
     // The unfinished run has started: its attempt is under way.
     let pending = store.runs_pending(&[0], 0, 10).await.unwrap();
     assert_eq!(pending.len(), 1);
-    let first = NewAttempt {
-        shard_index: 0,
-        shard_total: 1,
-        args_json: "null".into(),
-        prefer_executor_id: None,
-    };
+    let first = shard(0, 1);
     assert_eq!(
         store
             .runs_start(&[(pending[0].clone(), vec![first])])
@@ -637,12 +642,7 @@ async fn runs_claimed_ahead_start_at_once_and_fall_due_at_their_instant(db: Test
     );
     let pending = store.runs_pending(&[0], 0, 10).await.unwrap();
     assert_eq!(pending.len(), 1, "a run claimed ahead is pending at once");
-    let first = NewAttempt {
-        shard_index: 0,
-        shard_total: 1,
-        args_json: "null".into(),
-        prefer_executor_id: None,
-    };
+    let first = shard(0, 1);
     let started = store
         .runs_start(&[(pending[0].clone(), vec![first])])
         .await
@@ -746,15 +746,7 @@ async fn finished_runs_are_counted_by_minute_and_late_first_dispatches_found(db:
     assert_eq!(pending.len(), 3);
     let starts: Vec<_> = pending
         .iter()
-        .map(|r| {
-            let first = NewAttempt {
-                shard_index: 0,
-                shard_total: 1,
-                args_json: "null".into(),
-                prefer_executor_id: None,
-            };
-            (r.clone(), vec![first])
-        })
+        .map(|r| (r.clone(), vec![shard(0, 1)]))
         .collect();
     assert_eq!(store.runs_start(&starts).await.unwrap(), 3);
     let due = store.attempts_due(&[0], 0, None, 10).await.unwrap();
@@ -845,14 +837,8 @@ async fn shards_ending_at_once_end_their_run(db: TestDb) {
         c.message = None;
         store.runs_claim("n1", &[c]).await.unwrap();
         let pending = store.runs_pending(&[0], 0, 10).await.unwrap();
-        let shard = |i| NewAttempt {
-            shard_index: i,
-            shard_total: 2,
-            args_json: "null".into(),
-            prefer_executor_id: None,
-        };
         store
-            .runs_start(&[(pending[0].clone(), vec![shard(0), shard(1)])])
+            .runs_start(&[(pending[0].clone(), vec![shard(0, 2), shard(1, 2)])])
             .await
             .unwrap();
         let run_id = pending[0].run_id;

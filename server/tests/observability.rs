@@ -134,16 +134,7 @@ fn sample(text: &str, series: &str) -> f64 {
 #[tokio::test]
 async fn metrics_move_with_the_work_done() {
     let node = node_with(Vec::new()).await;
-    let _py = Executor::start(&node, "py", "py-1", 1, &[]);
-    wait_for(
-        Duration::from_secs(10),
-        "the executor to register",
-        || async {
-            let (_, list) = node.call(Method::GET, "/api/v1/executors", None).await;
-            (list["executors"].as_array().map_or(0, Vec::len) == 1).then_some(())
-        },
-    )
-    .await;
+    let _py = Executor::start_registered(&node, "py", "py-1").await;
 
     let (status, before) = scrape(&node, TOKEN).await;
     assert_eq!(status, 200, "{before}");

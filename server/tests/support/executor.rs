@@ -78,6 +78,26 @@ impl Executor {
         }
     }
 
+    /// Starts one with weight 1 and waits until `node` lists it among its executors.
+    pub async fn start_registered(node: &NodeProcess, app: &str, id: &str) -> Executor {
+        let executor = Self::start(node, app, id, 1, &[]);
+        super::wait_for(
+            std::time::Duration::from_secs(10),
+            &format!("executor {id} to register"),
+            || async {
+                let (_, list) = node
+                    .call(reqwest::Method::GET, "/api/v1/executors", None)
+                    .await;
+                list["executors"]
+                    .as_array()
+                    .is_some_and(|all| all.iter().any(|e| e["id"] == id))
+                    .then_some(())
+            },
+        )
+        .await;
+        executor
+    }
+
     /// Sends `signal` (`STOP`, `CONT`, …) to the executor process.
     pub fn signal(&self, signal: &str) {
         super::send_signal(self.child.id(), signal);
