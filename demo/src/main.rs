@@ -47,6 +47,10 @@ async fn main() -> anyhow::Result<()> {
          5 min) and two created through the API (demo-sharded, demo-flaky) are firing."
     );
     info!(
+        "the web console is at {admin}/ : sign in with the token in {}",
+        token.path.display()
+    );
+    info!(
         "look around: TOKEN=$(cat {}) ; curl -s -H \"Authorization: Bearer $TOKEN\" {admin}/api/v1/jobs \
          ; then /api/v1/runs, /api/v1/runs/<id>, /api/v1/executors, /api/v1/dead-letters, /api/v1/cluster",
         token.path.display()
