@@ -15,7 +15,7 @@ use carillon_protocol::{
     REPLAY_WINDOW_MS, SIGNATURE_HEADER, TIMESTAMP_HEADER, executor_paths, verify,
 };
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{Instrument, debug, warn};
 
 use crate::context::JobContext;
 use crate::executor::{Shared, now_ms};
@@ -142,19 +142,31 @@ fn accept(shared: &Arc<Shared>, dispatch: Dispatch) -> Result<(), (StatusCode, S
         .lock_running()
         .insert(dispatch.attempt_id, token.clone());
     let task_shared = Arc::clone(shared);
-    shared.tasks.spawn(async move {
-        let attempt_id = dispatch.attempt_id;
-        let report_to = dispatch.report_to.clone();
-        debug!(attempt_id, handler = job.name, "running");
-        let ctx = JobContext::new(dispatch, token.clone());
-        let result = tokio::select! {
-            result = (job.run)(ctx) => Some(result),
-            _ = token.cancelled() => None,
-        };
-        drop(permit);
-        task_shared.lock_running().remove(&attempt_id);
-        task_shared.report(attempt_id, result, &report_to).await;
-    });
+    // Every line logged while the attempt runs, the handler's own included, and while its
+    // result is reported, carries the run and attempt it is about.
+    let span = tracing::info_span!(
+        "attempt",
+        run_id = dispatch.run_id,
+        attempt_id = dispatch.attempt_id,
+        job = %dispatch.job,
+        shard = dispatch.shard.index,
+    );
+    shared.tasks.spawn(
+        async move {
+            let attempt_id = dispatch.attempt_id;
+            let report_to = dispatch.report_to.clone();
+            debug!(handler = job.name, "running");
+            let ctx = JobContext::new(dispatch, token.clone());
+            let result = tokio::select! {
+                result = (job.run)(ctx) => Some(result),
+                _ = token.cancelled() => None,
+            };
+            drop(permit);
+            task_shared.lock_running().remove(&attempt_id);
+            task_shared.report(attempt_id, result, &report_to).await;
+        }
+        .instrument(span),
+    );
     Ok(())
 }
 

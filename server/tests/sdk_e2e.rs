@@ -48,6 +48,45 @@ async fn slow(_ctx: JobContext) -> Result<&'static str, JobError> {
     Ok("finished")
 }
 
+#[job(name = "chatty")]
+async fn chatty(_ctx: JobContext) -> Result<&'static str, JobError> {
+    tracing::info!("handler at work");
+    Ok("said")
+}
+
+/// What this process logged, as JSON lines.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+impl Captured {
+    fn lines(&self) -> Vec<Value> {
+        let bytes = self.0.lock().unwrap().clone();
+        String::from_utf8_lossy(&bytes)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
 /// Creates a job of app `sdk` for `handler` (with `extra` fields) and triggers one run.
 async fn trigger_new(node: &NodeProcess, name: &str, handler: &str, extra: Value) -> Value {
     let mut doc =
@@ -84,6 +123,13 @@ async fn ended(node: &NodeProcess, run: &Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdk_registers_runs_handlers_and_drains() {
+    let logs = Captured::default();
+    tracing_subscriber::fmt()
+        .json()
+        .with_writer(logs.clone())
+        .with_env_filter("info")
+        .try_init()
+        .unwrap();
     let node = Solo::start(|spec| {
         spec.extra_env = vec![
             ("CARILLON_EXECUTOR_TOKEN", EXECUTOR_TOKEN.to_owned()),
@@ -143,7 +189,23 @@ async fn the_sdk_registers_runs_handlers_and_drains() {
     assert_eq!((&me["id"], &me["healthy"]), (&json!("sdk-1"), &json!(true)));
     let mut handlers: Vec<String> = serde_json::from_value(me["handlers"].clone()).unwrap();
     handlers.sort();
-    assert_eq!(handlers, ["shard", "slow", "tick", "wait"]);
+    assert_eq!(handlers, ["chatty", "shard", "slow", "tick", "wait"]);
+
+    // A handler's log lines carry the run and attempt they are about.
+    let run = trigger_new(&node, "chatty", "chatty", json!({})).await;
+    let detail = ended(&node, &run).await;
+    assert_eq!(detail["state"], "succeeded", "{detail}");
+    let said = logs
+        .lines()
+        .into_iter()
+        .find(|l| l["fields"]["message"] == "handler at work")
+        .expect("the handler's line");
+    assert_eq!(said["span"]["run_id"], run, "{said}");
+    assert_eq!(
+        said["span"]["attempt_id"], detail["attempts"][0]["id"],
+        "{said}"
+    );
+    assert_eq!(said["span"]["job"], "chatty", "{said}");
 
     // Sharding: count 3 gives three attempts with their index and total.
     let run = trigger_new(&node, "sharded", "shard", json!({"sharding": {"count": 3}})).await;
