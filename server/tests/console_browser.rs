@@ -85,3 +85,38 @@ async fn the_console_creates_starts_and_shows_jobs_and_their_runs_in_a_browser()
         node.log_text()
     );
 }
+
+#[tokio::test]
+async fn the_console_is_served_from_the_binary_with_a_strict_content_security_policy() {
+    let node = Solo::start(|_| {}).await;
+    let get = |path: &str| reqwest::get(node.url(path));
+    let page = get("/").await.unwrap();
+    assert_eq!(page.status(), 200);
+    let csp = page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    assert!(!csp.contains("unsafe-inline"), "{csp}");
+    assert_eq!(page.headers()["x-content-type-options"], "nosniff");
+    let html = page.text().await.unwrap();
+    assert!(
+        html.contains(r#"<script type="module" src="/console/app.js">"#),
+        "{html}"
+    );
+    let script = get("/console/app.js").await.unwrap();
+    assert_eq!(script.status(), 200);
+    assert!(
+        script.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/javascript")
+    );
+    // Only the console's own files, and no way out of its folder.
+    for path in ["/console/nope.js", "/console/..%2Fbuild.rs", "/console/"] {
+        assert_eq!(get(path).await.unwrap().status(), 404, "{path}");
+    }
+}
