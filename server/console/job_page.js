@@ -1,0 +1,147 @@
+// The job page: the definition, start/stop, run now, edit, delete, and the job's runs.
+
+import { ApiError, api, query, enc, rememberJob, forgetJob } from './api.js';
+import { h, append, clear, replace, fillError, flash, act } from './dom.js';
+import { fmtDuration, timeEl, durationBetween, prettyJson, scheduleEl, badge } from './format.js';
+import { table, row, emptyRow, Pager } from './tables.js';
+import { pageHead, keepFocus, setTitle, focusHeading } from './view.js';
+import { docFromJob } from './job_doc.js';
+
+const JOB_RUNS_PAGE = 20;
+
+export async function viewJob(ctx, id) {
+  setTitle(ctx, `Job ${id}`);
+  let job = await api('GET', `/jobs/${enc(id)}`);
+  if (!ctx.alive) return;
+  rememberJob(job);
+  setTitle(ctx, job.name);
+
+  const head = h('div');
+  const actionError = h('div', { class: 'alert error', role: 'alert', testid: 'job-action-error' });
+  const defBody = h('div', { testid: 'job-definition' });
+  const runsError = h('div', { class: 'alert error', role: 'alert' });
+  const cols = [{ label: 'Run' }, { label: 'State' }, { label: 'Scheduled' }, { label: 'Trigger' }, { label: 'Started' }, { label: 'Finished' }, { label: 'Duration' }, { label: 'Node' }, { label: 'Message' }];
+  const t = table(cols, 'job-runs');
+  t.table.setAttribute('aria-label', 'Runs of this job');
+  const pager = new Pager(() => loadRuns());
+  append(ctx.root, [
+    head,
+    actionError,
+    h('div', { class: 'grid' },
+      h('section', { class: 'card', 'aria-labelledby': 'h-def' }, h('h2', { id: 'h-def', text: 'Definition' }), defBody)),
+    h('section', { class: 'card', 'aria-labelledby': 'h-runs' },
+      h('h2', { id: 'h-runs' }, h('span', { text: 'Runs' }), h('span', { class: 'muted small', text: 'refreshes every 3 s' })),
+      runsError, t.wrap, pager.el),
+  ]);
+
+  const call = (button, method, path, done) => act(button, async () => {
+    const res = await api(method, path);
+    if (ctx.alive) await done(res);
+  }, actionError);
+
+  function renderHead() {
+    const running = job.state === 'running';
+    const startStop = running
+      ? h('button', { type: 'button', text: 'Stop', onclick: (e) => call(e.currentTarget, 'POST', `/jobs/${enc(id)}/stop`, (j) => { job = j; render(); flash('Stopped'); }) })
+      : h('button', { type: 'button', class: 'primary', text: 'Start', onclick: (e) => call(e.currentTarget, 'POST', `/jobs/${enc(id)}/start`, (j) => { job = j; render(); flash('Started'); }) });
+    replace(head, pageHead(job.name, {
+      subtitle: [h('code', { text: job.app }), ' / ', h('code', { text: job.handler }), ` · job ${job.id}`],
+      badges: [h('span', { testid: 'job-state' }, badge(job.state))],
+      actions: [
+        startStop,
+        h('button', { type: 'button', text: 'Run now', onclick: (e) => call(e.currentTarget, 'POST', `/jobs/${enc(id)}/trigger`, async (run) => {
+          flash(h('span', null, 'Triggered: ', h('a', { href: `#/runs/${enc(run.id)}`, text: `run ${run.id}` })));
+          pager.reset();
+          await loadRuns();
+        }) }),
+        h('a', { class: 'button', href: `#/jobs/${enc(id)}/edit`, text: 'Edit' }),
+        h('button', { type: 'button', class: 'danger', text: 'Delete', onclick: (e) => {
+          if (!confirm(`Delete job "${job.name}"? Its runs stay in the log.`)) return;
+          call(e.currentTarget, 'DELETE', `/jobs/${enc(id)}`, () => { forgetJob(id); flash(`Deleted ${job.name}`); location.hash = '#/jobs'; });
+        } }),
+      ],
+    }));
+  }
+
+  function renderDefinition() {
+    const d = docFromJob(job);
+    const sh = d.sharding.split ? 'split (array args across executors)' : d.sharding.broadcast ? 'broadcast (every healthy executor)' : d.sharding.count ? `${d.sharding.count} shards` : 'none';
+    const items = [
+      ['State', badge(job.state)],
+      ['Schedule', scheduleEl(job.schedule)],
+      ['Time zone', job.timezone],
+      ['Next fire', timeEl(job.next_fire_at, { rel: true })],
+      ['Last fired', timeEl(job.last_fired_at, { rel: true })],
+      ['Started', timeEl(job.started_at)],
+      ['Balance', d.balance],
+      ['Sharding', sh],
+      ['Retry', `${d.retry.max_attempts} attempt${d.retry.max_attempts === 1 ? '' : 's'}, ${d.retry.backoff} backoff from ${fmtDuration(d.retry.initial_delay_ms)} up to ${fmtDuration(d.retry.max_delay_ms)}`],
+      ['Timeout', d.timeout_ms === null ? 'none' : fmtDuration(d.timeout_ms)],
+      ['Misfire', `${d.misfire}${d.misfire === 'catch_up' ? ` (window ${fmtDuration(d.catch_up_window_ms)})` : ''}`],
+      ['Overlap', d.overlap],
+      ['Priority', String(d.priority)],
+      ['Alerts', d.alerts ? [h('code', { text: d.alerts.webhook }), ` (${d.alerts.format}, late after ${fmtDuration(d.alerts.late_after_ms)})`] : 'none'],
+      ['Arguments', job.args === null || job.args === undefined ? h('span', { class: 'muted', text: 'null' }) : h('pre', { text: prettyJson(job.args) })],
+      ['Created', timeEl(job.created_at)],
+      ['Updated', timeEl(job.updated_at)],
+      ['Version', String(job.version)],
+      ['Partition', String(job.partition)],
+    ];
+    replace(defBody, h('dl', { class: 'props' }, items.flatMap(([k, v]) => [h('dt', { text: k }), h('dd', null, v)])));
+  }
+
+  function render() {
+    renderHead();
+    renderDefinition();
+  }
+  render();
+  focusHeading(ctx);
+
+  let seq = 0;
+  async function loadRuns() {
+    const mine = ++seq;
+    try {
+      const page = await api('GET', `/jobs/${enc(id)}/runs${query({ limit: JOB_RUNS_PAGE, cursor: pager.cursor })}`);
+      if (!ctx.alive || mine !== seq) return;
+      clear(runsError);
+      const runs = page.runs || [];
+      replace(t.tbody, runs.map((r) => row(cols, [
+        h('a', { href: `#/runs/${enc(r.id)}`, text: `Run ${r.id}` }),
+        badge(r.state),
+        timeEl(r.scheduled_at),
+        r.trigger,
+        timeEl(r.started_at),
+        timeEl(r.finished_at),
+        durationBetween(r.started_at, r.finished_at),
+        h('code', { text: r.node_id }),
+        r.message || '',
+      ], { dataset: { runId: String(r.id), state: r.state } })));
+      if (!runs.length) t.tbody.append(emptyRow(cols, pager.cursors.length > 1 ? 'No more runs.' : 'No run yet.'));
+      pager.update(page.next_cursor, runs.length);
+    } catch (e) {
+      if (ctx.alive && mine === seq) fillError(runsError, e);
+    }
+  }
+
+  async function refresh() {
+    try {
+      const j = await api('GET', `/jobs/${enc(id)}`);
+      if (!ctx.alive) return;
+      if (j.version !== job.version || j.state !== job.state || j.next_fire_at !== job.next_fire_at || j.last_fired_at !== job.last_fired_at) {
+        job = j;
+        rememberJob(job);
+        // Keep focus where it is when only the definition changed.
+        renderDefinition();
+        keepFocus(head, renderHead);
+      }
+    } catch (e) {
+      if (e instanceof ApiError && e.status === 404 && ctx.alive) {
+        fillError(actionError, new Error('This job has been deleted.'));
+      }
+    }
+    await loadRuns();
+  }
+
+  await loadRuns();
+  ctx.poll(refresh, 3000);
+}
