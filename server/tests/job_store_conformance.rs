@@ -814,13 +814,16 @@ async fn finished_runs_are_counted_by_minute_and_late_first_dispatches_found(db:
         );
     }
 
-    let late = store.runs_late(now - 3_600_000, 60_000, 10).await.unwrap();
+    let late = store
+        .runs_late(now - 3_600_000, i64::MAX, 60_000, 10)
+        .await
+        .unwrap();
     assert_eq!(late.len(), 1, "{late:?}");
     assert_eq!(late[0].run.run_id, late_run);
     assert!(late[0].lateness_ms >= 120_000, "{late:?}");
     assert!(
         store
-            .runs_late(now - 3_600_000, 600_000, 10)
+            .runs_late(now - 3_600_000, i64::MAX, 600_000, 10)
             .await
             .unwrap()
             .is_empty()

@@ -297,23 +297,30 @@ queries! {
         trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, message \
         FROM runs WHERE run_id = ?";
     runs_by_id_desc = runs_list!("run_id < ?", "run_id DESC");
+    // The smallest id among the runs finished in `[?, ?)`: their first attempts have ids of
+    // runs at least this, so the joins below read the attempts' unique key from there
+    // instead of the whole table (Postgres otherwise hashes every attempt). `+ 0` keeps
+    // Postgres from walking the primary key for the minimum instead of the range.
+    runs_first_id_finished = "SELECT MIN(run_id + 0) FROM runs \
+        WHERE finished_at_ms >= ? AND finished_at_ms < ?";
     // Per minute of finishing: `x - x % 60000` floors in integers on every backend (MySQL's
     // `/` would not); `COUNT(CASE …)` is a BIGINT everywhere, where MySQL's `SUM` is a
     // DECIMAL. Runs come from `runs_finished_idx`, first attempts from the attempts' unique
-    // key. The first `?` is the late threshold.
+    // key. Binds: the late threshold, the first run id, the range.
     runs_finished_by_minute = "SELECT r.finished_at_ms - (r.finished_at_ms % 60000) AS minute_ms, \
         r.state, COUNT(*) AS runs, \
         COUNT(CASE WHEN a.dispatched_at_ms - r.scheduled_at_ms > ? THEN 1 END) AS late \
         FROM runs r LEFT JOIN attempts a \
-        ON a.run_id = r.run_id AND a.shard_index = 0 AND a.attempt_no = 1 \
+        ON a.run_id = r.run_id AND a.shard_index = 0 AND a.attempt_no = 1 AND a.run_id >= ? \
         WHERE r.finished_at_ms >= ? AND r.finished_at_ms < ? GROUP BY 1, 2";
+    // Binds: the first run id, the range, the late threshold, the limit.
     runs_late = "SELECT r.run_id, r.job_id, r.scheduled_at_ms, r.partition_id, r.epoch, \
         r.node_id, r.trigger_kind, r.state, r.priority, r.created_at_ms, r.started_at_ms, \
         r.finished_at_ms, r.message, a.dispatched_at_ms - r.scheduled_at_ms AS lateness_ms \
         FROM runs r JOIN attempts a \
-        ON a.run_id = r.run_id AND a.shard_index = 0 AND a.attempt_no = 1 \
-        WHERE r.finished_at_ms >= ? AND a.dispatched_at_ms IS NOT NULL \
-        AND a.dispatched_at_ms - r.scheduled_at_ms > ? \
+        ON a.run_id = r.run_id AND a.shard_index = 0 AND a.attempt_no = 1 AND a.run_id >= ? \
+        WHERE r.finished_at_ms >= ? AND r.finished_at_ms < ? \
+        AND a.dispatched_at_ms IS NOT NULL AND a.dispatched_at_ms - r.scheduled_at_ms > ? \
         ORDER BY r.finished_at_ms DESC LIMIT ?";
     runs_by_id_asc = runs_list!("run_id > ?", "run_id");
     run_next_queued = "SELECT run_id FROM runs WHERE job_id = ? AND state = 'queued' \

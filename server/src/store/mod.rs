@@ -333,11 +333,12 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
         late_ms: i64,
     ) -> Result<Vec<MinuteCount>, Error>;
 
-    /// Runs finished at or after `since_ms` whose first dispatch (of shard 0) came more than
-    /// `late_ms` after their instant, last finished first.
+    /// Runs finished in `[since_ms, until_ms)` whose first dispatch (of shard 0) came more
+    /// than `late_ms` after their instant, last finished first.
     async fn runs_late(
         &self,
         since_ms: i64,
+        until_ms: i64,
         late_ms: i64,
         limit: i64,
     ) -> Result<Vec<LateRun>, Error>;

@@ -17,6 +17,19 @@ macro_rules! dispatch_store {
                 Ok(ended)
             }
 
+            /// The smallest id of the runs finished in `[since_ms, until_ms)`, if any.
+            async fn runs_first_id_finished(
+                &self,
+                since_ms: i64,
+                until_ms: i64,
+            ) -> Result<Option<i64>, Error> {
+                Ok(sqlx::query_scalar::<$db, Option<i64>>(sql(&self.q.runs_first_id_finished))
+                    .bind(since_ms)
+                    .bind(until_ms)
+                    .fetch_one(&self.pool)
+                    .await?)
+            }
+
             /// Ends one attempt inside the caller's transaction.
             async fn attempt_end_in(
                 &self,
@@ -561,9 +574,13 @@ macro_rules! dispatch_store {
                 until_ms: i64,
                 late_ms: i64,
             ) -> Result<Vec<MinuteCount>, Error> {
+                let Some(first_run) = self.runs_first_id_finished(since_ms, until_ms).await? else {
+                    return Ok(Vec::new());
+                };
                 Ok(
                     sqlx::query_as::<$db, MinuteCount>(sql(&self.q.runs_finished_by_minute))
                         .bind(late_ms)
+                        .bind(first_run)
                         .bind(since_ms)
                         .bind(until_ms)
                         .fetch_all(&self.pool)
@@ -574,11 +591,17 @@ macro_rules! dispatch_store {
             async fn runs_late(
                 &self,
                 since_ms: i64,
+                until_ms: i64,
                 late_ms: i64,
                 limit: i64,
             ) -> Result<Vec<LateRun>, Error> {
+                let Some(first_run) = self.runs_first_id_finished(since_ms, until_ms).await? else {
+                    return Ok(Vec::new());
+                };
                 Ok(sqlx::query_as::<$db, LateRun>(sql(&self.q.runs_late))
+                    .bind(first_run)
                     .bind(since_ms)
+                    .bind(until_ms)
                     .bind(late_ms)
                     .bind(limit)
                     .fetch_all(&self.pool)
