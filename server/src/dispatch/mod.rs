@@ -461,14 +461,19 @@ impl Dispatcher {
         let delivered = began.elapsed();
         // Plain successes end in two statements per executor; the rest one by one, together.
         let mut simple: HashMap<String, Vec<(i64, i64)>> = HashMap::new();
+        // The others end together; `runs_of_rest` names each one's run and job, in order.
         let mut rest = Vec::new();
+        let mut runs_of_rest = Vec::new();
         for done in ended.into_iter().flatten() {
             match done.simple_success {
                 Some(executor) => simple
                     .entry(executor)
                     .or_default()
                     .push((done.attempt_id, done.run_id)),
-                None => rest.push(((done.run_id, done.job_id), done.attempt_id, done.end)),
+                None => {
+                    runs_of_rest.push((done.run_id, done.job_id));
+                    rest.push((done.attempt_id, done.end));
+                }
             }
         }
         let mut ended = 0;
@@ -478,14 +483,12 @@ impl Dispatcher {
             ended += attempts.len();
         }
         if !rest.is_empty() {
-            let ends: Vec<(i64, AttemptEnd)> = rest
-                .iter()
-                .map(|(_, attempt_id, end)| (*attempt_id, end.clone()))
-                .collect();
-            let outcomes = self.store.attempts_end(&ends).await?;
-            for ((ids, _, end), outcome) in rest.iter().zip(&outcomes) {
+            let outcomes = self.store.attempts_end(&rest).await?;
+            for (((run_id, job_id), (_, end)), outcome) in
+                runs_of_rest.iter().zip(&rest).zip(&outcomes)
+            {
                 self.observer
-                    .attempt_ended(outcome, ids.0, ids.1, end.error.as_deref());
+                    .attempt_ended(outcome, *run_id, *job_id, end.error.as_deref());
             }
             ended += rest.len();
         }

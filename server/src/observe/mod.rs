@@ -1,6 +1,7 @@
 //! What a node tells its operators about its work: counters for `/metrics`
 //! ([`NodeMetrics`]) and alerts to webhooks ([`alerts`]). The [`Observer`] is the one handle
-//! the scheduler, the dispatcher and the API report to; reporting never waits on I/O.
+//! the dispatcher, `finish_attempt` and the API report run endings and dispatches to (the
+//! scheduler counts its claims into [`NodeMetrics`] directly); reporting never waits on I/O.
 
 pub mod alerts;
 pub mod metrics;
