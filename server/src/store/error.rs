@@ -7,6 +7,10 @@ pub enum Error {
     Database(#[from] sqlx::Error),
     #[error("applying migrations failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("cannot take the migration lock: {reason}")]
+    MigrationLock { reason: String },
+    #[error("{what} was left partly applied by a node that stopped while applying it: {detail}")]
+    MigrationInterrupted { what: String, detail: String },
     #[error("unsupported database url {url}: expected postgres://, mysql:// or sqlite:")]
     UnsupportedUrl { url: String },
     #[error("invalid database url {url}: {reason}")]

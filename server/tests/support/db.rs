@@ -1,7 +1,8 @@
 //! A fresh, empty database per test, on Postgres, MySQL/MariaDB or SQLite.
 //!
-//! With `CI=true` an unreachable server fails the test loudly; otherwise the test is skipped
-//! with a message saying what was not reachable.
+//! An unreachable server fails the test, saying how to start it or how to leave that backend
+//! out. A backend is left out only on request: `CARILLON_TEST_BACKENDS` lists the backends to
+//! test (`postgres,mysql,sqlite`, all of them when unset); with `CI=true` it must list all.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,14 +55,61 @@ pub struct TestDb {
     _dir: Option<tempfile::TempDir>,
 }
 
-fn required() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
+const BACKENDS_VAR: &str = "CARILLON_TEST_BACKENDS";
+
+impl Engine {
+    /// The name `CARILLON_TEST_BACKENDS` uses.
+    pub fn key(self) -> &'static str {
+        match self {
+            Engine::Postgres => "postgres",
+            Engine::Mysql => "mysql",
+            Engine::Sqlite => "sqlite",
+        }
+    }
+
+    /// Whether the person running the tests left this backend out (`CARILLON_TEST_BACKENDS`).
+    /// With `CI=true` nothing may be left out.
+    pub fn left_out(self) -> bool {
+        let Ok(list) = std::env::var(BACKENDS_VAR) else {
+            return false;
+        };
+        let listed = list
+            .split(',')
+            .any(|name| name.trim().eq_ignore_ascii_case(self.key()));
+        if !listed && std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!(
+                "CI=true: {BACKENDS_VAR}={list} leaves {} out; CI tests every backend",
+                self.key()
+            );
+        }
+        if !listed {
+            eprintln!("{} left out by {BACKENDS_VAR}={list}", self.key());
+        }
+        !listed
+    }
+
+    /// How to make this engine's server answer, for a failure message.
+    pub fn how_to_start(self) -> &'static str {
+        match self {
+            Engine::Postgres => {
+                "start PostgreSQL (`pg_ctlcluster <version> main start`; `bash .ci/run` starts it)"
+            }
+            Engine::Mysql => {
+                "start MariaDB (`start-stop-daemon --start --background --exec /usr/sbin/mariadbd`; \
+                 `bash .ci/run` starts it)"
+            }
+            Engine::Sqlite => "",
+        }
+    }
 }
 
 impl TestDb {
-    /// A new empty database, or `None` (with a message) when the server is not reachable
-    /// outside CI.
+    /// A new empty database, or `None` when `CARILLON_TEST_BACKENDS` leaves the engine out.
+    /// Panics when the server does not answer.
     pub async fn create(engine: Engine) -> Option<TestDb> {
+        if engine.left_out() {
+            return None;
+        }
         if engine == Engine::Sqlite {
             let dir = tempfile::tempdir().expect("temp dir");
             let url = format!("sqlite://{}", dir.path().join("carillon.db").display());
@@ -80,14 +128,15 @@ impl TestDb {
         );
         let create = format!("CREATE DATABASE {name}");
         if let Err(err) = admin_execute(engine, &admin_url, &create).await {
-            if required() {
-                panic!("CI=true: {engine:?} must be reachable at {admin_url}: {err}");
-            }
-            eprintln!(
-                "skipping: {engine:?} is not reachable at {admin_url} ({err}); \
-                 set CI=true to make this a failure"
+            panic!(
+                "{engine:?} is not reachable at {admin_url} ({err}): {}, point {} at a server, \
+                 or leave it out explicitly with {BACKENDS_VAR} (e.g. {BACKENDS_VAR}=sqlite)",
+                engine.how_to_start(),
+                match engine {
+                    Engine::Postgres => "CARILLON_TEST_POSTGRES_URL",
+                    _ => "CARILLON_TEST_MYSQL_URL",
+                },
             );
-            return None;
         }
         let base = admin_url
             .rsplit_once('/')

@@ -19,8 +19,8 @@ use tokio::time::Instant;
 
 use db::{Engine, TestDb};
 
-/// Runs a test body on a fresh database of `engine`, or skips it (outside CI) when the
-/// engine's server is not reachable.
+/// Runs a test body on a fresh database of `engine`; an unreachable server fails the test,
+/// and an engine left out by `CARILLON_TEST_BACKENDS` runs nothing.
 pub async fn on_fresh_database<F, Fut>(engine: Engine, body: F)
 where
     F: FnOnce(TestDb) -> Fut,
@@ -32,9 +32,26 @@ where
 }
 
 /// Instantiates each named test body (an `async fn(TestDb)` in the calling file) once per
-/// engine, as `#[tokio::test]`s in a module named after the engine.
+/// engine, as `#[tokio::test]`s in a module named after the engine. With `ignore = "needs …"`
+/// the tests need an outside tool: a plain `cargo test` reports them ignored, and `.ci/run`
+/// installs the tool and runs them with `--include-ignored`.
 #[macro_export]
 macro_rules! for_engine {
+    ($module:ident, $engine:ident, ignore = $why:literal, [$($test:ident),* $(,)?]) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[ignore = $why]
+                async fn $test() {
+                    $crate::support::on_fresh_database(
+                        $crate::support::db::Engine::$engine,
+                        super::$test,
+                    )
+                    .await;
+                }
+            )*
+        }
+    };
     ($module:ident, $engine:ident, [$($test:ident),* $(,)?]) => {
         mod $module {
             $(

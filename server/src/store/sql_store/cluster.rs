@@ -2,7 +2,7 @@
 
 /// Implements it for one backend's store; see `super` for the arguments.
 macro_rules! cluster_store {
-    ($store:ident, $db:ty, $backend:expr, $migrator:expr) => {
+    ($store:ident, $db:ty, $backend:expr) => {
         impl $store {
             fn from_pool(pool: sqlx::Pool<$db>) -> Self {
                 Self {
@@ -151,8 +151,7 @@ macro_rules! cluster_store {
             }
 
             async fn migrate(&self) -> Result<(), Error> {
-                $migrator.run(&self.pool).await?;
-                Ok(())
+                self.migrate_schema().await
             }
 
             async fn now_ms(&self) -> Result<i64, Error> {

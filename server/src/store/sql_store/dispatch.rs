@@ -2,7 +2,7 @@
 
 /// Implements it for one backend's store; see `super` for the arguments.
 macro_rules! dispatch_store {
-    ($store:ident, $db:ty, $backend:expr, $migrator:expr) => {
+    ($store:ident, $db:ty, $backend:expr) => {
         impl $store {
             async fn attempts_end_once(
                 &self,

@@ -7,10 +7,11 @@
 mod cluster;
 mod dispatch;
 mod jobs;
+mod migrate;
 
 use std::collections::HashMap;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
 use sqlx::migrate::Migrator;
@@ -37,9 +38,19 @@ use super::{
     PoolOptions,
 };
 
-static POSTGRES_MIGRATOR: Migrator = sqlx::migrate!("../migrations/postgres");
-static MYSQL_MIGRATOR: Migrator = sqlx::migrate!("../migrations/mysql");
-static SQLITE_MIGRATOR: Migrator = sqlx::migrate!("../migrations/sqlite");
+/// The embedded migrations, with sqlx's own locking off: `migrate` takes a lock that works on
+/// every backend and checks that it was granted.
+fn migrator(embedded: Migrator) -> Migrator {
+    let mut migrator = embedded;
+    migrator.set_locking(false);
+    migrator
+}
+static POSTGRES_MIGRATOR: LazyLock<Migrator> =
+    LazyLock::new(|| migrator(sqlx::migrate!("../migrations/postgres")));
+static MYSQL_MIGRATOR: LazyLock<Migrator> =
+    LazyLock::new(|| migrator(sqlx::migrate!("../migrations/mysql")));
+static SQLITE_MIGRATOR: LazyLock<Migrator> =
+    LazyLock::new(|| migrator(sqlx::migrate!("../migrations/sqlite")));
 
 /// Our query texts are compile-time templates rendered once per backend; no input reaches them.
 fn sql(query: &Arc<str>) -> AssertSqlSafe<Arc<str>> {
@@ -141,6 +152,10 @@ impl PostgresStore {
     async fn begin_write(&self) -> Result<Transaction<'static, Postgres>, Error> {
         Ok(self.pool.begin().await?)
     }
+
+    async fn migrate_schema(&self) -> Result<(), Error> {
+        migrate::postgres(&self.pool, &POSTGRES_MIGRATOR).await
+    }
 }
 
 /// MySQL 8 and MariaDB 10.6+.
@@ -178,6 +193,10 @@ impl MysqlStore {
     async fn begin_write(&self) -> Result<Transaction<'static, MySql>, Error> {
         Ok(self.pool.begin().await?)
     }
+
+    async fn migrate_schema(&self) -> Result<(), Error> {
+        migrate::mysql(&self.pool, &MYSQL_MIGRATOR).await
+    }
 }
 
 /// SQLite, for a single node.
@@ -197,11 +216,25 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(options.statement_timeout)
             .foreign_keys(true);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(options.max_connections)
-            .acquire_timeout(options.acquire_timeout)
-            .connect_with(connect)
-            .await?;
+        // Processes opening a new file together race to switch it to WAL, and SQLite answers
+        // the losers "database is locked" without waiting for its busy timeout.
+        let started = tokio::time::Instant::now();
+        let pool = loop {
+            let opened = SqlitePoolOptions::new()
+                .max_connections(options.max_connections)
+                .acquire_timeout(options.acquire_timeout)
+                .connect_with(connect.clone())
+                .await;
+            match opened {
+                Err(sqlx::Error::Database(db))
+                    if db.code().as_deref() == Some("5")
+                        && started.elapsed() < options.statement_timeout =>
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+                other => break other?,
+            }
+        };
         Ok(Self::from_pool(pool))
     }
 
@@ -210,29 +243,19 @@ impl SqliteStore {
     async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, Error> {
         Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
     }
+
+    async fn migrate_schema(&self) -> Result<(), Error> {
+        let options = self.pool.connect_options();
+        migrate::sqlite(&self.pool, &options, &SQLITE_MIGRATOR).await
+    }
 }
 
-cluster::cluster_store!(
-    PostgresStore,
-    Postgres,
-    Backend::Postgres,
-    POSTGRES_MIGRATOR
-);
-jobs::job_store!(
-    PostgresStore,
-    Postgres,
-    Backend::Postgres,
-    POSTGRES_MIGRATOR
-);
-dispatch::dispatch_store!(
-    PostgresStore,
-    Postgres,
-    Backend::Postgres,
-    POSTGRES_MIGRATOR
-);
-cluster::cluster_store!(MysqlStore, MySql, Backend::Mysql, MYSQL_MIGRATOR);
-jobs::job_store!(MysqlStore, MySql, Backend::Mysql, MYSQL_MIGRATOR);
-dispatch::dispatch_store!(MysqlStore, MySql, Backend::Mysql, MYSQL_MIGRATOR);
-cluster::cluster_store!(SqliteStore, Sqlite, Backend::Sqlite, SQLITE_MIGRATOR);
-jobs::job_store!(SqliteStore, Sqlite, Backend::Sqlite, SQLITE_MIGRATOR);
-dispatch::dispatch_store!(SqliteStore, Sqlite, Backend::Sqlite, SQLITE_MIGRATOR);
+cluster::cluster_store!(PostgresStore, Postgres, Backend::Postgres);
+jobs::job_store!(PostgresStore, Postgres, Backend::Postgres);
+dispatch::dispatch_store!(PostgresStore, Postgres, Backend::Postgres);
+cluster::cluster_store!(MysqlStore, MySql, Backend::Mysql);
+jobs::job_store!(MysqlStore, MySql, Backend::Mysql);
+dispatch::dispatch_store!(MysqlStore, MySql, Backend::Mysql);
+cluster::cluster_store!(SqliteStore, Sqlite, Backend::Sqlite);
+jobs::job_store!(SqliteStore, Sqlite, Backend::Sqlite);
+dispatch::dispatch_store!(SqliteStore, Sqlite, Backend::Sqlite);

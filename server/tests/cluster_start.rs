@@ -1,0 +1,168 @@
+//! Nodes started together on a fresh database (a Deployment of several replicas): they take
+//! turns applying the migrations, each applied once, and all become members under one leader.
+//! A migration left partly applied on MySQL (which commits each schema change on its own) by
+//! a node that died is finished by the next node that starts.
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on any unexpected error"
+)]
+
+mod support;
+
+use std::time::Duration;
+
+use support::db::{Engine, TestDb};
+use support::node::{NodeProcess, NodeSpec};
+
+const NODES: usize = 5;
+
+for_engine!(
+    postgres,
+    Postgres,
+    [five_nodes_started_at_once_migrate_once_and_elect_one_leader]
+);
+for_engine!(
+    mysql,
+    Mysql,
+    [
+        five_nodes_started_at_once_migrate_once_and_elect_one_leader,
+        an_interrupted_migration_is_finished_by_the_next_start,
+        an_interrupted_migration_this_build_does_not_know_says_what_to_do
+    ]
+);
+for_engine!(
+    sqlite,
+    Sqlite,
+    [five_nodes_started_at_once_migrate_once_and_elect_one_leader]
+);
+
+/// The migration files of `engine`, as sqlx numbers them.
+fn migration_count(engine: Engine) -> i64 {
+    let dir = format!(
+        "{}/../migrations/{}",
+        env!("CARGO_MANIFEST_DIR"),
+        engine.key()
+    );
+    std::fs::read_dir(&dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "sql"))
+        })
+        .count() as i64
+}
+
+/// `(version, success)` of every recorded migration.
+async fn recorded(db: &TestDb) -> Vec<(i64, i64)> {
+    let success = match db.engine {
+        Engine::Postgres => "CAST(CAST(success AS INT4) AS INT8)",
+        Engine::Mysql => "CAST(success AS SIGNED)",
+        Engine::Sqlite => "success",
+    };
+    db.fetch_pairs(
+        &format!("SELECT version, {success} FROM _sqlx_migrations ORDER BY version"),
+        &[],
+    )
+    .await
+}
+
+async fn five_nodes_started_at_once_migrate_once_and_elect_one_leader(db: TestDb) {
+    let dir = tempfile::tempdir().unwrap();
+    let specs: Vec<NodeSpec> = (1..=NODES)
+        .map(|k| NodeSpec::fast(&format!("n{k}"), &db.url, dir.path()))
+        .collect();
+    // All processes are spawned before any is waited for: they reach the empty database
+    // together.
+    let starting: Vec<_> = specs
+        .into_iter()
+        .map(|spec| tokio::spawn(NodeProcess::start(spec)))
+        .collect();
+    let mut nodes = Vec::new();
+    for start in starting {
+        nodes.push(start.await.expect("every node starts and listens"));
+    }
+    let ids: Vec<String> = nodes.iter().map(|n| n.node_id().to_owned()).collect();
+    let live: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let snapshot = support::wait_for(Duration::from_secs(30), "five members, one leader", || {
+        let node = &nodes[0];
+        let live = &live;
+        async move {
+            let snapshot = node.cluster().await?;
+            snapshot.is_settled_on(live).then_some(snapshot)
+        }
+    })
+    .await;
+    let leaders: Vec<&str> = snapshot
+        .nodes
+        .iter()
+        .filter(|n| n.leader)
+        .map(|n| n.node_id.as_str())
+        .collect();
+    assert_eq!(leaders.len(), 1, "one leader: {leaders:?}");
+    for node in &mut nodes {
+        assert!(
+            node.is_running(),
+            "{} exited:\n{}",
+            node.node_id(),
+            node.log_text()
+        );
+        let this = node.cluster().await.unwrap().this_node;
+        assert!(this.member, "{} is a member", node.node_id());
+    }
+    let expected: Vec<(i64, i64)> = (1..=migration_count(db.engine)).map(|v| (v, 1)).collect();
+    assert_eq!(
+        recorded(&db).await,
+        expected,
+        "each migration recorded once, applied whole"
+    );
+    for node in &mut nodes {
+        node.terminate().await;
+    }
+}
+
+/// A node died during migration 5 after its statement ran (or before): the next start
+/// finishes it instead of refusing to start.
+async fn an_interrupted_migration_is_finished_by_the_next_start(db: TestDb) {
+    let store = db.migrated_store().await;
+    for undo in ["", "ALTER TABLE attempts DROP COLUMN seen_at_ms;"] {
+        db.execute_script(&format!(
+            "{undo} UPDATE _sqlx_migrations SET success = FALSE WHERE version = 5;"
+        ))
+        .await;
+        store
+            .migrate()
+            .await
+            .unwrap_or_else(|e| panic!("resumed ({undo:?}): {e}"));
+        let expected: Vec<(i64, i64)> = (1..=migration_count(db.engine)).map(|v| (v, 1)).collect();
+        assert_eq!(recorded(&db).await, expected, "finished ({undo:?})");
+        let columns = db
+            .fetch_pairs(
+                "SELECT COUNT(*), 0 FROM information_schema.columns \
+                 WHERE table_schema = DATABASE() AND table_name = 'attempts' \
+                 AND column_name = 'seen_at_ms'",
+                &[],
+            )
+            .await;
+        assert_eq!(columns, vec![(1, 0)], "the column is there ({undo:?})");
+    }
+}
+
+/// A partly applied migration whose text this build does not carry is not guessed at: the
+/// error names it and says what to do, and nothing else is changed.
+async fn an_interrupted_migration_this_build_does_not_know_says_what_to_do(db: TestDb) {
+    let store = db.migrated_store().await;
+    db.execute_script(
+        "UPDATE _sqlx_migrations SET success = FALSE, checksum = x'00' WHERE version = 5;",
+    )
+    .await;
+    let err = store.migrate().await.unwrap_err().to_string();
+    assert!(
+        err.contains("migration 5 (attempts seen)") && err.contains("partly applied"),
+        "{err}"
+    );
+    assert!(
+        err.contains("start the version of Carillon that began it"),
+        "{err}"
+    );
+    assert_eq!(recorded(&db).await.len() as i64, migration_count(db.engine));
+}
