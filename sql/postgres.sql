@@ -86,11 +86,17 @@ CREATE TABLE jobs (
     last_fired_at_ms BIGINT NULL,
     created_at_ms BIGINT NOT NULL,
     updated_at_ms BIGINT NOT NULL,
-    started_at_ms BIGINT NULL
+    started_at_ms BIGINT NULL,
+    -- A job's own history rule: keep its finished runs this long (0: forever; NULL: the
+    -- node's retention.runs), and at most this many of its newest runs.
+    history_keep_ms BIGINT NULL,
+    history_max_runs BIGINT NULL
 );
 CREATE UNIQUE INDEX jobs_name_idx ON jobs (name);
 CREATE INDEX jobs_partition_idx ON jobs (partition_id, state);
 CREATE INDEX jobs_updated_idx ON jobs (updated_at_ms);
+CREATE INDEX jobs_history_keep_idx ON jobs (history_keep_ms);
+CREATE INDEX jobs_history_max_runs_idx ON jobs (history_max_runs);
 
 -- Deleted jobs, so the node that owns a job's partition learns of the deletion by polling.
 CREATE TABLE job_deletions (

@@ -21,6 +21,7 @@ use crate::data_dir::{DataDir, DataDirError};
 use crate::dispatch::Dispatcher;
 use crate::dispatch::client::DispatchClient;
 use crate::observe::{self, AlertSettings, AlertWorker, NodeMetrics, Observer};
+use crate::retention::HistoryPurger;
 use crate::scheduler::Scheduler;
 use crate::store::{self, DatabaseUrl, NodeRegistration, PoolOptions, Store};
 
@@ -74,6 +75,7 @@ pub struct Application {
     scheduler: Scheduler,
     dispatcher: Dispatcher,
     alert_worker: AlertWorker,
+    history_purger: HistoryPurger,
     shutdown_grace: Duration,
 }
 
@@ -213,6 +215,13 @@ impl Application {
         )
         .map_err(|e| StartupError::Http(format!("cannot build the HTTP client for alerts: {e}")))?;
         let observer = Observer::new(Arc::clone(&metrics), alerter, config.alerts.late_after_ms);
+        let history_purger = HistoryPurger::new(
+            Arc::clone(&api_store),
+            Arc::clone(&view),
+            Arc::clone(&clock),
+            config.retention.clone(),
+            Arc::clone(&metrics),
+        );
         let dispatcher_wake = Arc::new(Notify::new());
         let scheduler = Scheduler::new(
             Arc::clone(&api_store),
@@ -272,6 +281,7 @@ impl Application {
             scheduler,
             dispatcher,
             alert_worker,
+            history_purger,
             shutdown_grace: Duration::from_millis(config.cluster.shutdown_grace_ms),
         })
     }
@@ -296,6 +306,7 @@ impl Application {
         tracker.spawn(self.scheduler.run(shutdown.child_token()));
         tracker.spawn(self.dispatcher.run(shutdown.child_token()));
         tracker.spawn(self.alert_worker.run(shutdown.child_token()));
+        tracker.spawn(self.history_purger.run(shutdown.child_token()));
         tracker.close();
         info!(address = %self.local_addr, "carillon node listening");
 

@@ -10,6 +10,7 @@ use serde::Deserialize;
 
 use crate::cluster::ClusterTimings;
 use crate::jobs::AlertFormat;
+use crate::retention::RetentionConfig;
 
 /// Why a configuration was refused. Every message names the setting at fault.
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +68,7 @@ pub struct Config {
     pub dispatch: DispatchConfig,
     pub log: LogConfig,
     pub alerts: AlertsConfig,
+    pub retention: RetentionConfig,
 }
 
 /// Alerts every job shares. A job may add its own webhook (`alerts` in the job document).
@@ -414,6 +416,9 @@ impl Config {
                 format!("{} is outside 1..=20", a.attempts),
             ));
         }
+        self.retention
+            .check()
+            .map_err(|(field, why)| invalid(field, why))?;
         Ok(())
     }
 

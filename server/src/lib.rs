@@ -13,6 +13,7 @@ pub mod data_dir;
 pub mod dispatch;
 pub mod jobs;
 pub mod observe;
+pub mod retention;
 pub mod schedule;
 pub mod scheduler;
 pub mod store;

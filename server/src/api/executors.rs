@@ -167,6 +167,7 @@ async fn create_declared_job(
         overlap: Default::default(),
         priority: None,
         alerts: None,
+        history: None,
         start: true,
     };
     let definition = match input.into_definition() {

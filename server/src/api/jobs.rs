@@ -15,7 +15,7 @@ use super::params::{IdParam, QueryParams};
 use super::runs::{JobRunsQuery, RunList, page_of, query_state};
 use super::{ApiError, ApiState};
 use crate::jobs::{
-    JobDefinition, JobError, JobInput, JobPatch, JobPolicy, new_job_id, partition_of,
+    JobDefinition, JobError, JobInput, JobPatch, JobPolicy, KeepFor, new_job_id, partition_of,
 };
 use crate::schedule::{NextHints, ScheduleSpec};
 use crate::store::{
@@ -154,6 +154,16 @@ fn write_of(definition: &JobDefinition) -> JobWrite {
         timezone: definition.timezone.clone(),
         args_json: json(serde_json::to_string(&definition.args)),
         policy_json: json(serde_json::to_string(&definition.policy)),
+        history_keep_ms: definition
+            .policy
+            .history
+            .and_then(|h| h.keep)
+            .map(KeepFor::column),
+        history_max_runs: definition
+            .policy
+            .history
+            .and_then(|h| h.max_runs)
+            .map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
     }
 }
 

@@ -101,12 +101,21 @@ async fn cluster_gauges(state: &ApiState, out: &mut String) {
             state.store.leader_get().await,
             state.store.executors_list(None).await,
             state.store.executor_loads().await,
+            state.store.history_oldest_run_ms().await,
         )
     })
     .await;
-    let Ok((leader, executors, loads)) = reads else {
+    let Ok((leader, executors, loads, oldest_run)) = reads else {
         return;
     };
+    if let Ok(Some(created_ms)) = oldest_run {
+        gauge(
+            out,
+            "carillon_history_oldest_run_timestamp_seconds",
+            "When the oldest run kept in the run history was created (retention deletes older ones).",
+            created_ms as f64 / 1000.0,
+        );
+    }
     if let Ok(leader) = leader {
         gauge(
             out,

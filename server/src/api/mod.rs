@@ -7,6 +7,7 @@ mod console;
 mod error;
 mod executors;
 mod health;
+mod history;
 mod jobs;
 mod metrics;
 mod openapi;
@@ -78,6 +79,7 @@ fn routes_with(
         .routes(routes!(runs::cancel))
         .routes(routes!(runs::rerun))
         .routes(routes!(runs::dead_letters))
+        .routes(routes!(history::purge))
         .routes(routes!(stats::show))
         .routes(routes!(executors::list))
         .routes(routes!(executors::get, executors::remove))

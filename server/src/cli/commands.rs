@@ -141,6 +141,18 @@ pub(crate) enum RunsCommand {
     Cancel {
         id: i64,
     },
+    /// Delete finished runs (and their attempts) that finished before an instant.
+    Purge {
+        /// An RFC 3339 instant, or an age: `30d` deletes what finished more than 30 days ago.
+        #[arg(long)]
+        before: String,
+        /// Only this job's runs.
+        #[arg(long)]
+        job: Option<i64>,
+        /// Count what would be deleted; delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -186,7 +198,7 @@ pub(crate) enum CommandError {
     Flag { flag: &'static str, reason: String },
 }
 
-fn out(text: &str) {
+pub(super) fn out(text: &str) {
     // A CLI's output is its product: write it, and ignore a closed pipe (`| head`).
     let _ = writeln!(std::io::stdout().lock(), "{text}");
 }
@@ -372,6 +384,11 @@ pub(crate) async fn runs(
     command: RunsCommand,
 ) -> Result<(), CommandError> {
     match command {
+        RunsCommand::Purge {
+            before,
+            job,
+            dry_run,
+        } => return super::purge::purge(api, output, &before, job, dry_run).await,
         RunsCommand::Ls { job, state, page } => {
             let mut query = page.query();
             if let Some(job) = job {

@@ -5,6 +5,7 @@
 
 mod client;
 mod commands;
+mod purge;
 mod table;
 
 use std::net::SocketAddr;
@@ -18,7 +19,7 @@ use tracing::{error, info};
 use crate::app::Application;
 use crate::config::{Config, ConfigError, LogFormat, Secret};
 use crate::data_dir::DataDir;
-use crate::jobs::AlertFormat;
+use crate::jobs::{AlertFormat, KeepFor};
 use crate::store::{self, DatabaseUrl, PoolOptions};
 use crate::telemetry;
 
@@ -54,7 +55,7 @@ enum Command {
     /// Jobs: ls, get, create, edit, start, stop, trigger, rm.
     #[command(subcommand)]
     Jobs(commands::JobsCommand),
-    /// Runs: ls, get, cancel.
+    /// Runs: ls, get, cancel, purge.
     #[command(subcommand)]
     Runs(commands::RunsCommand),
     /// Executors: ls.
@@ -156,6 +157,21 @@ struct ServerArgs {
     /// How often the leader looks for apps without a healthy executor.
     #[arg(long, env = "CARILLON_ALERTS_CHECK_MS")]
     alerts_check_ms: Option<u64>,
+    /// How long finished runs are kept (`30d`, `12h`…, or `forever`).
+    #[arg(long, env = "CARILLON_RETENTION_RUNS", value_parser = KeepFor::parse)]
+    retention_runs: Option<KeepFor>,
+    /// How long dead letters (failed and no_executor runs) are kept.
+    #[arg(long, env = "CARILLON_RETENTION_DEAD_LETTERS", value_parser = KeepFor::parse)]
+    retention_dead_letters: Option<KeepFor>,
+    /// How often a node looks for run history to delete.
+    #[arg(long, env = "CARILLON_RETENTION_INTERVAL_MS")]
+    retention_interval_ms: Option<u64>,
+    /// Rows per retention delete statement.
+    #[arg(long, env = "CARILLON_RETENTION_BATCH")]
+    retention_batch: Option<u32>,
+    /// Pause between two retention batches.
+    #[arg(long, env = "CARILLON_RETENTION_PAUSE_MS")]
+    retention_pause_ms: Option<u64>,
 }
 
 impl CommonArgs {
@@ -232,6 +248,12 @@ impl ServerArgs {
         set(&mut config.alerts.format, self.alerts_format);
         set(&mut config.alerts.late_after_ms, self.alerts_late_after_ms);
         set(&mut config.alerts.check_ms, self.alerts_check_ms);
+        let r = &mut config.retention;
+        set(&mut r.runs, self.retention_runs);
+        set(&mut r.dead_letters, self.retention_dead_letters);
+        set(&mut r.interval_ms, self.retention_interval_ms);
+        set(&mut r.batch, self.retention_batch);
+        set(&mut r.pause_ms, self.retention_pause_ms);
     }
 }
 

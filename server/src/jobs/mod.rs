@@ -1,11 +1,13 @@
 //! Jobs as users define them: the API's job document, its validation into a
 //! [`JobDefinition`], and the policies that go with it. No I/O.
 
+pub mod history;
 pub mod policy;
 
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 
+pub use history::{JobHistory, KeepFor};
 pub use policy::{
     AlertFormat, Backoff, Balance, JobAlerts, JobPolicy, Misfire, Overlap, Retry, Sharding,
 };
@@ -96,6 +98,9 @@ pub struct JobInput {
     /// The job's own alert webhook.
     #[serde(default)]
     pub alerts: Option<JobAlerts>,
+    /// How long this job's runs are kept, and how many (default: the node's `retention`).
+    #[serde(default)]
+    pub history: Option<JobHistory>,
     /// Start the job at once (default: created stopped).
     #[serde(default)]
     pub start: bool,
@@ -132,6 +137,9 @@ pub struct JobPatch {
     /// `null` removes the job's alert webhook; leaving the field out keeps it.
     #[serde(default, deserialize_with = "present")]
     pub alerts: Option<Option<JobAlerts>>,
+    /// `null` returns the job to the node's retention; leaving the field out keeps its rule.
+    #[serde(default, deserialize_with = "present")]
+    pub history: Option<Option<JobHistory>>,
     pub version: Option<i64>,
 }
 
@@ -178,6 +186,7 @@ impl JobInput {
                 overlap: self.overlap,
                 priority: self.priority.unwrap_or(defaults.priority),
                 alerts: self.alerts,
+                history: self.history,
             },
         };
         definition.validate()?;
@@ -215,6 +224,9 @@ impl JobPatch {
         }
         if let Some(alerts) = self.alerts {
             p.alerts = alerts;
+        }
+        if let Some(history) = self.history {
+            p.history = history;
         }
         next.validate()?;
         Ok(next)
@@ -300,6 +312,14 @@ impl JobDefinition {
             return Err(JobError::new(
                 "args",
                 "must be a JSON array when sharding.split is set",
+            ));
+        }
+        if let Some(max_runs) = p.history.and_then(|h| h.max_runs)
+            && !(1..=JobHistory::MAX_RUNS).contains(&max_runs)
+        {
+            return Err(JobError::new(
+                "history.max_runs",
+                format!("{max_runs} is outside 1..={}", JobHistory::MAX_RUNS),
             ));
         }
         if let Some(alerts) = &p.alerts {

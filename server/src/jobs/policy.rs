@@ -103,6 +103,9 @@ pub struct JobPolicy {
     /// Where this job's alerts go, beside the node's own webhook (`alerts.webhook`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub alerts: Option<JobAlerts>,
+    /// How long the job's runs are kept, and how many (default: the node's `retention`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history: Option<super::JobHistory>,
 }
 
 /// A job's own alert webhook: it receives the job's runs that fail for good and its late
@@ -146,6 +149,7 @@ impl Default for JobPolicy {
             overlap: Overlap::default(),
             priority: 5,
             alerts: None,
+            history: None,
         }
     }
 }

@@ -30,6 +30,8 @@ pub struct NodeMetrics {
     pub dead_letters: Counter,
     /// Alerts, by outcome (`delivered`, `failed`, `dropped`).
     pub alerts: LabelledCounter,
+    /// Rows of run history this node deleted (retention), by table (`runs`, `attempts`).
+    pub history_deleted: LabelledCounter,
 }
 
 impl Default for NodeMetrics {
@@ -92,7 +94,19 @@ impl NodeMetrics {
                 "outcome",
                 &["delivered", "failed", "dropped"],
             ),
+            history_deleted: LabelledCounter::new(
+                "carillon_history_deleted_total",
+                "Rows of run history deleted by this node's retention, by table.",
+                "table",
+                &["runs", "attempts"],
+            ),
         }
+    }
+
+    /// Counts rows deleted from the run history.
+    pub fn count_history_deleted(&self, purged: crate::store::Purged) {
+        self.history_deleted.add("runs", purged.runs);
+        self.history_deleted.add("attempts", purged.attempts);
     }
 
     /// The counters and histograms, in the text format.
@@ -105,5 +119,6 @@ impl NodeMetrics {
         self.runs_finished.render(out);
         self.dead_letters.render(out);
         self.alerts.render(out);
+        self.history_deleted.render(out);
     }
 }

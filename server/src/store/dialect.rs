@@ -185,9 +185,10 @@ queries! {
     // The database clock as an expression, for statements built at run time.
     now_expr = "{now}";
     job_insert = "INSERT INTO jobs (job_id, partition_id, name, app_name, handler_name, \
-        schedule_json, timezone, args_json, policy_json, state, version, next_fire_at_ms, \
-        last_fired_at_ms, created_at_ms, updated_at_ms, started_at_ms) \
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, NULL, NULL, {now}, {now}, \
+        schedule_json, timezone, args_json, policy_json, history_keep_ms, history_max_runs, \
+        state, version, next_fire_at_ms, last_fired_at_ms, created_at_ms, updated_at_ms, \
+        started_at_ms) \
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, NULL, NULL, {now}, {now}, \
         CASE WHEN ? = 1 THEN {now} ELSE NULL END)";
     job_get = "SELECT job_id, partition_id, name, app_name, handler_name, schedule_json, \
         timezone, args_json, policy_json, state, version, last_fired_at_ms, created_at_ms, \
@@ -209,7 +210,7 @@ queries! {
         ORDER BY updated_at_ms, job_id LIMIT ?";
     job_update = "UPDATE jobs SET name = ?, app_name = ?, handler_name = ?, \
         schedule_json = ?, timezone = ?, args_json = ?, policy_json = ?, \
-        version = version + 1, updated_at_ms = {now} WHERE job_id = ? AND version = ?";
+        history_keep_ms = ?, history_max_runs = ?, version = version + 1, updated_at_ms = {now} WHERE job_id = ? AND version = ?";
     job_start = "UPDATE jobs SET state = 'running', started_at_ms = {now}, \
         version = version + 1, updated_at_ms = {now} \
         WHERE job_id = ? AND state <> 'running'";
@@ -391,6 +392,15 @@ queries! {
     run_by_instant = "SELECT run_id, job_id, scheduled_at_ms, partition_id, epoch, node_id, \
         trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, message \
         FROM runs WHERE job_id = ? AND scheduled_at_ms = ?";
+
+    history_rules = "SELECT job_id, history_keep_ms, history_max_runs FROM jobs \
+        WHERE (history_keep_ms IS NOT NULL OR history_max_runs IS NOT NULL) \
+        AND partition_id IN ({partitions})";
+
+    history_beyond_newest = "SELECT scheduled_at_ms FROM runs WHERE job_id = ? \
+        ORDER BY scheduled_at_ms DESC LIMIT 1 OFFSET ?";
+
+    history_oldest_run = "SELECT created_at_ms FROM runs ORDER BY run_id LIMIT 1";
 }
 
 #[cfg(test)]

@@ -83,6 +83,10 @@ pub struct JobWrite {
     pub timezone: String,
     pub args_json: String,
     pub policy_json: String,
+    /// The job's own history rule, also in `policy_json`, in columns so that retention finds
+    /// the jobs that have one: how long to keep finished runs (0: forever), how many at most.
+    pub history_keep_ms: Option<i64>,
+    pub history_max_runs: Option<i64>,
 }
 
 /// Filters of a job listing, one page in `order` after `after`.

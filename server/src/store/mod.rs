@@ -8,6 +8,7 @@ mod cluster_records;
 mod dialect;
 mod dispatch_records;
 mod error;
+mod history_records;
 mod job_records;
 mod sql_store;
 mod url;
@@ -26,6 +27,9 @@ pub use dispatch_records::{
     ExecutorRegistration, LateRun, MinuteCount, NewAttempt, RunFilter, attempt_state,
 };
 pub use error::Error;
+pub use history_records::{
+    DEAD_LETTER_STATES, FINISHED_STATES, JobHistoryRule, PurgeScope, PurgeStates, Purged,
+};
 pub use job_records::{
     ClaimOutcome, JobChanges, JobFilter, JobKey, JobOrder, JobRecord, JobWrite, OverlapRule,
     RunClaim, RunRecord, ScheduledJob, job_state, run_state,
@@ -349,9 +353,30 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
 ///
 /// Method names are noun first (`leader_try_acquire`, `partitions_apply`) so related calls sort
 /// together.
-pub trait Store: ClusterStore + JobStore + DispatchStore {}
+pub trait Store: ClusterStore + JobStore + DispatchStore + HistoryStore {}
 
-impl<T: ClusterStore + JobStore + DispatchStore> Store for T {}
+impl<T: ClusterStore + JobStore + DispatchStore + HistoryStore> Store for T {}
+
+/// Run-history retention: deleting finished runs with their attempts, in bounded batches.
+#[async_trait]
+pub trait HistoryStore: Send + Sync + std::fmt::Debug + 'static {
+    /// Deletes up to `limit` of the runs `scope` names, oldest finished first, with their
+    /// attempts, in one transaction. Only finished runs are ever deleted.
+    async fn history_delete(&self, scope: &PurgeScope, limit: i64) -> Result<Purged, Error>;
+
+    /// How many runs and attempts `history_delete` would delete for `scope`, without a limit.
+    async fn history_count(&self, scope: &PurgeScope) -> Result<Purged, Error>;
+
+    /// The jobs of `partitions` with a history rule of their own.
+    async fn history_rules(&self, partitions: &[i64]) -> Result<Vec<JobHistoryRule>, Error>;
+
+    /// The instant of a job's run that comes right after its `keep` newest (by instant), if it
+    /// has more than `keep` runs: that run and older ones are beyond its limit.
+    async fn history_beyond_newest(&self, job_id: i64, keep: i64) -> Result<Option<i64>, Error>;
+
+    /// When the oldest run kept was created (epoch milliseconds), if there is a run.
+    async fn history_oldest_run_ms(&self) -> Result<Option<i64>, Error>;
+}
 
 /// Opens a pool for the database `url` names and returns its store.
 pub async fn connect(url: &DatabaseUrl, options: &PoolOptions) -> Result<Arc<dyn Store>, Error> {

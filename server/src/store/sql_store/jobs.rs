@@ -253,6 +253,8 @@ macro_rules! job_store {
                     .bind(&job.timezone)
                     .bind(&job.args_json)
                     .bind(&job.policy_json)
+                    .bind(job.history_keep_ms)
+                    .bind(job.history_max_runs)
                     .bind(if start { "running" } else { "stopped" })
                     .bind(i64::from(start))
                     .execute(&self.pool)
@@ -343,6 +345,8 @@ macro_rules! job_store {
                     .bind(&job.timezone)
                     .bind(&job.args_json)
                     .bind(&job.policy_json)
+                    .bind(job.history_keep_ms)
+                    .bind(job.history_max_runs)
                     .bind(job_id)
                     .bind(expected_version)
                     .execute(&self.pool)
@@ -431,9 +435,9 @@ macro_rules! job_store {
                 for chunk in jobs.chunks(ROWS) {
                     let mut insert = sqlx::QueryBuilder::<$db>::new(
                         "INSERT INTO jobs (job_id, partition_id, name, app_name, handler_name, \
-                        schedule_json, timezone, args_json, policy_json, state, version, \
-                        next_fire_at_ms, last_fired_at_ms, created_at_ms, updated_at_ms, \
-                        started_at_ms) ",
+                        schedule_json, timezone, args_json, policy_json, history_keep_ms, \
+                        history_max_runs, state, version, next_fire_at_ms, last_fired_at_ms, \
+                        created_at_ms, updated_at_ms, started_at_ms) ",
                     );
                     insert.push_values(chunk, |mut row, (job_id, partition_id, job)| {
                         row.push_bind(*job_id)
@@ -445,6 +449,8 @@ macro_rules! job_store {
                             .push_bind(job.timezone.clone())
                             .push_bind(job.args_json.clone())
                             .push_bind(job.policy_json.clone())
+                            .push_bind(job.history_keep_ms)
+                            .push_bind(job.history_max_runs)
                             .push_bind(state)
                             .push("1, NULL, NULL")
                             .push_bind(now)

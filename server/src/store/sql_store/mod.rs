@@ -6,6 +6,7 @@
 
 mod cluster;
 mod dispatch;
+mod history;
 mod jobs;
 mod migrate;
 
@@ -28,14 +29,15 @@ use super::dispatch_records::{
     AttemptEnd, AttemptEnded, AttemptRecord, DueAttempt, ExecutorList, ExecutorRecord,
     ExecutorRegistration, LateRun, MinuteCount, NewAttempt, RunFilter, attempt_state,
 };
+use super::history_records::{FINISHED_STATES, JobHistoryRule, PurgeScope, Purged};
 use super::job_records::{
     ClaimOutcome, JobChanges, JobFilter, JobKey, JobOrder, JobRecord, JobWrite, OverlapRule,
     RunClaim, RunRecord, ScheduledJob, job_state, run_state,
 };
 use super::{
-    Backend, ClusterMeta, ClusterStore, DatabaseUrl, DispatchStore, Error, JobStore, LeaderFence,
-    LeaderRecord, NodeList, NodeRecord, NodeRegistration, PartitionChange, PartitionRecord,
-    PoolOptions,
+    Backend, ClusterMeta, ClusterStore, DatabaseUrl, DispatchStore, Error, HistoryStore, JobStore,
+    LeaderFence, LeaderRecord, NodeList, NodeRecord, NodeRegistration, PartitionChange,
+    PartitionRecord, PoolOptions,
 };
 
 /// The embedded migrations, with sqlx's own locking off: `migrate` takes a lock that works on
@@ -259,3 +261,6 @@ dispatch::dispatch_store!(MysqlStore, MySql, Backend::Mysql);
 cluster::cluster_store!(SqliteStore, Sqlite, Backend::Sqlite);
 jobs::job_store!(SqliteStore, Sqlite, Backend::Sqlite);
 dispatch::dispatch_store!(SqliteStore, Sqlite, Backend::Sqlite);
+history::history_store!(PostgresStore, Postgres);
+history::history_store!(MysqlStore, MySql);
+history::history_store!(SqliteStore, Sqlite);

@@ -1,0 +1,241 @@
+//! Run-history retention: every node deletes, for the partitions it owns, the finished runs
+//! (with their attempts) that the rules no longer keep, in bounded batches with a pause
+//! between them, so deleting a large backlog never holds locks for long or starves firing.
+//!
+//! The rules, checked on every pass (`retention.interval_ms`):
+//! - finished runs that are not dead letters are kept for `retention.runs` (30 days);
+//! - dead letters (`failed`, `no_executor`) for `retention.dead_letters` (90 days);
+//! - a job's own `history.keep` replaces `retention.runs` for its runs, and its dead letters
+//!   are kept for the longer of the two; `history.max_runs` keeps at most that many of its
+//!   newest runs (dead letters included);
+//! - `forever` (or `0`) turns a rule off. Pending, queued and running runs are never deleted.
+//!
+//! Why the owners and not the leader: deletion then spreads over the cluster with the firing
+//! work, and a node scans only its own partitions' runs. Two nodes deleting the same run
+//! during a hand-off is harmless: a delete of what is gone deletes nothing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::ClusterClock;
+use crate::cluster::LocalView;
+use crate::jobs::KeepFor;
+use crate::observe::NodeMetrics;
+use crate::store::{self, JobHistoryRule, PurgeScope, PurgeStates, Purged, Store};
+
+/// `[retention]`: how long run history is kept, and how fast it is deleted.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Finished runs (not dead letters): `30d`, or `forever`.
+    pub runs: KeepFor,
+    /// Dead letters, kept longer by default so a failure can still be looked into.
+    pub dead_letters: KeepFor,
+    /// Rows per delete statement.
+    pub batch: u32,
+    /// The pause between two batches, so deletion yields to firing.
+    pub pause_ms: u64,
+    /// How often a node looks for history to delete.
+    pub interval_ms: u64,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        Self {
+            runs: KeepFor::days(30),
+            dead_letters: KeepFor::days(90),
+            batch: 2_000,
+            pause_ms: 50,
+            interval_ms: 60_000,
+        }
+    }
+}
+
+impl RetentionConfig {
+    /// Why the settings cannot be used, naming the setting.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        if !(1..=50_000).contains(&self.batch) {
+            return Err((
+                "retention.batch",
+                format!("{} is outside 1..=50000", self.batch),
+            ));
+        }
+        if self.pause_ms > 60_000 {
+            return Err((
+                "retention.pause_ms",
+                format!("{} is over 60000 (a minute)", self.pause_ms),
+            ));
+        }
+        if !(100..=86_400_000).contains(&self.interval_ms) {
+            return Err((
+                "retention.interval_ms",
+                format!("{} is outside 100..=86400000 (a day)", self.interval_ms),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The task that applies the retention rules on one node.
+#[derive(Debug)]
+pub struct HistoryPurger {
+    store: Arc<dyn Store>,
+    view: Arc<LocalView>,
+    clock: Arc<ClusterClock>,
+    settings: RetentionConfig,
+    metrics: Arc<NodeMetrics>,
+}
+
+impl HistoryPurger {
+    pub fn new(
+        store: Arc<dyn Store>,
+        view: Arc<LocalView>,
+        clock: Arc<ClusterClock>,
+        settings: RetentionConfig,
+        metrics: Arc<NodeMetrics>,
+    ) -> Self {
+        Self {
+            store,
+            view,
+            clock,
+            settings,
+            metrics,
+        }
+    }
+
+    pub async fn run(self, shutdown: CancellationToken) {
+        let interval = Duration::from_millis(self.settings.interval_ms);
+        // Ages are measured on the database's clock, never on this machine's.
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = self.clock.synced() => {}
+        }
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(interval) => {}
+            }
+            match self.pass(&shutdown).await {
+                Ok(purged) if purged.runs > 0 => tracing::info!(
+                    runs = purged.runs,
+                    attempts = purged.attempts,
+                    "run history deleted by the retention rules"
+                ),
+                Ok(_) => {}
+                Err(err) => tracing::warn!(error = %err, "run history retention pass failed"),
+            }
+        }
+    }
+
+    /// One look at the owned partitions: every rule applied until nothing more is due.
+    pub async fn pass(&self, shutdown: &CancellationToken) -> Result<Purged, store::Error> {
+        let partitions: Vec<i64> = self
+            .view
+            .owned_partitions()
+            .iter()
+            .map(|p| p.partition_id)
+            .collect();
+        if partitions.is_empty() {
+            return Ok(Purged::default());
+        }
+        let now = self.clock.now_ms();
+        let before = |keep: Option<u64>| keep.map(|ms| now - i64::try_from(ms).unwrap_or(now));
+        let mut total = Purged::default();
+        let everyone = PurgeScope {
+            partitions: Some(partitions.clone()),
+            skip_jobs_with_own_keep: true,
+            ..PurgeScope::default()
+        };
+        if let Some(finished_before_ms) = before(self.settings.runs.millis()) {
+            let scope = PurgeScope {
+                finished_before_ms,
+                states: PurgeStates::NotDeadLetters,
+                ..everyone.clone()
+            };
+            total += self.drain(&scope, shutdown).await?;
+        }
+        if let Some(finished_before_ms) = before(self.settings.dead_letters.millis()) {
+            let scope = PurgeScope {
+                finished_before_ms,
+                states: PurgeStates::DeadLetters,
+                ..everyone
+            };
+            total += self.drain(&scope, shutdown).await?;
+        }
+        for rule in self.store.history_rules(&partitions).await? {
+            if shutdown.is_cancelled() {
+                break;
+            }
+            total += self.apply_job_rule(&rule, now, shutdown).await?;
+        }
+        Ok(total)
+    }
+
+    async fn apply_job_rule(
+        &self,
+        rule: &JobHistoryRule,
+        now: i64,
+        shutdown: &CancellationToken,
+    ) -> Result<Purged, store::Error> {
+        let mut total = Purged::default();
+        let job = PurgeScope {
+            job_id: Some(rule.job_id),
+            ..PurgeScope::default()
+        };
+        // 0 keeps the job's runs for ever.
+        if let Some(keep) = rule.history_keep_ms.filter(|ms| *ms > 0) {
+            let scope = PurgeScope {
+                finished_before_ms: now.saturating_sub(keep),
+                states: PurgeStates::NotDeadLetters,
+                ..job.clone()
+            };
+            total += self.drain(&scope, shutdown).await?;
+            if let Some(dead_keep) = self.settings.dead_letters.millis() {
+                let dead_keep = i64::try_from(dead_keep).unwrap_or(i64::MAX).max(keep);
+                let scope = PurgeScope {
+                    finished_before_ms: now.saturating_sub(dead_keep),
+                    states: PurgeStates::DeadLetters,
+                    ..job.clone()
+                };
+                total += self.drain(&scope, shutdown).await?;
+            }
+        }
+        if let Some(max_runs) = rule.history_max_runs
+            && let Some(beyond) = self
+                .store
+                .history_beyond_newest(rule.job_id, max_runs)
+                .await?
+        {
+            let scope = PurgeScope {
+                finished_before_ms: i64::MAX,
+                scheduled_until_ms: Some(beyond),
+                states: PurgeStates::Finished,
+                ..job
+            };
+            total += self.drain(&scope, shutdown).await?;
+        }
+        Ok(total)
+    }
+
+    /// Deletes what `scope` names, a batch at a time with a pause between batches.
+    async fn drain(
+        &self,
+        scope: &PurgeScope,
+        shutdown: &CancellationToken,
+    ) -> Result<Purged, store::Error> {
+        let batch = i64::from(self.settings.batch);
+        let mut total = Purged::default();
+        loop {
+            let purged = self.store.history_delete(scope, batch).await?;
+            self.metrics.count_history_deleted(purged);
+            total += purged;
+            if purged.runs < u64::try_from(batch).unwrap_or(0) || shutdown.is_cancelled() {
+                return Ok(total);
+            }
+            tokio::time::sleep(Duration::from_millis(self.settings.pause_ms)).await;
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! Parameters and results of run-history retention: which finished runs a purge deletes, and
+//! the jobs that keep their history by a rule of their own.
+
+/// The run states a purge may delete: finished ones only. A pending, queued or running run is
+/// never deleted, whatever its age.
+pub const FINISHED_STATES: [&str; 5] =
+    ["succeeded", "failed", "cancelled", "skipped", "no_executor"];
+
+/// The finished states of a dead letter: failed after its last attempt, or never dispatched.
+pub const DEAD_LETTER_STATES: [&str; 2] = ["failed", "no_executor"];
+
+/// The finished states that are not dead letters.
+const SETTLED_STATES: [&str; 3] = ["succeeded", "cancelled", "skipped"];
+
+/// Which of the finished runs a purge considers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PurgeStates {
+    /// Every finished run.
+    #[default]
+    Finished,
+    /// Dead letters only.
+    DeadLetters,
+    /// Finished runs that are not dead letters.
+    NotDeadLetters,
+}
+
+impl PurgeStates {
+    pub fn states(self) -> &'static [&'static str] {
+        match self {
+            PurgeStates::Finished => &FINISHED_STATES,
+            PurgeStates::DeadLetters => &DEAD_LETTER_STATES,
+            PurgeStates::NotDeadLetters => &SETTLED_STATES,
+        }
+    }
+}
+
+/// The finished runs a purge deletes, with their attempts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PurgeScope {
+    /// Runs that finished before this instant (epoch milliseconds).
+    pub finished_before_ms: i64,
+    /// Only runs of these partitions; `None` for every partition.
+    pub partitions: Option<Vec<i64>>,
+    /// Only this job's runs.
+    pub job_id: Option<i64>,
+    /// Only runs scheduled at or before this instant (a job's limit on runs kept).
+    pub scheduled_until_ms: Option<i64>,
+    pub states: PurgeStates,
+    /// Leave out the runs of jobs that keep their history for a time of their own.
+    pub skip_jobs_with_own_keep: bool,
+}
+
+/// How many rows a purge deleted (or, dry, would delete).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Purged {
+    pub runs: u64,
+    pub attempts: u64,
+}
+
+impl std::ops::AddAssign for Purged {
+    fn add_assign(&mut self, other: Purged) {
+        self.runs += other.runs;
+        self.attempts += other.attempts;
+    }
+}
+
+/// A job's own history rule (`history` in the job document), as its columns hold it.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct JobHistoryRule {
+    pub job_id: i64,
+    /// How long its finished runs are kept, in milliseconds; 0 keeps them forever. `None`:
+    /// the node's `retention.runs`.
+    pub history_keep_ms: Option<i64>,
+    /// How many of its newest runs are kept at most.
+    pub history_max_runs: Option<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dead_letters_and_the_rest_split_the_finished_states() {
+        let mut both: Vec<&str> = PurgeStates::DeadLetters.states().to_vec();
+        both.extend(PurgeStates::NotDeadLetters.states());
+        both.sort_unstable();
+        let mut finished = PurgeStates::Finished.states().to_vec();
+        finished.sort_unstable();
+        assert_eq!(both, finished);
+    }
+}
