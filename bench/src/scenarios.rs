@@ -426,6 +426,8 @@ async fn insert_jobs(
             timezone: d.timezone,
             args_json: serde_json::to_string(&d.args)?,
             policy_json: serde_json::to_string(&d.policy)?,
+            history_keep_ms: None,
+            history_max_runs: None,
         });
     }
     // Ids below the current millisecond's, counting down: unique among themselves, and never

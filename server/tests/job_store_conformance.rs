@@ -53,6 +53,8 @@ fn job(name: &str) -> JobWrite {
         timezone: "UTC".into(),
         args_json: "null".into(),
         policy_json: r#"{"priority":7}"#.into(),
+        history_keep_ms: None,
+        history_max_runs: None,
     }
 }
 

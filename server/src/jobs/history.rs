@@ -111,7 +111,7 @@ impl std::fmt::Display for KeepFor {
             ("s", 1_000),
         ]
         .into_iter()
-        .find(|(_, size)| self.ms % size == 0)
+        .find(|(_, size)| self.ms.is_multiple_of(*size))
         .unwrap_or(("s", 1_000));
         write!(f, "{}{unit}", self.ms / size)
     }

@@ -1,0 +1,295 @@
+//! Run-history retention in the store, the same body on Postgres, MySQL/MariaDB and SQLite:
+//! only finished runs in scope are deleted, with their attempts, a bounded batch at a time;
+//! running runs, other partitions, dead letters and jobs with their own rule are left alone
+//! unless the scope names them.
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on any unexpected error"
+)]
+
+#[macro_use]
+mod support;
+
+use std::sync::Arc;
+
+use carillon_server::store::{
+    AttemptEnd, ClaimOutcome, JobHistoryRule, JobWrite, LeaderFence, NewAttempt, NodeRegistration,
+    OverlapRule, PartitionChange, PurgeScope, PurgeStates, Purged, RunClaim, RunFilter, Store,
+    run_state,
+};
+use support::db::TestDb;
+
+for_engine!(
+    postgres,
+    Postgres,
+    [only_finished_runs_in_scope_are_deleted_with_their_attempts]
+);
+for_engine!(
+    mysql,
+    Mysql,
+    [only_finished_runs_in_scope_are_deleted_with_their_attempts]
+);
+for_engine!(
+    sqlite,
+    Sqlite,
+    [only_finished_runs_in_scope_are_deleted_with_their_attempts]
+);
+
+fn job(name: &str, keep_ms: Option<i64>, max_runs: Option<i64>) -> JobWrite {
+    JobWrite {
+        name: name.into(),
+        app_name: "billing".into(),
+        handler_name: "report".into(),
+        schedule_json: r#"{"cron":"* * * * * *"}"#.into(),
+        timezone: "UTC".into(),
+        args_json: "null".into(),
+        policy_json: "{}".into(),
+        history_keep_ms: keep_ms,
+        history_max_runs: max_runs,
+    }
+}
+
+/// A store whose partition 0 is owned by `n1` at epoch 1.
+async fn owned(db: &TestDb) -> Arc<dyn Store> {
+    let store = db.migrated_store().await;
+    store.cluster_init(4).await.unwrap();
+    store
+        .node_register(&NodeRegistration {
+            node_id: "n1".into(),
+            incarnation: "i".into(),
+            address: "http://n1".into(),
+            version: "t".into(),
+        })
+        .await
+        .unwrap();
+    let term = store.leader_try_acquire("n1", 60_000).await.unwrap().term;
+    let fence = LeaderFence {
+        node_id: "n1".into(),
+        term,
+    };
+    let assign = PartitionChange::Assign {
+        partition_id: 0,
+        expected_epoch: 0,
+        owner: "n1".into(),
+    };
+    store.partitions_apply(&fence, &[assign]).await.unwrap();
+    store
+}
+
+fn claim(job_id: i64, at: i64, state: &'static str) -> RunClaim {
+    RunClaim {
+        job_id,
+        job_version: 1,
+        partition_id: 0,
+        epoch: 1,
+        scheduled_at_ms: at,
+        trigger_kind: "schedule",
+        priority: 5,
+        state,
+        message: None,
+        overlap: OverlapRule::Allow,
+        job_done: false,
+    }
+}
+
+/// Claims, starts and dispatches a run per instant; every one ends `succeeded` but those
+/// at `still_running`. Returns the run ids by instant.
+async fn runs(store: &Arc<dyn Store>, job_id: i64, at: &[i64], still_running: i64) -> Vec<i64> {
+    let claims: Vec<_> = at
+        .iter()
+        .map(|a| claim(job_id, *a, run_state::PENDING))
+        .collect();
+    let outcomes = store.runs_claim("n1", &claims).await.unwrap();
+    assert!(outcomes.iter().all(|o| *o == ClaimOutcome::Claimed));
+    let pending = store.runs_pending(&[0], 0, 100).await.unwrap();
+    let starts: Vec<_> = pending
+        .iter()
+        .map(|r| {
+            let shard = NewAttempt {
+                shard_index: 0,
+                shard_total: 1,
+                args_json: "null".into(),
+                prefer_executor_id: None,
+            };
+            (r.clone(), vec![shard])
+        })
+        .collect();
+    store.runs_start(&starts).await.unwrap();
+    let mut ids = Vec::new();
+    for due in store.attempts_due(&[0], 0, None, 100).await.unwrap() {
+        let id = due.attempt.attempt_id;
+        assert!(store.attempt_dispatched(id, "e1", 0).await.unwrap());
+        ids.push((due.scheduled_at_ms, due.attempt.run_id));
+        if due.scheduled_at_ms == still_running {
+            continue;
+        }
+        let end = AttemptEnd {
+            state: "succeeded",
+            output: None,
+            error: None,
+            executor_id: Some("e1".into()),
+            retry_after_ms: None,
+        };
+        store.attempt_end(id, &end).await.unwrap();
+    }
+    ids.sort_unstable();
+    ids.into_iter().map(|(_, run)| run).collect()
+}
+
+async fn exists(store: &Arc<dyn Store>, run_id: i64) -> bool {
+    store.run_get(run_id).await.unwrap().is_some()
+}
+
+async fn only_finished_runs_in_scope_are_deleted_with_their_attempts(db: TestDb) {
+    let store = owned(&db).await;
+    store
+        .job_insert(1, 0, &job("plain", None, None), true)
+        .await
+        .unwrap();
+    store
+        .job_insert(2, 0, &job("own", Some(0), Some(1)), true)
+        .await
+        .unwrap();
+    let now = store.now_ms().await.unwrap();
+    // A dead letter first: claims only move forward.
+    let outcomes = store
+        .runs_claim("n1", &[claim(1, now - 5_000, run_state::NO_EXECUTOR)])
+        .await
+        .unwrap();
+    assert_eq!(outcomes, vec![ClaimOutcome::Claimed]);
+    let plain = runs(
+        &store,
+        1,
+        &[now - 4_000, now - 3_000, now - 2_000, now - 1_000],
+        now - 1_000,
+    )
+    .await;
+    let own = runs(&store, 2, &[now - 4_000, now - 3_000], 0).await;
+    let running = plain[3];
+    let dead = store
+        .runs_list(&RunFilter {
+            job_id: Some(1),
+            state: Some(run_state::NO_EXECUTOR.into()),
+            oldest_first: false,
+            after_id: None,
+            limit: 10,
+        })
+        .await
+        .unwrap()[0]
+        .run_id;
+
+    let later = store.now_ms().await.unwrap() + 60_000;
+    // What a node's global pass deletes: finished, not dead letters, jobs without a rule.
+    let global = PurgeScope {
+        finished_before_ms: later,
+        partitions: Some(vec![0]),
+        states: PurgeStates::NotDeadLetters,
+        skip_jobs_with_own_keep: true,
+        ..PurgeScope::default()
+    };
+    let three = Purged {
+        runs: 3,
+        attempts: 3,
+    };
+    assert_eq!(store.history_count(&global).await.unwrap(), three);
+    // Nothing finished before the runs did, and nothing in a partition of no run.
+    let earlier = PurgeScope {
+        finished_before_ms: now - 60_000,
+        ..global.clone()
+    };
+    assert_eq!(
+        store.history_count(&earlier).await.unwrap(),
+        Purged::default()
+    );
+    let elsewhere = PurgeScope {
+        partitions: Some(vec![1, 2]),
+        ..global.clone()
+    };
+    assert_eq!(
+        store.history_delete(&elsewhere, 100).await.unwrap(),
+        Purged::default()
+    );
+
+    // A batch at a time.
+    assert_eq!(
+        store.history_delete(&global, 2).await.unwrap(),
+        Purged {
+            runs: 2,
+            attempts: 2
+        }
+    );
+    assert_eq!(
+        store.history_delete(&global, 2).await.unwrap(),
+        Purged {
+            runs: 1,
+            attempts: 1
+        }
+    );
+    assert_eq!(
+        store.history_delete(&global, 2).await.unwrap(),
+        Purged::default()
+    );
+    for run in &plain[..3] {
+        assert!(!exists(&store, *run).await, "run {run} deleted");
+        assert!(store.attempts_of_run(*run).await.unwrap().is_empty());
+    }
+    // The running run, the dead letter and the job with its own rule are untouched.
+    assert!(exists(&store, running).await);
+    assert_eq!(store.attempts_of_run(running).await.unwrap().len(), 1);
+    assert!(exists(&store, dead).await);
+    assert!(exists(&store, own[0]).await && exists(&store, own[1]).await);
+
+    // Dead letters by their own rule.
+    let dead_letters = PurgeScope {
+        states: PurgeStates::DeadLetters,
+        ..global.clone()
+    };
+    assert_eq!(
+        store.history_delete(&dead_letters, 100).await.unwrap(),
+        Purged {
+            runs: 1,
+            attempts: 0
+        }
+    );
+    assert!(!exists(&store, dead).await);
+
+    // The job's own rule: found among the partition's jobs, and `max_runs: 1` keeps the
+    // newest run only.
+    assert_eq!(
+        store.history_rules(&[0, 1]).await.unwrap(),
+        vec![JobHistoryRule {
+            job_id: 2,
+            history_keep_ms: Some(0),
+            history_max_runs: Some(1),
+        }]
+    );
+    assert_eq!(store.history_rules(&[1]).await.unwrap(), vec![]);
+    let beyond = store.history_beyond_newest(2, 1).await.unwrap();
+    assert_eq!(beyond, Some(now - 4_000));
+    assert_eq!(store.history_beyond_newest(2, 2).await.unwrap(), None);
+    let capped = PurgeScope {
+        finished_before_ms: i64::MAX,
+        job_id: Some(2),
+        scheduled_until_ms: beyond,
+        ..PurgeScope::default()
+    };
+    assert_eq!(
+        store.history_delete(&capped, 100).await.unwrap(),
+        Purged {
+            runs: 1,
+            attempts: 1
+        }
+    );
+    assert!(!exists(&store, own[0]).await && exists(&store, own[1]).await);
+
+    // The oldest run kept is the running one, created before job 2's last.
+    let oldest = store.history_oldest_run_ms().await.unwrap().unwrap();
+    assert!(oldest >= now - 1_000 && oldest <= later, "{oldest}");
+    // Even an unbounded scope never takes a running run.
+    let everything = PurgeScope {
+        finished_before_ms: i64::MAX,
+        ..PurgeScope::default()
+    };
+    store.history_delete(&everything, 100).await.unwrap();
+    assert!(exists(&store, running).await);
+}
