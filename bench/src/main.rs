@@ -3,6 +3,7 @@
 
 mod cluster;
 mod executor;
+mod history;
 mod scenarios;
 mod stats;
 
@@ -33,6 +34,10 @@ struct Cli {
     /// The executor does not offer `dispatch-batch`: one request per attempt.
     #[arg(long, global = true)]
     no_batch: bool,
+    /// The nodes keep finished runs this long (`10m`, `1d`, `forever`), looking every second;
+    /// default: the server's default (30 days).
+    #[arg(long, global = true)]
+    retention: Option<String>,
     #[command(subcommand)]
     scenario: Scenario,
 }
@@ -55,6 +60,13 @@ enum Scenario {
         /// Seconds measured.
         #[arg(long, default_value_t = 30)]
         duration: u64,
+        /// Insert this many runs that finished two days ago before the jobs start
+        /// (PostgreSQL), for `--retention` to delete while they fire.
+        #[arg(long)]
+        history_backlog: Option<u64>,
+        /// Print the database's size and runs kept every this many seconds of the window.
+        #[arg(long)]
+        size_every: Option<u64>,
     },
     /// `kill -9` of the leader, then of a follower, under load (3 nodes, default timings,
     /// `catch_up`): seconds until a new leader, until the dead node's jobs fire again;
@@ -92,6 +104,11 @@ async fn main() -> anyhow::Result<()> {
         database_url: cli.database_url,
         carillon,
         batch: !cli.no_batch,
+        extra_env: cli
+            .retention
+            .as_deref()
+            .map(history::retention_env)
+            .unwrap_or_default(),
     };
     let report = match cli.scenario {
         Scenario::Throughput {
@@ -100,7 +117,20 @@ async fn main() -> anyhow::Result<()> {
             one_shot,
             warmup,
             duration,
-        } => scenarios::throughput(&common, nodes, jobs, one_shot, warmup, duration).await?,
+            history_backlog,
+            size_every,
+        } => {
+            let load = scenarios::Load {
+                nodes,
+                jobs,
+                one_shot,
+                warmup_s: warmup,
+                duration_s: duration,
+                history_backlog,
+                size_every_s: size_every,
+            };
+            scenarios::throughput(&common, &load).await?
+        }
         Scenario::Failover { jobs } => scenarios::failover(&common, jobs).await?,
         Scenario::Capacity { jobs, nodes } => scenarios::capacity(&common, jobs, nodes).await?,
     };

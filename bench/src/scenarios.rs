@@ -23,6 +23,24 @@ pub(crate) struct Common {
     pub(crate) carillon: PathBuf,
     /// The fast executor offers `dispatch-batch`.
     pub(crate) batch: bool,
+    /// More settings for every node (`--retention`).
+    pub(crate) extra_env: Vec<(String, String)>,
+}
+
+/// What `throughput` offers the cluster.
+#[derive(Debug, Clone)]
+pub(crate) struct Load {
+    pub(crate) nodes: usize,
+    /// Jobs firing every second.
+    pub(crate) jobs: usize,
+    /// Instead: this many one-shot jobs due at the same instant.
+    pub(crate) one_shot: Option<usize>,
+    pub(crate) warmup_s: u64,
+    pub(crate) duration_s: u64,
+    /// Old finished runs inserted first, for retention to delete during the window.
+    pub(crate) history_backlog: Option<u64>,
+    /// Print the database's size this often during the window.
+    pub(crate) size_every_s: Option<u64>,
 }
 
 fn every_second(i: usize, misfire: &str) -> Value {
@@ -36,7 +54,7 @@ async fn new_cluster(common: &Common) -> anyhow::Result<Cluster> {
         common.db,
         common.carillon.clone(),
         common.database_url.clone(),
-        Vec::new(),
+        common.extra_env.clone(),
     )
     .await
 }
@@ -56,16 +74,28 @@ fn seconds(from_ms: i64, to_ms: i64) -> Vec<i64> {
 }
 
 /// `N` jobs firing every second (or `M` one-shot jobs due at one instant), end to end.
-pub(crate) async fn throughput(
-    common: &Common,
-    nodes: usize,
-    jobs: usize,
-    one_shot: Option<usize>,
-    warmup_s: u64,
-    duration_s: u64,
-) -> anyhow::Result<Report> {
+pub(crate) async fn throughput(common: &Common, load: &Load) -> anyhow::Result<Report> {
+    let Load {
+        nodes,
+        jobs,
+        one_shot,
+        warmup_s,
+        duration_s,
+        history_backlog,
+        ..
+    } = load.clone();
     let mut cluster = new_cluster(common).await?;
     cluster.start_nodes(nodes).await?;
+    if let Some(backlog) = history_backlog {
+        let partitions = cluster
+            .view_of(0)
+            .await
+            .and_then(|v| v["partition_count"].as_i64())
+            .context("the cluster's partition count")?;
+        let inserted_at = Instant::now();
+        crate::history::insert_backlog(&cluster, backlog, partitions).await?;
+        report_backlog_insert(backlog, inserted_at.elapsed());
+    }
     let executor = FastExecutor::start(&cluster, common.batch).await?;
     let mut report = Report::new("throughput");
     report.add("db", format!("{:?}", common.db).to_lowercase());
@@ -124,12 +154,21 @@ pub(crate) async fn throughput(
     tokio::time::sleep(Duration::from_secs(warmup_s)).await;
     let t0 = (now_ms() / 1_000 + 1) * 1_000;
     let t1 = t0 + i64::try_from(duration_s).unwrap_or(30) * 1_000;
+    let backlog_at_t0 = match history_backlog {
+        Some(_) => Some(crate::history::backlog_left(&cluster).await?),
+        None => None,
+    };
     let ticks_before: Vec<u64> = cluster
         .nodes
         .iter()
         .map(|n| cpu_ticks(n.pid()).unwrap_or(0))
         .collect();
-    sleep_until_ms(t1).await;
+    match load.size_every_s {
+        Some(every) => {
+            crate::history::sample_size(&cluster, Duration::from_secs(every.max(1)), t1).await;
+        }
+        None => sleep_until_ms(t1).await,
+    }
     let ticks_after: Vec<u64> = cluster
         .nodes
         .iter()
@@ -173,7 +212,30 @@ pub(crate) async fn throughput(
         .collect();
     report.add("node_cpu", cpu.join(" "));
     report.add_delivery(&d);
+    if let Some(at_t0) = backlog_at_t0 {
+        let left = crate::history::backlog_left(&cluster).await?;
+        report.add("backlog_at_window_start", at_t0);
+        report.add("backlog_left", left);
+        report.add(
+            "backlog_deleted_per_s",
+            ((at_t0 - left) as f64 / (now_ms() - t0).max(1) as f64 * 1_000.0).round(),
+        );
+    } else {
+        report.add(
+            "db_bytes_per_fire",
+            crate::history::bytes_per_fire(&cluster).await?,
+        );
+    }
+    report.add("db_bytes", crate::history::database_bytes(&cluster).await?);
     Ok(report)
+}
+
+/// The backlog insert is set-up, not a figure: said on standard error.
+fn report_backlog_insert(runs: u64, took: Duration) {
+    eprintln!(
+        "inserted a backlog of {runs} finished runs in {:.0} s",
+        took.as_secs_f64()
+    );
 }
 
 /// `kill -9` of the leader, then of a follower, under load, with default timings.
