@@ -9,6 +9,7 @@
 pub mod db;
 pub mod executor;
 pub mod node;
+pub mod pki;
 pub mod private_server;
 pub mod proxy;
 

@@ -20,6 +20,9 @@ pub struct PrivateServer {
     dir: tempfile::TempDir,
     /// MariaDB runs as our child; PostgreSQL is driven by `pg_ctl`.
     child: Option<Child>,
+    /// Serves TLS only, with these certificates (PostgreSQL also requires a client
+    /// certificate signed by the test CA).
+    tls: Option<PathBuf>,
 }
 
 fn postgres_bin(name: &str) -> Option<PathBuf> {
@@ -73,6 +76,18 @@ impl PrivateServer {
     /// Creates and starts a server with an empty database `test`, or `None` when
     /// `CARILLON_TEST_BACKENDS` leaves the engine out.
     pub async fn start(engine: Engine) -> Option<PrivateServer> {
+        Self::start_with(engine, None).await
+    }
+
+    /// A server that accepts TLS connections only, with the certificates of `pki`.
+    pub async fn start_tls(engine: Engine, pki: &super::pki::TestPki) -> Option<PrivateServer> {
+        Self::start_with(engine, Some(pki)).await
+    }
+
+    async fn start_with(
+        engine: Engine,
+        pki: Option<&super::pki::TestPki>,
+    ) -> Option<PrivateServer> {
         if engine.left_out() {
             return None;
         }
@@ -93,6 +108,7 @@ impl PrivateServer {
             port: free_port(),
             dir,
             child: None,
+            tls: pki.map(|p| p.dir().to_owned()),
         };
         server.init();
         server.boot().await;
@@ -121,6 +137,24 @@ impl PrivateServer {
                         .args(["-A", "trust", "-U", "postgres", "-N"]),
                     "initdb",
                 );
+                if let Some(pki) = &self.tls {
+                    for name in ["ca.crt", "server.crt", "server.key"] {
+                        let to = self.data().join(name);
+                        std::fs::copy(pki.join(name), &to).expect("copying a PEM file");
+                        run(Command::new("chmod").arg("600").arg(&to), "chmod");
+                        if is_root() {
+                            run(Command::new("chown").arg("postgres").arg(&to), "chown");
+                        }
+                    }
+                    // TLS only, with a client certificate from the test CA.
+                    std::fs::write(
+                        self.data().join("pg_hba.conf"),
+                        "local all all trust\n\
+                         hostssl all all 127.0.0.1/32 trust clientcert=verify-ca\n\
+                         hostnossl all all 127.0.0.1/32 reject\n",
+                    )
+                    .expect("pg_hba.conf");
+                }
             }
             Engine::Mysql => run(
                 Command::new("mariadb-install-db")
@@ -142,11 +176,17 @@ impl PrivateServer {
         match self.engine {
             Engine::Postgres => {
                 let pg_ctl = postgres_bin("pg_ctl").expect("pg_ctl");
-                let options = format!(
+                let mut options = format!(
                     "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
                     self.port,
                     self.dir.path().display()
                 );
+                if self.tls.is_some() {
+                    options.push_str(
+                        " -c ssl=on -c ssl_cert_file=server.crt -c ssl_key_file=server.key \
+                         -c ssl_ca_file=ca.crt",
+                    );
+                }
                 run(
                     as_postgres(&pg_ctl)
                         .arg("-D")
@@ -159,6 +199,14 @@ impl PrivateServer {
             }
             Engine::Mysql => {
                 let log = std::fs::File::create(self.dir.path().join("server.log")).expect("log");
+                let tls: Vec<String> = self.tls.as_ref().map_or_else(Vec::new, |pki| {
+                    vec![
+                        format!("--ssl-ca={}", pki.join("ca.crt").display()),
+                        format!("--ssl-cert={}", pki.join("server.crt").display()),
+                        format!("--ssl-key={}", pki.join("server.key").display()),
+                        "--require-secure-transport=ON".to_owned(),
+                    ]
+                });
                 let child = Command::new("/usr/sbin/mariadbd")
                     .arg("--no-defaults")
                     .arg(format!("--datadir={}", self.data().display()))
@@ -173,6 +221,7 @@ impl PrivateServer {
                         "--max-connections=300",
                         "--innodb-flush-log-at-trx-commit=2",
                     ])
+                    .args(&tls)
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
                     .stderr(log)
@@ -213,10 +262,42 @@ impl PrivateServer {
     }
 
     fn admin_url(&self) -> String {
-        match self.engine {
-            Engine::Postgres => format!("postgres://postgres@127.0.0.1:{}/postgres", self.port),
-            _ => format!("mysql://root@127.0.0.1:{}/mysql", self.port),
+        let database = match self.engine {
+            Engine::Postgres => "postgres",
+            _ => "mysql",
+        };
+        self.url_of(database, &self.tls_params())
+    }
+
+    /// What the test harness itself connects with: encrypted, not verified (the tests check
+    /// verification), with the client certificate PostgreSQL asks for.
+    fn tls_params(&self) -> String {
+        match (&self.tls, self.engine) {
+            (None, _) => String::new(),
+            (Some(pki), Engine::Postgres) => format!(
+                "sslmode=require&sslcert={}&sslkey={}",
+                pki.join("client.crt").display(),
+                pki.join("client.key").display()
+            ),
+            (Some(_), _) => "ssl-mode=REQUIRED".to_owned(),
         }
+    }
+
+    fn url_of(&self, database: &str, params: &str) -> String {
+        let base = match self.engine {
+            Engine::Postgres => format!("postgres://postgres@127.0.0.1:{}/{database}", self.port),
+            _ => format!("mysql://root@127.0.0.1:{}/{database}", self.port),
+        };
+        if params.is_empty() {
+            base
+        } else {
+            format!("{base}?{params}")
+        }
+    }
+
+    /// The URL of its `test` database with these query parameters (`sslmode=verify-full&…`).
+    pub fn url_with(&self, params: &str) -> String {
+        self.url_of("test", params)
     }
 
     async fn create_test_database(&self) {
