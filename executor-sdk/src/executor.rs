@@ -59,9 +59,55 @@ pub struct ExecutorBuilder {
     dispatch_secret: String,
     executor_id: Option<String>,
     drain_timeout: Duration,
+    /// Serve HTTPS with this certificate and key; with `client_ca`, require nodes to present
+    /// a certificate signed by it.
+    tls: Option<carillon_tls::ServerTls>,
+    /// Trust for admin nodes reached over `https://`, beside the system's roots.
+    admin_ca: Option<std::path::PathBuf>,
 }
 
 impl ExecutorBuilder {
+    /// Serve the dispatch endpoint over HTTPS with this certificate chain and key (PEM
+    /// files); the executor then registers an `https://` address.
+    pub fn tls(
+        mut self,
+        cert: impl Into<std::path::PathBuf>,
+        key: impl Into<std::path::PathBuf>,
+    ) -> Self {
+        let client_ca = self.tls.and_then(|t| t.client_ca);
+        self.tls = Some(carillon_tls::ServerTls {
+            cert: cert.into(),
+            key: key.into(),
+            client_ca,
+        });
+        self
+    }
+
+    /// Accept only nodes presenting a client certificate signed by this CA (PEM); needs
+    /// [`ExecutorBuilder::tls`]. Nodes present theirs with `dispatch.tls_client_cert`.
+    pub fn require_client_certificate(mut self, ca: impl Into<std::path::PathBuf>) -> Self {
+        let ca = Some(ca.into());
+        self.tls = Some(match self.tls {
+            Some(tls) => carillon_tls::ServerTls {
+                client_ca: ca,
+                ..tls
+            },
+            None => carillon_tls::ServerTls {
+                cert: std::path::PathBuf::new(),
+                key: std::path::PathBuf::new(),
+                client_ca: ca,
+            },
+        });
+        self
+    }
+
+    /// Trust admin nodes served over HTTPS with certificates from this CA (PEM), beside the
+    /// system's roots.
+    pub fn admin_ca(mut self, ca: impl Into<std::path::PathBuf>) -> Self {
+        self.admin_ca = Some(ca.into());
+        self
+    }
+
     pub fn app(mut self, app: impl Into<String>) -> Self {
         self.app = app.into();
         self
@@ -146,9 +192,27 @@ impl ExecutorBuilder {
             let _ = getrandom::fill(&mut random);
             format!("{}-{:08x}", self.app, u32::from_le_bytes(random))
         });
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(2))
-            .timeout(Duration::from_secs(10))
+        let tls = match &self.tls {
+            Some(tls) if tls.cert.as_os_str().is_empty() => {
+                return Err(bad(
+                    "tls",
+                    "require_client_certificate needs tls(cert, key) to serve HTTPS",
+                ));
+            }
+            Some(tls) => Some(tls.config().map_err(|e| bad("tls", &e.to_string()))?),
+            None => None,
+        };
+        let admin_tls = carillon_tls::ClientTls {
+            ca: self.admin_ca.clone(),
+            ..carillon_tls::ClientTls::default()
+        };
+        let http = admin_tls
+            .apply(
+                reqwest::Client::builder()
+                    .connect_timeout(Duration::from_secs(2))
+                    .timeout(Duration::from_secs(10)),
+            )
+            .map_err(|e| bad("admin_ca", &e.to_string()))?
             .build()
             .map_err(|e| bad("admin_urls", &format!("cannot build an HTTP client: {e}")))?;
         let shared = Arc::new(Shared {
@@ -177,6 +241,7 @@ impl ExecutorBuilder {
             listen: self.listen,
             advertise: self.advertise,
             drain_timeout: self.drain_timeout,
+            tls,
         })
     }
 }
@@ -365,6 +430,7 @@ pub struct Executor {
     listen: SocketAddr,
     advertise: Option<String>,
     drain_timeout: Duration,
+    tls: Option<Arc<carillon_tls::ServerConfig>>,
 }
 
 impl Executor {
@@ -380,6 +446,8 @@ impl Executor {
             dispatch_secret: String::new(),
             executor_id: None,
             drain_timeout: Duration::from_secs(30),
+            tls: None,
+            admin_ca: None,
         }
     }
 
@@ -417,10 +485,11 @@ impl Executor {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ExecutorError> {
         let local = listener.local_addr().map_err(ExecutorError::Serve)?;
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
         let address = self
             .advertise
             .clone()
-            .unwrap_or_else(|| format!("http://{local}"));
+            .unwrap_or_else(|| format!("{scheme}://{local}"));
         let shared = Arc::clone(&self.shared);
         let accepted: RegistrationAccepted = shared
             .call(admin_paths::REGISTER, &shared.registration(&address), &[])
@@ -436,11 +505,25 @@ impl Executor {
             stop.clone(),
         ));
         let serve_stop = stop.clone();
-        let server = axum::serve(listener, self.router()).with_graceful_shutdown(async move {
+        let stopped = async move {
             shutdown.await;
             serve_stop.cancel();
-        });
-        let served = server.await.map_err(ExecutorError::Serve);
+        };
+        let served = match &self.tls {
+            Some(config) => {
+                let listener = carillon_tls::TlsListener::new(listener, Arc::clone(config))
+                    .map_err(ExecutorError::Serve)?;
+                axum::serve(listener, self.router())
+                    .with_graceful_shutdown(stopped)
+                    .await
+            }
+            None => {
+                axum::serve(listener, self.router())
+                    .with_graceful_shutdown(stopped)
+                    .await
+            }
+        }
+        .map_err(ExecutorError::Serve);
 
         // Drain: refuse new work, let in-flight attempts finish and report, then leave.
         shared.draining.store(true, Ordering::SeqCst);

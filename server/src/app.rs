@@ -76,6 +76,8 @@ pub struct Application {
     dispatcher: Dispatcher,
     alert_worker: AlertWorker,
     history_purger: HistoryPurger,
+    /// Serve HTTPS with this configuration (`http.tls_cert`).
+    tls: Option<Arc<carillon_tls::ServerConfig>>,
     shutdown_grace: Duration,
 }
 
@@ -177,11 +179,19 @@ impl Application {
             addr: listen,
             source,
         })?;
+        // Bad certificate files stop the node here, naming the file.
+        let tls = config
+            .http
+            .server_tls()
+            .map(|tls| tls.config())
+            .transpose()
+            .map_err(|e| StartupError::Http(format!("http.tls_cert/http.tls_key: {e}")))?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let address = config
             .http
             .advertise
             .clone()
-            .unwrap_or_else(|| format!("http://{local_addr}"));
+            .unwrap_or_else(|| format!("{scheme}://{local_addr}"));
         let advertised = address.clone();
 
         let incarnation = crate::data_dir::random_hex(8)?;
@@ -234,10 +244,13 @@ impl Application {
         let client = DispatchClient::new(
             Arc::new(dispatch_secret),
             Arc::clone(&clock),
-            Duration::from_millis(config.dispatch.connect_timeout_ms),
-            Duration::from_millis(config.dispatch.request_timeout_ms),
+            (
+                Duration::from_millis(config.dispatch.connect_timeout_ms),
+                Duration::from_millis(config.dispatch.request_timeout_ms),
+            ),
             crate::dispatch::networks::Allowlist::parse(&config.dispatch.allowed_networks)
                 .map_err(|why| StartupError::Http(format!("dispatch.allowed_networks: {why}")))?,
+            &config.dispatch.client_tls(),
         )
         .map_err(|e| StartupError::Http(e.to_string()))?;
         let dispatcher = Dispatcher::new(
@@ -282,6 +295,7 @@ impl Application {
             dispatcher,
             alert_worker,
             history_purger,
+            tls,
             shutdown_grace: Duration::from_millis(config.cluster.shutdown_grace_ms),
         })
     }
@@ -299,9 +313,21 @@ impl Application {
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> Result<(), RunError> {
         let tracker = TaskTracker::new();
         let http_stop = shutdown.child_token();
-        let server = axum::serve(self.listener, api::router(self.api_state))
-            .with_graceful_shutdown(http_stop.cancelled_owned());
-        let mut http = tracker.spawn(async move { server.await });
+        let router = api::router(self.api_state);
+        let mut http = match self.tls {
+            Some(config) => {
+                let listener = carillon_tls::TlsListener::new(self.listener, config)
+                    .map_err(RunError::Http)?;
+                let server = axum::serve(listener, router)
+                    .with_graceful_shutdown(http_stop.cancelled_owned());
+                tracker.spawn(async move { server.await })
+            }
+            None => {
+                let server = axum::serve(self.listener, router)
+                    .with_graceful_shutdown(http_stop.cancelled_owned());
+                tracker.spawn(async move { server.await })
+            }
+        };
         let mut coordinator = tracker.spawn(self.coordinator.run(shutdown.child_token()));
         tracker.spawn(self.scheduler.run(shutdown.child_token()));
         tracker.spawn(self.dispatcher.run(shutdown.child_token()));

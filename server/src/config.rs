@@ -132,6 +132,20 @@ pub struct HttpConfig {
     pub listen: SocketAddr,
     /// The address other nodes and executors reach this node at; defaults to the bound address.
     pub advertise: Option<String>,
+    /// Serve HTTPS with this certificate chain (PEM) and `tls_key`; default: plain HTTP.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+}
+
+impl HttpConfig {
+    /// The HTTPS settings, when both files are set.
+    pub fn server_tls(&self) -> Option<carillon_tls::ServerTls> {
+        Some(carillon_tls::ServerTls {
+            cert: self.tls_cert.clone()?,
+            key: self.tls_key.clone()?,
+            client_ca: None,
+        })
+    }
 }
 
 impl Default for HttpConfig {
@@ -139,6 +153,8 @@ impl Default for HttpConfig {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 9001)),
             advertise: None,
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }
@@ -226,6 +242,21 @@ pub struct DispatchConfig {
     /// Networks executors may register addresses in (`10.0.0.0/8`, `fd00::/8`, single
     /// addresses); empty allows any. Checked at registration and on every connection.
     pub allowed_networks: Vec<String>,
+    /// CA certificates (PEM) trusted for `https://` executors, beside the system's roots.
+    pub tls_ca: Option<PathBuf>,
+    /// A client certificate (PEM chain) and key presented to executors that require one.
+    pub tls_client_cert: Option<PathBuf>,
+    pub tls_client_key: Option<PathBuf>,
+}
+
+impl DispatchConfig {
+    pub fn client_tls(&self) -> carillon_tls::ClientTls {
+        carillon_tls::ClientTls {
+            ca: self.tls_ca.clone(),
+            cert: self.tls_client_cert.clone(),
+            key: self.tls_client_key.clone(),
+        }
+    }
 }
 
 impl Default for DispatchConfig {
@@ -238,6 +269,9 @@ impl Default for DispatchConfig {
             request_timeout_ms: 10_000,
             no_executor_grace_ms: 30_000,
             allowed_networks: Vec::new(),
+            tls_ca: None,
+            tls_client_cert: None,
+            tls_client_key: None,
         }
     }
 }
@@ -414,6 +448,18 @@ impl Config {
             return Err(invalid(
                 "alerts.attempts",
                 format!("{} is outside 1..=20", a.attempts),
+            ));
+        }
+        if self.http.tls_cert.is_some() != self.http.tls_key.is_some() {
+            return Err(invalid(
+                "http.tls_cert",
+                "HTTPS needs both http.tls_cert and http.tls_key",
+            ));
+        }
+        if self.dispatch.tls_client_cert.is_some() != self.dispatch.tls_client_key.is_some() {
+            return Err(invalid(
+                "dispatch.tls_client_cert",
+                "a client certificate needs both dispatch.tls_client_cert and dispatch.tls_client_key",
             ));
         }
         self.retention

@@ -135,5 +135,7 @@ async fn mariadb_over_tls_verifies_the_server() {
         &["insecure transport", "access denied"],
     )
     .await;
-    connect(&server.url_with("ssl-mode=PREFERRED")).await.unwrap();
+    connect(&server.url_with("ssl-mode=PREFERRED"))
+        .await
+        .unwrap();
 }

@@ -14,6 +14,21 @@ use crate::data_dir::DataDir;
 pub(crate) struct ApiTarget {
     pub(crate) url: String,
     token: String,
+    /// Trusted for an `https://` node, beside the system's roots.
+    ca_file: Option<PathBuf>,
+}
+
+/// An error with its causes, as one line (reqwest says "error sending request" and keeps the
+/// reason, a refused certificate for one, in its sources).
+fn with_causes(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// How the server and token were not found, or a call failed.
@@ -32,7 +47,11 @@ pub(crate) enum ClientError {
 
 impl ApiTarget {
     /// From flags or environment, else the default local node and its data directory.
-    pub(crate) fn find(url: Option<String>, token: Option<String>) -> Result<Self, ClientError> {
+    pub(crate) fn find(
+        url: Option<String>,
+        token: Option<String>,
+        ca_file: Option<PathBuf>,
+    ) -> Result<Self, ClientError> {
         let config = Config::default();
         let url = url.unwrap_or_else(|| format!("http://{}", config.http.listen));
         let token = match token {
@@ -53,6 +72,7 @@ impl ApiTarget {
         Ok(Self {
             url: url.trim_end_matches('/').to_owned(),
             token,
+            ca_file,
         })
     }
 
@@ -63,23 +83,29 @@ impl ApiTarget {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Value, ClientError> {
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
+        let unreachable = |reason: String| ClientError::Unreachable {
+            url: self.url.clone(),
+            reason,
+        };
+        let tls = carillon_tls::ClientTls {
+            ca: self.ca_file.clone(),
+            ..carillon_tls::ClientTls::default()
+        };
+        let client = tls
+            .apply(reqwest::Client::builder().timeout(Duration::from_secs(30)))
+            .map_err(|e| unreachable(format!("--ca-file: {e}")))?
             .build()
-            .map_err(|e| ClientError::Unreachable {
-                url: self.url.clone(),
-                reason: e.to_string(),
-            })?;
+            .map_err(|e| unreachable(e.to_string()))?;
         let mut request = client
             .request(method, format!("{}{path}", self.url))
             .bearer_auth(&self.token);
         if let Some(body) = body {
             request = request.json(body);
         }
-        let response = request.send().await.map_err(|e| ClientError::Unreachable {
-            url: self.url.clone(),
-            reason: e.without_url().to_string(),
-        })?;
+        let response = request
+            .send()
+            .await
+            .map_err(|e| unreachable(with_causes(&e.without_url())))?;
         let status = response.status();
         let bytes = response.bytes().await.unwrap_or_default();
         let json: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);

@@ -39,6 +39,9 @@ pub struct Cli {
     /// The token for client commands (default: the local default node's admin token).
     #[arg(long, global = true, env = "CARILLON_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// A CA certificate (PEM) to trust for an https:// node, beside the system's roots.
+    #[arg(long, global = true, env = "CARILLON_CA_FILE")]
+    ca_file: Option<PathBuf>,
     /// Output of client commands.
     #[arg(long, short = 'o', global = true, value_enum, default_value_t = commands::Output::Table)]
     output: commands::Output,
@@ -99,6 +102,21 @@ struct ServerArgs {
     /// Address other nodes and executors reach this node at.
     #[arg(long, env = "CARILLON_ADVERTISE")]
     advertise: Option<String>,
+    /// Serve HTTPS with this certificate chain (PEM)…
+    #[arg(long, env = "CARILLON_HTTP_TLS_CERT")]
+    http_tls_cert: Option<PathBuf>,
+    /// …and this private key (PEM).
+    #[arg(long, env = "CARILLON_HTTP_TLS_KEY")]
+    http_tls_key: Option<PathBuf>,
+    /// CA certificates (PEM) trusted for https:// executors, beside the system's.
+    #[arg(long, env = "CARILLON_DISPATCH_TLS_CA")]
+    dispatch_tls_ca: Option<PathBuf>,
+    /// A client certificate (PEM) presented to executors that require one…
+    #[arg(long, env = "CARILLON_DISPATCH_TLS_CLIENT_CERT")]
+    dispatch_tls_client_cert: Option<PathBuf>,
+    /// …and its private key (PEM).
+    #[arg(long, env = "CARILLON_DISPATCH_TLS_CLIENT_KEY")]
+    dispatch_tls_client_key: Option<PathBuf>,
     /// The admin bearer token (prefer the environment variable: flags show in `ps`).
     #[arg(long, env = "CARILLON_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
@@ -248,6 +266,17 @@ impl ServerArgs {
         set(&mut config.alerts.format, self.alerts_format);
         set(&mut config.alerts.late_after_ms, self.alerts_late_after_ms);
         set(&mut config.alerts.check_ms, self.alerts_check_ms);
+        set(&mut config.http.tls_cert, self.http_tls_cert.map(Some));
+        set(&mut config.http.tls_key, self.http_tls_key.map(Some));
+        set(&mut config.dispatch.tls_ca, self.dispatch_tls_ca.map(Some));
+        set(
+            &mut config.dispatch.tls_client_cert,
+            self.dispatch_tls_client_cert.map(Some),
+        );
+        set(
+            &mut config.dispatch.tls_client_key,
+            self.dispatch_tls_client_key.map(Some),
+        );
         let r = &mut config.retention;
         set(&mut r.runs, self.retention_runs);
         set(&mut r.dead_letters, self.retention_dead_letters);
@@ -290,7 +319,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             migrate(config).await
         }
         client_command => {
-            let api = match client::ApiTarget::find(cli.url, cli.token) {
+            let api = match client::ApiTarget::find(cli.url, cli.token, cli.ca_file) {
                 Ok(api) => api,
                 Err(err) => return fail_early(&err),
             };

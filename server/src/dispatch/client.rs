@@ -60,21 +60,46 @@ pub struct DispatchClient {
     clock: Arc<ClusterClock>,
 }
 
+/// Why a signed call got no answer; `tls` when the TLS handshake refused a certificate.
+#[derive(Debug)]
+struct NoAnswer {
+    why: String,
+    tls: bool,
+}
+
+impl From<NoAnswer> for String {
+    fn from(no: NoAnswer) -> String {
+        no.why
+    }
+}
+
+/// Why the dispatch client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientBuildError {
+    #[error("dispatch TLS: {0}")]
+    Tls(#[from] carillon_tls::TlsError),
+    #[error("cannot build the dispatch HTTP client: {0}")]
+    Http(#[from] reqwest::Error),
+}
+
 impl DispatchClient {
     pub fn new(
         secret: Arc<Secret>,
         clock: Arc<ClusterClock>,
-        connect_timeout: Duration,
-        request_timeout: Duration,
+        (connect_timeout, request_timeout): (Duration, Duration),
         allowlist: Allowlist,
-    ) -> Result<Self, reqwest::Error> {
+        tls: &carillon_tls::ClientTls,
+    ) -> Result<Self, ClientBuildError> {
         let allowlist = Arc::new(allowlist);
-        let mut http = reqwest::Client::builder()
+        let http = reqwest::Client::builder()
             .connect_timeout(connect_timeout)
             .timeout(request_timeout)
             // Dispatch only to the address an executor registered, never where it points.
             .redirect(reqwest::redirect::Policy::none())
             .pool_max_idle_per_host(64);
+        // `https://` executors: the system's roots plus `dispatch.tls_ca`, and the node's
+        // client certificate for executors that require one.
+        let mut http = tls.apply(http)?;
         if !allowlist.is_open() {
             http = http.dns_resolver(AllowlistResolver(Arc::clone(&allowlist)));
         }
@@ -91,10 +116,13 @@ impl DispatchClient {
         self.allowlist.check_address(address).await
     }
 
-    async fn post_signed(&self, url: String, body: Vec<u8>) -> Result<reqwest::Response, String> {
+    async fn post_signed(&self, url: String, body: Vec<u8>) -> Result<reqwest::Response, NoAnswer> {
         // An address literal skips the resolver: check it here.
         if !self.allowlist.permits_literal(&url) {
-            return Err("the executor's address is outside dispatch.allowed_networks".to_owned());
+            return Err(NoAnswer {
+                why: "the executor's address is outside dispatch.allowed_networks".to_owned(),
+                tls: false,
+            });
         }
         // Signatures carry the cluster's time (the database clock), not this machine's: a
         // node whose clock is minutes off would otherwise have every dispatch refused as
@@ -109,7 +137,10 @@ impl DispatchClient {
             .body(body)
             .send()
             .await
-            .map_err(|e| format!("no answer: {}", without_url(&e)))
+            .map_err(|e| NoAnswer {
+                tls: carillon_tls::is_tls_failure(&e),
+                why: format!("no answer: {}", without_url(&e)),
+            })
     }
 
     /// Now by the cluster clock, which stamps the signatures.
@@ -129,7 +160,12 @@ impl DispatchClient {
         );
         let response = match self.post_signed(url, body).await {
             Ok(response) => response,
-            Err(e) => return Delivery::TryAnother(NotTaken::Unreachable, e),
+            // A certificate refused (ours or the executor's) is no passing outage: the
+            // attempt fails with the reason, and the retry policy decides what follows.
+            Err(NoAnswer { why, tls: true }) => {
+                return Delivery::Refused(format!("TLS with the executor failed: {why}"));
+            }
+            Err(NoAnswer { why, .. }) => return Delivery::TryAnother(NotTaken::Unreachable, why),
         };
         match response.status() {
             StatusCode::ACCEPTED => Delivery::Accepted,
@@ -227,8 +263,16 @@ fn not_taken(status: u16, detail: &str) -> Delivery {
 }
 
 /// reqwest errors carry the URL; the message already says which executor.
+/// With its causes: "error sending request" keeps the reason (a refused certificate, a reset)
+/// in its sources.
 fn without_url(err: &reqwest::Error) -> String {
     let mut text = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
     if let Some(url) = err.url() {
         text = text.replace(url.as_str(), "executor");
     }

@@ -23,6 +23,9 @@ pub struct NodeSpec {
     pub misfire_threshold_ms: u64,
     /// More `CARILLON_*` settings.
     pub extra_env: Vec<(&'static str, String)>,
+    /// The node serves HTTPS (with `CARILLON_HTTP_TLS_*` in `extra_env`), and the test's
+    /// client trusts this CA.
+    pub https_ca: Option<PathBuf>,
 }
 
 impl NodeSpec {
@@ -38,6 +41,7 @@ impl NodeSpec {
             leader_lease_ms: 1_000,
             misfire_threshold_ms: 60_000,
             extra_env: Vec::new(),
+            https_ca: None,
         }
     }
 }
@@ -179,12 +183,17 @@ impl NodeProcess {
         env.extend(spec.extra_env.iter().cloned());
         let mut child = spawn_carillon(&["server"], &env, &spec.data_dir, &log);
         let addr = wait_for_listen_address(&mut child, &log).await;
+        let mut client = reqwest::Client::builder();
+        if let Some(ca) = &spec.https_ca {
+            let pem = std::fs::read(ca).expect("the CA file");
+            client = client.add_root_certificate(reqwest::Certificate::from_pem(&pem).expect("CA"));
+        }
         NodeProcess {
             spec,
             addr,
             child,
             log,
-            client: reqwest::Client::new(),
+            client: client.build().expect("a client"),
         }
     }
 
@@ -193,7 +202,12 @@ impl NodeProcess {
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
+        let scheme = if self.spec.https_ca.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}{path}", self.addr)
     }
 
     /// `kill -9`: no chance to leave the cluster.
