@@ -148,7 +148,9 @@ CREATE TABLE attempts (
     finished_at_ms BIGINT NULL,
     output TEXT NULL,
     error TEXT NULL,
-    seen_at_ms BIGINT NULL
+    seen_at_ms BIGINT NULL,
+    -- Earlier attempts of the same shard lost with their executor (outside the retry budget).
+    lost_before BIGINT NOT NULL DEFAULT 0
 );
 CREATE UNIQUE INDEX attempts_run_shard_idx ON attempts (run_id, shard_index, attempt_no);
 CREATE INDEX attempts_queue_idx ON attempts (state, partition_id, not_before_ms);

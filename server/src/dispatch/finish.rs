@@ -12,8 +12,9 @@ use crate::store::{self, AttemptEnd, AttemptEnded, AttemptRecord, Store, attempt
 /// Output kept per attempt; the rest is cut.
 pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
 const MAX_ERROR_BYTES: usize = 8 * 1024;
-/// Attempts lost with their executor are retried beyond `max_attempts`, up to this many more:
-/// failing over must not depend on the retry budget.
+/// Attempts lost with their executor are retried outside `max_attempts`, up to this many
+/// times per shard: failing over must not use up the retry budget, but work that takes down
+/// every executor it lands on must stop somewhere.
 const EXTRA_LOST_ATTEMPTS: i64 = 5;
 
 /// Why an attempt ended.
@@ -68,16 +69,16 @@ pub fn end_of(
     error: Option<String>,
 ) -> AttemptEnd {
     let max = i64::from(policy.retry.max_attempts);
+    // Attempts lost with their executor say nothing of the work: they count apart.
+    let tried = attempt.attempt_no - attempt.lost_before;
     let (state, retry) = match ending {
         Ending::Reported(Outcome::Succeeded) => (attempt_state::SUCCEEDED, false),
         Ending::Reported(Outcome::Cancelled) => (attempt_state::CANCELLED, false),
-        Ending::Reported(Outcome::Failed) | Ending::Refused => {
-            (attempt_state::FAILED, attempt.attempt_no < max)
-        }
-        Ending::TimedOut => (attempt_state::TIMED_OUT, attempt.attempt_no < max),
+        Ending::Reported(Outcome::Failed) | Ending::Refused => (attempt_state::FAILED, tried < max),
+        Ending::TimedOut => (attempt_state::TIMED_OUT, tried < max),
         Ending::Lost => (
             attempt_state::LOST,
-            attempt.attempt_no < max + EXTRA_LOST_ATTEMPTS,
+            attempt.lost_before < EXTRA_LOST_ATTEMPTS,
         ),
     };
     let retry_after_ms = retry.then(|| match ending {
@@ -144,6 +145,56 @@ mod tests {
             bounded_output(&serde_json::json!({"rows": 3})),
             r#"{"rows":3}"#
         );
+    }
+
+    fn attempt(attempt_no: i64, lost_before: i64) -> AttemptRecord {
+        AttemptRecord {
+            attempt_id: 1,
+            run_id: 1,
+            job_id: 1,
+            partition_id: 0,
+            shard_index: 0,
+            shard_total: 1,
+            attempt_no,
+            priority: 5,
+            args_json: "null".into(),
+            state: "running".into(),
+            created_at_ms: 0,
+            not_before_ms: 0,
+            avoid_executor_id: None,
+            executor_id: Some("e1".into()),
+            dispatched_at_ms: Some(0),
+            deadline_ms: None,
+            finished_at_ms: None,
+            output: None,
+            error: None,
+            lost_before,
+        }
+    }
+
+    #[test]
+    fn failover_does_not_use_up_the_retry_budget() {
+        let mut policy = JobPolicy::default();
+        policy.retry.max_attempts = 3;
+        let retries = |no, lost, ending| {
+            end_of(&policy, &attempt(no, lost), None, ending, None, None)
+                .retry_after_ms
+                .is_some()
+        };
+        let failed = || Ending::Reported(Outcome::Failed);
+        // Three real tries, whatever was lost between them.
+        assert!(retries(2, 0, failed()));
+        assert!(!retries(3, 0, failed()));
+        assert!(
+            retries(3, 1, failed()),
+            "one of the three was lost: one more try"
+        );
+        assert!(!retries(4, 1, failed()));
+        assert!(retries(5, 3, Ending::TimedOut));
+        // Lost attempts go again, up to EXTRA_LOST_ATTEMPTS of them per shard.
+        assert!(retries(1, 0, Ending::Lost));
+        assert!(retries(9, EXTRA_LOST_ATTEMPTS - 1, Ending::Lost));
+        assert!(!retries(9, EXTRA_LOST_ATTEMPTS, Ending::Lost));
     }
 
     #[test]

@@ -328,24 +328,24 @@ queries! {
         ORDER BY run_id LIMIT 1";
     run_release_queued = "UPDATE runs SET state = 'pending' WHERE run_id = ? AND state = 'queued'";
     attempt_insert = "INSERT INTO attempts (run_id, job_id, partition_id, shard_index, \
-        shard_total, attempt_no, priority, args_json, state, created_at_ms, not_before_ms, \
-        avoid_executor_id, executor_id) \
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', {now}, {now} + ?, ?, ?)";
+        shard_total, attempt_no, lost_before, priority, args_json, state, created_at_ms, \
+        not_before_ms, avoid_executor_id, executor_id) \
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', {now}, {now} + ?, ?, ?)";
     executor_loads = "SELECT executor_id, COUNT(*) FROM attempts \
         WHERE state = 'running' AND executor_id IS NOT NULL GROUP BY executor_id";
     attempt_get = "SELECT attempt_id, run_id, job_id, partition_id, shard_index, shard_total, \
         attempt_no, priority, args_json, state, created_at_ms, not_before_ms, avoid_executor_id, \
-        executor_id, dispatched_at_ms, deadline_ms, finished_at_ms, output, error \
-        FROM attempts WHERE attempt_id = ?";
+        executor_id, dispatched_at_ms, deadline_ms, finished_at_ms, output, error, \
+        lost_before FROM attempts WHERE attempt_id = ?";
     attempt_lock = "SELECT attempt_id, run_id, job_id, partition_id, shard_index, shard_total, \
         attempt_no, priority, args_json, state, created_at_ms, not_before_ms, avoid_executor_id, \
-        executor_id, dispatched_at_ms, deadline_ms, finished_at_ms, output, error \
-        FROM attempts WHERE attempt_id = ? {for_update}";
+        executor_id, dispatched_at_ms, deadline_ms, finished_at_ms, output, error, \
+        lost_before FROM attempts WHERE attempt_id = ? {for_update}";
     run_lock = "SELECT run_id FROM runs WHERE run_id = ? {for_update}";
     attempts_of_run = "SELECT attempt_id, run_id, job_id, partition_id, shard_index, \
         shard_total, attempt_no, priority, args_json, state, created_at_ms, not_before_ms, \
         avoid_executor_id, executor_id, dispatched_at_ms, deadline_ms, finished_at_ms, output, \
-        error FROM attempts WHERE run_id = ? ORDER BY shard_index, attempt_no";
+        error, lost_before FROM attempts WHERE run_id = ? ORDER BY shard_index, attempt_no";
     attempt_dispatched = "UPDATE attempts SET state = 'running', executor_id = ?, \
         dispatched_at_ms = {now}, deadline_ms = CASE WHEN ? > 0 THEN {now} + ? ELSE NULL END \
         WHERE attempt_id = ? AND state = 'pending'";
@@ -369,19 +369,19 @@ queries! {
     attempts_due = "SELECT a.attempt_id, a.run_id, a.job_id, a.partition_id, a.shard_index, a.shard_total, \
         a.attempt_no, a.priority, a.args_json, a.state, a.created_at_ms, a.not_before_ms, \
         a.avoid_executor_id, a.executor_id, a.dispatched_at_ms, a.deadline_ms, \
-        a.finished_at_ms, a.output, a.error, r.scheduled_at_ms FROM attempts a JOIN runs r ON \
+        a.finished_at_ms, a.output, a.error, a.lost_before, r.scheduled_at_ms FROM attempts a JOIN runs r ON \
         r.run_id = a.run_id WHERE a.state = 'pending' AND a.partition_id IN ({partitions}) AND \
         a.not_before_ms <= {now} + ? AND (a.not_before_ms > ? OR (a.not_before_ms = ? \
         AND a.attempt_id > ?)) ORDER BY a.not_before_ms, a.attempt_id LIMIT ?";
     attempts_expired = "SELECT attempt_id, run_id, job_id, partition_id, shard_index, shard_total, attempt_no, \
         priority, args_json, state, created_at_ms, not_before_ms, avoid_executor_id, \
-        executor_id, dispatched_at_ms, deadline_ms, finished_at_ms, output, error FROM attempts \
-        WHERE state = 'running' AND partition_id IN ({partitions}) AND deadline_ms IS NOT NULL \
+        executor_id, dispatched_at_ms, deadline_ms, finished_at_ms, output, error, lost_before \
+        FROM attempts WHERE state = 'running' AND partition_id IN ({partitions}) AND deadline_ms IS NOT NULL \
         AND deadline_ms <= {now} LIMIT ?";
     attempts_orphaned = "SELECT a.attempt_id, a.run_id, a.job_id, a.partition_id, a.shard_index, a.shard_total, \
         a.attempt_no, a.priority, a.args_json, a.state, a.created_at_ms, a.not_before_ms, \
         a.avoid_executor_id, a.executor_id, a.dispatched_at_ms, a.deadline_ms, a.finished_at_ms, \
-        a.output, a.error FROM attempts a LEFT JOIN executors e ON e.executor_id = a.executor_id \
+        a.output, a.error, a.lost_before FROM attempts a LEFT JOIN executors e ON e.executor_id = a.executor_id \
         WHERE a.state = 'running' AND a.partition_id IN ({partitions}) AND (e.executor_id IS \
         NULL OR e.state = 'left' OR e.heartbeat_at_ms + ? <= {now} \
         OR e.heartbeat_at_ms >= COALESCE(a.seen_at_ms, a.dispatched_at_ms) + ?) LIMIT ?";

@@ -74,6 +74,11 @@ pub struct AttemptRecord {
     pub finished_at_ms: Option<i64>,
     pub output: Option<String>,
     pub error: Option<String>,
+    /// How many earlier attempts of its shard were lost with their executor: they do not
+    /// count against the job's `retry.max_attempts`. Read by the queries whose attempts may
+    /// end here; 0 where a listing leaves it out.
+    #[sqlx(default)]
+    pub lost_before: i64,
 }
 
 /// Runs finished in one minute in one state (`minute_ms`: the minute's first millisecond),

@@ -65,6 +65,12 @@ macro_rules! dispatch_store {
                         .bind(attempt.shard_index)
                         .bind(attempt.shard_total)
                         .bind(attempt.attempt_no + 1)
+                        // Failover does not use up the retry budget: the next attempt
+                        // knows how many of those before it were lost.
+                        .bind(
+                            attempt.lost_before
+                                + i64::from(end.state == attempt_state::LOST),
+                        )
                         .bind(attempt.priority)
                         .bind(&attempt.args_json)
                         .bind(delay.max(0))

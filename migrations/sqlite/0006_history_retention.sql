@@ -1,7 +1,0 @@
--- Carillon schema, version 6: run-history retention. A job's own rule (`history` in the job
--- document): how long its finished runs are kept (0: forever; NULL: the node's
--- retention.runs), and how many of its newest runs are kept at most.
-ALTER TABLE jobs ADD COLUMN history_keep_ms BIGINT NULL;
-ALTER TABLE jobs ADD COLUMN history_max_runs BIGINT NULL;
-CREATE INDEX jobs_history_keep_idx ON jobs (history_keep_ms);
-CREATE INDEX jobs_history_max_runs_idx ON jobs (history_max_runs);
