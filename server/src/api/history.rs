@@ -93,20 +93,23 @@ pub(super) async fn purge(
         let counted = state.store.history_count(&scope).await?;
         return Ok(Json(report(counted, true)));
     }
+    // Every finished run is in scope here, so each step deletes what it looks at; the next
+    // call starts again from the oldest left.
+    let mut scope = scope;
     let mut total = Purged::default();
     let mut left = i64::from(limit);
     loop {
-        let batch = BATCH.min(left);
-        let purged = state.store.history_delete(&scope, batch).await?;
-        state.observer.metrics.count_history_deleted(purged);
-        total += purged;
-        left -= i64::try_from(purged.runs).unwrap_or(i64::MAX);
-        if purged.runs < u64::try_from(batch).unwrap_or(0) {
+        let step = state.store.history_delete(&scope, BATCH.min(left)).await?;
+        state.observer.metrics.count_history_deleted(step.purged);
+        total += step.purged;
+        left -= i64::try_from(step.purged.runs).unwrap_or(i64::MAX);
+        let Some(next) = step.next_from_ms else {
             return Ok(Json(report(total, true)));
-        }
+        };
         if left <= 0 {
             return Ok(Json(report(total, false)));
         }
+        scope.finished_from_ms = next;
         tokio::time::sleep(PAUSE).await;
     }
 }

@@ -220,20 +220,23 @@ impl HistoryPurger {
         Ok(total)
     }
 
-    /// Deletes what `scope` names, a batch at a time with a pause between batches.
+    /// Deletes what `scope` names, a step of `retention.batch` runs looked at after another,
+    /// with a pause between steps.
     async fn drain(
         &self,
         scope: &PurgeScope,
         shutdown: &CancellationToken,
     ) -> Result<Purged, store::Error> {
         let batch = i64::from(self.settings.batch);
+        let mut scope = scope.clone();
         let mut total = Purged::default();
         loop {
-            let purged = self.store.history_delete(scope, batch).await?;
-            self.metrics.count_history_deleted(purged);
-            total += purged;
-            if purged.runs < u64::try_from(batch).unwrap_or(0) || shutdown.is_cancelled() {
-                return Ok(total);
+            let step = self.store.history_delete(&scope, batch).await?;
+            self.metrics.count_history_deleted(step.purged);
+            total += step.purged;
+            match step.next_from_ms {
+                Some(next) if !shutdown.is_cancelled() => scope.finished_from_ms = next,
+                _ => return Ok(total),
             }
             tokio::time::sleep(Duration::from_millis(self.settings.pause_ms)).await;
         }

@@ -39,6 +39,9 @@ impl PurgeStates {
 pub struct PurgeScope {
     /// Runs that finished before this instant (epoch milliseconds).
     pub finished_before_ms: i64,
+    /// A step looks at runs that finished at or after this instant: where the previous step
+    /// stopped (0 for the start).
+    pub finished_from_ms: i64,
     /// Only runs of these partitions; `None` for every partition.
     pub partitions: Option<Vec<i64>>,
     /// Only this job's runs.
@@ -62,6 +65,15 @@ impl std::ops::AddAssign for Purged {
         self.runs += other.runs;
         self.attempts += other.attempts;
     }
+}
+
+/// One step of a purge: the oldest finished runs from `finished_from_ms` looked at, those
+/// in scope deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PurgeStep {
+    pub purged: Purged,
+    /// Where the next step starts; `None` when this step reached the end of the scope.
+    pub next_from_ms: Option<i64>,
 }
 
 /// A job's own history rule (`history` in the job document), as its columns hold it.

@@ -28,7 +28,7 @@ pub use dispatch_records::{
 };
 pub use error::Error;
 pub use history_records::{
-    DEAD_LETTER_STATES, FINISHED_STATES, JobHistoryRule, PurgeScope, PurgeStates, Purged,
+    DEAD_LETTER_STATES, FINISHED_STATES, JobHistoryRule, PurgeScope, PurgeStates, PurgeStep, Purged,
 };
 pub use job_records::{
     ClaimOutcome, JobChanges, JobFilter, JobKey, JobOrder, JobRecord, JobWrite, OverlapRule,
@@ -360,9 +360,11 @@ impl<T: ClusterStore + JobStore + DispatchStore + HistoryStore> Store for T {}
 /// Run-history retention: deleting finished runs with their attempts, in bounded batches.
 #[async_trait]
 pub trait HistoryStore: Send + Sync + std::fmt::Debug + 'static {
-    /// Deletes up to `limit` of the runs `scope` names, oldest finished first, with their
-    /// attempts, in one transaction. Only finished runs are ever deleted.
-    async fn history_delete(&self, scope: &PurgeScope, limit: i64) -> Result<Purged, Error>;
+    /// One step of a purge, in one transaction: looks at the `window` oldest runs that
+    /// finished in `[scope.finished_from_ms, scope.finished_before_ms)` (in the order of
+    /// `runs_finished_idx`, so the database walks the index and stops), and deletes those the
+    /// rest of `scope` names, with their attempts. Only finished runs are ever deleted.
+    async fn history_delete(&self, scope: &PurgeScope, window: i64) -> Result<PurgeStep, Error>;
 
     /// How many runs and attempts `history_delete` would delete for `scope`, without a limit.
     async fn history_count(&self, scope: &PurgeScope) -> Result<Purged, Error>;

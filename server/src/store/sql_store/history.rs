@@ -44,17 +44,71 @@ macro_rules! history_store {
             async fn history_delete_once(
                 &self,
                 scope: &PurgeScope,
-                limit: i64,
-            ) -> Result<Purged, Error> {
-                let mut select = sqlx::QueryBuilder::<$db>::new("SELECT r.run_id");
-                Self::history_scope(&mut select, scope);
+                window: i64,
+            ) -> Result<PurgeStep, Error> {
+                // The candidates come from an ordered walk of `runs_finished_idx` (or, for one
+                // job, of its runs), stopped at `window`: filtering state, partition and job
+                // rule in the same statement let PostgreSQL bitmap-AND two indexes and sort
+                // hundreds of thousands of rows for each batch (2.6 s per 2,000 at 1M runs).
+                let mut select = sqlx::QueryBuilder::<$db>::new(
+                    "SELECT c.run_id, c.finished_at_ms, c.state, c.partition_id, \
+                     COALESCE(j.history_keep_ms, -1) FROM \
+                     (SELECT run_id, job_id, finished_at_ms, state, partition_id FROM runs \
+                     WHERE finished_at_ms >= ",
+                );
                 select
-                    .push(" ORDER BY r.finished_at_ms LIMIT ")
-                    .push_bind(limit);
-                let ids: Vec<i64> = select.build_query_scalar().fetch_all(&self.pool).await?;
-                if ids.is_empty() {
-                    return Ok(Purged::default());
+                    .push_bind(scope.finished_from_ms)
+                    .push(" AND finished_at_ms < ")
+                    .push_bind(scope.finished_before_ms);
+                if let Some(job_id) = scope.job_id {
+                    select.push(" AND job_id = ").push_bind(job_id);
                 }
+                if let Some(until) = scope.scheduled_until_ms {
+                    select.push(" AND scheduled_at_ms <= ").push_bind(until);
+                }
+                select
+                    .push(" ORDER BY finished_at_ms LIMIT ")
+                    .push_bind(window)
+                    .push(") c LEFT JOIN jobs j ON j.job_id = c.job_id");
+                let candidates: Vec<(i64, i64, String, i64, i64)> =
+                    select.build_query_as().fetch_all(&self.pool).await?;
+                let states = scope.states.states();
+                let ids: Vec<i64> = candidates
+                    .iter()
+                    .filter(|(_, _, state, partition, own_keep)| {
+                        states.contains(&state.as_str())
+                            && scope
+                                .partitions
+                                .as_ref()
+                                .is_none_or(|owned| owned.contains(partition))
+                            && !(scope.skip_jobs_with_own_keep && *own_keep >= 0)
+                    })
+                    .map(|(id, ..)| *id)
+                    .collect();
+                let last = candidates.iter().map(|(_, finished, ..)| *finished).max();
+                let purged = if ids.is_empty() {
+                    Purged::default()
+                } else {
+                    self.history_delete_runs(&ids).await?
+                };
+                let full = i64::try_from(candidates.len()).unwrap_or(i64::MAX) >= window;
+                // Runs finished in the same millisecond may straddle two steps: the next
+                // starts at that millisecond again, unless nothing here moved (then past it).
+                let next_from_ms = match last {
+                    Some(last) if full && (last > scope.finished_from_ms || purged.runs > 0) => {
+                        Some(last)
+                    }
+                    Some(last) if full => Some(last + 1),
+                    _ => None,
+                };
+                Ok(PurgeStep {
+                    purged,
+                    next_from_ms,
+                })
+            }
+
+            /// Deletes these runs, if still finished, and their attempts, in one transaction.
+            async fn history_delete_runs(&self, ids: &[i64]) -> Result<Purged, Error> {
                 let list = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
                 let finished = FINISHED_STATES
                     .iter()
@@ -88,12 +142,12 @@ macro_rules! history_store {
             async fn history_delete(
                 &self,
                 scope: &PurgeScope,
-                limit: i64,
-            ) -> Result<Purged, Error> {
-                if scope.partitions.as_ref().is_some_and(Vec::is_empty) || limit <= 0 {
-                    return Ok(Purged::default());
+                window: i64,
+            ) -> Result<PurgeStep, Error> {
+                if scope.partitions.as_ref().is_some_and(Vec::is_empty) || window <= 0 {
+                    return Ok(PurgeStep::default());
                 }
-                retry_transient(|| self.history_delete_once(scope, limit)).await
+                retry_transient(|| self.history_delete_once(scope, window)).await
             }
 
             async fn history_count(&self, scope: &PurgeScope) -> Result<Purged, Error> {
