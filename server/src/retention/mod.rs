@@ -87,7 +87,22 @@ pub struct HistoryPurger {
     clock: Arc<ClusterClock>,
     settings: RetentionConfig,
     metrics: Arc<NodeMetrics>,
+    cursors: std::sync::Mutex<Cursors>,
 }
+
+/// Where the global passes stopped: the next pass starts there instead of at the oldest run,
+/// so it neither rescans the runs it keeps (dead letters, other partitions, jobs with their
+/// own rule) nor walks the index entries of rows deleted but not yet vacuumed. Started over
+/// when the partitions change, and every `CURSOR_RESET` (a job's own rule may have gone).
+#[derive(Debug, Default)]
+struct Cursors {
+    partitions: Vec<i64>,
+    settled_from_ms: i64,
+    dead_letters_from_ms: i64,
+    since: Option<tokio::time::Instant>,
+}
+
+const CURSOR_RESET: Duration = Duration::from_secs(3_600);
 
 impl HistoryPurger {
     pub fn new(
@@ -103,7 +118,30 @@ impl HistoryPurger {
             clock,
             settings,
             metrics,
+            cursors: std::sync::Mutex::default(),
         }
+    }
+
+    /// The passes' starting points for these partitions.
+    fn cursors_for(&self, partitions: &[i64]) -> (i64, i64) {
+        let mut cursors = self.cursors.lock().unwrap_or_else(|e| e.into_inner());
+        let stale = cursors
+            .since
+            .is_none_or(|since| since.elapsed() >= CURSOR_RESET);
+        if cursors.partitions != partitions || stale {
+            *cursors = Cursors {
+                partitions: partitions.to_vec(),
+                since: Some(tokio::time::Instant::now()),
+                ..Cursors::default()
+            };
+        }
+        (cursors.settled_from_ms, cursors.dead_letters_from_ms)
+    }
+
+    fn cursors_keep(&self, settled_from_ms: i64, dead_letters_from_ms: i64) {
+        let mut cursors = self.cursors.lock().unwrap_or_else(|e| e.into_inner());
+        cursors.settled_from_ms = settled_from_ms;
+        cursors.dead_letters_from_ms = dead_letters_from_ms;
     }
 
     pub async fn run(self, shutdown: CancellationToken) {
@@ -149,22 +187,30 @@ impl HistoryPurger {
             skip_jobs_with_own_keep: true,
             ..PurgeScope::default()
         };
+        let (mut settled_from, mut dead_from) = self.cursors_for(&partitions);
         if let Some(finished_before_ms) = before(self.settings.runs.millis()) {
             let scope = PurgeScope {
                 finished_before_ms,
+                finished_from_ms: settled_from,
                 states: PurgeStates::NotDeadLetters,
                 ..everyone.clone()
             };
-            total += self.drain(&scope, shutdown).await?;
+            let (purged, reached) = self.drain(&scope, shutdown).await?;
+            total += purged;
+            settled_from = reached;
         }
         if let Some(finished_before_ms) = before(self.settings.dead_letters.millis()) {
             let scope = PurgeScope {
                 finished_before_ms,
+                finished_from_ms: dead_from,
                 states: PurgeStates::DeadLetters,
                 ..everyone
             };
-            total += self.drain(&scope, shutdown).await?;
+            let (purged, reached) = self.drain(&scope, shutdown).await?;
+            total += purged;
+            dead_from = reached;
         }
+        self.cursors_keep(settled_from, dead_from);
         for rule in self.store.history_rules(&partitions).await? {
             if shutdown.is_cancelled() {
                 break;
@@ -192,7 +238,7 @@ impl HistoryPurger {
                 states: PurgeStates::NotDeadLetters,
                 ..job.clone()
             };
-            total += self.drain(&scope, shutdown).await?;
+            total += self.drain(&scope, shutdown).await?.0;
             if let Some(dead_keep) = self.settings.dead_letters.millis() {
                 let dead_keep = i64::try_from(dead_keep).unwrap_or(i64::MAX).max(keep);
                 let scope = PurgeScope {
@@ -200,7 +246,7 @@ impl HistoryPurger {
                     states: PurgeStates::DeadLetters,
                     ..job.clone()
                 };
-                total += self.drain(&scope, shutdown).await?;
+                total += self.drain(&scope, shutdown).await?.0;
             }
         }
         if let Some(max_runs) = rule.history_max_runs
@@ -215,18 +261,19 @@ impl HistoryPurger {
                 states: PurgeStates::Finished,
                 ..job
             };
-            total += self.drain(&scope, shutdown).await?;
+            total += self.drain(&scope, shutdown).await?.0;
         }
         Ok(total)
     }
 
     /// Deletes what `scope` names, a step of `retention.batch` runs looked at after another,
-    /// with a pause between steps.
+    /// with a pause between steps; what it deleted, and where its last step started (the
+    /// runs before it are deleted or kept by the scope).
     async fn drain(
         &self,
         scope: &PurgeScope,
         shutdown: &CancellationToken,
-    ) -> Result<Purged, store::Error> {
+    ) -> Result<(Purged, i64), store::Error> {
         let batch = i64::from(self.settings.batch);
         let mut scope = scope.clone();
         let mut total = Purged::default();
@@ -236,7 +283,7 @@ impl HistoryPurger {
             total += step.purged;
             match step.next_from_ms {
                 Some(next) if !shutdown.is_cancelled() => scope.finished_from_ms = next,
-                _ => return Ok(total),
+                _ => return Ok((total, scope.finished_from_ms)),
             }
             tokio::time::sleep(Duration::from_millis(self.settings.pause_ms)).await;
         }
