@@ -11,9 +11,8 @@ mod support;
 use std::sync::Arc;
 
 use carillon_server::store::{
-    AttemptEnd, ClaimOutcome, Error, JobFilter, JobKey, JobOrder, JobWrite, LeaderFence,
-    NewAttempt, NodeRegistration, OverlapRule, PartitionChange, RunClaim, Store, job_state,
-    run_state,
+    AttemptEnd, ClaimOutcome, Error, JobFilter, JobKey, JobOrder, JobWrite, NewAttempt,
+    OverlapRule, RunClaim, Store, job_state, run_state,
 };
 use support::db::TestDb;
 
@@ -60,29 +59,7 @@ fn job(name: &str) -> JobWrite {
 
 /// A store whose partition 0 is owned by `n1` at epoch 1.
 async fn owned(db: &TestDb) -> Arc<dyn Store> {
-    let store = db.migrated_store().await;
-    store.cluster_init(4).await.unwrap();
-    store
-        .node_register(&NodeRegistration {
-            node_id: "n1".into(),
-            incarnation: "i".into(),
-            address: "http://n1".into(),
-            version: "t".into(),
-        })
-        .await
-        .unwrap();
-    let term = store.leader_try_acquire("n1", 60_000).await.unwrap().term;
-    let fence = LeaderFence {
-        node_id: "n1".into(),
-        term,
-    };
-    let assign = PartitionChange::Assign {
-        partition_id: 0,
-        expected_epoch: 0,
-        owner: "n1".into(),
-    };
-    store.partitions_apply(&fence, &[assign]).await.unwrap();
-    store
+    db.store_owning_partition_0().await
 }
 
 /// The first attempt of shard `index` of `total`, for no executor in particular.

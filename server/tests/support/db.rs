@@ -169,6 +169,42 @@ impl TestDb {
         store
     }
 
+    /// A migrated store of 4 partitions whose partition 0 is owned by node `n1` at epoch 1
+    /// (elected leader to assign it), for tests of claims and runs.
+    pub async fn store_owning_partition_0(&self) -> Arc<dyn Store> {
+        use carillon_server::store::{LeaderFence, NodeRegistration, PartitionChange};
+        let store = self.migrated_store().await;
+        store.cluster_init(4).await.expect("cluster init");
+        store
+            .node_register(&NodeRegistration {
+                node_id: "n1".into(),
+                incarnation: "i".into(),
+                address: "http://n1".into(),
+                version: "t".into(),
+            })
+            .await
+            .expect("register");
+        let term = store
+            .leader_try_acquire("n1", 60_000)
+            .await
+            .expect("leader")
+            .term;
+        let fence = LeaderFence {
+            node_id: "n1".into(),
+            term,
+        };
+        let assign = PartitionChange::Assign {
+            partition_id: 0,
+            expected_epoch: 0,
+            owner: "n1".into(),
+        };
+        store
+            .partitions_apply(&fence, &[assign])
+            .await
+            .expect("assign partition 0");
+        store
+    }
+
     /// Runs a multi-statement SQL script.
     pub async fn execute_script(&self, script: &str) {
         let script = AssertSqlSafe(script.to_owned());
