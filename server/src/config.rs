@@ -9,8 +9,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::cluster::ClusterTimings;
-use crate::jobs::AlertFormat;
-use crate::retention::RetentionConfig;
+use crate::jobs::{AlertFormat, RetentionConfig};
 
 /// Why a configuration was refused. Every message names the setting at fault.
 #[derive(Debug, thiserror::Error)]

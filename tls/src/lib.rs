@@ -37,6 +37,15 @@ pub enum TlsError {
     Config(String),
 }
 
+/// Makes ring this process's rustls provider, unless one is already set. Two providers are
+/// compiled in (ring for sqlx and the servers here, aws-lc-rs for reqwest), and code that asks
+/// rustls for "the" provider (sqlx's certificate verifier for `verify-ca`/`verify-full`)
+/// panics when it cannot tell which. Idempotent.
+pub fn install_default_provider() {
+    // An error only says a provider was installed first: that one serves.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// Every certificate of a PEM file (a chain, or a bundle of CAs).
 pub fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let bytes = std::fs::read(path).map_err(|source| TlsError::Read {

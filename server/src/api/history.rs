@@ -1,5 +1,5 @@
 //! `POST /api/v1/runs/purge`: an operator deletes run history by hand, with a dry run that
-//! counts first. The retention rules of `crate::retention` run on their own; this is for the
+//! counts first. The nodes apply the retention rules on their own; this is for the
 //! one-off clean-up (a runaway job's history, a backlog from before retention was set).
 
 use axum::Json;

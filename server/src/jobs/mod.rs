@@ -7,7 +7,7 @@ pub mod policy;
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 
-pub use history::{JobHistory, KeepFor};
+pub use history::{JobHistory, KeepFor, RetentionConfig};
 pub use policy::{
     AlertFormat, Backoff, Balance, JobAlerts, JobPolicy, Misfire, Overlap, Retry, Sharding,
 };

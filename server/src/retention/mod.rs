@@ -17,67 +17,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::ClusterClock;
 use crate::cluster::LocalView;
-use crate::jobs::KeepFor;
+use crate::jobs::RetentionConfig;
 use crate::observe::NodeMetrics;
 use crate::store::{self, JobHistoryRule, PurgeScope, PurgeStates, Purged, Store};
-
-/// `[retention]`: how long run history is kept, and how fast it is deleted.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RetentionConfig {
-    /// Finished runs (not dead letters): `30d`, or `forever`.
-    pub runs: KeepFor,
-    /// Dead letters, kept longer by default so a failure can still be looked into.
-    pub dead_letters: KeepFor,
-    /// Rows per delete statement.
-    pub batch: u32,
-    /// The pause between two batches, so deletion yields to firing.
-    pub pause_ms: u64,
-    /// How often a node looks for history to delete.
-    pub interval_ms: u64,
-}
-
-impl Default for RetentionConfig {
-    fn default() -> Self {
-        Self {
-            runs: KeepFor::days(30),
-            dead_letters: KeepFor::days(90),
-            batch: 2_000,
-            pause_ms: 50,
-            interval_ms: 60_000,
-        }
-    }
-}
-
-impl RetentionConfig {
-    /// Why the settings cannot be used, naming the setting.
-    pub fn check(&self) -> Result<(), (&'static str, String)> {
-        if !(1..=50_000).contains(&self.batch) {
-            return Err((
-                "retention.batch",
-                format!("{} is outside 1..=50000", self.batch),
-            ));
-        }
-        if self.pause_ms > 60_000 {
-            return Err((
-                "retention.pause_ms",
-                format!("{} is over 60000 (a minute)", self.pause_ms),
-            ));
-        }
-        if !(100..=86_400_000).contains(&self.interval_ms) {
-            return Err((
-                "retention.interval_ms",
-                format!("{} is outside 100..=86400000 (a day)", self.interval_ms),
-            ));
-        }
-        Ok(())
-    }
-}
 
 /// The task that applies the retention rules on one node.
 #[derive(Debug)]

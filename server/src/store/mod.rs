@@ -382,6 +382,8 @@ pub trait HistoryStore: Send + Sync + std::fmt::Debug + 'static {
 
 /// Opens a pool for the database `url` names and returns its store.
 pub async fn connect(url: &DatabaseUrl, options: &PoolOptions) -> Result<Arc<dyn Store>, Error> {
+    // sqlx verifies a server's certificate with rustls' process-wide provider.
+    carillon_tls::install_default_provider();
     let store: Arc<dyn Store> = match url.backend() {
         Backend::Postgres => Arc::new(sql_store::PostgresStore::connect(url, options).await?),
         Backend::Mysql => Arc::new(sql_store::MysqlStore::connect(url, options).await?),
