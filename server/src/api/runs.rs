@@ -10,7 +10,7 @@ use super::jobs::{RunView, run_views};
 use super::paging;
 use super::params::{IdParam, QueryParams};
 use super::{ApiError, ApiState, rfc3339};
-use crate::store::{AttemptRecord, RunFilter, run_state};
+use crate::store::{AttemptRecord, DEAD_LETTER_STATES, RunFilter, run_state};
 
 #[derive(Debug, Serialize, ToSchema)]
 pub(super) struct AttemptView {
@@ -131,8 +131,8 @@ const RUN_STATES: [&str; 9] = [
 
 const RUN_SORTS: &[&str] = &["-created", "created"];
 
-/// The states a dead letter ends in: failed after its last attempt, or never dispatched.
-const DEAD_STATES: [&str; 2] = ["failed", run_state::NO_EXECUTOR];
+/// The states a dead letter ends in (the store's definition, which retention keeps apart).
+const DEAD_STATES: [&str; 2] = DEAD_LETTER_STATES;
 
 /// A page of the runs `query` asks for, in listing `listing` (whose cursors it takes).
 pub(super) async fn page_of(
