@@ -86,28 +86,10 @@ pub(crate) fn args(attr: TokenStream, function: &ItemFn) -> syn::Result<JobArgs>
     })
 }
 
-/// The same reading of cron the admin nodes apply: 5 fields Unix, 6–7 fields Quartz.
+/// The same reading of cron the admin nodes apply (`carillon-cron`): 5 fields Unix, 6–7
+/// fields Quartz.
 fn check_cron(expression: &str) -> Result<(), String> {
-    use croner::parser::{CronParser, Seconds, Year};
-    let fields = expression.split_whitespace().count();
-    let parser = if expression.trim_start().starts_with('@') || fields == 5 {
-        CronParser::builder()
-            .seconds(Seconds::Disallowed)
-            .year(Year::Disallowed)
-            .build()
-    } else if fields == 6 || fields == 7 {
-        CronParser::builder()
-            .seconds(Seconds::Required)
-            .year(Year::Optional)
-            .alternative_weekdays(true)
-            .build()
-    } else {
-        return Err(format!(
-            "{fields} fields; use 5 (Unix) or 6–7 (Quartz, seconds first)"
-        ));
-    };
-    parser
-        .parse(expression)
+    carillon_cron::CronExpr::parse(expression)
         .map(|_| ())
         .map_err(|e| e.to_string())
 }

@@ -11,6 +11,8 @@ mod rrule;
 mod zone;
 
 #[cfg(test)]
+mod dst_properties;
+#[cfg(test)]
 mod properties;
 
 use std::str::FromStr;
@@ -85,7 +87,7 @@ pub fn parse_zone(name: &str) -> Result<Tz, ScheduleError> {
 #[derive(Debug)]
 enum Kind {
     Cron(cron::CronSchedule),
-    Rrule(rrule::RruleSchedule),
+    Rrule(Box<rrule::RruleSchedule>),
     At(DateTime<Utc>),
     Every(chrono::Duration),
 }
@@ -113,7 +115,9 @@ impl Schedule {
     pub fn parse(spec: &ScheduleSpec, zone: Tz) -> Result<Self, ScheduleError> {
         let kind = match (&spec.cron, &spec.rrule, &spec.at, &spec.every) {
             (Some(expr), None, None, None) => Kind::Cron(cron::CronSchedule::parse(expr)?),
-            (None, Some(text), None, None) => Kind::Rrule(rrule::RruleSchedule::parse(text, zone)?),
+            (None, Some(text), None, None) => {
+                Kind::Rrule(Box::new(rrule::RruleSchedule::parse(text, zone)?))
+            }
             (None, None, Some(at), None) => Kind::At(parse_at(at, zone)?),
             (None, None, None, Some(every)) => Kind::Every(parse_interval(every)?),
             _ => {

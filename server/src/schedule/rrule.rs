@@ -11,6 +11,7 @@
 //! failing both replays from DTSTART. COUNT is turned into the UNTIL it amounts to when the rule
 //! is parsed, so that counting never needs the history either.
 
+use std::collections::BTreeSet;
 use std::str::FromStr;
 
 use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime, NaiveTime, TimeZone, Timelike, Utc};
@@ -188,6 +189,11 @@ impl RruleSchedule {
     /// Up to `count` instants of `set`, each the first after the one before (`after` for the
     /// first), ignoring occurrences before the wall time `start`. The bound applies to each
     /// instant's search.
+    ///
+    /// Occurrences come in wall-time order, but a wall time in a DST gap resolves later than it
+    /// reads, and where the shift is not a whole hour (Lord Howe's 30 minutes) later than wall
+    /// times after it. So an instant is given out only once an occurrence past the wall time
+    /// it shows on the clock has been read: nothing still unread can resolve before it.
     fn scan(
         &self,
         set: RRuleSet,
@@ -200,11 +206,25 @@ impl RruleSchedule {
         let limited = set.limit();
         let mut occurrences = (&limited).into_iter();
         let mut instants = Vec::with_capacity(count.min(1_000));
+        // Instants read but not given out yet, and the wall time of the last occurrence read.
+        let mut pending: BTreeSet<DateTime<Utc>> = BTreeSet::new();
+        let mut read_up_to: Option<NaiveDateTime> = None;
+        let mut exhausted = false;
+        let mut spent = 0;
         let mut last = after;
         while instants.len() < count {
-            let mut found = None;
-            let mut spent = 0;
-            for occurrence in occurrences.by_ref() {
+            while !exhausted {
+                let settled = pending.first().is_some_and(|first| {
+                    read_up_to
+                        .is_some_and(|read| read > zone::local(*first, self.zone).naive_local())
+                });
+                if settled {
+                    break;
+                }
+                let Some(occurrence) = occurrences.next() else {
+                    exhausted = true;
+                    break;
+                };
                 spent += cost;
                 if spent > MAX_SCAN {
                     return Err(err(format!(
@@ -216,15 +236,18 @@ impl RruleSchedule {
                 if wall < start {
                     continue;
                 }
+                read_up_to = Some(wall);
                 let instant = zone::resolve(wall, self.zone);
                 if instant > last {
-                    found = Some(instant);
-                    break;
+                    pending.insert(instant);
                 }
             }
-            let Some(instant) = found else { break };
+            let Some(instant) = pending.pop_first() else {
+                break;
+            };
             instants.push(instant);
             last = instant;
+            spent = 0;
         }
         Ok(instants)
     }
