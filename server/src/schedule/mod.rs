@@ -8,6 +8,7 @@
 mod cron;
 mod every;
 mod rrule;
+mod rrule_checks;
 mod zone;
 
 #[cfg(test)]

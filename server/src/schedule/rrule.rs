@@ -18,6 +18,7 @@ use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime, NaiveTime, TimeZone, 
 use chrono_tz::Tz;
 use rrule::{Frequency, RRule, RRuleSet};
 
+use super::rrule_checks as checks;
 use super::{ScheduleError, zone};
 
 /// The longest RRULE text accepted.
@@ -98,7 +99,8 @@ impl RruleSchedule {
             let (params, value) = packed.split_once('\u{0}').unwrap_or(("", &packed));
             let rewritten = match name.as_str() {
                 "RRULE" => {
-                    check_interval(value)?;
+                    checks::interval(value)?;
+                    checks::reachable(dtstart, value)?;
                     let rule = rewrite_until(value, zone)?;
                     let rule = count_as_until(dtstart, &rule, &mut expansion_budget)?;
                     let shape = Shape::of(&rule);
@@ -513,21 +515,6 @@ fn count_as_until(
         .collect();
     parts.push(format!("UNTIL={}", naive_utc_text(last)));
     Ok(parts.join(";"))
-}
-
-/// The `rrule` crate accepts `INTERVAL=0`, which would never advance.
-fn check_interval(rule: &str) -> Result<(), ScheduleError> {
-    for part in rule.split(';') {
-        if let Some((key, value)) = part.split_once('=')
-            && key.eq_ignore_ascii_case("INTERVAL")
-            && value.trim().parse::<u32>().map_or(true, |n| n == 0)
-        {
-            return Err(err(format!(
-                "INTERVAL={value} must be a whole number of at least 1"
-            )));
-        }
-    }
-    Ok(())
 }
 
 fn build(dtstart: NaiveDateTime, body: &str) -> Result<RRuleSet, ScheduleError> {
