@@ -34,19 +34,21 @@
     reason = "a test fails loudly on any unexpected error"
 )]
 
+#[path = "oracles/common.rs"]
+mod common;
 #[path = "quartz_oracle/generate.rs"]
 mod quartz_oracle_gen;
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use carillon_server::schedule::{NextHints, Schedule, ScheduleSpec, parse_zone};
 use chrono::{DateTime, Datelike, Offset, TimeZone, Utc};
 use chrono_tz::Tz;
 
-use quartz_oracle_gen::{Case, Rng, generate};
+use common::{Rng, env_number};
+use quartz_oracle_gen::{Case, generate};
 
 const QUARTZ_JAR: &str = "/usr/share/java/quartz2.jar";
 /// Instants compared per expression.
@@ -96,15 +98,6 @@ fn next_instants_match_quartz_itself() {
     );
 }
 
-fn env_number<T: std::str::FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(text) => text
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={text:?} is not a number")),
-        Err(_) => default,
-    }
-}
-
 /// Compiles the oracle and feeds it every case in one process.
 fn ask_quartz(cases: &[Case]) -> Vec<String> {
     assert!(
@@ -121,35 +114,21 @@ fn ask_quartz(cases: &[Case]) -> Vec<String> {
         .expect("javac runs (apt-get install default-jdk-headless)");
     assert!(javac.success(), "javac compiled {}", source.display());
     let classpath = format!("{}:{QUARTZ_JAR}", classes.path().display());
-    let mut java = Command::new("java")
-        .args(["-cp", &classpath, "QuartzNext"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("java runs");
-    let mut input = String::new();
-    for case in cases {
-        input.push_str(&format!(
-            "{}\t{}\t{CHAIN}\t{}\n",
-            case.zone,
-            case.start.timestamp_millis(),
-            case.expression
-        ));
-    }
-    let mut stdin = java.stdin.take().unwrap();
-    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()).unwrap());
-    let output = java.wait_with_output().unwrap();
-    writer.join().unwrap();
-    assert!(
-        output.status.success(),
-        "the Quartz oracle exited with {}",
-        output.status
-    );
-    String::from_utf8(output.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_owned)
-        .collect()
+    let input: String = cases
+        .iter()
+        .map(|case| {
+            format!(
+                "{}\t{}\t{CHAIN}\t{}\n",
+                case.zone,
+                case.start.timestamp_millis(),
+                case.expression
+            )
+        })
+        .collect();
+    common::ask(
+        Command::new("java").args(["-cp", &classpath, "QuartzNext"]),
+        input,
+    )
 }
 
 enum Verdict {

@@ -13,17 +13,19 @@
     reason = "a test fails loudly on any unexpected error"
 )]
 
+#[path = "oracles/common.rs"]
+mod common;
 #[path = "rrule_oracle/generate.rs"]
 mod rrule_oracle_gen;
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use carillon_server::schedule::{NextHints, Schedule, ScheduleSpec, parse_zone};
 use chrono::DateTime;
 
-use rrule_oracle_gen::{Case, Rng, generate};
+use common::{Rng, env_number};
+use rrule_oracle_gen::{Case, generate};
 
 /// Instants compared per rule.
 const COUNT: usize = 6;
@@ -122,44 +124,18 @@ fn tz_rules_after_2037(ours: &[i64], theirs: &[i64], zone: chrono_tz::Tz) -> boo
         })
 }
 
-fn env_number<T: std::str::FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(text) => text
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={text:?} is not a number")),
-        Err(_) => default,
-    }
-}
-
 /// Runs the oracle once over every case.
 fn ask_dateutil(cases: &[Case]) -> Vec<String> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/rrule_oracle/next.py");
-    let mut python = Command::new("python3")
-        .arg(&script)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3 runs");
-    let mut input = String::new();
-    for case in cases {
-        let line = serde_json::json!({
-            "text": case.text, "zone": case.zone, "after_ms": case.after_ms, "count": COUNT,
-        });
-        input.push_str(&line.to_string());
-        input.push('\n');
-    }
-    let mut stdin = python.stdin.take().unwrap();
-    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()).unwrap());
-    let output = python.wait_with_output().unwrap();
-    writer.join().unwrap();
-    assert!(
-        output.status.success(),
-        "the dateutil oracle exited with {} (is python-dateutil installed?)",
-        output.status
-    );
-    String::from_utf8(output.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_owned)
-        .collect()
+    let input: String = cases
+        .iter()
+        .map(|case| {
+            let line = serde_json::json!({
+                "text": case.text, "zone": case.zone, "after_ms": case.after_ms, "count": COUNT,
+            });
+            format!("{line}\n")
+        })
+        .collect();
+    // A failure here with ModuleNotFoundError: pip install python-dateutil.
+    common::ask(Command::new("python3").arg(&script), input)
 }

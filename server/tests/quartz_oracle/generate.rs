@@ -5,35 +5,7 @@
 
 use chrono::{DateTime, NaiveDate, Utc};
 
-/// SplitMix64: small, seedable, and the same sequence on every machine.
-pub(crate) struct Rng(u64);
-
-impl Rng {
-    pub(crate) fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `low..=high`.
-    fn range(&mut self, low: u32, high: u32) -> u32 {
-        low + (self.next() % u64::from(high - low + 1)) as u32
-    }
-
-    fn percent(&mut self) -> u32 {
-        self.range(0, 99)
-    }
-
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[self.range(0, items.len() as u32 - 1) as usize]
-    }
-}
+use crate::common::Rng;
 
 pub(crate) struct Case {
     pub(crate) expression: String,
@@ -97,7 +69,7 @@ pub(crate) fn generate(rng: &mut Rng) -> Case {
             expression.push_str(&year(rng));
         }
     }
-    if rng.percent() < 3 {
+    if rng.chance(3) {
         expression = expression.to_lowercase();
     }
     Case {
@@ -143,7 +115,7 @@ fn days(rng: &mut Rng) -> (String, String) {
 
 fn weekday(rng: &mut Rng) -> String {
     let day = rng.range(1, 7);
-    if rng.percent() < 40 {
+    if rng.chance(40) {
         WEEKDAYS[day as usize - 1].to_owned()
     } else {
         day.to_string()
@@ -152,8 +124,8 @@ fn weekday(rng: &mut Rng) -> String {
 
 /// A plain field of values `low..=high`: one item or a list of two to four.
 fn field(rng: &mut Rng, low: u32, high: u32, names: &[&str]) -> String {
-    if rng.percent() < 15 {
-        let n = rng.range(2, 4);
+    if rng.chance(15) {
+        let n = rng.range(2_u32, 4);
         (0..n)
             .map(|_| item(rng, low, high, names, false))
             .collect::<Vec<_>>()
@@ -165,14 +137,14 @@ fn field(rng: &mut Rng, low: u32, high: u32, names: &[&str]) -> String {
 
 fn item(rng: &mut Rng, low: u32, high: u32, names: &[&str], star_allowed: bool) -> String {
     let value = |rng: &mut Rng, v: u32| -> String {
-        if !names.is_empty() && rng.percent() < 40 {
+        if !names.is_empty() && rng.chance(40) {
             names[(v - low) as usize].to_owned()
         } else {
             v.to_string()
         }
     };
     let step = |rng: &mut Rng| -> u32 {
-        if rng.percent() < 70 {
+        if rng.chance(70) {
             rng.range(1, (high - low).div_ceil(2).max(1))
         } else {
             rng.range(1, high)
@@ -202,7 +174,7 @@ fn item(rng: &mut Rng, low: u32, high: u32, names: &[&str], star_allowed: bool) 
 fn range_ends(rng: &mut Rng, low: u32, high: u32) -> (u32, u32) {
     let a = rng.range(low, high);
     let b = rng.range(low, high);
-    if rng.percent() < 25 {
+    if rng.chance(25) {
         (a.max(b), a.min(b))
     } else {
         (a.min(b), a.max(b))
@@ -225,9 +197,9 @@ fn year(rng: &mut Rng) -> String {
 
 /// A start instant in 2024–2031: two times in five in a month where zones change offsets.
 fn start(rng: &mut Rng) -> DateTime<Utc> {
-    let year = rng.range(2024, 2031) as i32;
-    let month = if rng.percent() < 40 {
-        [3, 4, 9, 10, 11][rng.range(0, 4) as usize]
+    let year = rng.range(2024, 2031);
+    let month = if rng.chance(40) {
+        [3, 4, 9, 10, 11][rng.range(0_i64, 4) as usize]
     } else {
         rng.range(1, 12)
     };

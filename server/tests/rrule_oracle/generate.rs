@@ -8,34 +8,7 @@
 use chrono::{Duration, NaiveDate, NaiveDateTime, TimeZone};
 use chrono_tz::Tz;
 
-/// SplitMix64: small, seedable, and the same sequence on every machine.
-pub(crate) struct Rng(u64);
-
-impl Rng {
-    pub(crate) fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn range(&mut self, low: i64, high: i64) -> i64 {
-        low + (self.next() % (high - low + 1) as u64) as i64
-    }
-
-    fn chance(&mut self, percent: i64) -> bool {
-        self.range(0, 99) < percent
-    }
-
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[self.range(0, items.len() as i64 - 1) as usize]
-    }
-}
+use crate::common::Rng;
 
 pub(crate) struct Case {
     pub(crate) text: String,
@@ -223,7 +196,7 @@ pub(crate) fn generate(rng: &mut Rng) -> Case {
 /// A DTSTART in 2024–2030, two times in five in a month where clocks change, mostly on
 /// round times.
 fn dtstart(rng: &mut Rng) -> NaiveDateTime {
-    let year = rng.range(2024, 2030) as i32;
+    let year = rng.range(2024, 2030);
     let month = if rng.chance(40) {
         [3, 4, 9, 10, 11][rng.range(0, 4) as usize]
     } else {
