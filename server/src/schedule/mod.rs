@@ -15,6 +15,8 @@ mod zone;
 mod dst_properties;
 #[cfg(test)]
 mod properties;
+#[cfg(test)]
+mod search_bounds;
 
 use std::str::FromStr;
 use std::sync::Arc;
