@@ -176,8 +176,8 @@ fn list_item(field: Field, item: &str, set: &mut ValueSet) -> Result<(), String>
     let (start, end) = if range == "*" || (range.is_empty() && step.is_some()) {
         (low, high)
     } else if let Some((a, b)) = range.split_once('-') {
-        let is_name = |t: &str| t.bytes().any(|b| b.is_ascii_alphabetic());
-        if is_name(a) != is_name(b) {
+        let is_name = |t: &str| field.names().contains(&t);
+        if is_name(a) != is_name(b) && (is_number(a) || is_number(b)) {
             // Quartz refuses these too (it reads a range as two names or two numbers).
             return Err("a range cannot mix a name and a number".to_owned());
         }
@@ -247,13 +247,17 @@ fn index(field: Field, v: u32) -> u32 {
     }
 }
 
+fn is_number(text: &str) -> bool {
+    !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
+}
+
 /// A number or, in month and day-of-week, a three-letter name.
 fn value(field: Field, text: &str) -> Result<u32, String> {
     let (low, high) = field.bounds();
     if let Some(at) = field.names().iter().position(|n| *n == text) {
         return Ok(low + at as u32);
     }
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+    if !is_number(text) {
         return Err(format!("{text:?} is not a value; use {}", field.hint()));
     }
     match text.parse::<u32>() {

@@ -209,3 +209,72 @@ fn start(rng: &mut Rng) -> DateTime<Utc> {
         .unwrap();
     time.and_utc()
 }
+
+/// Tokens that are near misses of the grammar, or odd corners of it: each replaces one field
+/// of a valid expression, so that what Quartz refuses can be compared with what Carillon
+/// refuses.
+const ODD_TOKENS: [&str; 48] = [
+    "0",
+    "60",
+    "-1",
+    "24",
+    "32",
+    "13",
+    "8",
+    "0#1",
+    "?",
+    "*",
+    "L",
+    "W",
+    "LW",
+    "5L",
+    "L5",
+    "L-0",
+    "L-31",
+    "L-3W",
+    "15W",
+    "0W",
+    "32W",
+    "1,15W",
+    "L,5",
+    "6#3",
+    "6#6",
+    "6#0",
+    "2#1,3",
+    "FRIL",
+    "FRI#2",
+    "MON-FRI/2",
+    "JAN-MAR/2",
+    "5X",
+    "1-",
+    "-5",
+    "1--2",
+    "*/0",
+    "0/0",
+    "/",
+    "5/",
+    "*/60",
+    "0-59/90",
+    "1,,2",
+    ",1",
+    "1,",
+    "MON-5",
+    "JAN-3",
+    "1970",
+    "2500",
+];
+
+/// `case` with one of its fields replaced by a near miss.
+pub(crate) fn mutate(rng: &mut Rng, case: Case) -> Case {
+    let mut fields: Vec<String> = case
+        .expression
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    let at = rng.range(0, fields.len() as i64 - 1) as usize;
+    fields[at] = rng.pick(&ODD_TOKENS).to_owned();
+    Case {
+        expression: fields.join(" "),
+        ..case
+    }
+}
