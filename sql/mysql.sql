@@ -90,7 +90,9 @@ CREATE TABLE jobs (
     -- A job's own history rule: keep its finished runs this long (0: forever; NULL: the
     -- node's retention.runs), and at most this many of its newest runs.
     history_keep_ms BIGINT NULL,
-    history_max_runs BIGINT NULL
+    history_max_runs BIGINT NULL,
+    -- Scheduled instants fired so far (bounds.max_runs counts them).
+    fired_count BIGINT NOT NULL DEFAULT 0
 );
 CREATE UNIQUE INDEX jobs_name_idx ON jobs (name);
 CREATE INDEX jobs_partition_idx ON jobs (partition_id, state);
@@ -155,3 +157,29 @@ CREATE TABLE attempts (
 CREATE UNIQUE INDEX attempts_run_shard_idx ON attempts (run_id, shard_index, attempt_no);
 CREATE INDEX attempts_queue_idx ON attempts (state, partition_id, not_before_ms);
 CREATE INDEX attempts_executor_idx ON attempts (executor_id, state);
+
+-- Named exclusion calendars shared by jobs (`calendars` in the job document).
+CREATE TABLE calendars (
+    name VARCHAR(128) NOT NULL PRIMARY KEY,
+    definition_json TEXT NOT NULL,
+    version BIGINT NOT NULL,
+    created_at_ms BIGINT NOT NULL,
+    updated_at_ms BIGINT NOT NULL
+);
+-- Backfills of past ranges, claimed a few instants at a time by the partition's owner.
+CREATE TABLE backfills (
+    backfill_id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    job_id BIGINT NOT NULL,
+    partition_id BIGINT NOT NULL,
+    from_ms BIGINT NOT NULL,
+    to_ms BIGINT NOT NULL,
+    cursor_ms BIGINT NOT NULL,
+    max_in_flight BIGINT NOT NULL,
+    state VARCHAR(16) NOT NULL,
+    fired BIGINT NOT NULL,
+    message TEXT NULL,
+    created_at_ms BIGINT NOT NULL,
+    updated_at_ms BIGINT NOT NULL
+);
+CREATE INDEX backfills_partition_idx ON backfills (partition_id, state);
+CREATE INDEX backfills_job_idx ON backfills (job_id);

@@ -20,9 +20,12 @@ use crate::config::{Config, ConfigError};
 use crate::data_dir::{DataDir, DataDirError};
 use crate::dispatch::Dispatcher;
 use crate::dispatch::client::DispatchClient;
-use crate::observe::{self, AlertSettings, AlertWorker, NodeMetrics, Observer};
+use crate::observe::{
+    self, AlertSettings, AlertWorker, FailedJobs, FailurePauser, NodeMetrics, Observer,
+};
 use crate::retention::HistoryPurger;
 use crate::scheduler::Scheduler;
+use crate::scheduler::backfill::BackfillDriver;
 use crate::store::{self, DatabaseUrl, NodeRegistration, PoolOptions, Store};
 
 /// Why a node could not start. Each names what it was doing.
@@ -76,6 +79,8 @@ pub struct Application {
     dispatcher: Dispatcher,
     alert_worker: AlertWorker,
     history_purger: HistoryPurger,
+    failure_pauser: FailurePauser,
+    backfill_driver: BackfillDriver,
     /// Serve HTTPS with this configuration (`http.tls_cert`).
     tls: Option<Arc<carillon_tls::ServerConfig>>,
     shutdown_grace: Duration,
@@ -224,7 +229,15 @@ impl Application {
             Arc::clone(&metrics),
         )
         .map_err(|e| StartupError::Http(format!("cannot build the HTTP client for alerts: {e}")))?;
-        let observer = Observer::new(Arc::clone(&metrics), alerter, config.alerts.late_after_ms);
+        let failed_jobs = Arc::new(FailedJobs::default());
+        let failure_pauser =
+            FailurePauser::new(Arc::clone(&api_store), Arc::clone(&failed_jobs), alerter.clone());
+        let observer = Observer::new(
+            Arc::clone(&metrics),
+            alerter,
+            config.alerts.late_after_ms,
+            failed_jobs,
+        );
         let history_purger = HistoryPurger::new(
             Arc::clone(&api_store),
             Arc::clone(&view),
@@ -233,6 +246,13 @@ impl Application {
             Arc::clone(&metrics),
         );
         let dispatcher_wake = Arc::new(Notify::new());
+        let backfill_driver = BackfillDriver::new(
+            Arc::clone(&api_store),
+            Arc::clone(&view),
+            config.scheduler_settings().poll_interval,
+            Arc::clone(&dispatcher_wake),
+            Arc::clone(&metrics),
+        );
         let scheduler = Scheduler::new(
             Arc::clone(&api_store),
             Arc::clone(&view),
@@ -295,6 +315,8 @@ impl Application {
             dispatcher,
             alert_worker,
             history_purger,
+            failure_pauser,
+            backfill_driver,
             tls,
             shutdown_grace: Duration::from_millis(config.cluster.shutdown_grace_ms),
         })
@@ -333,6 +355,8 @@ impl Application {
         tracker.spawn(self.dispatcher.run(shutdown.child_token()));
         tracker.spawn(self.alert_worker.run(shutdown.child_token()));
         tracker.spawn(self.history_purger.run(shutdown.child_token()));
+        tracker.spawn(self.failure_pauser.run(shutdown.child_token()));
+        tracker.spawn(self.backfill_driver.run(shutdown.child_token()));
         tracker.close();
         info!(address = %self.local_addr, "carillon node listening");
 

@@ -87,6 +87,7 @@ async fn runs(store: &Arc<dyn Store>, job_id: i64, at: &[i64], still_running: i6
                 shard_total: 1,
                 args_json: "null".into(),
                 prefer_executor_id: None,
+                delay_ms: 0,
             };
             (r.clone(), vec![shard])
         })

@@ -69,6 +69,7 @@ fn shard(index: i64, total: i64) -> NewAttempt {
         shard_total: total,
         args_json: "null".into(),
         prefer_executor_id: None,
+        delay_ms: 0,
     }
 }
 

@@ -168,6 +168,10 @@ async fn create_declared_job(
         priority: None,
         alerts: None,
         history: None,
+        bounds: None,
+        jitter_ms: None,
+        calendars: Vec::new(),
+        pause_after_failures: None,
         start: true,
     };
     let definition = match input.into_definition() {

@@ -52,6 +52,8 @@ pub(super) struct JobView {
     created_at: Option<String>,
     updated_at: Option<String>,
     started_at: Option<String>,
+    /// Scheduled instants fired so far (what `bounds.max_runs` counts).
+    fired: i64,
 }
 
 /// A run as the API shows it.
@@ -208,6 +210,7 @@ fn view_of(state: &ApiState, record: JobRecord) -> Result<JobView, ApiError> {
         created_at: rfc3339(record.created_at_ms),
         updated_at: rfc3339(record.updated_at_ms),
         started_at: record.started_at_ms.and_then(rfc3339),
+        fired: record.fired_count,
     })
 }
 
@@ -290,6 +293,7 @@ pub(super) async fn create(
     let start = input.start;
     let definition = input.into_definition()?;
     check_fires(&state, &definition)?;
+    super::calendars::check_named(&state, &definition).await?;
     let record = insert(&state, &definition, start).await?;
     let mut headers = HeaderMap::new();
     if let Ok(location) = HeaderValue::from_str(&format!("/api/v1/jobs/{}", record.job_id)) {
@@ -409,7 +413,7 @@ pub(super) async fn get(
 }
 
 /// The version an `If-Match` header asks for, if any (`*` asks for none in particular).
-fn if_match(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
+pub(super) fn if_match(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
     let Some(value) = headers.get(header::IF_MATCH) else {
         return Ok(None);
     };
@@ -462,6 +466,7 @@ pub(super) async fn update(
     if record.state == job_state::RUNNING {
         check_fires(&state, &definition)?;
     }
+    super::calendars::check_named(&state, &definition).await?;
     let updated = state
         .store
         .job_update(id, record.version, &write_of(&definition))
@@ -497,7 +502,19 @@ pub(super) async fn start(
 ) -> Result<Json<JobView>, ApiError> {
     let record = load(&state, id).await?;
     if record.state != job_state::RUNNING {
-        check_fires(&state, &definition_of(&record)?)?;
+        let definition = definition_of(&record)?;
+        check_fires(&state, &definition)?;
+        if let Some(max) = definition.policy.bounds.as_ref().and_then(|b| b.max_runs)
+            && record.fired_count >= i64::try_from(max).unwrap_or(i64::MAX)
+        {
+            return Err(ApiError::invalid(
+                "bounds.max_runs",
+                format!(
+                    "the job has fired {} of its {max} runs: raise bounds.max_runs to run it again",
+                    record.fired_count
+                ),
+            ));
+        }
     }
     let started = state
         .store

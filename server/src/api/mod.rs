@@ -1,7 +1,9 @@
 //! The HTTP surface: health probes and the admin REST API under `/api/v1`.
 
 mod auth;
+mod backfills;
 mod body;
+mod calendars;
 mod cluster;
 mod console;
 mod error;
@@ -73,7 +75,13 @@ fn routes_with(
         .routes(routes!(jobs::stop))
         .routes(routes!(jobs::trigger))
         .routes(routes!(jobs::runs))
+        .routes(routes!(backfills::create))
+        .routes(routes!(backfills::list))
+        .routes(routes!(backfills::get))
+        .routes(routes!(backfills::cancel))
         .routes(routes!(schedules::preview))
+        .routes(routes!(calendars::list))
+        .routes(routes!(calendars::get, calendars::put, calendars::delete))
         .routes(routes!(runs::list))
         .routes(routes!(runs::get))
         .routes(routes!(runs::cancel))

@@ -1,5 +1,5 @@
 //! `POST /api/v1/schedules/preview`: validates a schedule and lists its next instants, through
-//! the same code the scheduler uses.
+//! the same code the scheduler uses, with a job's bounds, calendars and jitter applied.
 
 use axum::Json;
 use axum::extract::State;
@@ -9,7 +9,7 @@ use utoipa::ToSchema;
 
 use super::body::JsonBody;
 use super::{ApiError, ApiState};
-use crate::jobs::JobError;
+use crate::jobs::{Bounds, JobError, jitter_delay_ms, window_of};
 use crate::schedule::{NextHints, Schedule, ScheduleSpec, parse_zone};
 
 const MAX_COUNT: usize = 1_000;
@@ -26,6 +26,17 @@ pub(super) struct PreviewRequest {
     #[serde(default = "ten")]
     #[schema(minimum = 1, maximum = 1000)]
     count: usize,
+    /// The job's bounds: instants outside them are not listed.
+    #[serde(default)]
+    bounds: Option<Bounds>,
+    /// The job's calendars: instants in them are listed with `skipped`.
+    #[serde(default)]
+    calendars: Vec<String>,
+    /// The job's jitter; with `job_id`, each instant gets the `due` instant it is delayed to.
+    #[serde(default)]
+    jitter_ms: Option<u64>,
+    #[serde(default)]
+    job_id: Option<i64>,
 }
 
 fn utc() -> String {
@@ -40,6 +51,12 @@ fn ten() -> usize {
 pub(super) struct Instant {
     utc: String,
     local: String,
+    /// Why the instant is skipped: the calendar that holds it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    skipped: Option<String>,
+    /// When its run is delivered, after the job's jitter (UTC).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    due: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -67,7 +84,11 @@ pub(super) async fn preview(
         None => DateTime::from_timestamp_millis(state.clock.now_ms()).unwrap_or_default(),
     };
     let zone = parse_zone(&request.timezone).map_err(JobError::from)?;
-    let schedule = Schedule::parse(&request.schedule, zone).map_err(JobError::from)?;
+    let window = window_of(request.bounds.as_ref(), zone)?;
+    let schedule = Schedule::parse(&request.schedule, zone)
+        .map_err(JobError::from)?
+        .within(window);
+    let calendars = super::calendars::load_named(&state, &request.calendars).await?;
     let hints = NextHints {
         anchor: Some(after),
         cursor: None,
@@ -75,7 +96,7 @@ pub(super) async fn preview(
     let instants = schedule
         .preview(after, request.count, hints)
         .map_err(JobError::from)?;
-    if instants.is_empty() && !schedule.is_one_shot() {
+    if instants.is_empty() && !schedule.is_one_shot() && request.bounds.is_none() {
         let field = if request.schedule.rrule.is_some() {
             "schedule.rrule"
         } else {
@@ -88,11 +109,29 @@ pub(super) async fn preview(
     }
     let instants = instants
         .into_iter()
-        .map(|i| Instant {
-            utc: i.to_rfc3339_opts(SecondsFormat::Millis, true),
-            local: schedule
-                .local(i)
-                .to_rfc3339_opts(SecondsFormat::Millis, false),
+        .map(|i| {
+            let skipped = calendars.iter().find_map(|(name, calendar)| {
+                calendar
+                    .excludes(i)
+                    .map(|why| format!("in calendar {name:?}: {why}"))
+            });
+            let due = request
+                .job_id
+                .zip(request.jitter_ms)
+                .filter(|_| skipped.is_none())
+                .map(|(job_id, max)| {
+                    let delay = jitter_delay_ms(job_id, i.timestamp_millis(), max);
+                    (i + chrono::Duration::milliseconds(delay))
+                        .to_rfc3339_opts(SecondsFormat::Millis, true)
+                });
+            Instant {
+                utc: i.to_rfc3339_opts(SecondsFormat::Millis, true),
+                local: schedule
+                    .local(i)
+                    .to_rfc3339_opts(SecondsFormat::Millis, false),
+                skipped,
+                due,
+            }
         })
         .collect();
     Ok(Json(Preview { instants }))

@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::cluster::LocalView;
-use crate::jobs::{JobPolicy, Overlap, Sharding};
+use crate::jobs::{JobPolicy, Overlap, Sharding, jitter_delay_ms};
 use crate::observe::Observer;
 use crate::store::{
     self, AttemptEnd, AttemptRecord, DueAttempt, ExecutorList, ExecutorRecord, JobRecord,
@@ -607,7 +607,15 @@ impl Dispatcher {
         }
         let policy: JobPolicy = serde_json::from_str(&job.policy_json).unwrap_or_default();
         let args: Value = serde_json::from_str(&job.args_json).unwrap_or(Value::Null);
-        Ok(Some(shards(&policy.sharding, &args, &executors)))
+        let mut attempts = shards(&policy.sharding, &args, &executors);
+        // Jitter delays the scheduled runs only; a manual run or a backfill goes at once.
+        if let Some(max) = policy.jitter_ms
+            && matches!(run.trigger_kind.as_str(), "schedule" | "misfire")
+        {
+            let delay = jitter_delay_ms(run.job_id, run.scheduled_at_ms, max);
+            attempts.iter_mut().for_each(|a| a.delay_ms = delay);
+        }
+        Ok(Some(attempts))
     }
 
     /// Plans the offer of one attempt to the executors that can take it, in balancer order,
@@ -913,10 +921,11 @@ async fn deliver_batch(
 fn first_taken(observer: &Observer, offer: &Offer, sent_ms: i64) {
     let a = &offer.attempt;
     if a.attempt_no == 1 && a.shard_index == 0 {
+        // Late from when it was due: its instant plus the job's jitter.
         observer.first_dispatch(
             a.run_id,
             a.job_id,
-            offer.scheduled_at_ms,
+            offer.scheduled_at_ms.max(a.not_before_ms),
             sent_ms,
             &offer.policy,
         );
@@ -988,6 +997,7 @@ fn shards(sharding: &Sharding, args: &Value, executors: &[&ExecutorRecord]) -> V
         shard_total: total as i64,
         args_json: args.to_string(),
         prefer_executor_id: prefer.map(str::to_owned),
+        delay_ms: 0,
     };
     if sharding.broadcast {
         let total = executors.len();

@@ -9,10 +9,11 @@ use serde::{Deserialize, Serialize};
 
 pub use history::{JobHistory, KeepFor, RetentionConfig};
 pub use policy::{
-    AlertFormat, Backoff, Balance, JobAlerts, JobPolicy, Misfire, Overlap, Retry, Sharding,
+    AlertFormat, Backoff, Balance, Bounds, JobAlerts, JobPolicy, Misfire, Overlap, Retry, Sharding,
+    jitter_delay_ms,
 };
 
-use crate::schedule::{Schedule, ScheduleError, ScheduleSpec, parse_zone};
+use crate::schedule::{Schedule, ScheduleError, ScheduleSpec, Window, parse_instant, parse_zone};
 
 /// Why a job document was refused; `field` names the JSON field at fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -65,6 +66,9 @@ const MAX_NAME: usize = 200;
 const MAX_IDENT: usize = 128;
 const MAX_TIMEOUT_MS: u64 = 7 * 24 * 3_600_000;
 const MAX_CATCH_UP_WINDOW_MS: u64 = 31 * 24 * 3_600_000;
+const MAX_JOB_CALENDARS: usize = 16;
+const MAX_PAUSE_AFTER_FAILURES: u32 = 1_000;
+const MAX_BOUNDED_RUNS: u64 = 1_000_000_000;
 
 /// The job document of `POST /api/v1/jobs`.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
@@ -101,6 +105,18 @@ pub struct JobInput {
     /// How long this job's runs are kept, and how many (default: the node's `retention`).
     #[serde(default)]
     pub history: Option<JobHistory>,
+    /// When the job may fire (`not_before`, `not_after`) and how many times (`max_runs`).
+    #[serde(default)]
+    pub bounds: Option<Bounds>,
+    /// Delay each scheduled run by up to this many milliseconds (fixed per instant).
+    #[serde(default)]
+    pub jitter_ms: Option<u64>,
+    /// Names of exclusion calendars: instants in them are recorded as skipped.
+    #[serde(default)]
+    pub calendars: Vec<String>,
+    /// Stop the job after this many failed runs in a row, and alert.
+    #[serde(default)]
+    pub pause_after_failures: Option<u32>,
     /// Start the job at once (default: created stopped).
     #[serde(default)]
     pub start: bool,
@@ -140,6 +156,17 @@ pub struct JobPatch {
     /// `null` returns the job to the node's retention; leaving the field out keeps its rule.
     #[serde(default, deserialize_with = "present")]
     pub history: Option<Option<JobHistory>>,
+    /// `null` removes the bounds; leaving the field out keeps them.
+    #[serde(default, deserialize_with = "present")]
+    pub bounds: Option<Option<Bounds>>,
+    /// `null` removes the jitter.
+    #[serde(default, deserialize_with = "present")]
+    pub jitter_ms: Option<Option<u64>>,
+    /// The whole list of calendars (`[]` for none).
+    pub calendars: Option<Vec<String>>,
+    /// `null` never pauses the job.
+    #[serde(default, deserialize_with = "present")]
+    pub pause_after_failures: Option<Option<u32>>,
     pub version: Option<i64>,
 }
 
@@ -187,6 +214,10 @@ impl JobInput {
                 priority: self.priority.unwrap_or(defaults.priority),
                 alerts: self.alerts,
                 history: self.history,
+                bounds: self.bounds,
+                jitter_ms: self.jitter_ms,
+                calendars: self.calendars,
+                pause_after_failures: self.pause_after_failures,
             },
         };
         definition.validate()?;
@@ -218,6 +249,10 @@ impl JobPatch {
             p.catch_up_window_ms => self.catch_up_window_ms,
             p.overlap => self.overlap,
             p.priority => self.priority,
+            p.calendars => self.calendars,
+            p.bounds => self.bounds,
+            p.jitter_ms => self.jitter_ms,
+            p.pause_after_failures => self.pause_after_failures,
         );
         if let Some(timeout) = self.timeout_ms {
             p.timeout_ms = timeout;
@@ -238,9 +273,11 @@ impl JobDefinition {
         Ok(parse_zone(&self.timezone)?)
     }
 
-    /// The parsed schedule in the job's zone.
+    /// The parsed schedule in the job's zone, within the job's bounds.
     pub fn parsed_schedule(&self) -> Result<Schedule, JobError> {
-        Ok(Schedule::parse(&self.schedule, self.zone()?)?)
+        let zone = self.zone()?;
+        let window = window_of(self.policy.bounds.as_ref(), zone)?;
+        Ok(Schedule::parse(&self.schedule, zone)?.within(window))
     }
 
     fn validate(&self) -> Result<(), JobError> {
@@ -322,6 +359,7 @@ impl JobDefinition {
                 format!("{max_runs} is outside 1..={}", JobHistory::MAX_RUNS),
             ));
         }
+        self.validate_schedule_policies()?;
         if let Some(alerts) = &p.alerts {
             if let Some(url) = &alerts.webhook
                 && let Err(why) = check_webhook(url)
@@ -339,6 +377,79 @@ impl JobDefinition {
         }
         Ok(())
     }
+}
+
+impl JobDefinition {
+    fn validate_schedule_policies(&self) -> Result<(), JobError> {
+        let p = &self.policy;
+        if let Some(max_runs) = p.bounds.as_ref().and_then(|b| b.max_runs)
+            && !(1..=MAX_BOUNDED_RUNS).contains(&max_runs)
+        {
+            return Err(JobError::new(
+                "bounds.max_runs",
+                format!("{max_runs} is outside 1..={MAX_BOUNDED_RUNS}"),
+            ));
+        }
+        if let Some(jitter) = p.jitter_ms
+            && !(1..=MAX_TIMEOUT_MS).contains(&jitter)
+        {
+            return Err(JobError::new(
+                "jitter_ms",
+                format!("{jitter} is outside 1..={MAX_TIMEOUT_MS} (7 days)"),
+            ));
+        }
+        if let Some(failures) = p.pause_after_failures
+            && !(1..=MAX_PAUSE_AFTER_FAILURES).contains(&failures)
+        {
+            return Err(JobError::new(
+                "pause_after_failures",
+                format!("{failures} is outside 1..={MAX_PAUSE_AFTER_FAILURES}"),
+            ));
+        }
+        if p.calendars.len() > MAX_JOB_CALENDARS {
+            return Err(JobError::new(
+                "calendars",
+                format!("names {} calendars; the limit is {MAX_JOB_CALENDARS}", p.calendars.len()),
+            ));
+        }
+        for (i, name) in p.calendars.iter().enumerate() {
+            check_calendar_name(name).map_err(|why| JobError::new(&format!("calendars[{i}]"), why))?;
+        }
+        Ok(())
+    }
+}
+
+/// The instants `bounds` allow, read in `zone`.
+pub fn window_of(bounds: Option<&Bounds>, zone: Tz) -> Result<Window, JobError> {
+    let Some(bounds) = bounds else {
+        return Ok(Window::default());
+    };
+    let read = |text: &Option<String>, field: &'static str| {
+        text.as_deref()
+            .map(|t| parse_instant(t, zone, field).map(|i| i.timestamp_millis()))
+            .transpose()
+    };
+    let window = Window {
+        not_before_ms: read(&bounds.not_before, "bounds.not_before")?,
+        not_after_ms: read(&bounds.not_after, "bounds.not_after")?,
+    };
+    if let (Some(start), Some(end)) = (window.not_before_ms, window.not_after_ms)
+        && end < start
+    {
+        return Err(JobError::new("bounds.not_after", "is before bounds.not_before"));
+    }
+    Ok(window)
+}
+
+/// Why `name` cannot name a calendar, if it cannot.
+pub fn check_calendar_name(name: &str) -> Result<(), String> {
+    let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    if name.is_empty() || name.len() > MAX_IDENT || !name.chars().all(ok) {
+        return Err(format!(
+            "{name:?} is not a calendar name: 1 to {MAX_IDENT} letters, digits, '-', '_' or '.'"
+        ));
+    }
+    Ok(())
 }
 
 /// Why `url` cannot be an alert webhook, if it cannot.

@@ -1,5 +1,5 @@
-//! How a job runs beyond its schedule: balancing, sharding, retries, timeout, misfire, overlap
-//! and priority. Stored with the job as JSON.
+//! How a job runs beyond its schedule: balancing, sharding, retries, timeout, misfire, overlap,
+//! priority, bounds, jitter, calendars and pausing after failures. Stored with the job as JSON.
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -106,6 +106,49 @@ pub struct JobPolicy {
     /// How long the job's runs are kept, and how many (default: the node's `retention`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub history: Option<super::JobHistory>,
+    /// When the job may fire, and how many times; past them it is `done`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bounds: Option<Bounds>,
+    /// Each scheduled run is delayed by up to this many milliseconds, by an amount fixed per
+    /// (job, instant), so every node computes the same.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jitter_ms: Option<u64>,
+    /// Exclusion calendars by name: an instant in one of them is recorded as skipped.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub calendars: Vec<String>,
+    /// Stop the job after this many failed runs in a row, and alert.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pause_after_failures: Option<u32>,
+}
+
+/// A job's bounds: instants (RFC 3339, or wall times in the job's zone) and a count.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Bounds {
+    /// No instant before this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<String>,
+    /// No instant after this one: the job is `done` once its schedule passes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_after: Option<String>,
+    /// The job is `done` after firing this many scheduled instants (counted from its
+    /// creation; instants skipped by a calendar do not count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_runs: Option<u64>,
+}
+
+/// The delay of the run of `instant_ms` of `job_id` under a jitter of at most `max_ms`: a
+/// fixed mix of the two, so every node and every restart computes the same delay.
+pub fn jitter_delay_ms(job_id: i64, instant_ms: i64, max_ms: u64) -> i64 {
+    if max_ms == 0 {
+        return 0;
+    }
+    // splitmix64's finaliser over both: neighbouring instants get unrelated delays.
+    let mut x = (job_id as u64) ^ (instant_ms as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^= x >> 31;
+    i64::try_from(x % (max_ms + 1)).unwrap_or(0)
 }
 
 /// A job's own alert webhook: it receives the job's runs that fail for good and its late
@@ -150,6 +193,26 @@ impl Default for JobPolicy {
             priority: 5,
             alerts: None,
             history: None,
+            bounds: None,
+            jitter_ms: None,
+            calendars: Vec::new(),
+            pause_after_failures: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_is_fixed_per_job_and_instant_and_spreads_within_its_maximum() {
+        assert_eq!(jitter_delay_ms(7, 1_000, 0), 0);
+        assert_eq!(jitter_delay_ms(7, 60_000, 30_000), jitter_delay_ms(7, 60_000, 30_000));
+        let delays: Vec<i64> = (0..1_000).map(|i| jitter_delay_ms(7, i * 60_000, 30_000)).collect();
+        assert!(delays.iter().all(|d| (0..=30_000).contains(d)));
+        let low = delays.iter().filter(|d| **d < 15_000).count();
+        assert!((400..600).contains(&low), "{low} of 1000 in the lower half");
+        assert_ne!(jitter_delay_ms(7, 60_000, 30_000), jitter_delay_ms(8, 60_000, 30_000));
     }
 }

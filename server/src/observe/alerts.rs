@@ -48,6 +48,8 @@ pub enum AlertEvent {
         scheduled_at_ms: i64,
         lateness_ms: i64,
     },
+    /// A job was stopped after `failures` failed runs in a row (`pause_after_failures`).
+    JobPaused { job_id: i64, failures: u32 },
     /// An app that had a healthy executor has none.
     AppUnhealthy { app: String, executors: usize },
     /// An app without a healthy executor has one again.
@@ -379,9 +381,9 @@ fn targets(
 
 fn event_job(event: &AlertEvent) -> Option<i64> {
     match event {
-        AlertEvent::RunFailed { job_id, .. } | AlertEvent::FiredLate { job_id, .. } => {
-            Some(*job_id)
-        }
+        AlertEvent::RunFailed { job_id, .. }
+        | AlertEvent::FiredLate { job_id, .. }
+        | AlertEvent::JobPaused { job_id, .. } => Some(*job_id),
         AlertEvent::AppUnhealthy { .. } | AlertEvent::AppRecovered { .. } => None,
     }
 }
@@ -485,6 +487,16 @@ impl Alert {
                     }),
                 )
             }
+            AlertEvent::JobPaused { job_id, failures } => (
+                "job_paused",
+                None,
+                format!(
+                    "{} was stopped after {failures} failed runs in a row \
+                     (pause_after_failures); start it again once the cause is mended",
+                    job_label(*job_id),
+                ),
+                json!({"job": job_doc(*job_id), "failures": failures}),
+            ),
             AlertEvent::AppUnhealthy { app, executors } => (
                 "app_unhealthy",
                 None,

@@ -4,12 +4,14 @@
 //! scheduler counts its claims into [`NodeMetrics`] directly); reporting never waits on I/O.
 
 pub mod alerts;
+pub mod failure_pause;
 pub mod metrics;
 pub mod prometheus;
 
 use std::sync::Arc;
 
 pub use alerts::{AlertEvent, AlertSettings, AlertWorker, Alerter};
+pub use failure_pause::{FailedJobs, FailurePauser};
 pub use metrics::NodeMetrics;
 
 use crate::jobs::JobPolicy;
@@ -22,14 +24,22 @@ pub struct Observer {
     alerter: Alerter,
     /// The node's late-fire threshold; 0: none (a job's own still applies).
     late_after_ms: u64,
+    /// Jobs with a run that failed for good, for `pause_after_failures`.
+    failed_jobs: Arc<FailedJobs>,
 }
 
 impl Observer {
-    pub fn new(metrics: Arc<NodeMetrics>, alerter: Alerter, late_after_ms: u64) -> Self {
+    pub fn new(
+        metrics: Arc<NodeMetrics>,
+        alerter: Alerter,
+        late_after_ms: u64,
+        failed_jobs: Arc<FailedJobs>,
+    ) -> Self {
         Self {
             metrics,
             alerter,
             late_after_ms,
+            failed_jobs,
         }
     }
 
@@ -53,6 +63,7 @@ impl Observer {
         self.metrics.runs_finished.add(state, 1);
         if state == "failed" || state == run_state::NO_EXECUTOR {
             self.metrics.dead_letters.add(1);
+            self.failed_jobs.note(job_id);
             tracing::info!(run_id, job_id, state, error, "run failed for good");
             self.alerter.raise(AlertEvent::RunFailed {
                 run_id,

@@ -10,9 +10,14 @@ const MAX_INTERVAL: Duration = Duration::days(3660);
 
 /// Parses `90s`, `5m`, `1h30m`, `2d`, `1500ms`.
 pub fn parse_interval(text: &str) -> Result<Duration, ScheduleError> {
+    parse_duration(text, "schedule.every")
+}
+
+/// [`parse_interval`] for any field of a schedule that is a duration; errors name `field`.
+pub fn parse_duration(text: &str, field: &'static str) -> Result<Duration, ScheduleError> {
     let bad = |why: &str| {
         ScheduleError::new(
-            "schedule.every",
+            field,
             format!("{text:?} {why}: use a duration like 30s, 5m, 1h30m or 2d"),
         )
     };

@@ -1,10 +1,12 @@
-//! Schedules: parsing (cron, RRULE, one-shot `at`, fixed interval `every`) and the pure
-//! next-instant function. No I/O and no clock: callers say what "after" means.
+//! Schedules: parsing (cron, RRULE, one-shot `at`, fixed interval `every`, `fixed_delay`
+//! after each run), a job's bounds on them, exclusion calendars, and the pure next-instant
+//! function. No I/O and no clock: callers say what "after" means.
 //!
 //! Every job has an IANA time zone. Cron and RRULE are evaluated on wall-clock time in that zone
 //! and turned into instants by one DST rule (see `zone`), so both behave alike across gaps and
 //! overlaps.
 
+pub mod calendar;
 mod cron;
 mod every;
 mod rrule;
@@ -25,7 +27,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 
-pub use every::parse_interval;
+pub use every::{parse_duration, parse_interval};
 
 /// Why a schedule was refused; `field` names the JSON field at fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -52,7 +54,7 @@ impl ScheduleError {
     }
 }
 
-/// A schedule as a user writes it: exactly one of the four fields.
+/// A schedule as a user writes it: exactly one of the five fields.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(min_properties = 1, max_properties = 1)]
@@ -69,6 +71,10 @@ pub struct ScheduleSpec {
     /// A duration such as `30s`, `5m`, `1h30m`, `2d`; anchored to the job's start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub every: Option<String>,
+    /// A duration: each run is due this long after the previous one ended (the first when
+    /// the job is started), so runs never overlap however long they take.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fixed_delay: Option<String>,
 }
 
 /// Parses an IANA zone name.
@@ -93,6 +99,15 @@ enum Kind {
     Rrule(Box<rrule::RruleSchedule>),
     At(DateTime<Utc>),
     Every(chrono::Duration),
+    FixedDelay(chrono::Duration),
+}
+
+/// The instants a job's schedule may fire in (its `bounds`): none before `not_before`, none
+/// after `not_after`. Part of the parsed schedule, so every search honours it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Window {
+    pub not_before_ms: Option<i64>,
+    pub not_after_ms: Option<i64>,
 }
 
 /// A parsed schedule in a zone. Cheap to clone; jobs with the same expression and zone can
@@ -101,6 +116,7 @@ enum Kind {
 pub struct Schedule {
     kind: Arc<Kind>,
     zone: Tz,
+    window: Window,
 }
 
 /// What the next-instant search may know about the job beyond its schedule.
@@ -122,18 +138,39 @@ impl Schedule {
                 Kind::Rrule(Box::new(rrule::RruleSchedule::parse(text, zone)?))
             }
             (None, None, Some(at), None) => Kind::At(parse_at(at, zone)?),
-            (None, None, None, Some(every)) => Kind::Every(parse_interval(every)?),
+            (None, None, None, Some(every)) if spec.fixed_delay.is_none() => {
+                Kind::Every(parse_interval(every)?)
+            }
+            (None, None, None, None) if spec.fixed_delay.is_some() => Kind::FixedDelay(
+                parse_duration(spec.fixed_delay.as_deref().unwrap_or_default(), "schedule.fixed_delay")?,
+            ),
             _ => {
                 return Err(ScheduleError::new(
                     "schedule",
-                    "give exactly one of \"cron\", \"rrule\", \"at\" or \"every\"",
+                    "give exactly one of \"cron\", \"rrule\", \"at\", \"every\" or \"fixed_delay\"",
                 ));
             }
         };
         Ok(Self {
             kind: Arc::new(kind),
             zone,
+            window: Window::default(),
         })
+    }
+
+    /// This schedule limited to `window`.
+    pub fn within(mut self, window: Window) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// The delay after each run's end, for a `fixed_delay` schedule: its instants depend on
+    /// when runs end, which only the scheduler knows.
+    pub fn fixed_delay(&self) -> Option<chrono::Duration> {
+        match &*self.kind {
+            Kind::FixedDelay(delay) => Some(*delay),
+            _ => None,
+        }
     }
 
     pub fn zone(&self) -> Tz {
@@ -145,18 +182,45 @@ impl Schedule {
         matches!(*self.kind, Kind::At(_))
     }
 
-    /// The first instant of the schedule strictly after `after`, or `None` when it has no more.
+    /// The first instant of the schedule strictly after `after` and within its window, or
+    /// `None` when it has no more. A `fixed_delay` schedule reads `after` as the end of the
+    /// previous run.
     pub fn next_after(
         &self,
         after: DateTime<Utc>,
         hints: NextHints,
     ) -> Result<Option<DateTime<Utc>>, ScheduleError> {
-        match &*self.kind {
-            Kind::Cron(cron) => cron.next_after(after, self.zone),
-            Kind::Rrule(rule) => rule.next_after(after, hints.cursor),
-            Kind::At(at) => Ok((*at > after).then_some(*at)),
-            Kind::Every(interval) => Ok(every::next_after(*interval, hints.anchor, after)),
+        let from = self.window_start(after);
+        let next = match &*self.kind {
+            Kind::Cron(cron) => cron.next_after(from, self.zone)?,
+            Kind::Rrule(rule) => rule.next_after(from, hints.cursor)?,
+            Kind::At(at) => (*at > from).then_some(*at),
+            Kind::Every(interval) => every::next_after(*interval, hints.anchor, from),
+            Kind::FixedDelay(delay) => {
+                // The delay runs from the end of the previous run, but never before the window.
+                let due = after.checked_add_signed(*delay);
+                due.map(|due| due.max(from + chrono::Duration::milliseconds(1)))
+            }
+        };
+        Ok(next.filter(|n| self.within_end(*n)))
+    }
+
+    /// Where a search for instants after `after` starts: not before the window opens.
+    fn window_start(&self, after: DateTime<Utc>) -> DateTime<Utc> {
+        match self
+            .window
+            .not_before_ms
+            .and_then(|ms| DateTime::from_timestamp_millis(ms - 1))
+        {
+            Some(opens) if opens > after => opens,
+            _ => after,
         }
+    }
+
+    fn within_end(&self, instant: DateTime<Utc>) -> bool {
+        self.window
+            .not_after_ms
+            .is_none_or(|end| instant.timestamp_millis() <= end)
     }
 
     /// Up to `count` instants after `after`, strictly increasing: `next_after` repeated.
@@ -167,7 +231,9 @@ impl Schedule {
         hints: NextHints,
     ) -> Result<Vec<DateTime<Utc>>, ScheduleError> {
         if let Kind::Rrule(rule) = &*self.kind {
-            return rule.preview(after, count, hints.cursor);
+            let mut instants = rule.preview(self.window_start(after), count, hints.cursor)?;
+            instants.retain(|i| self.within_end(*i));
+            return Ok(instants);
         }
         let mut instants = Vec::with_capacity(count);
         let mut cursor = after;
@@ -196,11 +262,20 @@ impl Schedule {
 /// Instants are kept to the millisecond, the precision they are stored with: a finer one would
 /// stay "after" its own stored millisecond forever.
 fn parse_at(text: &str, zone: Tz) -> Result<DateTime<Utc>, ScheduleError> {
-    let instant = parse_at_exact(text, zone)?;
+    parse_instant(text, zone, "schedule.at")
+}
+
+/// An RFC 3339 instant, or a wall time in `zone`, to the millisecond; an error names `field`.
+pub fn parse_instant(
+    text: &str,
+    zone: Tz,
+    field: &'static str,
+) -> Result<DateTime<Utc>, ScheduleError> {
+    let instant = parse_at_exact(text, zone, field)?;
     Ok(DateTime::from_timestamp_millis(instant.timestamp_millis()).unwrap_or(instant))
 }
 
-fn parse_at_exact(text: &str, zone: Tz) -> Result<DateTime<Utc>, ScheduleError> {
+fn parse_at_exact(text: &str, zone: Tz, field: &'static str) -> Result<DateTime<Utc>, ScheduleError> {
     let text = text.trim();
     if let Ok(instant) = DateTime::parse_from_rfc3339(text) {
         return Ok(instant.with_timezone(&Utc));
@@ -210,7 +285,7 @@ fn parse_at_exact(text: &str, zone: Tz) -> Result<DateTime<Utc>, ScheduleError> 
         .map(|wall| zone::resolve(wall, zone))
         .map_err(|_| {
             ScheduleError::new(
-                "schedule.at",
+                field,
                 format!(
                     "{text:?} is not an instant: use RFC 3339 (2026-12-01T09:00:00Z) or a wall \
                      time in the job's zone (2026-12-01T09:00:00)"

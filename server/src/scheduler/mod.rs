@@ -10,7 +10,9 @@
 //! `(job_id, scheduled_at_ms)` makes it happen at most once cluster-wide; the job's last fired
 //! instant advances in the same transaction, so the next owner resumes exactly after it.
 
+pub mod backfill;
 pub mod misfire;
+mod policies;
 pub mod timer;
 
 use std::collections::HashMap;
@@ -23,9 +25,9 @@ use tracing::{debug, info, warn};
 
 use crate::clock::ClusterClock;
 use crate::cluster::LocalView;
-use crate::jobs::{JobPolicy, Overlap};
+use crate::jobs::{JobPolicy, Overlap, window_of};
 use crate::observe::NodeMetrics;
-use crate::schedule::{NextHints, Schedule, ScheduleSpec, parse_zone};
+use crate::schedule::{NextHints, Schedule, ScheduleSpec, Window, parse_zone};
 use crate::store::{
     self, ClaimOutcome, OverlapRule, RunClaim, ScheduledJob, Store, job_state, run_state,
 };
@@ -78,7 +80,18 @@ struct LoadedJob {
     schedule: u32,
     priority: u8,
     overlap: Overlap,
+    /// Its instants follow the end of its previous run (`fixed_delay`).
+    fixed_delay: bool,
+    /// Scheduled instants left under `bounds.max_runs` ([`UNLIMITED`]: no limit).
+    runs_left: u32,
+    /// Index into `Scheduler::calendar_sets`, or [`NO_CALENDARS`].
+    calendars: u32,
 }
+
+/// `runs_left` of a job without `bounds.max_runs`.
+const UNLIMITED: u32 = u32::MAX;
+/// `calendars` of a job that names none.
+const NO_CALENDARS: u32 = u32::MAX;
 
 /// The schedule index of a one-shot (`at`) job: after its instant there is nothing to compute,
 /// so its schedule is not kept (a million delayed tasks are a million distinct instants).
@@ -114,6 +127,15 @@ pub struct Scheduler {
     schedule_ids: HashMap<String, HashMap<String, u32>>,
     /// Woken when runs are claimed, so they are dispatched at once rather than at its next tick.
     dispatcher: Arc<tokio::sync::Notify>,
+    /// The lists of calendars jobs name, each kept once, by index.
+    calendar_sets: Vec<Vec<String>>,
+    calendar_set_ids: HashMap<Vec<String>, u32>,
+    /// Every calendar as last read, by name.
+    calendars: policies::Calendars,
+    /// `fixed_delay` jobs waiting for the run of their last fired instant to end.
+    awaiting_end: HashMap<i64, i64>,
+    /// Jobs past their bounds, `(job_id, version)`, to be marked `done`.
+    exhausted: Vec<(i64, i64)>,
 }
 
 impl Scheduler {
@@ -140,6 +162,11 @@ impl Scheduler {
             schedule_table: Vec::new(),
             schedule_ids: HashMap::new(),
             dispatcher,
+            calendar_sets: Vec::new(),
+            calendar_set_ids: HashMap::new(),
+            calendars: policies::Calendars::default(),
+            awaiting_end: HashMap::new(),
+            exhausted: Vec::new(),
         }
     }
 
@@ -213,6 +240,7 @@ impl Scheduler {
             debug!(partition, epoch, jobs = count, "partition loaded");
         }
         self.poll_changes(now).await?;
+        self.follow_policies().await?;
         self.view.set_jobs_held(self.jobs.len());
         if self.timer.len() > 2 * self.jobs.len() + 1_024 {
             let jobs = &self.jobs;
@@ -247,6 +275,7 @@ impl Scheduler {
         }
         for job_id in changes.deleted {
             self.jobs.remove(&job_id);
+            self.awaiting_end.remove(&job_id);
         }
         for job in changes.changed {
             if !self.partitions.contains_key(&job.partition_id) {
@@ -258,6 +287,7 @@ impl Scheduler {
             }
             if job.state != job_state::RUNNING {
                 self.jobs.remove(&job.job_id);
+                self.awaiting_end.remove(&job.job_id);
                 continue;
             }
             let reason = match known {
@@ -271,6 +301,9 @@ impl Scheduler {
 
     fn forget_partition(&mut self, partition: i64) {
         self.partitions.remove(&partition);
+        let jobs = &self.jobs;
+        self.awaiting_end
+            .retain(|job_id, _| jobs.get(job_id).is_some_and(|j| j.partition_id != partition));
         self.jobs.retain(|_, j| j.partition_id != partition);
         self.pending.retain(|c| c.partition_id != partition);
         debug!(partition, "partition released");
@@ -278,8 +311,13 @@ impl Scheduler {
 
     /// Loads a running job: catch-up claims per its misfire policy, and its next instant.
     fn load(&mut self, job: ScheduledJob, now: i64, reason: LoadReason) {
-        let parsed = self.schedule_of(&job);
+        self.awaiting_end.remove(&job.job_id);
         let policy = serde_json::from_str::<JobPolicy>(&job.policy_json).ok();
+        let window = policy.as_ref().and_then(|p| {
+            let zone = parse_zone(&job.timezone).ok()?;
+            window_of(p.bounds.as_ref(), zone).ok()
+        });
+        let parsed = window.and_then(|window| self.schedule_of(&job, window));
         let (Some((schedule_index, schedule)), Some(policy)) = (parsed, policy) else {
             warn!(
                 job_id = job.job_id,
@@ -288,6 +326,24 @@ impl Scheduler {
             self.jobs.remove(&job.job_id);
             return;
         };
+        let runs_left = match policy.bounds.as_ref().and_then(|b| b.max_runs) {
+            None => UNLIMITED,
+            Some(max) => u32::try_from(
+                i64::try_from(max).unwrap_or(i64::MAX).saturating_sub(job.fired_count).max(0),
+            )
+            .unwrap_or(UNLIMITED - 1),
+        };
+        if runs_left == 0 {
+            info!(job_id = job.job_id, "the job fired its bounds.max_runs; it is done");
+            self.jobs.remove(&job.job_id);
+            self.exhausted.push((job.job_id, job.version));
+            return;
+        }
+        let calendars = self.calendar_set_of(&policy.calendars);
+        if schedule.fixed_delay().is_some() {
+            self.load_fixed_delay(&job, schedule_index, &schedule, &policy, runs_left, calendars, now);
+            return;
+        }
         let hints = NextHints {
             anchor: job.started_at_ms.and_then(DateTime::from_timestamp_millis),
             cursor: job
@@ -326,7 +382,23 @@ impl Scheduler {
             schedule: schedule_index,
             priority: u8::try_from(policy.priority.clamp(0, 10)).unwrap_or(5),
             overlap: policy.overlap,
+            fixed_delay: false,
+            runs_left,
+            calendars,
         };
+        if planned.next.is_none() && planned.catch_up.is_empty() {
+            info!(job_id = job.job_id, "the job's schedule has no instant left within its bounds; it is done");
+            self.jobs.remove(&job.job_id);
+            self.exhausted.push((job.job_id, job.version));
+            return;
+        }
+        let mut planned = planned;
+        let mut loaded = loaded;
+        if loaded.runs_left != UNLIMITED && planned.catch_up.len() >= loaded.runs_left as usize {
+            // The catch-up uses up the job's runs: the last of them ends it.
+            planned.catch_up.truncate(loaded.runs_left as usize);
+            planned.next = None;
+        }
         if !planned.catch_up.is_empty() {
             info!(
                 job_id = job.job_id,
@@ -338,6 +410,9 @@ impl Scheduler {
         for (i, at) in planned.catch_up.iter().enumerate() {
             let done = i == last && planned.next.is_none();
             if let Some(claim) = self.claim_for(job.job_id, &loaded, *at, "misfire", done) {
+                if claim.counts_as_fired() && loaded.runs_left != UNLIMITED {
+                    loaded.runs_left = loaded.runs_left.saturating_sub(1);
+                }
                 self.pending.push(claim);
             }
         }
@@ -353,11 +428,20 @@ impl Scheduler {
 
     /// The job's parsed schedule and its index in the shared table (a recurring schedule is
     /// parsed once per node, whatever the number of jobs that have it).
-    fn schedule_of(&mut self, job: &ScheduledJob) -> Option<(u32, Schedule)> {
+    fn schedule_of(&mut self, job: &ScheduledJob, window: Window) -> Option<(u32, Schedule)> {
+        // Jobs share a parsed schedule only when their bounds agree too.
+        let key = if window == Window::default() {
+            job.schedule_json.clone()
+        } else {
+            format!(
+                "{}|{:?}|{:?}",
+                job.schedule_json, window.not_before_ms, window.not_after_ms
+            )
+        };
         if let Some(&index) = self
             .schedule_ids
             .get(&job.timezone)
-            .and_then(|by_json| by_json.get(&job.schedule_json))
+            .and_then(|by_json| by_json.get(&key))
         {
             return self
                 .schedule_table
@@ -365,7 +449,9 @@ impl Scheduler {
                 .map(|schedule| (index, schedule.clone()));
         }
         let spec = serde_json::from_str::<ScheduleSpec>(&job.schedule_json).ok()?;
-        let schedule = Schedule::parse(&spec, parse_zone(&job.timezone).ok()?).ok()?;
+        let schedule = Schedule::parse(&spec, parse_zone(&job.timezone).ok()?)
+            .ok()?
+            .within(window);
         if schedule.is_one_shot() {
             return Some((ONE_SHOT, schedule));
         }
@@ -376,7 +462,7 @@ impl Scheduler {
         self.schedule_ids
             .entry(job.timezone.clone())
             .or_default()
-            .insert(job.schedule_json.clone(), index);
+            .insert(key, index);
         Some((index, schedule))
     }
 
@@ -389,6 +475,11 @@ impl Scheduler {
         job_done: bool,
     ) -> Option<RunClaim> {
         let epoch = *self.partitions.get(&job.partition_id)?;
+        let skipped = self.calendar_skip(job.calendars, at);
+        let (state, message) = match skipped {
+            Some(why) => (run_state::SKIPPED, Some(why)),
+            None => (run_state::PENDING, None),
+        };
         Some(RunClaim {
             job_id,
             job_version: job.version,
@@ -397,8 +488,8 @@ impl Scheduler {
             scheduled_at_ms: at,
             trigger_kind,
             priority: i64::from(job.priority),
-            state: run_state::PENDING,
-            message: None,
+            state,
+            message,
             overlap: match job.overlap {
                 Overlap::Allow => OverlapRule::Allow,
                 Overlap::Skip => OverlapRule::Skip,
@@ -451,7 +542,7 @@ impl Scheduler {
     /// The claim for a timer entry, if the entry is still current; the job's following instant
     /// is computed now, so that a one-shot's claim can also mark the job done.
     fn due_claim(&mut self, entry: TimerEntry) -> Option<RunClaim> {
-        let job = self.jobs.get(&entry.job_id)?;
+        let job = *self.jobs.get(&entry.job_id)?;
         if job.version != entry.version || job.next_ms != Some(entry.due_ms) {
             return None;
         }
@@ -467,7 +558,7 @@ impl Scheduler {
         // A search that gives up (a rule too sparse to replay within its bound) is not the
         // end of the schedule: the job stays running, idle until it is edited or reloaded,
         // and says so, rather than being finished as if its last instant had come.
-        let (following, ended) = match search {
+        let (mut following, mut ended) = match search {
             Some(Ok(next)) => (next.map(|n| n.timestamp_millis()), next.is_none()),
             Some(Err(err)) => {
                 warn!(job_id = entry.job_id, error = %err, "cannot find the job's next instant; it stays idle until edited or reloaded");
@@ -475,8 +566,25 @@ impl Scheduler {
             }
             None => (None, true),
         };
-        let claim = self.claim_for(entry.job_id, job, entry.due_ms, "schedule", ended);
+        if job.fixed_delay {
+            // Its next instant comes from this run's end.
+            (following, ended) = (None, false);
+        }
+        let mut claim = self.claim_for(entry.job_id, &job, entry.due_ms, "schedule", ended);
+        let counted = claim.as_ref().is_some_and(RunClaim::counts_as_fired);
+        if counted && job.runs_left == 1 {
+            following = None;
+            if let Some(claim) = claim.as_mut() {
+                claim.job_done = true;
+            }
+        }
+        if job.fixed_delay && claim.as_ref().is_some_and(|c| !c.job_done) {
+            self.awaiting_end.insert(entry.job_id, entry.due_ms);
+        }
         if let Some(job) = self.jobs.get_mut(&entry.job_id) {
+            if counted && job.runs_left != UNLIMITED {
+                job.runs_left = job.runs_left.saturating_sub(1);
+            }
             job.next_ms = following;
             if let Some(next) = following {
                 self.timer.push(TimerEntry {

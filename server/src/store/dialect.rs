@@ -83,7 +83,7 @@ macro_rules! jobs_list {
         concat!(
             "SELECT job_id, partition_id, name, app_name, handler_name, schedule_json, \
             timezone, args_json, policy_json, state, version, last_fired_at_ms, created_at_ms, \
-            updated_at_ms, started_at_ms FROM jobs \
+            updated_at_ms, started_at_ms, fired_count FROM jobs \
             WHERE (? IS NULL OR app_name = ?) AND (? IS NULL OR state = ?) \
             AND (? IS NULL OR name LIKE ? ESCAPE '!') \
             AND (? IS NULL OR LOWER(name) LIKE LOWER(?) ESCAPE '!') AND (? IS NULL OR ",
@@ -192,20 +192,20 @@ queries! {
         CASE WHEN ? = 1 THEN {now} ELSE NULL END)";
     job_get = "SELECT job_id, partition_id, name, app_name, handler_name, schedule_json, \
         timezone, args_json, policy_json, state, version, last_fired_at_ms, created_at_ms, \
-        updated_at_ms, started_at_ms FROM jobs WHERE job_id = ?";
+        updated_at_ms, started_at_ms, fired_count FROM jobs WHERE job_id = ?";
     jobs_by_id_desc = jobs_list!("job_id < ?", "job_id DESC");
     jobs_by_id_asc = jobs_list!("job_id > ?", "job_id");
     jobs_by_name_asc = jobs_list!("name > ?", "name");
     jobs_by_name_desc = jobs_list!("name < ?", "name DESC");
     jobs_in_partition = "SELECT job_id, partition_id, schedule_json, timezone, policy_json, \
-        version, last_fired_at_ms, created_at_ms, started_at_ms FROM jobs \
+        version, last_fired_at_ms, created_at_ms, started_at_ms, fired_count FROM jobs \
         WHERE partition_id = ? AND state = 'running'";
     jobs_get_many = "SELECT job_id, partition_id, name, app_name, handler_name, schedule_json, \
         timezone, args_json, policy_json, state, version, last_fired_at_ms, created_at_ms, \
-        updated_at_ms, started_at_ms FROM jobs WHERE job_id IN ({partitions})";
+        updated_at_ms, started_at_ms, fired_count FROM jobs WHERE job_id IN ({partitions})";
     jobs_changed_since = "SELECT job_id, partition_id, name, app_name, handler_name, \
         schedule_json, timezone, args_json, policy_json, state, version, last_fired_at_ms, \
-        created_at_ms, updated_at_ms, started_at_ms FROM jobs \
+        created_at_ms, updated_at_ms, started_at_ms, fired_count FROM jobs \
         WHERE updated_at_ms > ? OR (updated_at_ms = ? AND job_id > ?) \
         ORDER BY updated_at_ms, job_id LIMIT ?";
     job_update = "UPDATE jobs SET name = ?, app_name = ?, handler_name = ?, \
@@ -227,7 +227,7 @@ queries! {
     jobs_lock_many = "SELECT job_id, version, state, last_fired_at_ms FROM jobs \
         WHERE job_id IN ({partitions}) ORDER BY job_id {for_update}";
     run_insert_ignore_duplicate = "{ignore_duplicate_run}";
-    job_advance = "UPDATE jobs SET last_fired_at_ms = ?, \
+    job_advance = "UPDATE jobs SET last_fired_at_ms = ?, fired_count = fired_count + ?, \
         state = CASE WHEN ? = 1 THEN 'done' ELSE state END \
         WHERE job_id = ? AND version = ? AND state = 'running' \
         AND (last_fired_at_ms IS NULL OR last_fired_at_ms < ?)";
@@ -248,6 +248,44 @@ queries! {
     runs_of_job = "SELECT run_id, job_id, scheduled_at_ms, partition_id, epoch, node_id, \
         trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, message \
         FROM runs WHERE job_id = ? AND (? IS NULL OR run_id < ?) ORDER BY run_id DESC LIMIT ?";
+    // Schedule policies: bounds, fixed delay, calendars, backfills.
+    job_finish = "UPDATE jobs SET state = 'done', version = version + 1, updated_at_ms = {now} \
+        WHERE job_id = ? AND version = ? AND state = 'running'";
+    jobs_naming_calendar = "SELECT job_id, name, policy_json FROM jobs WHERE policy_json LIKE ?";
+    calendar_insert = "INSERT INTO calendars (name, definition_json, version, created_at_ms, \
+        updated_at_ms) VALUES (?, ?, 1, {now}, {now})";
+    calendar_update = "UPDATE calendars SET definition_json = ?, version = version + 1, \
+        updated_at_ms = {now} WHERE name = ? AND (? IS NULL OR version = ?)";
+    calendar_get = "SELECT name, definition_json, version, created_at_ms, updated_at_ms \
+        FROM calendars WHERE name = ?";
+    calendars_list = "SELECT name, definition_json, version, created_at_ms, updated_at_ms \
+        FROM calendars ORDER BY name";
+    calendar_delete = "DELETE FROM calendars WHERE name = ?";
+    backfill_insert = "INSERT INTO backfills (job_id, partition_id, from_ms, to_ms, cursor_ms, \
+        max_in_flight, state, fired, message, created_at_ms, updated_at_ms) \
+        VALUES (?, ?, ?, ?, ?, ?, 'running', 0, NULL, {now}, {now})";
+    backfill_get = "SELECT backfill_id, job_id, partition_id, from_ms, to_ms, cursor_ms, \
+        max_in_flight, state, fired, message, created_at_ms, updated_at_ms FROM backfills \
+        WHERE backfill_id = ?";
+    backfills_of_job = "SELECT backfill_id, job_id, partition_id, from_ms, to_ms, cursor_ms, \
+        max_in_flight, state, fired, message, created_at_ms, updated_at_ms FROM backfills \
+        WHERE job_id = ? ORDER BY backfill_id DESC LIMIT ?";
+    backfills_running = "SELECT backfill_id, job_id, partition_id, from_ms, to_ms, cursor_ms, \
+        max_in_flight, state, fired, message, created_at_ms, updated_at_ms FROM backfills \
+        WHERE state = 'running' AND partition_id IN ({partitions}) ORDER BY backfill_id";
+    backfill_cancel = "UPDATE backfills SET state = 'cancelled', updated_at_ms = {now} \
+        WHERE backfill_id = ? AND state = 'running'";
+    backfill_advance = "UPDATE backfills SET cursor_ms = ?, fired = fired + ?, \
+        state = CASE WHEN ? = 1 THEN 'done' ELSE state END, message = ?, updated_at_ms = {now} \
+        WHERE backfill_id = ? AND cursor_ms = ? AND state = 'running'";
+    partition_lock_one = "SELECT owner_node_id, epoch FROM partitions WHERE partition_id = ? \
+        {for_update}";
+    // Unfinished runs of a job in an instant range (the unique key leads with both).
+    runs_unfinished_in_range = "SELECT COUNT(*) FROM runs WHERE job_id = ? \
+        AND scheduled_at_ms >= ? AND scheduled_at_ms <= ? \
+        AND state IN ('pending', 'queued', 'running')";
+    runs_unfinished_of_job_count = "SELECT COUNT(*) FROM runs WHERE job_id = ? \
+        AND state IN ('pending', 'queued', 'running')";
     app_insert = "INSERT INTO apps (app_name, description, created_at_ms) \
         SELECT ?, '', {now} {from_dual} WHERE NOT EXISTS (SELECT 1 FROM apps WHERE app_name = ?)";
     executor_update = "UPDATE executors SET app_name = ?, address = ?, weight = ?, capacity = ?, \

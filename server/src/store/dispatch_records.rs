@@ -131,6 +131,8 @@ pub struct NewAttempt {
     /// The executor this shard is meant for (`split` and `broadcast`); others take it only if
     /// that one cannot.
     pub prefer_executor_id: Option<String>,
+    /// How long after the run's instant it may be delivered (the job's jitter).
+    pub delay_ms: i64,
 }
 
 /// How an attempt ended, and what comes next.

@@ -23,6 +23,9 @@ pub enum Error {
     NotInitialised,
     #[error("{what} is already taken")]
     Conflict { what: String },
+    /// A stored document (a calendar's definition) no longer reads as this version expects.
+    #[error("{what} is unreadable: {reason}")]
+    Unreadable { what: String, reason: String },
 }
 
 impl Error {

@@ -21,6 +21,8 @@ pub struct JobRecord {
     pub updated_at_ms: i64,
     /// When the job was last started: the anchor of `every` schedules.
     pub started_at_ms: Option<i64>,
+    /// Scheduled instants fired so far (`bounds.max_runs` counts them).
+    pub fired_count: i64,
 }
 
 impl JobRecord {
@@ -47,6 +49,7 @@ pub struct ScheduledJob {
     pub last_fired_at_ms: Option<i64>,
     pub created_at_ms: i64,
     pub started_at_ms: Option<i64>,
+    pub fired_count: i64,
 }
 
 impl From<JobRecord> for ScheduledJob {
@@ -61,6 +64,7 @@ impl From<JobRecord> for ScheduledJob {
             last_fired_at_ms: job.last_fired_at_ms,
             created_at_ms: job.created_at_ms,
             started_at_ms: job.started_at_ms,
+            fired_count: job.fired_count,
         }
     }
 }
@@ -69,7 +73,7 @@ impl From<JobRecord> for ScheduledJob {
 pub mod job_state {
     pub const STOPPED: &str = "stopped";
     pub const RUNNING: &str = "running";
-    /// A schedule with no more instants (a one-shot that ran).
+    /// A schedule with no more instants (a one-shot that ran, a job past its bounds).
     pub const DONE: &str = "done";
 }
 
@@ -184,10 +188,11 @@ pub struct RunClaim {
     /// The partition epoch the node owns: the fence.
     pub epoch: i64,
     pub scheduled_at_ms: i64,
-    /// `schedule`, `misfire` or `manual`.
+    /// `schedule`, `misfire`, `manual` or `backfill`.
     pub trigger_kind: &'static str,
     pub priority: i64,
-    /// The state a claimed run starts in, and why.
+    /// The state a claimed run starts in, and why: `pending`, or `skipped` for an instant in
+    /// one of the job's calendars (which no overlap rule changes).
     pub state: &'static str,
     pub message: Option<String>,
     pub overlap: OverlapRule,
@@ -205,4 +210,12 @@ pub enum ClaimOutcome {
     Stale,
     /// The partition is no longer this node's at this epoch: nothing was inserted.
     Fenced,
+}
+
+impl RunClaim {
+    /// Whether this claim counts toward the job's `bounds.max_runs`: every scheduled instant
+    /// but one skipped by a calendar (a manual or backfill run is no claim).
+    pub fn counts_as_fired(&self) -> bool {
+        self.state == run_state::PENDING
+    }
 }

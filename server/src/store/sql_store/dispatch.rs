@@ -318,8 +318,8 @@ macro_rules! dispatch_store {
                             .push_bind(attempt.args_json.clone())
                             .push("'pending'")
                             .push(now)
-                            // Not before its instant: a run claimed ahead waits for it.
-                            .push_bind(run.scheduled_at_ms)
+                            // Not before its instant (and jitter): a run claimed ahead waits.
+                            .push_bind(run.scheduled_at_ms.saturating_add(attempt.delay_ms))
                             .push("NULL")
                             .push_bind(attempt.prefer_executor_id.clone());
                     });

@@ -44,6 +44,7 @@ macro_rules! job_store {
                     }
                     let advanced = sqlx::query::<$db>(sql(&self.q.job_advance))
                         .bind(claim.scheduled_at_ms)
+                        .bind(i64::from(claim.counts_as_fired()))
                         .bind(i64::from(claim.job_done))
                         .bind(claim.job_id)
                         .bind(claim.job_version)
@@ -113,6 +114,7 @@ macro_rules! job_store {
                         .collect();
                 // The same rule as `job_advance`, claim after claim in batch order.
                 let mut advanced: Vec<(i64, i64, bool)> = Vec::new();
+                let mut fired: HashMap<i64, i64> = HashMap::new();
                 let mut inserts: Vec<&RunClaim> = Vec::new();
                 for i in chosen {
                     let claim = &claims[i];
@@ -128,6 +130,7 @@ macro_rules! job_store {
                     *running = !claim.job_done;
                     advanced.retain(|(job, _, _)| *job != claim.job_id);
                     advanced.push((claim.job_id, at, claim.job_done));
+                    *fired.entry(claim.job_id).or_default() += i64::from(claim.counts_as_fired());
                     inserts.push(claim);
                     outcomes[i] = Some(ClaimOutcome::Claimed);
                 }
@@ -140,6 +143,13 @@ macro_rules! job_store {
                     update.push(" WHEN ").push_bind(*job_id).push(" THEN ").push_bind(*at);
                 }
                 update.push(" END");
+                if fired.values().any(|n| *n > 0) {
+                    update.push(", fired_count = fired_count + CASE job_id");
+                    for (job_id, count) in &fired {
+                        update.push(" WHEN ").push_bind(*job_id).push(" THEN ").push_bind(*count);
+                    }
+                    update.push(" ELSE 0 END");
+                }
                 if advanced.iter().any(|(_, _, done)| *done) {
                     update.push(", state = CASE WHEN job_id IN (");
                     let mut done = update.separated(", ");
@@ -191,7 +201,8 @@ macro_rules! job_store {
                 tx: &mut Transaction<'static, $db>,
                 claim: &RunClaim,
             ) -> Result<(&'static str, Option<String>), Error> {
-                if claim.overlap == OverlapRule::Allow {
+                // A calendar's skip stands whatever the overlap rule.
+                if claim.overlap == OverlapRule::Allow || claim.state != run_state::PENDING {
                     return Ok((claim.state, claim.message.clone()));
                 }
                 let unfinished = sqlx::query_scalar::<$db, i64>(sql(&self.q.run_unfinished_of_job))

@@ -9,6 +9,7 @@ mod dispatch;
 mod history;
 mod jobs;
 mod migrate;
+mod policies;
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -34,8 +35,10 @@ use super::job_records::{
     ClaimOutcome, JobChanges, JobFilter, JobKey, JobOrder, JobRecord, JobWrite, OverlapRule,
     RunClaim, RunRecord, ScheduledJob, job_state, run_state,
 };
+use super::policy_records::{BackfillRecord, BackfillStep, CalendarRecord};
 use super::{
     Backend, ClusterMeta, ClusterStore, DatabaseUrl, DispatchStore, Error, HistoryStore, JobStore,
+    PolicyStore,
     LeaderFence, LeaderRecord, NodeList, NodeRecord, NodeRegistration, PartitionChange,
     PartitionRecord, PoolOptions,
 };
@@ -264,3 +267,6 @@ dispatch::dispatch_store!(SqliteStore, Sqlite, Backend::Sqlite);
 history::history_store!(PostgresStore, Postgres);
 history::history_store!(MysqlStore, MySql);
 history::history_store!(SqliteStore, Sqlite);
+policies::policy_store!(PostgresStore, Postgres);
+policies::policy_store!(MysqlStore, MySql);
+policies::policy_store!(SqliteStore, Sqlite);

@@ -1,0 +1,194 @@
+//! `/api/v1/calendars`: named exclusion calendars that jobs share (`calendars` in the job
+//! document). `PUT` creates or replaces one; a calendar a job names cannot be deleted.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::body::JsonBody;
+use super::error::Problem;
+use super::params::NameParam;
+use super::{ApiError, ApiState, rfc3339};
+use crate::jobs::{JobDefinition, JobPolicy, check_calendar_name};
+use crate::schedule::calendar::{Calendar, CalendarSpec};
+use crate::store::{self, CalendarRecord};
+
+/// A calendar as the API shows it.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct CalendarView {
+    name: String,
+    #[serde(flatten)]
+    definition: CalendarSpec,
+    version: i64,
+    created_at: Option<String>,
+    updated_at: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct CalendarList {
+    calendars: Vec<CalendarView>,
+}
+
+fn view_of(record: CalendarRecord) -> Result<CalendarView, ApiError> {
+    let definition = serde_json::from_str(&record.definition_json)
+        .map_err(|e| unreadable(&record.name, &e))?;
+    Ok(CalendarView {
+        name: record.name,
+        definition,
+        version: record.version,
+        created_at: rfc3339(record.created_at_ms),
+        updated_at: rfc3339(record.updated_at_ms),
+    })
+}
+
+fn unreadable(name: &str, err: &serde_json::Error) -> ApiError {
+    ApiError::Store(store::Error::Unreadable {
+        what: format!("calendar {name:?}"),
+        reason: err.to_string(),
+    })
+}
+
+fn checked_name(name: &str) -> Result<(), ApiError> {
+    check_calendar_name(name).map_err(|why| ApiError::invalid("name", why))
+}
+
+/// Every calendar, by name.
+#[utoipa::path(get, operation_id = "listCalendars", path = "/calendars", tag = "calendars",
+    responses((status = 200, description = "The calendars", body = CalendarList)))]
+pub(super) async fn list(State(state): State<ApiState>) -> Result<Json<CalendarList>, ApiError> {
+    let calendars = state
+        .store
+        .calendars_list()
+        .await?
+        .into_iter()
+        .map(view_of)
+        .collect::<Result<_, _>>()?;
+    Ok(Json(CalendarList { calendars }))
+}
+
+#[utoipa::path(get, operation_id = "getCalendar", path = "/calendars/{name}", tag = "calendars",
+    params(("name" = String, Path, description = "The calendar's name")),
+    responses((status = 200, description = "The calendar", body = CalendarView)))]
+pub(super) async fn get(
+    State(state): State<ApiState>,
+    NameParam(name): NameParam,
+) -> Result<Json<CalendarView>, ApiError> {
+    let record = state
+        .store
+        .calendar_get(&name)
+        .await?
+        .ok_or_else(|| ApiError::missing(format!("calendar {name:?}")))?;
+    Ok(Json(view_of(record)?))
+}
+
+/// Creates the calendar, or replaces its definition (from the version `If-Match` names, when
+/// given). Jobs that name it follow the change within a poll.
+#[utoipa::path(put, operation_id = "putCalendar", path = "/calendars/{name}", tag = "calendars",
+    request_body = CalendarSpec,
+    params(("name" = String, Path, description = "The calendar's name"),
+        ("If-Match" = Option<String>, Header, description = "The ETag of the version this change was made from")),
+    responses(
+        (status = 200, description = "Replaced", body = CalendarView),
+        (status = 201, description = "Created", body = CalendarView),
+        (status = 412, description = "`If-Match` is not the calendar's ETag", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub(super) async fn put(
+    State(state): State<ApiState>,
+    NameParam(name): NameParam,
+    headers: HeaderMap,
+    JsonBody(spec): JsonBody<CalendarSpec>,
+) -> Result<(StatusCode, Json<CalendarView>), ApiError> {
+    checked_name(&name)?;
+    Calendar::parse(&spec).map_err(|e| ApiError::invalid(&e.field, e.message))?;
+    let json = serde_json::to_string(&spec).map_err(|e| unreadable(&name, &e))?;
+    let expected = super::jobs::if_match(&headers)?;
+    if let Some(updated) = state.store.calendar_update(&name, &json, expected).await? {
+        return Ok((StatusCode::OK, Json(view_of(updated)?)));
+    }
+    match (state.store.calendar_get(&name).await?, expected) {
+        (Some(current), _) => Err(ApiError::PreconditionFailed(format!(
+            "calendar {name:?} is at version {}, not {}: read it again and reapply your change",
+            current.version,
+            expected.unwrap_or_default()
+        ))),
+        (None, Some(_)) => Err(ApiError::missing(format!("calendar {name:?}"))),
+        (None, None) => {
+            let created = state.store.calendar_insert(&name, &json).await?;
+            Ok((StatusCode::CREATED, Json(view_of(created)?)))
+        }
+    }
+}
+
+/// Deletes a calendar no job names.
+#[utoipa::path(delete, operation_id = "deleteCalendar", path = "/calendars/{name}", tag = "calendars",
+    params(("name" = String, Path, description = "The calendar's name")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 409, description = "Jobs name it", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub(super) async fn delete(
+    State(state): State<ApiState>,
+    NameParam(name): NameParam,
+) -> Result<StatusCode, ApiError> {
+    let users: Vec<String> = state
+        .store
+        .jobs_naming_calendar(&name)
+        .await?
+        .into_iter()
+        .filter(|(_, _, policy)| {
+            serde_json::from_str::<JobPolicy>(policy).is_ok_and(|p| p.calendars.contains(&name))
+        })
+        .map(|(id, job_name, _)| format!("{job_name} ({id})"))
+        .collect();
+    if !users.is_empty() {
+        return Err(ApiError::Conflict(format!(
+            "calendar {name:?} is named by {} job(s): {}; remove it from them first",
+            users.len(),
+            users.join(", ")
+        )));
+    }
+    if state.store.calendar_delete(&name).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::missing(format!("calendar {name:?}")))
+    }
+}
+
+/// Refuses a job that names a calendar that does not exist.
+pub(super) async fn check_named(
+    state: &ApiState,
+    definition: &JobDefinition,
+) -> Result<(), ApiError> {
+    for (i, name) in definition.policy.calendars.iter().enumerate() {
+        if state.store.calendar_get(name).await?.is_none() {
+            return Err(ApiError::invalid(
+                &format!("calendars[{i}]"),
+                format!("there is no calendar {name:?}: create it with PUT /api/v1/calendars/{name}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The calendars of `names`, parsed, for a preview.
+pub(super) async fn load_named(
+    state: &ApiState,
+    names: &[String],
+) -> Result<Vec<(String, Calendar)>, ApiError> {
+    let mut calendars = Vec::with_capacity(names.len());
+    for (i, name) in names.iter().enumerate() {
+        let field = format!("calendars[{i}]");
+        let record = state
+            .store
+            .calendar_get(name)
+            .await?
+            .ok_or_else(|| ApiError::invalid(&field, format!("there is no calendar {name:?}")))?;
+        let spec: CalendarSpec = serde_json::from_str(&record.definition_json)
+            .map_err(|e| unreadable(name, &e))?;
+        let calendar = Calendar::parse(&spec).map_err(|e| ApiError::invalid(&field, e.to_string()))?;
+        calendars.push((name.clone(), calendar));
+    }
+    Ok(calendars)
+}

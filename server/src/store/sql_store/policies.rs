@@ -1,0 +1,270 @@
+//! `PolicyStore` on the three backends: what the schedule policies keep beyond the job row
+//! (bounds ending a job, fixed delays reading run ends, calendars, backfills).
+
+/// Implements it for one backend's store; see `super` for the arguments.
+macro_rules! policy_store {
+    ($store:ident, $db:ty) => {
+        #[async_trait]
+        impl PolicyStore for $store {
+            async fn job_finish(&self, job_id: i64, version: i64) -> Result<bool, Error> {
+                Ok(sqlx::query::<$db>(sql(&self.q.job_finish))
+                    .bind(job_id)
+                    .bind(version)
+                    .execute(&self.pool)
+                    .await?
+                    .rows_affected()
+                    == 1)
+            }
+
+            async fn runs_finished_at(
+                &self,
+                runs: &[(i64, i64)],
+            ) -> Result<Vec<(i64, i64, Option<i64>)>, Error> {
+                let mut found = Vec::with_capacity(runs.len());
+                for chunk in runs.chunks(RUN_ROWS_PER_INSERT) {
+                    let mut select = sqlx::QueryBuilder::<$db>::new(
+                        "SELECT job_id, scheduled_at_ms, finished_at_ms FROM runs WHERE ",
+                    );
+                    let mut any = select.separated(" OR ");
+                    for (job_id, at) in chunk {
+                        any.push("(job_id = ")
+                            .push_bind_unseparated(*job_id)
+                            .push_unseparated(" AND scheduled_at_ms = ")
+                            .push_bind_unseparated(*at)
+                            .push_unseparated(")");
+                    }
+                    found.extend(
+                        select
+                            .build_query_as::<(i64, i64, Option<i64>)>()
+                            .fetch_all(&self.pool)
+                            .await?,
+                    );
+                }
+                Ok(found)
+            }
+
+            async fn jobs_naming_calendar(&self, name: &str) -> Result<Vec<(i64, String, String)>, Error> {
+                let pattern = format!("%{}", like_prefix(&format!("\"{name}\"")));
+                Ok(sqlx::query_as::<$db, (i64, String, String)>(sql(&self.q.jobs_naming_calendar))
+                    .bind(pattern)
+                    .fetch_all(&self.pool)
+                    .await?)
+            }
+
+            async fn calendar_insert(
+                &self,
+                name: &str,
+                definition_json: &str,
+            ) -> Result<CalendarRecord, Error> {
+                let inserted = sqlx::query::<$db>(sql(&self.q.calendar_insert))
+                    .bind(name)
+                    .bind(definition_json)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(Error::from);
+                match inserted {
+                    Ok(_) => {}
+                    Err(err) if err.is_unique_violation() => {
+                        return Err(Error::Conflict {
+                            what: format!("calendar name {name:?}"),
+                        });
+                    }
+                    Err(err) => return Err(err),
+                }
+                self.calendar_get(name).await?.ok_or(Error::NotInitialised)
+            }
+
+            async fn calendar_update(
+                &self,
+                name: &str,
+                definition_json: &str,
+                expected_version: Option<i64>,
+            ) -> Result<Option<CalendarRecord>, Error> {
+                let updated = sqlx::query::<$db>(sql(&self.q.calendar_update))
+                    .bind(definition_json)
+                    .bind(name)
+                    .bind(expected_version)
+                    .bind(expected_version)
+                    .execute(&self.pool)
+                    .await?;
+                if updated.rows_affected() == 1 {
+                    self.calendar_get(name).await
+                } else {
+                    Ok(None)
+                }
+            }
+
+            async fn calendar_get(&self, name: &str) -> Result<Option<CalendarRecord>, Error> {
+                Ok(sqlx::query_as::<$db, CalendarRecord>(sql(&self.q.calendar_get))
+                    .bind(name)
+                    .fetch_optional(&self.pool)
+                    .await?)
+            }
+
+            async fn calendars_list(&self) -> Result<Vec<CalendarRecord>, Error> {
+                Ok(sqlx::query_as::<$db, CalendarRecord>(sql(&self.q.calendars_list))
+                    .fetch_all(&self.pool)
+                    .await?)
+            }
+
+            async fn calendar_delete(&self, name: &str) -> Result<bool, Error> {
+                Ok(sqlx::query::<$db>(sql(&self.q.calendar_delete))
+                    .bind(name)
+                    .execute(&self.pool)
+                    .await?
+                    .rows_affected()
+                    == 1)
+            }
+
+            async fn backfill_insert(
+                &self,
+                job_id: i64,
+                partition_id: i64,
+                from_ms: i64,
+                to_ms: i64,
+                max_in_flight: i64,
+            ) -> Result<BackfillRecord, Error> {
+                sqlx::query::<$db>(sql(&self.q.backfill_insert))
+                    .bind(job_id)
+                    .bind(partition_id)
+                    .bind(from_ms)
+                    .bind(to_ms)
+                    .bind(from_ms - 1)
+                    .bind(max_in_flight)
+                    .execute(&self.pool)
+                    .await?;
+                // The newest of the job's backfills is this one: ids only grow.
+                self.backfills_of_job(job_id, 1)
+                    .await?
+                    .pop()
+                    .ok_or(Error::NotInitialised)
+            }
+
+            async fn backfill_get(&self, backfill_id: i64) -> Result<Option<BackfillRecord>, Error> {
+                Ok(sqlx::query_as::<$db, BackfillRecord>(sql(&self.q.backfill_get))
+                    .bind(backfill_id)
+                    .fetch_optional(&self.pool)
+                    .await?)
+            }
+
+            async fn backfills_of_job(
+                &self,
+                job_id: i64,
+                limit: i64,
+            ) -> Result<Vec<BackfillRecord>, Error> {
+                Ok(sqlx::query_as::<$db, BackfillRecord>(sql(&self.q.backfills_of_job))
+                    .bind(job_id)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?)
+            }
+
+            async fn backfills_running(&self, partitions: &[i64]) -> Result<Vec<BackfillRecord>, Error> {
+                let Some(query) = with_partitions(&self.q.backfills_running, partitions) else {
+                    return Ok(Vec::new());
+                };
+                Ok(sqlx::query_as::<$db, BackfillRecord>(query)
+                    .fetch_all(&self.pool)
+                    .await?)
+            }
+
+            async fn backfill_cancel(&self, backfill_id: i64) -> Result<bool, Error> {
+                Ok(sqlx::query::<$db>(sql(&self.q.backfill_cancel))
+                    .bind(backfill_id)
+                    .execute(&self.pool)
+                    .await?
+                    .rows_affected()
+                    == 1)
+            }
+
+            async fn runs_unfinished_count(
+                &self,
+                job_id: i64,
+                range: Option<(i64, i64)>,
+            ) -> Result<i64, Error> {
+                let query = match range {
+                    Some((from, to)) => sqlx::query_scalar::<$db, i64>(sql(&self.q.runs_unfinished_in_range))
+                        .bind(job_id)
+                        .bind(from)
+                        .bind(to),
+                    None => sqlx::query_scalar::<$db, i64>(sql(&self.q.runs_unfinished_of_job_count))
+                        .bind(job_id),
+                };
+                Ok(query.fetch_one(&self.pool).await?)
+            }
+
+            async fn backfill_step(
+                &self,
+                node_id: &str,
+                step: &BackfillStep,
+            ) -> Result<Option<u64>, Error> {
+                retry_transient(|| self.backfill_step_once(node_id, step)).await
+            }
+        }
+
+        impl $store {
+            async fn backfill_step_once(
+                &self,
+                node_id: &str,
+                step: &BackfillStep,
+            ) -> Result<Option<u64>, Error> {
+                let mut tx = self.begin_write().await?;
+                // The fence first (lock order: partitions, then the rest).
+                let owner = sqlx::query_as::<$db, (Option<String>, i64)>(sql(&self.q.partition_lock_one))
+                    .bind(step.partition_id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                if !matches!(owner, Some((Some(ref owner), epoch)) if owner == node_id && epoch == step.epoch) {
+                    tx.rollback().await?;
+                    return Ok(None);
+                }
+                let job_id = sqlx::query_as::<$db, BackfillRecord>(sql(&self.q.backfill_get))
+                    .bind(step.backfill_id)
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .map(|b| b.job_id);
+                let mut fired = 0_u64;
+                if let Some(job_id) = job_id {
+                    for (at, state, message) in &step.instants {
+                        let finished = i64::from(!run_state::UNFINISHED.contains(state));
+                        fired += sqlx::query::<$db>(sql(&self.q.run_insert))
+                            .bind(job_id)
+                            .bind(*at)
+                            .bind(step.partition_id)
+                            .bind(step.epoch)
+                            .bind(node_id)
+                            .bind("backfill")
+                            .bind(*state)
+                            .bind(step.priority)
+                            .bind(finished)
+                            .bind(message.as_deref())
+                            .bind(job_id)
+                            .bind(*at)
+                            .execute(&mut *tx)
+                            .await?
+                            .rows_affected();
+                    }
+                }
+                let advanced = sqlx::query::<$db>(sql(&self.q.backfill_advance))
+                    .bind(step.cursor_ms)
+                    .bind(i64::try_from(fired).unwrap_or(i64::MAX))
+                    .bind(i64::from(step.done || job_id.is_none()))
+                    .bind(step.message.as_deref())
+                    .bind(step.backfill_id)
+                    .bind(step.expected_cursor_ms)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                if advanced == 0 {
+                    // Cancelled, or another step went first: none of this one's runs stand.
+                    tx.rollback().await?;
+                    return Ok(None);
+                }
+                tx.commit().await?;
+                Ok(Some(fired))
+            }
+        }
+    };
+}
+
+pub(super) use policy_store;
