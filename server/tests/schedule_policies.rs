@@ -10,6 +10,7 @@
 
 mod support;
 
+use std::process::Command;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -17,7 +18,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use support::db::TestDb;
 use support::executor::{self, Executor};
-use support::node::{NodeProcess, NodeSpec};
+use support::node::{NodeProcess, NodeSpec, TOKEN};
 use support::wait_for;
 use support::webhook::Receiver;
 
@@ -42,6 +43,7 @@ async fn schedule_policies_work_end_to_end(db: TestDb) {
         fixed_delay_counts_from_each_end(&node),
         failures_in_a_row_pause_a_job(&node, &receiver),
         backfill_fires_a_past_range_once(&node),
+        the_cli_and_apply_files_take_every_policy(&node, dir.path()),
     );
 }
 
@@ -361,4 +363,83 @@ async fn backfill_fires_a_past_range_once(node: &NodeProcess) {
         .call(Method::GET, &format!("/api/v1/jobs/{id}/backfills"), None)
         .await;
     assert_eq!(list["backfills"].as_array().unwrap().len(), 2, "{list}");
+}
+
+/// Runs `carillon <args>` against the node and returns its standard output.
+fn cli(node: &NodeProcess, home: &std::path::Path, args: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_carillon"))
+        .args(args)
+        .env("CARILLON_URL", node.url(""))
+        .env("CARILLON_TOKEN", TOKEN)
+        .env("XDG_DATA_HOME", home)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    );
+    assert!(output.status.success(), "carillon {args:?}: {stdout}{stderr}");
+    stdout
+}
+
+async fn the_cli_and_apply_files_take_every_policy(node: &NodeProcess, home: &std::path::Path) {
+    let calendar = home.join("weekends.yaml");
+    std::fs::write(&calendar, "timezone: Europe/Paris\nrrules: [\"FREQ=WEEKLY;BYDAY=SA,SU\"]\n").unwrap();
+    cli(node, home, &["calendars", "put", "weekends", "-f", calendar.to_str().unwrap()]);
+    let shown: Value = serde_json::from_str(&cli(node, home, &["-o", "json", "calendars", "get", "weekends"])).unwrap();
+    assert_eq!(shown["rrules"][0], "FREQ=WEEKLY;BYDAY=SA,SU", "{shown}");
+
+    let created: Value = serde_json::from_str(&cli(
+        node,
+        home,
+        &["-o", "json", "jobs", "create", "--name", "by-flags", "--app", "py", "--handler", "echo",
+          "--fixed-delay", "1s", "--max-runs", "2", "--jitter-ms", "100", "--calendar", "weekends",
+          "--pause-after-failures", "5"],
+    ))
+    .unwrap();
+    assert_eq!(created["schedule"]["fixed_delay"], "1s", "{created}");
+    assert_eq!(created["bounds"]["max_runs"], 2, "{created}");
+    assert_eq!(created["jitter_ms"], 100, "{created}");
+    assert_eq!(created["calendars"], json!(["weekends"]), "{created}");
+    assert_eq!(created["pause_after_failures"], 5, "{created}");
+
+    // An apply file with every policy: applied twice, the second changes nothing.
+    let file = home.join("jobs.yaml");
+    std::fs::write(
+        &file,
+        "jobs:\n  - name: applied\n    app: py\n    handler: echo\n    schedule: {cron: \"0 0 3 * * ?\"}\n    \
+         bounds: {not_after: \"2099-01-01T00:00:00Z\", max_runs: 10}\n    jitter_ms: 5000\n    \
+         calendars: [weekends]\n    pause_after_failures: 2\n    start: true\n",
+    )
+    .unwrap();
+    let path = file.to_str().unwrap();
+    assert!(cli(node, home, &["apply", "-f", path]).contains("created"));
+    assert!(cli(node, home, &["apply", "-f", path]).contains("unchanged"));
+    // The file loses its bounds: applying it clears them from the job.
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, text.replace("bounds: {not_after: \"2099-01-01T00:00:00Z\", max_runs: 10}\n    ", "")).unwrap();
+    assert!(cli(node, home, &["apply", "-f", path]).contains("updated"));
+    let (_, list) = node.call(Method::GET, "/api/v1/jobs?name=applied", None).await;
+    assert!(list["jobs"][0]["bounds"].is_null(), "{list}");
+
+    let backfilled = create(
+        node,
+        json!({"name": "cli-backfilled", "app": "py", "handler": "echo", "schedule": {"cron": "* * * * * ?"}}),
+    )
+    .await;
+    let (from, to) = (iso(soon(-6)), iso(soon(-4)));
+    let started: Value = serde_json::from_str(&cli(
+        node,
+        home,
+        &["-o", "json", "backfill", "start", &backfilled["id"].to_string(), "--from", &from, "--to", &to],
+    ))
+    .unwrap();
+    assert_eq!(started["state"], "running", "{started}");
+    let id = started["id"].to_string();
+    wait_for(WAIT, "the CLI's backfill to finish", || async {
+        let shown: Value = serde_json::from_str(&cli(node, home, &["-o", "json", "backfill", "get", &id])).unwrap();
+        (shown["state"] == "done" && shown["fired"] == 3).then_some(())
+    })
+    .await;
+    assert!(cli(node, home, &["backfill", "ls", &backfilled["id"].to_string()]).contains("done"));
 }

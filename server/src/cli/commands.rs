@@ -9,6 +9,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use super::client::{ApiTarget, ClientError};
+use super::job_fields::JobFields;
 use super::table;
 use crate::jobs::{JobDefinition, JobInput};
 
@@ -95,34 +96,6 @@ pub(crate) enum JobsCommand {
     },
 }
 
-/// Job fields as flags.
-#[derive(Debug, Default, Args)]
-pub(crate) struct JobFields {
-    #[arg(long)]
-    name: Option<String>,
-    #[arg(long)]
-    app: Option<String>,
-    #[arg(long)]
-    handler: Option<String>,
-    #[arg(long, group = "schedule")]
-    cron: Option<String>,
-    #[arg(long, group = "schedule")]
-    rrule: Option<String>,
-    #[arg(long, group = "schedule")]
-    at: Option<String>,
-    #[arg(long, group = "schedule")]
-    every: Option<String>,
-    /// IANA time zone.
-    #[arg(long)]
-    tz: Option<String>,
-    /// Arguments, as JSON.
-    #[arg(long)]
-    args: Option<String>,
-    /// Start the job when it is created.
-    #[arg(long)]
-    start: bool,
-}
-
 #[derive(Debug, Subcommand)]
 pub(crate) enum RunsCommand {
     /// List runs, newest first unless --sort says otherwise.
@@ -185,6 +158,7 @@ pub(crate) enum ScheduleKind {
     Rrule,
     At,
     Every,
+    FixedDelay,
 }
 
 /// Why a client command failed.
@@ -203,7 +177,7 @@ pub(super) fn out(text: &str) {
     let _ = writeln!(std::io::stdout().lock(), "{text}");
 }
 
-fn show(output: Output, value: &Value, rows: Option<&str>, columns: &[(&str, &str)]) {
+pub(super) fn show(output: Output, value: &Value, rows: Option<&str>, columns: &[(&str, &str)]) {
     match output {
         Output::Json => out(&serde_json::to_string_pretty(value).unwrap_or_default()),
         Output::Table => {
@@ -238,7 +212,7 @@ const RUN_COLUMNS: [(&str, &str); 6] = [
 ];
 
 /// Reads a job document from JSON or TOML (by extension; `-` is JSON on standard input).
-fn read_document(path: &Path) -> Result<Value, CommandError> {
+pub(super) fn read_document(path: &Path) -> Result<Value, CommandError> {
     let bad = |reason: String| CommandError::File {
         path: path.to_owned(),
         reason,
@@ -255,44 +229,6 @@ fn read_document(path: &Path) -> Result<Value, CommandError> {
         }
         Some("yaml" | "yml") => yaml_serde::from_str(&text).map_err(|e| bad(e.to_string())),
         _ => serde_json::from_str(&text).map_err(|e| bad(e.to_string())),
-    }
-}
-
-impl JobFields {
-    /// The fields given, over `base`.
-    fn over(&self, mut base: Value, creating: bool) -> Result<Value, CommandError> {
-        if !base.is_object() {
-            base = json!({});
-        }
-        let set = |doc: &mut Value, key: &str, value: &Option<String>| {
-            if let Some(v) = value {
-                doc[key] = json!(v);
-            }
-        };
-        set(&mut base, "name", &self.name);
-        set(&mut base, "app", &self.app);
-        set(&mut base, "handler", &self.handler);
-        set(&mut base, "timezone", &self.tz);
-        for (key, value) in [
-            ("cron", &self.cron),
-            ("rrule", &self.rrule),
-            ("at", &self.at),
-            ("every", &self.every),
-        ] {
-            if let Some(v) = value {
-                base["schedule"] = json!({ key: v });
-            }
-        }
-        if let Some(args) = &self.args {
-            base["args"] = serde_json::from_str(args).map_err(|e| CommandError::Flag {
-                flag: "args",
-                reason: format!("not JSON: {e}"),
-            })?;
-        }
-        if creating && self.start {
-            base["start"] = json!(true);
-        }
-        Ok(base)
     }
 }
 
@@ -507,6 +443,7 @@ pub(crate) async fn schedule(
         ScheduleKind::Rrule => "rrule",
         ScheduleKind::At => "at",
         ScheduleKind::Every => "every",
+        ScheduleKind::FixedDelay => "fixed_delay",
     };
     let mut request = json!({ "schedule": { key: expression }, "timezone": tz, "count": count });
     if let Some(after) = after {
@@ -626,6 +563,7 @@ fn definition_of_view(view: &Value) -> Option<JobDefinition> {
         "created_at",
         "updated_at",
         "started_at",
+        "fired",
     ] {
         fields.remove(added);
     }
@@ -651,11 +589,24 @@ fn patch_of(definition: &JobDefinition) -> Value {
     ) {
         fields.extend(policy);
     }
+    // Fields the policy leaves out when unset: `null` (or `[]`) clears what the job has.
+    for (key, cleared) in [
+        ("bounds", Value::Null),
+        ("jitter_ms", Value::Null),
+        ("pause_after_failures", Value::Null),
+        ("alerts", Value::Null),
+        ("history", Value::Null),
+        ("calendars", json!([])),
+    ] {
+        if patch.get(key).is_none() {
+            patch[key] = cleared;
+        }
+    }
     patch
 }
 
 /// Percent-encodes a query value.
-fn encode(value: &str) -> String {
+pub(super) fn encode(value: &str) -> String {
     value
         .bytes()
         .map(|b| match b {

@@ -5,6 +5,8 @@
 
 mod client;
 mod commands;
+mod job_fields;
+mod policies;
 mod purge;
 mod table;
 
@@ -69,6 +71,12 @@ enum Command {
     /// Schedules: preview.
     #[command(subcommand)]
     Schedule(commands::ScheduleCommand),
+    /// Exclusion calendars: ls, get, put, rm.
+    #[command(subcommand)]
+    Calendars(policies::CalendarsCommand),
+    /// Backfills of past ranges: start, ls, get, cancel.
+    #[command(subcommand)]
+    Backfill(policies::BackfillCommand),
     /// Create or update the jobs of a TOML, YAML or JSON file, by name (idempotent).
     Apply {
         #[arg(short = 'f', long)]
@@ -333,6 +341,8 @@ pub async fn run(cli: Cli) -> ExitCode {
                 Command::Cluster => commands::cluster(&api, output).await,
                 Command::Schedule(c) => commands::schedule(&api, output, c).await,
                 Command::Apply { file } => commands::apply(&api, output, &file).await,
+                Command::Calendars(c) => policies::calendars(&api, output, c).await,
+                Command::Backfill(c) => policies::backfill(&api, output, c).await,
                 Command::Server(_) | Command::Migrate(_) => Ok(()),
             };
             match done {

@@ -1,0 +1,115 @@
+//! The job fields `carillon jobs create` and `jobs edit` take as flags, over a file's.
+
+use clap::Args;
+use serde_json::{Value, json};
+
+use super::commands::CommandError;
+
+/// Job fields as flags.
+#[derive(Debug, Default, Args)]
+pub(crate) struct JobFields {
+    #[arg(long)]
+    name: Option<String>,
+    #[arg(long)]
+    app: Option<String>,
+    #[arg(long)]
+    handler: Option<String>,
+    #[arg(long, group = "schedule")]
+    cron: Option<String>,
+    #[arg(long, group = "schedule")]
+    rrule: Option<String>,
+    #[arg(long, group = "schedule")]
+    at: Option<String>,
+    #[arg(long, group = "schedule")]
+    every: Option<String>,
+    /// Each run due this long after the previous one ended (`30s`, `5m`).
+    #[arg(long, group = "schedule")]
+    fixed_delay: Option<String>,
+    /// IANA time zone.
+    #[arg(long)]
+    tz: Option<String>,
+    /// Arguments, as JSON.
+    #[arg(long)]
+    args: Option<String>,
+    /// No instant before this one (RFC 3339, or a wall time in the job's zone).
+    #[arg(long)]
+    not_before: Option<String>,
+    /// No instant after this one: the job is done once its schedule passes it.
+    #[arg(long)]
+    not_after: Option<String>,
+    /// The job is done after this many scheduled runs.
+    #[arg(long)]
+    max_runs: Option<u64>,
+    /// Delay each scheduled run by up to this many milliseconds (fixed per instant).
+    #[arg(long)]
+    jitter_ms: Option<u64>,
+    /// An exclusion calendar by name (repeat for several; replaces the job's list).
+    #[arg(long = "calendar")]
+    calendars: Vec<String>,
+    /// Stop the job after this many failed runs in a row, and alert.
+    #[arg(long)]
+    pause_after_failures: Option<u32>,
+    /// Start the job when it is created.
+    #[arg(long)]
+    start: bool,
+}
+
+impl JobFields {
+    /// The fields given, over `base`.
+    pub(super) fn over(&self, mut base: Value, creating: bool) -> Result<Value, CommandError> {
+        if !base.is_object() {
+            base = json!({});
+        }
+        let set = |doc: &mut Value, key: &str, value: &Option<String>| {
+            if let Some(v) = value {
+                doc[key] = json!(v);
+            }
+        };
+        set(&mut base, "name", &self.name);
+        set(&mut base, "app", &self.app);
+        set(&mut base, "handler", &self.handler);
+        set(&mut base, "timezone", &self.tz);
+        for (key, value) in [
+            ("cron", &self.cron),
+            ("rrule", &self.rrule),
+            ("at", &self.at),
+            ("every", &self.every),
+            ("fixed_delay", &self.fixed_delay),
+        ] {
+            if let Some(v) = value {
+                base["schedule"] = json!({ key: v });
+            }
+        }
+        if let Some(args) = &self.args {
+            base["args"] = serde_json::from_str(args).map_err(|e| CommandError::Flag {
+                flag: "args",
+                reason: format!("not JSON: {e}"),
+            })?;
+        }
+        for (key, value) in [
+            ("not_before", self.not_before.as_ref().map(|v| json!(v))),
+            ("not_after", self.not_after.as_ref().map(|v| json!(v))),
+            ("max_runs", self.max_runs.map(|v| json!(v))),
+        ] {
+            if let Some(v) = value {
+                if !base["bounds"].is_object() {
+                    base["bounds"] = json!({});
+                }
+                base["bounds"][key] = v;
+            }
+        }
+        if let Some(jitter) = self.jitter_ms {
+            base["jitter_ms"] = json!(jitter);
+        }
+        if !self.calendars.is_empty() {
+            base["calendars"] = json!(self.calendars);
+        }
+        if let Some(failures) = self.pause_after_failures {
+            base["pause_after_failures"] = json!(failures);
+        }
+        if creating && self.start {
+            base["start"] = json!(true);
+        }
+        Ok(base)
+    }
+}
