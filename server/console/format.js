@@ -10,6 +10,7 @@ export const SCHEDULE_KINDS = [
   ['rrule', 'RRULE', 'RFC 5545 lines: DTSTART, RRULE, RDATE, EXDATE'],
   ['at', 'One-shot at', 'An instant: 2026-12-01T09:00:00 (wall time in the zone) or RFC 3339'],
   ['every', 'Every', 'A duration from the job\u2019s start: 30s, 5m, 1h30m, 2d'],
+  ['fixed_delay', 'Fixed delay', 'A duration after each run ends: 30s, 5m, 1h'],
 ];
 
 const pad = (n, w = 2) => String(n).padStart(w, '0');

@@ -47,6 +47,10 @@ export function docFromJob(job) {
     priority: job.priority ?? 5,
     sharding: sharding.split ? { split: true } : sharding.broadcast ? { broadcast: true } : sharding.count ? { count: sharding.count } : {},
     alerts: alerts ? { webhook: alerts.webhook, format: alerts.format || 'json', late_after_ms: alerts.late_after_ms ?? 60000 } : null,
+    bounds: job.bounds ?? null,
+    jitter_ms: job.jitter_ms ?? null,
+    calendars: job.calendars || [],
+    pause_after_failures: job.pause_after_failures ?? null,
   };
 }
 

@@ -7,6 +7,7 @@ import { setTitle, focusHeading } from './view.js';
 import {
   BALANCES, BACKOFFS, MISFIRES, OVERLAPS, ALERT_FORMATS, COMMON_ZONES, docFromJob, browserZone,
 } from './job_doc.js';
+import { policyFields, instantNote } from './job_policies.js';
 
 export async function viewJobForm(ctx, id) {
   const editing = id !== null;
@@ -25,6 +26,7 @@ export async function viewJobForm(ctx, id) {
     name: '', app: '', handler: '', schedule: { cron: '' }, timezone: browserZone(), args: null,
     balance: 'round_robin', retry: { max_attempts: 1, backoff: 'fixed', initial_delay_ms: 1000, max_delay_ms: 60000 },
     timeout_ms: null, misfire: 'fire_once', catch_up_window_ms: 3600000, overlap: 'allow', priority: 5, sharding: {}, alerts: null,
+    bounds: null, jitter_ms: null, calendars: [], pause_after_failures: null,
   };
   const sched = scheduleOf(start.schedule);
 
@@ -86,6 +88,8 @@ export async function viewJobForm(ctx, id) {
     alertFormat: field('Format', c.alertFormat),
     lateAfter: field('Late after (ms)', c.lateAfter),
   };
+  const policies = policyFields(start);
+  Object.assign(f, policies.f);
   // Where the server's `field` of a problem points.
   const fieldOf = {
     name: 'name', app: 'app', handler: 'handler', schedule: 'expr', 'schedule.cron': 'expr', 'schedule.rrule': 'expr',
@@ -94,7 +98,8 @@ export async function viewJobForm(ctx, id) {
     'retry.initial_delay_ms': 'initialDelay', 'retry.max_delay_ms': 'maxDelay', timeout_ms: 'timeout',
     misfire: 'misfire', catch_up_window_ms: 'catchUp', overlap: 'overlap', priority: 'priority',
     sharding: 'sharding', 'sharding.count': 'shardCount', alerts: 'webhook', 'alerts.webhook': 'webhook',
-    'alerts.format': 'alertFormat', 'alerts.late_after_ms': 'lateAfter',
+    'alerts.format': 'alertFormat', 'alerts.late_after_ms': 'lateAfter', 'schedule.fixed_delay': 'expr',
+    ...policies.fieldOf,
   };
 
   const previewBody = h('div', { class: 'preview-body' });
@@ -118,6 +123,7 @@ export async function viewJobForm(ctx, id) {
           h('div', { class: 'form-grid' }, f.balance, f.priority, f.sharding, f.shardCount, f.timeout, f.overlap, f.misfire, f.catchUp)),
         h('fieldset', null, h('legend', { text: 'Retry' }),
           h('div', { class: 'form-grid' }, f.maxAttempts, f.backoff, f.initialDelay, f.maxDelay)),
+        policies.fieldset,
         h('fieldset', null, h('legend', { text: 'Alerts' }),
           h('div', { class: 'form-grid' }, f.webhook, f.alertFormat, f.lateAfter)))),
     editing ? null : h('p', null, h('label', { class: 'check', for: 'job-start' }, c.start, 'Start at once')),
@@ -214,7 +220,10 @@ export async function viewJobForm(ctx, id) {
     preview.dataset.state = 'loading';
     preview.setAttribute('aria-busy', 'true');
     try {
-      const res = await api('POST', '/schedules/preview', { schedule: { [c.kind.value]: c.kind.value === 'rrule' ? c.expr.value.trim() : expr }, timezone: zone, count: 5 });
+      const res = await api('POST', '/schedules/preview', {
+        schedule: { [c.kind.value]: c.kind.value === 'rrule' ? c.expr.value.trim() : expr }, timezone: zone, count: 5,
+        ...policies.previewParams(id),
+      });
       if (!ctx.alive || mine !== previewSeq) return;
       const instants = res.instants || [];
       setFieldError('expr', '');
@@ -225,8 +234,10 @@ export async function viewJobForm(ctx, id) {
       }
       replace(previewBody, h('ol', { testid: 'preview-list' }, instants.map((i) => h('li', { testid: 'preview-instant' },
         h('span', { class: 'pv-local', title: `in ${zone}`, text: readableLocal(i.local) }),
-        h('span', { class: 'pv-utc', text: `UTC ${readableLocal(i.utc).replace(/ Z$/, '')}` })))),
-      h('p', { class: 'muted small', text: `Local times in ${zone}.` }));
+        h('span', { class: 'pv-utc', text: `UTC ${readableLocal(i.utc).replace(/ Z$/, '')}` }), instantNote(i)))),
+      h('p', { class: 'muted small', text: c.kind.value === 'fixed_delay'
+        ? `Local times in ${zone}, as if each run took no time: each is due a delay after the previous run ends.`
+        : `Local times in ${zone}.` }));
     } catch (e) {
       if (!ctx.alive || mine !== previewSeq || (e instanceof ApiError && e.status === 401)) return;
       preview.dataset.state = 'error';
@@ -239,6 +250,7 @@ export async function viewJobForm(ctx, id) {
   c.expr.addEventListener('input', schedulePreview);
   c.timezone.addEventListener('input', schedulePreview);
   c.timezone.addEventListener('change', schedulePreview);
+  for (const control of policies.controls) control.addEventListener('input', schedulePreview);
   runPreview();
 
   function readNumber(key, control, { min, max, optional } = {}) {
@@ -323,6 +335,7 @@ export async function viewJobForm(ctx, id) {
       priority,
       sharding,
       alerts,
+      ...policies.read(num),
     };
   }
 
@@ -348,8 +361,9 @@ export async function viewJobForm(ctx, id) {
       }
     } else {
       body = { ...doc, start: c.start.checked };
-      if (body.alerts === null) delete body.alerts;
-      if (body.timeout_ms === null) delete body.timeout_ms;
+      for (const key of ['alerts', 'timeout_ms', 'bounds', 'jitter_ms', 'pause_after_failures']) {
+        if (body[key] === null) delete body[key];
+      }
     }
     submit.disabled = true;
     try {

@@ -80,6 +80,10 @@ export async function viewJob(ctx, id) {
       ['Misfire', `${d.misfire}${d.misfire === 'catch_up' ? ` (window ${fmtDuration(d.catch_up_window_ms)})` : ''}`],
       ['Overlap', d.overlap],
       ['Priority', String(d.priority)],
+      ['Bounds', boundsText(d.bounds, job.fired)],
+      ['Jitter', d.jitter_ms ? `up to ${fmtDuration(d.jitter_ms)}` : 'none'],
+      ['Calendars', d.calendars.length ? d.calendars.join(', ') : 'none'],
+      ['Pause after', d.pause_after_failures ? `${d.pause_after_failures} failed runs in a row` : 'never'],
       ['Alerts', d.alerts ? [h('code', { text: d.alerts.webhook }), ` (${d.alerts.format}, late after ${fmtDuration(d.alerts.late_after_ms)})`] : 'none'],
       ['Arguments', job.args === null || job.args === undefined ? h('span', { class: 'muted', text: 'null' }) : h('pre', { text: prettyJson(job.args) })],
       ['Created', timeEl(job.created_at)],
@@ -144,4 +148,14 @@ export async function viewJob(ctx, id) {
 
   await loadRuns();
   ctx.poll(refresh, 3000);
+}
+
+/** The job's bounds in words, with how many of its runs it has fired. */
+function boundsText(bounds, fired) {
+  if (!bounds) return 'none';
+  const parts = [];
+  if (bounds.not_before) parts.push(`not before ${bounds.not_before}`);
+  if (bounds.not_after) parts.push(`not after ${bounds.not_after}`);
+  if (bounds.max_runs) parts.push(`${fired ?? 0} of ${bounds.max_runs} runs fired`);
+  return parts.join('; ');
 }

@@ -92,9 +92,11 @@ async function step(name, page, fn) {
   }
 }
 
-/** The API straight from node, for the clean-up only. */
-async function apiCall(method, path) {
-  const res = await fetch(`${BASE}/api/v1${path}`, { method, headers: { Authorization: `Bearer ${TOKEN}` } });
+/** The API straight from node, for setting up and cleaning up only. */
+async function apiCall(method, path, body) {
+  const headers = { Authorization: `Bearer ${TOKEN}` };
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  const res = await fetch(`${BASE}/api/v1${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   return res.status;
 }
 
@@ -244,6 +246,21 @@ async function main() {
 
       await page.getByLabel('Expression').fill('* * * * * ?');
       await waitFor(async () => (await instants.count()) === 5, 10_000, 'the preview listing 5 instants again');
+
+      // The policies reach the preview: a calendar that excludes every day skips every instant.
+      const calendar = `every-day-${SUFFIX}`;
+      check(await apiCall('PUT', `/calendars/${calendar}`, { rrules: ['FREQ=DAILY'] }) === 201, `calendar ${calendar} not created`);
+      await page.getByLabel('Exclusion calendars').fill(calendar);
+      const skipped = page.getByTestId('preview').getByTestId('preview-skipped');
+      await waitFor(async () => (await skipped.count()) === 5, 10_000, `5 preview instants skipped by calendar ${calendar}`);
+      await shot(page, 'preview-calendar');
+      await page.getByLabel('Max runs').fill('0');
+      await page.getByRole('button', { name: 'Create job' }).click();
+      await waitFor(async () => (await page.getByLabel('Max runs').getAttribute('aria-invalid')) === 'true', 5_000, 'max runs 0 refused in the form');
+      await page.getByLabel('Max runs').fill('');
+      await page.getByLabel('Exclusion calendars').fill('');
+      await waitFor(async () => (await skipped.count()) === 0 && (await instants.count()) === 5, 10_000, 'the preview without the calendar');
+      check(await apiCall('DELETE', `/calendars/${calendar}`) === 204, `calendar ${calendar} not deleted`);
 
       echoId = await createJob(page, { name: ECHO_JOB, handler: 'echo', kind: 'cron', expression: '* * * * * ?', zone: 'Europe/Paris', startAtOnce: false });
       await waitFor(async () => (await jobState(page)) === 'stopped', 5_000, `job ${ECHO_JOB} created stopped`);
