@@ -317,6 +317,7 @@ export async function viewJobForm(ctx, id) {
       }
       alerts = { webhook, format: c.alertFormat.value, late_after_ms: num('lateAfter', c.lateAfter, { min: 0 }) };
     }
+    const policyDoc = policies.read(num);
     if (!ok) return null;
     const kind = c.kind.value;
     return {
@@ -335,7 +336,7 @@ export async function viewJobForm(ctx, id) {
       priority,
       sharding,
       alerts,
-      ...policies.read(num),
+      ...policyDoc,
     };
   }
 
