@@ -230,8 +230,11 @@ impl Application {
         )
         .map_err(|e| StartupError::Http(format!("cannot build the HTTP client for alerts: {e}")))?;
         let failed_jobs = Arc::new(FailedJobs::default());
-        let failure_pauser =
-            FailurePauser::new(Arc::clone(&api_store), Arc::clone(&failed_jobs), alerter.clone());
+        let failure_pauser = FailurePauser::new(
+            Arc::clone(&api_store),
+            Arc::clone(&failed_jobs),
+            alerter.clone(),
+        );
         let observer = Observer::new(
             Arc::clone(&metrics),
             alerter,

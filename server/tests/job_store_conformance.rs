@@ -11,8 +11,8 @@ mod support;
 use std::sync::Arc;
 
 use carillon_server::store::{
-    AttemptEnd, ClaimOutcome, Error, JobFilter, JobKey, JobOrder, JobWrite, NewAttempt,
-    OverlapRule, RunClaim, Store, job_state, run_state,
+    AttemptEnd, BackfillStep, ClaimOutcome, Error, JobFilter, JobKey, JobOrder, JobWrite,
+    NewAttempt, OverlapRule, RunClaim, Store, backfill_state, job_state, run_state,
 };
 use support::db::TestDb;
 
@@ -41,6 +41,8 @@ conformance!(
     jobs_are_found_by_any_part_of_their_name_ignoring_case,
     finished_runs_are_counted_by_minute_and_late_first_dispatches_found,
     shards_ending_at_once_end_their_run,
+    claims_count_fired_instants_but_not_calendar_skips,
+    a_backfill_step_is_fenced_by_epoch_and_cursor_and_fires_each_instant_once,
 );
 
 fn job(name: &str) -> JobWrite {
@@ -862,4 +864,170 @@ async fn futures_join<T: Send + 'static>(tasks: Vec<tokio::task::JoinHandle<T>>)
         out.push(task.await.unwrap());
     }
     out
+}
+
+async fn claims_count_fired_instants_but_not_calendar_skips(db: TestDb) {
+    let store = owned(&db).await;
+    store.job_insert(1, 0, &job("a"), true).await.unwrap();
+    let pending = |at| RunClaim {
+        state: run_state::PENDING,
+        message: None,
+        ..claim(1, 1, at)
+    };
+    let skipped = |at| RunClaim {
+        state: run_state::SKIPPED,
+        message: Some("in calendar \"holidays\"".into()),
+        overlap: OverlapRule::Queue,
+        ..claim(1, 1, at)
+    };
+    // Set-based (overlap allow) and one by one (an overlap rule), in one batch and apart.
+    store
+        .runs_claim("n1", &[pending(1_000), pending(2_000), skipped(3_000)])
+        .await
+        .unwrap();
+    store
+        .runs_claim(
+            "n1",
+            &[RunClaim {
+                overlap: OverlapRule::Skip,
+                ..pending(4_000)
+            }],
+        )
+        .await
+        .unwrap();
+    let job = store.job_get(1).await.unwrap().unwrap();
+    assert_eq!(job.fired_count, 3);
+    assert_eq!(job.last_fired_at_ms, Some(4_000));
+    // A calendar's skip stands under an overlap rule, though a run is unfinished.
+    let runs = store.runs_of_job(1, None, 10).await.unwrap();
+    let third = runs.iter().find(|r| r.scheduled_at_ms == 3_000).unwrap();
+    assert_eq!(third.state, "skipped");
+    assert!(third.finished_at_ms.is_some());
+    // A job past its bounds is finished only at the version it was loaded at.
+    assert!(!store.job_finish(1, 7).await.unwrap());
+    assert!(store.job_finish(1, 1).await.unwrap());
+    assert_eq!(
+        store.job_get(1).await.unwrap().unwrap().state,
+        job_state::DONE
+    );
+}
+
+async fn a_backfill_step_is_fenced_by_epoch_and_cursor_and_fires_each_instant_once(db: TestDb) {
+    let store = owned(&db).await;
+    store.job_insert(1, 0, &job("a"), true).await.unwrap();
+    // The instant 2_000 fired on schedule already.
+    let fired = store
+        .runs_claim(
+            "n1",
+            &[RunClaim {
+                state: run_state::PENDING,
+                ..claim(1, 1, 2_000)
+            }],
+        )
+        .await
+        .unwrap();
+    assert_eq!(fired, [ClaimOutcome::Claimed]);
+    let backfill = store.backfill_insert(1, 0, 1_000, 3_000, 2).await.unwrap();
+    assert_eq!(backfill.cursor_ms, 999);
+    assert_eq!(backfill.state, backfill_state::RUNNING);
+    let step = |epoch, expected, instants: Vec<i64>, done| BackfillStep {
+        backfill_id: backfill.backfill_id,
+        partition_id: 0,
+        epoch,
+        expected_cursor_ms: expected,
+        cursor_ms: *instants.last().unwrap(),
+        instants: instants
+            .into_iter()
+            .map(|at| (at, run_state::PENDING, None))
+            .collect(),
+        priority: 5,
+        done,
+        message: None,
+    };
+    // Under an old epoch, or from a cursor that moved, nothing is written.
+    assert_eq!(
+        store
+            .backfill_step("n1", &step(0, 999, vec![1_000], false))
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store
+            .backfill_step("n2", &step(1, 999, vec![1_000], false))
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store
+            .backfill_step("n1", &step(1, 500, vec![1_000], false))
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(
+        store
+            .runs_of_job(1, None, 10)
+            .await
+            .unwrap()
+            .iter()
+            .all(|r| r.trigger_kind != "backfill")
+    );
+    // The instant that has a run keeps it.
+    assert_eq!(
+        store
+            .backfill_step("n1", &step(1, 999, vec![1_000, 2_000], false))
+            .await
+            .unwrap(),
+        Some(1)
+    );
+    assert_eq!(
+        store
+            .runs_unfinished_count(1, Some((1_000, 3_000)))
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        store
+            .backfill_step("n1", &step(1, 2_000, vec![3_000], true))
+            .await
+            .unwrap(),
+        Some(1)
+    );
+    let done = store
+        .backfill_get(backfill.backfill_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (done.state.as_str(), done.fired, done.cursor_ms),
+        (backfill_state::DONE, 2, 3_000)
+    );
+    let mut triggers: Vec<(i64, String)> = store
+        .runs_of_job(1, None, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.scheduled_at_ms, r.trigger_kind))
+        .collect();
+    triggers.sort();
+    assert_eq!(
+        triggers,
+        [
+            (1_000, "backfill".into()),
+            (2_000, "schedule".into()),
+            (3_000, "backfill".into())
+        ]
+    );
+    // A done backfill takes no step, and cannot be cancelled.
+    assert_eq!(
+        store
+            .backfill_step("n1", &step(1, 3_000, vec![4_000], true))
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(!store.backfill_cancel(backfill.backfill_id).await.unwrap());
 }

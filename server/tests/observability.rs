@@ -13,9 +13,9 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::{Value, json};
 use support::executor::{EXECUTOR_TOKEN, Executor};
-use support::webhook::Receiver;
 use support::node::{NodeProcess, Solo, TOKEN};
 use support::wait_for;
+use support::webhook::Receiver;
 
 async fn node_with(extra: Vec<(&'static str, String)>) -> Solo {
     Solo::start(|spec| {

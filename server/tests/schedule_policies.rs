@@ -121,7 +121,9 @@ async fn wait_runs(
 }
 
 fn finished(runs: &[Value]) -> Vec<&Value> {
-    runs.iter().filter(|r| r["finished_at"].is_string()).collect()
+    runs.iter()
+        .filter(|r| r["finished_at"].is_string())
+        .collect()
 }
 
 async fn bounds_end_a_job(node: &NodeProcess) {
@@ -140,11 +142,21 @@ async fn bounds_end_a_job(node: &NodeProcess) {
     .await;
     assert_eq!(ran.len(), 3, "exactly max_runs runs: {ran:?}");
     for run in &ran {
-        assert!(ms(&run["scheduled_at"]) >= not_before.timestamp_millis(), "{run}");
+        assert!(
+            ms(&run["scheduled_at"]) >= not_before.timestamp_millis(),
+            "{run}"
+        );
         assert_eq!(run["state"], "succeeded", "{run}");
     }
     // Started again, a job that used up its runs says so.
-    refused(node, Method::POST, &format!("/api/v1/jobs/{}/start", counted["id"]), json!({}), "bounds.max_runs").await;
+    refused(
+        node,
+        Method::POST,
+        &format!("/api/v1/jobs/{}/start", counted["id"]),
+        json!({}),
+        "bounds.max_runs",
+    )
+    .await;
 
     let not_after = soon(3);
     let ending = create(
@@ -156,8 +168,16 @@ async fn bounds_end_a_job(node: &NodeProcess) {
     wait_state(node, &ending["id"], "done").await;
     let runs = runs(node, &ending["id"]).await;
     assert!(!runs.is_empty());
-    assert!(runs.iter().all(|r| ms(&r["scheduled_at"]) <= not_after.timestamp_millis()), "{runs:?}");
-    assert_eq!(ms(&runs[runs.len() - 1]["scheduled_at"]), not_after.timestamp_millis(), "the last instant within the bounds fires");
+    assert!(
+        runs.iter()
+            .all(|r| ms(&r["scheduled_at"]) <= not_after.timestamp_millis()),
+        "{runs:?}"
+    );
+    assert_eq!(
+        ms(&runs[runs.len() - 1]["scheduled_at"]),
+        not_after.timestamp_millis(),
+        "the last instant within the bounds fires"
+    );
 
     refused(
         node,
@@ -179,7 +199,8 @@ async fn jitter_delays_each_run_as_previewed(node: &NodeProcess) {
     .await;
     let id = &jittery["id"];
     let runs = wait_runs(node, id, "six jittered runs", |r| finished(r).len() >= 6).await;
-    node.call(Method::POST, &format!("/api/v1/jobs/{id}/stop"), None).await;
+    node.call(Method::POST, &format!("/api/v1/jobs/{id}/stop"), None)
+        .await;
     let mut delays = Vec::new();
     for run in finished(&runs).into_iter().take(6) {
         let (_, detail) = node
@@ -189,7 +210,10 @@ async fn jitter_delays_each_run_as_previewed(node: &NodeProcess) {
         let scheduled = ms(&run["scheduled_at"]);
         let delay = ms(&attempt["not_before"]) - scheduled;
         assert!((0..=700).contains(&delay), "delay {delay} ms: {detail}");
-        assert!(ms(&attempt["dispatched_at"]) >= ms(&attempt["not_before"]), "{detail}");
+        assert!(
+            ms(&attempt["dispatched_at"]) >= ms(&attempt["not_before"]),
+            "{detail}"
+        );
         // The preview names the same instant: every node computes the same jitter.
         let (status, preview) = node
             .call(
@@ -200,12 +224,19 @@ async fn jitter_delays_each_run_as_previewed(node: &NodeProcess) {
             )
             .await;
         assert_eq!(status, 200, "{preview}");
-        assert_eq!(ms(&preview["instants"][0]["due"]), ms(&attempt["not_before"]), "{preview}");
+        assert_eq!(
+            ms(&preview["instants"][0]["due"]),
+            ms(&attempt["not_before"]),
+            "{preview}"
+        );
         delays.push(delay);
     }
     delays.sort_unstable();
     delays.dedup();
-    assert!(delays.len() >= 3, "jitter varies from instant to instant: {delays:?}");
+    assert!(
+        delays.len() >= 3,
+        "jitter varies from instant to instant: {delays:?}"
+    );
 }
 
 async fn calendars_skip_their_instants(node: &NodeProcess) {
@@ -215,14 +246,21 @@ async fn calendars_skip_their_instants(node: &NodeProcess) {
     let (status, calendar) = node
         .call(
             Method::PUT,
-            "/api/v1/calendars/quiet",
+            "/api/v1/calendars/quiet_hours",
             Some(json!({"timezone": "UTC", "description": "a quiet spell",
                         "ranges": [{"from": wall(from), "to": wall(to)}]})),
         )
         .await;
     assert_eq!(status, 201, "{calendar}");
     assert_eq!(calendar["version"], 1);
-    refused(node, Method::PUT, "/api/v1/calendars/bad", json!({"dates": ["2026-02-30"]}), "dates[0]").await;
+    refused(
+        node,
+        Method::PUT,
+        "/api/v1/calendars/bad",
+        json!({"dates": ["2026-02-30"]}),
+        "dates[0]",
+    )
+    .await;
     refused(
         node,
         Method::POST,
@@ -237,7 +275,7 @@ async fn calendars_skip_their_instants(node: &NodeProcess) {
         .call(
             Method::POST,
             "/api/v1/schedules/preview",
-            Some(json!({"schedule": {"cron": "* * * * * ?"}, "count": 5, "calendars": ["quiet"],
+            Some(json!({"schedule": {"cron": "* * * * * ?"}, "count": 5, "calendars": ["quiet_hours"],
                         "after": iso(from - chrono::Duration::seconds(1))})),
         )
         .await;
@@ -253,30 +291,45 @@ async fn calendars_skip_their_instants(node: &NodeProcess) {
     let quiet = create(
         node,
         json!({"name": "calendared", "app": "py", "handler": "echo",
-               "schedule": {"cron": "* * * * * ?"}, "calendars": ["quiet"], "start": true}),
+               "schedule": {"cron": "* * * * * ?"}, "calendars": ["quiet_hours"], "start": true}),
     )
     .await;
     let id = &quiet["id"];
     let after = to.timestamp_millis() + 1_000;
     let runs = wait_runs(node, id, "runs past the quiet spell", |r| {
-        finished(r).iter().any(|run| ms(&run["scheduled_at"]) >= after)
+        finished(r)
+            .iter()
+            .any(|run| ms(&run["scheduled_at"]) >= after)
     })
     .await;
-    node.call(Method::POST, &format!("/api/v1/jobs/{id}/stop"), None).await;
-    let (inside, outside): (Vec<&Value>, Vec<&Value>) = finished(&runs).into_iter().partition(|r| {
-        let at = ms(&r["scheduled_at"]);
-        at >= from.timestamp_millis() && at < to.timestamp_millis()
-    });
+    node.call(Method::POST, &format!("/api/v1/jobs/{id}/stop"), None)
+        .await;
+    let (inside, outside): (Vec<&Value>, Vec<&Value>) =
+        finished(&runs).into_iter().partition(|r| {
+            let at = ms(&r["scheduled_at"]);
+            at >= from.timestamp_millis() && at < to.timestamp_millis()
+        });
     assert_eq!(inside.len(), 3, "{runs:?}");
     for run in inside {
         assert_eq!(run["state"], "skipped", "{run}");
-        assert!(run["message"].as_str().unwrap().contains("quiet"), "{run}");
+        assert!(
+            run["message"].as_str().unwrap().contains("quiet_hours"),
+            "{run}"
+        );
     }
-    assert!(outside.iter().all(|r| r["state"] == "succeeded"), "{outside:?}");
+    assert!(
+        outside.iter().all(|r| r["state"] == "succeeded"),
+        "{outside:?}"
+    );
     // A calendar a job names cannot be deleted.
-    let (status, body) = node.call(Method::DELETE, "/api/v1/calendars/quiet", None).await;
+    let (status, body) = node
+        .call(Method::DELETE, "/api/v1/calendars/quiet_hours", None)
+        .await;
     assert_eq!(status, 409, "{body}");
-    assert!(body["detail"].as_str().unwrap().contains("calendared"), "{body}");
+    assert!(
+        body["detail"].as_str().unwrap().contains("calendared"),
+        "{body}"
+    );
 }
 
 async fn fixed_delay_counts_from_each_end(node: &NodeProcess) {
@@ -287,13 +340,22 @@ async fn fixed_delay_counts_from_each_end(node: &NodeProcess) {
     )
     .await;
     let id = &delayed["id"];
-    let runs = wait_runs(node, id, "four runs a delay apart", |r| finished(r).len() >= 4).await;
-    node.call(Method::POST, &format!("/api/v1/jobs/{id}/stop"), None).await;
+    let runs = wait_runs(node, id, "four runs a delay apart", |r| {
+        finished(r).len() >= 4
+    })
+    .await;
+    node.call(Method::POST, &format!("/api/v1/jobs/{id}/stop"), None)
+        .await;
     let ended = finished(&runs);
     for pair in ended.windows(2) {
         let gap = ms(&pair[1]["scheduled_at"]) - ms(&pair[0]["finished_at"]);
         // The delay runs from the end; the node notices an end within a poll or two.
-        assert!((1_000..=4_000).contains(&gap), "gap {gap} ms between {} and {}", pair[0], pair[1]);
+        assert!(
+            (1_000..=4_000).contains(&gap),
+            "gap {gap} ms between {} and {}",
+            pair[0],
+            pair[1]
+        );
         let ran_for = ms(&pair[0]["finished_at"]) - ms(&pair[0]["scheduled_at"]);
         assert!(ran_for >= 1_000, "the handler took a second: {}", pair[0]);
     }
@@ -311,7 +373,9 @@ async fn failures_in_a_row_pause_a_job(node: &NodeProcess, receiver: &Receiver) 
     let id = &failing["id"];
     wait_state(node, id, "stopped").await;
     let alert = receiver
-        .wait("/paused", "the job_paused alert", |b| b["event"] == "job_paused")
+        .wait("/paused", "the job_paused alert", |b| {
+            b["event"] == "job_paused"
+        })
         .await;
     assert_eq!(alert["job"]["id"], *id, "{alert}");
     assert_eq!(alert["failures"], 3, "{alert}");
@@ -321,7 +385,12 @@ async fn failures_in_a_row_pause_a_job(node: &NodeProcess, receiver: &Receiver) 
     // Stopped: no new instant is claimed (one claimed ahead may still end).
     tokio::time::sleep(Duration::from_secs(3)).await;
     let later = self::runs(node, id).await;
-    assert!(later.len() <= runs.len() + 1, "{} runs, then {}", runs.len(), later.len());
+    assert!(
+        later.len() <= runs.len() + 1,
+        "{} runs, then {}",
+        runs.len(),
+        later.len()
+    );
 }
 
 async fn backfill_fires_a_past_range_once(node: &NodeProcess) {
@@ -335,14 +404,25 @@ async fn backfill_fires_a_past_range_once(node: &NodeProcess) {
     let from = soon(-12);
     let to = from + chrono::Duration::seconds(9);
     let path = format!("/api/v1/jobs/{id}/backfill");
-    refused(node, Method::POST, &path, json!({"from": iso(from), "to": iso(soon(60))}), "to").await;
+    refused(
+        node,
+        Method::POST,
+        &path,
+        json!({"from": iso(from), "to": iso(soon(60))}),
+        "to",
+    )
+    .await;
     let request = json!({"from": iso(from), "to": iso(to), "max_in_flight": 2});
     for round in 0..2 {
         let (status, backfill) = node.call(Method::POST, &path, Some(request.clone())).await;
         assert_eq!(status, 202, "{backfill}");
         let done = wait_for(WAIT, "the backfill to finish", || async {
             let (_, b) = node
-                .call(Method::GET, &format!("/api/v1/backfills/{}", backfill["id"]), None)
+                .call(
+                    Method::GET,
+                    &format!("/api/v1/backfills/{}", backfill["id"]),
+                    None,
+                )
                 .await;
             (b["state"] == "done").then_some(b)
         })
@@ -354,7 +434,10 @@ async fn backfill_fires_a_past_range_once(node: &NodeProcess) {
         // Ten instants, each once: asking again fires none of them twice.
         assert_eq!(done["fired"], if round == 0 { 10 } else { 0 }, "{done}");
         for (i, run) in runs.iter().enumerate() {
-            assert_eq!(ms(&run["scheduled_at"]), from.timestamp_millis() + 1_000 * i as i64);
+            assert_eq!(
+                ms(&run["scheduled_at"]),
+                from.timestamp_millis() + 1_000 * i as i64
+            );
             assert_eq!(run["trigger"], "backfill", "{run}");
             assert_eq!(run["state"], "succeeded", "{run}");
         }
@@ -378,23 +461,64 @@ fn cli(node: &NodeProcess, home: &std::path::Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&output.stdout).into_owned(),
         String::from_utf8_lossy(&output.stderr).into_owned(),
     );
-    assert!(output.status.success(), "carillon {args:?}: {stdout}{stderr}");
+    assert!(
+        output.status.success(),
+        "carillon {args:?}: {stdout}{stderr}"
+    );
     stdout
 }
 
 async fn the_cli_and_apply_files_take_every_policy(node: &NodeProcess, home: &std::path::Path) {
     let calendar = home.join("weekends.yaml");
-    std::fs::write(&calendar, "timezone: Europe/Paris\nrrules: [\"FREQ=WEEKLY;BYDAY=SA,SU\"]\n").unwrap();
-    cli(node, home, &["calendars", "put", "weekends", "-f", calendar.to_str().unwrap()]);
-    let shown: Value = serde_json::from_str(&cli(node, home, &["-o", "json", "calendars", "get", "weekends"])).unwrap();
+    std::fs::write(
+        &calendar,
+        "timezone: Europe/Paris\nrrules: [\"FREQ=WEEKLY;BYDAY=SA,SU\"]\n",
+    )
+    .unwrap();
+    cli(
+        node,
+        home,
+        &[
+            "calendars",
+            "put",
+            "weekends",
+            "-f",
+            calendar.to_str().unwrap(),
+        ],
+    );
+    let shown: Value = serde_json::from_str(&cli(
+        node,
+        home,
+        &["-o", "json", "calendars", "get", "weekends"],
+    ))
+    .unwrap();
     assert_eq!(shown["rrules"][0], "FREQ=WEEKLY;BYDAY=SA,SU", "{shown}");
 
     let created: Value = serde_json::from_str(&cli(
         node,
         home,
-        &["-o", "json", "jobs", "create", "--name", "by-flags", "--app", "py", "--handler", "echo",
-          "--fixed-delay", "1s", "--max-runs", "2", "--jitter-ms", "100", "--calendar", "weekends",
-          "--pause-after-failures", "5"],
+        &[
+            "-o",
+            "json",
+            "jobs",
+            "create",
+            "--name",
+            "by-flags",
+            "--app",
+            "py",
+            "--handler",
+            "echo",
+            "--fixed-delay",
+            "1s",
+            "--max-runs",
+            "2",
+            "--jitter-ms",
+            "100",
+            "--calendar",
+            "weekends",
+            "--pause-after-failures",
+            "5",
+        ],
     ))
     .unwrap();
     assert_eq!(created["schedule"]["fixed_delay"], "1s", "{created}");
@@ -417,9 +541,18 @@ async fn the_cli_and_apply_files_take_every_policy(node: &NodeProcess, home: &st
     assert!(cli(node, home, &["apply", "-f", path]).contains("unchanged"));
     // The file loses its bounds: applying it clears them from the job.
     let text = std::fs::read_to_string(&file).unwrap();
-    std::fs::write(&file, text.replace("bounds: {not_after: \"2099-01-01T00:00:00Z\", max_runs: 10}\n    ", "")).unwrap();
+    std::fs::write(
+        &file,
+        text.replace(
+            "bounds: {not_after: \"2099-01-01T00:00:00Z\", max_runs: 10}\n    ",
+            "",
+        ),
+    )
+    .unwrap();
     assert!(cli(node, home, &["apply", "-f", path]).contains("updated"));
-    let (_, list) = node.call(Method::GET, "/api/v1/jobs?name=applied", None).await;
+    let (_, list) = node
+        .call(Method::GET, "/api/v1/jobs?name=applied", None)
+        .await;
     assert!(list["jobs"][0]["bounds"].is_null(), "{list}");
 
     let backfilled = create(
@@ -431,15 +564,34 @@ async fn the_cli_and_apply_files_take_every_policy(node: &NodeProcess, home: &st
     let started: Value = serde_json::from_str(&cli(
         node,
         home,
-        &["-o", "json", "backfill", "start", &backfilled["id"].to_string(), "--from", &from, "--to", &to],
+        &[
+            "-o",
+            "json",
+            "backfill",
+            "start",
+            &backfilled["id"].to_string(),
+            "--from",
+            &from,
+            "--to",
+            &to,
+        ],
     ))
     .unwrap();
     assert_eq!(started["state"], "running", "{started}");
     let id = started["id"].to_string();
     wait_for(WAIT, "the CLI's backfill to finish", || async {
-        let shown: Value = serde_json::from_str(&cli(node, home, &["-o", "json", "backfill", "get", &id])).unwrap();
+        let shown: Value =
+            serde_json::from_str(&cli(node, home, &["-o", "json", "backfill", "get", &id]))
+                .unwrap();
         (shown["state"] == "done" && shown["fired"] == 3).then_some(())
     })
     .await;
-    assert!(cli(node, home, &["backfill", "ls", &backfilled["id"].to_string()]).contains("done"));
+    assert!(
+        cli(
+            node,
+            home,
+            &["backfill", "ls", &backfilled["id"].to_string()]
+        )
+        .contains("done")
+    );
 }

@@ -64,7 +64,9 @@ fn view_of(b: BackfillRecord) -> BackfillView {
         job_id: b.job_id,
         from: rfc3339(b.from_ms),
         to: rfc3339(b.to_ms),
-        claimed_until: (b.cursor_ms >= b.from_ms).then(|| rfc3339(b.cursor_ms)).flatten(),
+        claimed_until: (b.cursor_ms >= b.from_ms)
+            .then(|| rfc3339(b.cursor_ms))
+            .flatten(),
         max_in_flight: b.max_in_flight,
         state: b.state,
         fired: b.fired,
@@ -114,7 +116,10 @@ pub(super) async fn create(
     let schedule = schedule_of(&job.schedule_json, &job.policy_json, zone)?;
     let count = instants_in(&schedule, from, to)?;
     if count == 0 {
-        return Err(ApiError::invalid("from", "the job's schedule has no instant in this range"));
+        return Err(ApiError::invalid(
+            "from",
+            "the job's schedule has no instant in this range",
+        ));
     }
     let backfill = state
         .store
@@ -129,9 +134,15 @@ pub(super) async fn create(
     Ok((StatusCode::ACCEPTED, Json(view_of(backfill))))
 }
 
-fn schedule_of(schedule_json: &str, policy_json: &str, zone: chrono_tz::Tz) -> Result<Schedule, ApiError> {
-    let unreadable = |what: &str| ApiError::invalid("id", format!("the job's {what} is unreadable"));
-    let spec: ScheduleSpec = serde_json::from_str(schedule_json).map_err(|_| unreadable("schedule"))?;
+fn schedule_of(
+    schedule_json: &str,
+    policy_json: &str,
+    zone: chrono_tz::Tz,
+) -> Result<Schedule, ApiError> {
+    let unreadable =
+        |what: &str| ApiError::invalid("id", format!("the job's {what} is unreadable"));
+    let spec: ScheduleSpec =
+        serde_json::from_str(schedule_json).map_err(|_| unreadable("schedule"))?;
     let policy: JobPolicy = serde_json::from_str(policy_json).map_err(|_| unreadable("policy"))?;
     let window = window_of(policy.bounds.as_ref(), zone)?;
     let schedule = Schedule::parse(&spec, zone)
@@ -147,7 +158,11 @@ fn schedule_of(schedule_json: &str, policy_json: &str, zone: chrono_tz::Tz) -> R
 }
 
 /// How many instants of `schedule` fall in `[from, to]`; refused past [`MAX_INSTANTS`].
-fn instants_in(schedule: &Schedule, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<usize, ApiError> {
+fn instants_in(
+    schedule: &Schedule,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Result<usize, ApiError> {
     let mut count = 0;
     let mut cursor = from - chrono::Duration::milliseconds(1);
     while let Some(next) = schedule

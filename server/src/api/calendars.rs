@@ -32,8 +32,8 @@ pub(super) struct CalendarList {
 }
 
 fn view_of(record: CalendarRecord) -> Result<CalendarView, ApiError> {
-    let definition = serde_json::from_str(&record.definition_json)
-        .map_err(|e| unreadable(&record.name, &e))?;
+    let definition =
+        serde_json::from_str(&record.definition_json).map_err(|e| unreadable(&record.name, &e))?;
     Ok(CalendarView {
         name: record.name,
         definition,
@@ -165,7 +165,9 @@ pub(super) async fn check_named(
         if state.store.calendar_get(name).await?.is_none() {
             return Err(ApiError::invalid(
                 &format!("calendars[{i}]"),
-                format!("there is no calendar {name:?}: create it with PUT /api/v1/calendars/{name}"),
+                format!(
+                    "there is no calendar {name:?}: create it with PUT /api/v1/calendars/{name}"
+                ),
             ));
         }
     }
@@ -180,14 +182,14 @@ pub(super) async fn load_named(
     let mut calendars = Vec::with_capacity(names.len());
     for (i, name) in names.iter().enumerate() {
         let field = format!("calendars[{i}]");
-        let record = state
-            .store
-            .calendar_get(name)
-            .await?
-            .ok_or_else(|| ApiError::invalid(&field, format!("there is no calendar {name:?}")))?;
-        let spec: CalendarSpec = serde_json::from_str(&record.definition_json)
-            .map_err(|e| unreadable(name, &e))?;
-        let calendar = Calendar::parse(&spec).map_err(|e| ApiError::invalid(&field, e.to_string()))?;
+        let record =
+            state.store.calendar_get(name).await?.ok_or_else(|| {
+                ApiError::invalid(&field, format!("there is no calendar {name:?}"))
+            })?;
+        let spec: CalendarSpec =
+            serde_json::from_str(&record.definition_json).map_err(|e| unreadable(name, &e))?;
+        let calendar =
+            Calendar::parse(&spec).map_err(|e| ApiError::invalid(&field, e.to_string()))?;
         calendars.push((name.clone(), calendar));
     }
     Ok(calendars)

@@ -171,7 +171,10 @@ fn write_of(definition: &JobDefinition) -> JobWrite {
 
 fn view_of(state: &ApiState, record: JobRecord) -> Result<JobView, ApiError> {
     let definition = definition_of(&record)?;
-    let next_fire_at = if record.state == job_state::RUNNING {
+    // A fixed delay's next instant depends on when its running run ends: not shown.
+    let fixed_delay =
+        definition.schedule.fixed_delay.is_some() && record.last_fired_at_ms.is_some();
+    let next_fire_at = if record.state == job_state::RUNNING && !fixed_delay {
         let now = state.clock.now_ms();
         let from = record.last_fired_at_ms.map_or(now, |l| l.max(now));
         definition

@@ -113,7 +113,11 @@ pub(crate) async fn backfill(
             if let Some(n) = max_in_flight {
                 body["max_in_flight"] = json!(n);
             }
-            (format!("/api/v1/jobs/{job}/backfill"), Method::POST, Some(body))
+            (
+                format!("/api/v1/jobs/{job}/backfill"),
+                Method::POST,
+                Some(body),
+            )
         }
         BackfillCommand::Ls { job } => {
             let list = api

@@ -409,11 +409,15 @@ impl JobDefinition {
         if p.calendars.len() > MAX_JOB_CALENDARS {
             return Err(JobError::new(
                 "calendars",
-                format!("names {} calendars; the limit is {MAX_JOB_CALENDARS}", p.calendars.len()),
+                format!(
+                    "names {} calendars; the limit is {MAX_JOB_CALENDARS}",
+                    p.calendars.len()
+                ),
             ));
         }
         for (i, name) in p.calendars.iter().enumerate() {
-            check_calendar_name(name).map_err(|why| JobError::new(&format!("calendars[{i}]"), why))?;
+            check_calendar_name(name)
+                .map_err(|why| JobError::new(&format!("calendars[{i}]"), why))?;
         }
         Ok(())
     }
@@ -436,7 +440,10 @@ pub fn window_of(bounds: Option<&Bounds>, zone: Tz) -> Result<Window, JobError> 
     if let (Some(start), Some(end)) = (window.not_before_ms, window.not_after_ms)
         && end < start
     {
-        return Err(JobError::new("bounds.not_after", "is before bounds.not_before"));
+        return Err(JobError::new(
+            "bounds.not_after",
+            "is before bounds.not_before",
+        ));
     }
     Ok(window)
 }

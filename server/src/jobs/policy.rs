@@ -208,11 +208,19 @@ mod tests {
     #[test]
     fn jitter_is_fixed_per_job_and_instant_and_spreads_within_its_maximum() {
         assert_eq!(jitter_delay_ms(7, 1_000, 0), 0);
-        assert_eq!(jitter_delay_ms(7, 60_000, 30_000), jitter_delay_ms(7, 60_000, 30_000));
-        let delays: Vec<i64> = (0..1_000).map(|i| jitter_delay_ms(7, i * 60_000, 30_000)).collect();
+        assert_eq!(
+            jitter_delay_ms(7, 60_000, 30_000),
+            jitter_delay_ms(7, 60_000, 30_000)
+        );
+        let delays: Vec<i64> = (0..1_000)
+            .map(|i| jitter_delay_ms(7, i * 60_000, 30_000))
+            .collect();
         assert!(delays.iter().all(|d| (0..=30_000).contains(d)));
         let low = delays.iter().filter(|d| **d < 15_000).count();
         assert!((400..600).contains(&low), "{low} of 1000 in the lower half");
-        assert_ne!(jitter_delay_ms(7, 60_000, 30_000), jitter_delay_ms(8, 60_000, 30_000));
+        assert_ne!(
+            jitter_delay_ms(7, 60_000, 30_000),
+            jitter_delay_ms(8, 60_000, 30_000)
+        );
     }
 }

@@ -103,7 +103,11 @@ impl FailurePauser {
         }
         let stopped = self.store.job_stop(job_id).await?;
         if stopped.is_some_and(|j| j.state == job_state::STOPPED && j.version > job.version) {
-            info!(job_id, failures = limit, "job stopped after failed runs in a row (pause_after_failures)");
+            info!(
+                job_id,
+                failures = limit,
+                "job stopped after failed runs in a row (pause_after_failures)"
+            );
             self.alerter.raise(AlertEvent::JobPaused {
                 job_id,
                 failures: limit,

@@ -76,9 +76,13 @@ pub struct Calendar {
 
 impl Calendar {
     pub fn parse(spec: &CalendarSpec) -> Result<Self, CalendarError> {
-        let zone = parse_zone(&spec.timezone).map_err(|e| CalendarError::new("timezone", e.message))?;
+        let zone =
+            parse_zone(&spec.timezone).map_err(|e| CalendarError::new("timezone", e.message))?;
         if spec.description.chars().count() > 1_000 {
-            return Err(CalendarError::new("description", "is longer than 1000 characters"));
+            return Err(CalendarError::new(
+                "description",
+                "is longer than 1000 characters",
+            ));
         }
         for (field, len, max) in [
             ("dates", spec.dates.len(), MAX_ENTRIES),
@@ -86,19 +90,24 @@ impl Calendar {
             ("rrules", spec.rrules.len(), MAX_RULES),
         ] {
             if len > max {
-                return Err(CalendarError::new(field, format!("has {len} entries; the limit is {max}")));
+                return Err(CalendarError::new(
+                    field,
+                    format!("has {len} entries; the limit is {max}"),
+                ));
             }
         }
         let mut dates = BTreeSet::new();
         for (i, text) in spec.dates.iter().enumerate() {
-            dates.insert(parse_date(text).map_err(|m| CalendarError::new(format!("dates[{i}]"), m))?);
+            dates.insert(
+                parse_date(text).map_err(|m| CalendarError::new(format!("dates[{i}]"), m))?,
+            );
         }
         let mut ranges = Vec::with_capacity(spec.ranges.len());
         for (i, range) in spec.ranges.iter().enumerate() {
             let from = parse_wall(&range.from)
                 .map_err(|m| CalendarError::new(format!("ranges[{i}].from"), m))?;
-            let to =
-                parse_wall(&range.to).map_err(|m| CalendarError::new(format!("ranges[{i}].to"), m))?;
+            let to = parse_wall(&range.to)
+                .map_err(|m| CalendarError::new(format!("ranges[{i}].to"), m))?;
             if to <= from {
                 return Err(CalendarError::new(
                     format!("ranges[{i}].to"),
@@ -135,7 +144,11 @@ impl Calendar {
         if self.dates.contains(&day) {
             return Some(format!("the date {day}"));
         }
-        if let Some((from, to)) = self.ranges.iter().find(|(from, to)| *from <= wall && wall < *to) {
+        if let Some((from, to)) = self
+            .ranges
+            .iter()
+            .find(|(from, to)| *from <= wall && wall < *to)
+        {
             return Some(format!("the range {from} to {to}"));
         }
         let start = zone::resolve(day.and_time(NaiveTime::MIN), self.zone);
@@ -193,7 +206,9 @@ mod tests {
     }
 
     fn at(text: &str) -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339(text).unwrap().with_timezone(&Utc)
+        DateTime::parse_from_rfc3339(text)
+            .unwrap()
+            .with_timezone(&Utc)
     }
 
     #[test]
@@ -204,14 +219,34 @@ mod tests {
             "rrules": ["FREQ=WEEKLY;BYDAY=SA,SU"]}))
         .unwrap();
         // Christmas in Paris starts at 23:00Z on the 24th.
-        assert!(cal.excludes(at("2026-12-24T23:30:00Z")).unwrap().contains("2026-12-25"));
+        assert!(
+            cal.excludes(at("2026-12-24T23:30:00Z"))
+                .unwrap()
+                .contains("2026-12-25")
+        );
         assert_eq!(cal.excludes(at("2026-12-24T22:30:00Z")), None);
-        assert!(cal.excludes(at("2026-12-31T17:30:00Z")).unwrap().contains("range"));
-        assert_eq!(cal.excludes(at("2027-01-01T05:30:00Z")), None, "06:00 Paris ended it");
+        assert!(
+            cal.excludes(at("2026-12-31T17:30:00Z"))
+                .unwrap()
+                .contains("range")
+        );
+        assert_eq!(
+            cal.excludes(at("2027-01-01T05:30:00Z")),
+            None,
+            "06:00 Paris ended it"
+        );
         // 2026-11-28 is a Saturday, the 30th a Monday.
-        assert!(cal.excludes(at("2026-11-28T12:00:00Z")).unwrap().contains("Sat"));
+        assert!(
+            cal.excludes(at("2026-11-28T12:00:00Z"))
+                .unwrap()
+                .contains("Sat")
+        );
         assert!(cal.excludes(at("2026-11-29T22:59:00Z")).is_some());
-        assert_eq!(cal.excludes(at("2026-11-29T23:00:00Z")), None, "Monday in Paris");
+        assert_eq!(
+            cal.excludes(at("2026-11-29T23:00:00Z")),
+            None,
+            "Monday in Paris"
+        );
     }
 
     #[test]
@@ -223,7 +258,10 @@ mod tests {
                 serde_json::json!({"ranges": [{"from": "2026-01-02", "to": "2026-01-01"}]}),
                 "ranges[0].to",
             ),
-            (serde_json::json!({"rrules": ["FREQ=WEEKLY", "FREQ=SOMETIMES"]}), "rrules[1]"),
+            (
+                serde_json::json!({"rrules": ["FREQ=WEEKLY", "FREQ=SOMETIMES"]}),
+                "rrules[1]",
+            ),
         ];
         for (json, field) in cases {
             assert_eq!(calendar(json).unwrap_err().field, field);

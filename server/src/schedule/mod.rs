@@ -141,9 +141,12 @@ impl Schedule {
             (None, None, None, Some(every)) if spec.fixed_delay.is_none() => {
                 Kind::Every(parse_interval(every)?)
             }
-            (None, None, None, None) if spec.fixed_delay.is_some() => Kind::FixedDelay(
-                parse_duration(spec.fixed_delay.as_deref().unwrap_or_default(), "schedule.fixed_delay")?,
-            ),
+            (None, None, None, None) if spec.fixed_delay.is_some() => {
+                Kind::FixedDelay(parse_duration(
+                    spec.fixed_delay.as_deref().unwrap_or_default(),
+                    "schedule.fixed_delay",
+                )?)
+            }
             _ => {
                 return Err(ScheduleError::new(
                     "schedule",
@@ -275,7 +278,11 @@ pub fn parse_instant(
     Ok(DateTime::from_timestamp_millis(instant.timestamp_millis()).unwrap_or(instant))
 }
 
-fn parse_at_exact(text: &str, zone: Tz, field: &'static str) -> Result<DateTime<Utc>, ScheduleError> {
+fn parse_at_exact(
+    text: &str,
+    zone: Tz,
+    field: &'static str,
+) -> Result<DateTime<Utc>, ScheduleError> {
     let text = text.trim();
     if let Ok(instant) = DateTime::parse_from_rfc3339(text) {
         return Ok(instant.with_timezone(&Utc));

@@ -85,12 +85,22 @@ impl BackfillDriver {
                         self.metrics.fires.add("backfill", fired);
                         self.dispatcher.notify_one();
                     }
-                    debug!(backfill = backfill.backfill_id, claimed, fired, "backfill stepped");
+                    debug!(
+                        backfill = backfill.backfill_id,
+                        claimed, fired, "backfill stepped"
+                    );
                     if step.done {
-                        info!(backfill = backfill.backfill_id, job_id = backfill.job_id, "backfill done");
+                        info!(
+                            backfill = backfill.backfill_id,
+                            job_id = backfill.job_id,
+                            "backfill done"
+                        );
                     }
                 }
-                None => debug!(backfill = backfill.backfill_id, "backfill step refused (moved, cancelled or raced)"),
+                None => debug!(
+                    backfill = backfill.backfill_id,
+                    "backfill step refused (moved, cancelled or raced)"
+                ),
             }
         }
         Ok(())
@@ -123,7 +133,10 @@ impl BackfillDriver {
         };
         let room = if policy.overlap == Overlap::Allow {
             let range = (backfill.from_ms, backfill.to_ms);
-            let unfinished = self.store.runs_unfinished_count(job.job_id, Some(range)).await?;
+            let unfinished = self
+                .store
+                .runs_unfinished_count(job.job_id, Some(range))
+                .await?;
             backfill.max_in_flight - unfinished
         } else {
             i64::from(self.store.runs_unfinished_count(job.job_id, None).await? == 0)
@@ -152,7 +165,9 @@ impl BackfillDriver {
             };
             cursor = next.timestamp_millis();
             let skipped = calendars.iter().find_map(|(name, calendar)| {
-                calendar.excludes(next).map(|why| format!("in calendar {name:?}: {why}"))
+                calendar
+                    .excludes(next)
+                    .map(|why| format!("in calendar {name:?}: {why}"))
             });
             instants.push(match skipped {
                 Some(why) => (cursor, run_state::SKIPPED, Some(why)),
@@ -189,8 +204,8 @@ impl BackfillDriver {
 
 /// A job's schedule within its bounds, and its policy; why not, when they cannot be read.
 fn parsed(job: &JobRecord) -> Result<(Schedule, JobPolicy), String> {
-    let spec: ScheduleSpec =
-        serde_json::from_str(&job.schedule_json).map_err(|e| format!("unreadable schedule: {e}"))?;
+    let spec: ScheduleSpec = serde_json::from_str(&job.schedule_json)
+        .map_err(|e| format!("unreadable schedule: {e}"))?;
     let policy: JobPolicy =
         serde_json::from_str(&job.policy_json).map_err(|e| format!("unreadable policy: {e}"))?;
     let zone = parse_zone(&job.timezone).map_err(|e| e.to_string())?;

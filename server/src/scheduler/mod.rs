@@ -210,6 +210,8 @@ impl Scheduler {
 
     /// Follows the partitions this node owns and the job changes made anywhere.
     async fn follow_cluster(&mut self, now: i64) -> Result<(), store::Error> {
+        // Calendars first: the claims a load makes (catch-ups) check them.
+        self.refresh_calendars_if_needed().await?;
         let owned: HashMap<i64, i64> = self
             .view
             .owned_partitions()
@@ -302,8 +304,10 @@ impl Scheduler {
     fn forget_partition(&mut self, partition: i64) {
         self.partitions.remove(&partition);
         let jobs = &self.jobs;
-        self.awaiting_end
-            .retain(|job_id, _| jobs.get(job_id).is_some_and(|j| j.partition_id != partition));
+        self.awaiting_end.retain(|job_id, _| {
+            jobs.get(job_id)
+                .is_some_and(|j| j.partition_id != partition)
+        });
         self.jobs.retain(|_, j| j.partition_id != partition);
         self.pending.retain(|c| c.partition_id != partition);
         debug!(partition, "partition released");
@@ -329,19 +333,33 @@ impl Scheduler {
         let runs_left = match policy.bounds.as_ref().and_then(|b| b.max_runs) {
             None => UNLIMITED,
             Some(max) => u32::try_from(
-                i64::try_from(max).unwrap_or(i64::MAX).saturating_sub(job.fired_count).max(0),
+                i64::try_from(max)
+                    .unwrap_or(i64::MAX)
+                    .saturating_sub(job.fired_count)
+                    .max(0),
             )
             .unwrap_or(UNLIMITED - 1),
         };
         if runs_left == 0 {
-            info!(job_id = job.job_id, "the job fired its bounds.max_runs; it is done");
+            info!(
+                job_id = job.job_id,
+                "the job fired its bounds.max_runs; it is done"
+            );
             self.jobs.remove(&job.job_id);
             self.exhausted.push((job.job_id, job.version));
             return;
         }
         let calendars = self.calendar_set_of(&policy.calendars);
         if schedule.fixed_delay().is_some() {
-            self.load_fixed_delay(&job, schedule_index, &schedule, &policy, runs_left, calendars, now);
+            self.load_fixed_delay(
+                &job,
+                schedule_index,
+                &schedule,
+                &policy,
+                runs_left,
+                calendars,
+                now,
+            );
             return;
         }
         let hints = NextHints {
@@ -387,7 +405,10 @@ impl Scheduler {
             calendars,
         };
         if planned.next.is_none() && planned.catch_up.is_empty() {
-            info!(job_id = job.job_id, "the job's schedule has no instant left within its bounds; it is done");
+            info!(
+                job_id = job.job_id,
+                "the job's schedule has no instant left within its bounds; it is done"
+            );
             self.jobs.remove(&job.job_id);
             self.exhausted.push((job.job_id, job.version));
             return;

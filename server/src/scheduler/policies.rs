@@ -8,17 +8,19 @@ use std::sync::Arc;
 use chrono::DateTime;
 use tracing::{debug, info, warn};
 
+use super::timer::TimerEntry;
 use super::{LoadedJob, NO_CALENDARS, Scheduler};
 use crate::jobs::JobPolicy;
 use crate::schedule::calendar::{Calendar, CalendarSpec};
 use crate::schedule::{NextHints, Schedule};
 use crate::store::{self, ScheduledJob};
-use super::timer::TimerEntry;
 
 /// Every calendar as last read: its version and parsed definition (`None`: unreadable).
 #[derive(Debug, Default)]
 pub(super) struct Calendars {
     by_name: HashMap<String, (i64, Option<Arc<Calendar>>)>,
+    /// Whether they have been read at all.
+    read_once: bool,
 }
 
 impl Scheduler {
@@ -50,12 +52,19 @@ impl Scheduler {
         })
     }
 
-    /// What the policies need at each poll: the calendars (when a job names one), the ends
-    /// of the runs fixed-delay jobs wait for, and the jobs to mark `done`.
-    pub(super) async fn follow_policies(&mut self) -> Result<(), store::Error> {
-        if !self.calendar_sets.is_empty() {
-            self.refresh_calendars().await?;
+    /// Reads the calendars at the first poll, and at every poll once a job names one.
+    pub(super) async fn refresh_calendars_if_needed(&mut self) -> Result<(), store::Error> {
+        if self.calendars.read_once && self.calendar_sets.is_empty() {
+            return Ok(());
         }
+        self.refresh_calendars().await?;
+        self.calendars.read_once = true;
+        Ok(())
+    }
+
+    /// What the policies need after each poll: the ends of the runs fixed-delay jobs wait
+    /// for, and the jobs to mark `done`.
+    pub(super) async fn follow_policies(&mut self) -> Result<(), store::Error> {
         self.follow_fixed_delays().await?;
         for (job_id, version) in std::mem::take(&mut self.exhausted) {
             if self.store.job_finish(job_id, version).await? {

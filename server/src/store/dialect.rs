@@ -251,7 +251,8 @@ queries! {
     // Schedule policies: bounds, fixed delay, calendars, backfills.
     job_finish = "UPDATE jobs SET state = 'done', version = version + 1, updated_at_ms = {now} \
         WHERE job_id = ? AND version = ? AND state = 'running'";
-    jobs_naming_calendar = "SELECT job_id, name, policy_json FROM jobs WHERE policy_json LIKE ?";
+    jobs_naming_calendar = "SELECT job_id, name, policy_json FROM jobs \
+        WHERE policy_json LIKE ? ESCAPE '!'";
     calendar_insert = "INSERT INTO calendars (name, definition_json, version, created_at_ms, \
         updated_at_ms) VALUES (?, ?, 1, {now}, {now})";
     calendar_update = "UPDATE calendars SET definition_json = ?, version = version + 1, \

@@ -377,8 +377,11 @@ pub trait PolicyStore: Send + Sync + std::fmt::Debug + 'static {
     async fn jobs_naming_calendar(&self, name: &str) -> Result<Vec<(i64, String, String)>, Error>;
 
     /// A new calendar; [`Error::Conflict`] when the name is taken.
-    async fn calendar_insert(&self, name: &str, definition_json: &str)
-    -> Result<CalendarRecord, Error>;
+    async fn calendar_insert(
+        &self,
+        name: &str,
+        definition_json: &str,
+    ) -> Result<CalendarRecord, Error>;
 
     /// Replaces a calendar's definition (if its version is still `expected_version`, when
     /// given); `None` when it is gone or at another version.
@@ -419,8 +422,11 @@ pub trait PolicyStore: Send + Sync + std::fmt::Debug + 'static {
     async fn backfill_cancel(&self, backfill_id: i64) -> Result<bool, Error>;
 
     /// A job's unfinished runs (scheduled in `range`, both ends included, when given).
-    async fn runs_unfinished_count(&self, job_id: i64, range: Option<(i64, i64)>)
-    -> Result<i64, Error>;
+    async fn runs_unfinished_count(
+        &self,
+        job_id: i64,
+        range: Option<(i64, i64)>,
+    ) -> Result<i64, Error>;
 
     /// One step of a backfill in one transaction, fenced by the partition's epoch and the
     /// backfill's cursor: inserts its instants' runs (trigger `backfill`; an instant that has

@@ -70,4 +70,3 @@ async fn receive(
         StatusCode::NO_CONTENT
     }
 }
-

@@ -144,9 +144,11 @@ macro_rules! job_store {
                 }
                 update.push(" END");
                 if fired.values().any(|n| *n > 0) {
+                    // Integers written in, not bound: this runs on every claim, and binds
+                    // would double the statement's parameters.
                     update.push(", fired_count = fired_count + CASE job_id");
-                    for (job_id, count) in &fired {
-                        update.push(" WHEN ").push_bind(*job_id).push(" THEN ").push_bind(*count);
+                    for (job_id, count) in fired.iter().filter(|(_, n)| **n > 0) {
+                        update.push(format!(" WHEN {job_id} THEN {count}"));
                     }
                     update.push(" ELSE 0 END");
                 }
@@ -202,7 +204,7 @@ macro_rules! job_store {
                 claim: &RunClaim,
             ) -> Result<(&'static str, Option<String>), Error> {
                 // A calendar's skip stands whatever the overlap rule.
-                if claim.overlap == OverlapRule::Allow || claim.state != run_state::PENDING {
+                if claim.overlap == OverlapRule::Allow || claim.state == run_state::SKIPPED {
                     return Ok((claim.state, claim.message.clone()));
                 }
                 let unfinished = sqlx::query_scalar::<$db, i64>(sql(&self.q.run_unfinished_of_job))

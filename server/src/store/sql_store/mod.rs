@@ -38,9 +38,8 @@ use super::job_records::{
 use super::policy_records::{BackfillRecord, BackfillStep, CalendarRecord};
 use super::{
     Backend, ClusterMeta, ClusterStore, DatabaseUrl, DispatchStore, Error, HistoryStore, JobStore,
-    PolicyStore,
     LeaderFence, LeaderRecord, NodeList, NodeRecord, NodeRegistration, PartitionChange,
-    PartitionRecord, PoolOptions,
+    PartitionRecord, PolicyStore, PoolOptions,
 };
 
 /// The embedded migrations, with sqlx's own locking off: `migrate` takes a lock that works on
