@@ -172,6 +172,14 @@ pub(crate) enum CommandError {
     Flag { flag: &'static str, reason: String },
 }
 
+/// A bad `--args`, as the error that names the flag.
+fn args_flag(reason: String) -> CommandError {
+    CommandError::Flag {
+        flag: "args",
+        reason,
+    }
+}
+
 pub(super) fn out(text: &str) {
     // A CLI's output is its product: write it, and ignore a closed pipe (`| head`).
     let _ = writeln!(std::io::stdout().lock(), "{text}");
@@ -274,7 +282,7 @@ pub(crate) async fn jobs(
             let job = call(
                 Method::POST,
                 "/api/v1/jobs".into(),
-                Some(fields.over(base, true)?),
+                Some(fields.over(base, true).map_err(args_flag)?),
             )
             .await?;
             show(output, &job, None, &JOB_COLUMNS);
@@ -285,7 +293,7 @@ pub(crate) async fn jobs(
                 .map(read_document)
                 .transpose()?
                 .unwrap_or(Value::Null);
-            let patch = fields.over(base, false)?;
+            let patch = fields.over(base, false).map_err(args_flag)?;
             let job = call(Method::PATCH, format!("/api/v1/jobs/{id}"), Some(patch)).await?;
             show(output, &job, None, &JOB_COLUMNS);
         }

@@ -3,8 +3,6 @@
 use clap::Args;
 use serde_json::{Value, json};
 
-use super::commands::CommandError;
-
 /// Job fields as flags.
 #[derive(Debug, Default, Args)]
 pub(crate) struct JobFields {
@@ -55,8 +53,8 @@ pub(crate) struct JobFields {
 }
 
 impl JobFields {
-    /// The fields given, over `base`.
-    pub(super) fn over(&self, mut base: Value, creating: bool) -> Result<Value, CommandError> {
+    /// The fields given, over `base`; an error says what is wrong with `--args`.
+    pub(super) fn over(&self, mut base: Value, creating: bool) -> Result<Value, String> {
         if !base.is_object() {
             base = json!({});
         }
@@ -81,10 +79,7 @@ impl JobFields {
             }
         }
         if let Some(args) = &self.args {
-            base["args"] = serde_json::from_str(args).map_err(|e| CommandError::Flag {
-                flag: "args",
-                reason: format!("not JSON: {e}"),
-            })?;
+            base["args"] = serde_json::from_str(args).map_err(|e| format!("not JSON: {e}"))?;
         }
         for (key, value) in [
             ("not_before", self.not_before.as_ref().map(|v| json!(v))),

@@ -59,7 +59,7 @@ enum Command {
     Migrate(CommonArgs),
     /// Jobs: ls, get, create, edit, start, stop, trigger, rm.
     #[command(subcommand)]
-    Jobs(commands::JobsCommand),
+    Jobs(Box<commands::JobsCommand>),
     /// Runs: ls, get, cancel, purge.
     #[command(subcommand)]
     Runs(commands::RunsCommand),
@@ -333,7 +333,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             };
             let output = cli.output;
             let done = match client_command {
-                Command::Jobs(c) => commands::jobs(&api, output, c).await,
+                Command::Jobs(c) => commands::jobs(&api, output, *c).await,
                 Command::Runs(c) => commands::runs(&api, output, c).await,
                 Command::Executors(commands::ExecutorsCommand::Ls) => {
                     commands::executors(&api, output).await

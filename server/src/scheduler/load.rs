@@ -1,0 +1,189 @@
+//! Loading a running job into the scheduler: its parsed schedule (shared by every job with
+//! the same expression, zone and bounds), its misfire plan's catch-up claims, its bounds and
+//! calendars, and its next instant on the timer.
+
+use chrono::DateTime;
+use tracing::{info, warn};
+
+use super::misfire::{MisfireRule, plan};
+use super::timer::TimerEntry;
+use super::{LoadReason, LoadedJob, ONE_SHOT, Scheduler, UNLIMITED, millis};
+use crate::jobs::{JobPolicy, window_of};
+use crate::schedule::{NextHints, Schedule, ScheduleSpec, Window, parse_zone};
+use crate::store::ScheduledJob;
+
+impl Scheduler {
+    /// Loads a running job: catch-up claims per its misfire policy, and its next instant.
+    pub(super) fn load(&mut self, job: ScheduledJob, now: i64, reason: LoadReason) {
+        self.awaiting_end.remove(&job.job_id);
+        let policy = serde_json::from_str::<JobPolicy>(&job.policy_json).ok();
+        let window = policy.as_ref().and_then(|p| {
+            let zone = parse_zone(&job.timezone).ok()?;
+            window_of(p.bounds.as_ref(), zone).ok()
+        });
+        let parsed = window.and_then(|window| self.schedule_of(&job, window));
+        let (Some((schedule_index, schedule)), Some(policy)) = (parsed, policy) else {
+            warn!(
+                job_id = job.job_id,
+                "job definition unreadable; not scheduled"
+            );
+            self.jobs.remove(&job.job_id);
+            return;
+        };
+        let runs_left = match policy.bounds.as_ref().and_then(|b| b.max_runs) {
+            None => UNLIMITED,
+            Some(max) => u32::try_from(
+                i64::try_from(max)
+                    .unwrap_or(i64::MAX)
+                    .saturating_sub(job.fired_count)
+                    .max(0),
+            )
+            .unwrap_or(UNLIMITED - 1),
+        };
+        if runs_left == 0 {
+            info!(
+                job_id = job.job_id,
+                "the job fired its bounds.max_runs; it is done"
+            );
+            self.jobs.remove(&job.job_id);
+            self.exhausted.push((job.job_id, job.version));
+            return;
+        }
+        let calendars = self.calendar_set_of(&policy.calendars);
+        if schedule.fixed_delay().is_some() {
+            self.load_fixed_delay(
+                &job,
+                schedule_index,
+                &schedule,
+                &policy,
+                runs_left,
+                calendars,
+                now,
+            );
+            return;
+        }
+        let hints = NextHints {
+            anchor: job.started_at_ms.and_then(DateTime::from_timestamp_millis),
+            cursor: job
+                .last_fired_at_ms
+                .and_then(DateTime::from_timestamp_millis),
+        };
+        // Missed instants count from the last one fired, even across a stop and start; a job
+        // that never fired starts from when it was started.
+        let from = job
+            .last_fired_at_ms
+            .or(job.started_at_ms)
+            .unwrap_or(job.created_at_ms);
+        let rule = MisfireRule {
+            policy: policy.misfire,
+            threshold_ms: millis(self.settings.misfire_threshold),
+            window_ms: i64::try_from(policy.catch_up_window_ms).unwrap_or(i64::MAX),
+        };
+        let planned = match reason {
+            LoadReason::Resume => plan(&schedule, hints, from, now, rule),
+            // An edited schedule starts from now (or from its last fired instant, if later).
+            LoadReason::Edit => plan(&schedule, hints, from.max(now), now, rule),
+        };
+        let planned = match planned {
+            Ok(p) => p,
+            Err(err) => {
+                warn!(job_id = job.job_id, error = %err, "cannot compute the job's instants");
+                self.jobs.remove(&job.job_id);
+                return;
+            }
+        };
+        let loaded = LoadedJob {
+            version: job.version,
+            partition_id: job.partition_id,
+            anchor_ms: job.started_at_ms,
+            next_ms: planned.next,
+            schedule: schedule_index,
+            priority: u8::try_from(policy.priority.clamp(0, 10)).unwrap_or(5),
+            overlap: policy.overlap,
+            fixed_delay: false,
+            runs_left,
+            calendars,
+        };
+        if planned.next.is_none() && planned.catch_up.is_empty() {
+            info!(
+                job_id = job.job_id,
+                "the job's schedule has no instant left within its bounds; it is done"
+            );
+            self.jobs.remove(&job.job_id);
+            self.exhausted.push((job.job_id, job.version));
+            return;
+        }
+        let mut planned = planned;
+        let mut loaded = loaded;
+        if loaded.runs_left != UNLIMITED && planned.catch_up.len() >= loaded.runs_left as usize {
+            // The catch-up uses up the job's runs: the last of them ends it.
+            planned.catch_up.truncate(loaded.runs_left as usize);
+            planned.next = None;
+        }
+        if !planned.catch_up.is_empty() {
+            info!(
+                job_id = job.job_id,
+                missed = planned.catch_up.len(),
+                "firing missed instants"
+            );
+        }
+        let last = planned.catch_up.len().saturating_sub(1);
+        for (i, at) in planned.catch_up.iter().enumerate() {
+            let done = i == last && planned.next.is_none();
+            if let Some(claim) = self.claim_for(job.job_id, &loaded, *at, "misfire", done) {
+                if claim.counts_as_fired() && loaded.runs_left != UNLIMITED {
+                    loaded.runs_left = loaded.runs_left.saturating_sub(1);
+                }
+                self.pending.push(claim);
+            }
+        }
+        if let Some(next) = planned.next {
+            self.timer.push(TimerEntry {
+                due_ms: next,
+                job_id: job.job_id,
+                version: loaded.version,
+            });
+        }
+        self.jobs.insert(job.job_id, loaded);
+    }
+
+    /// The job's parsed schedule and its index in the shared table (a recurring schedule is
+    /// parsed once per node, whatever the number of jobs that have it).
+    fn schedule_of(&mut self, job: &ScheduledJob, window: Window) -> Option<(u32, Schedule)> {
+        // Jobs share a parsed schedule only when their bounds agree too.
+        let key = if window == Window::default() {
+            job.schedule_json.clone()
+        } else {
+            format!(
+                "{}|{:?}|{:?}",
+                job.schedule_json, window.not_before_ms, window.not_after_ms
+            )
+        };
+        if let Some(&index) = self
+            .schedule_ids
+            .get(&job.timezone)
+            .and_then(|by_json| by_json.get(&key))
+        {
+            return self
+                .schedule_table
+                .get(index as usize)
+                .map(|schedule| (index, schedule.clone()));
+        }
+        let spec = serde_json::from_str::<ScheduleSpec>(&job.schedule_json).ok()?;
+        let schedule = Schedule::parse(&spec, parse_zone(&job.timezone).ok()?)
+            .ok()?
+            .within(window);
+        if schedule.is_one_shot() {
+            return Some((ONE_SHOT, schedule));
+        }
+        let index = u32::try_from(self.schedule_table.len())
+            .ok()
+            .filter(|i| *i != ONE_SHOT)?;
+        self.schedule_table.push(schedule.clone());
+        self.schedule_ids
+            .entry(job.timezone.clone())
+            .or_default()
+            .insert(key, index);
+        Some((index, schedule))
+    }
+}
