@@ -114,7 +114,11 @@ pub(super) async fn create(
         ));
     }
     let schedule = schedule_of(&job.schedule_json, &job.policy_json, zone)?;
-    let count = instants_in(&schedule, from, to)?;
+    let hints = NextHints {
+        anchor: job.started_at_ms.and_then(DateTime::from_timestamp_millis),
+        cursor: None,
+    };
+    let count = instants_in(&schedule, hints, from, to)?;
     if count == 0 {
         return Err(ApiError::invalid(
             "from",
@@ -160,13 +164,14 @@ fn schedule_of(
 /// How many instants of `schedule` fall in `[from, to]`; refused past [`MAX_INSTANTS`].
 fn instants_in(
     schedule: &Schedule,
+    hints: NextHints,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
 ) -> Result<usize, ApiError> {
     let mut count = 0;
     let mut cursor = from - chrono::Duration::milliseconds(1);
     while let Some(next) = schedule
-        .next_after(cursor, NextHints::default())
+        .next_after(cursor, hints)
         .map_err(crate::jobs::JobError::from)?
         .filter(|n| *n <= to)
     {

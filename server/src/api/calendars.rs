@@ -12,15 +12,23 @@ use super::error::Problem;
 use super::params::NameParam;
 use super::{ApiError, ApiState, rfc3339};
 use crate::jobs::{JobDefinition, JobPolicy, check_calendar_name};
-use crate::schedule::calendar::{Calendar, CalendarSpec};
+use crate::schedule::calendar::{Calendar, CalendarRange, CalendarSpec};
 use crate::store::{self, CalendarRecord};
 
-/// A calendar as the API shows it.
+/// A calendar as the API shows it: its definition's fields with its name and version. (Not a
+/// flattened `CalendarSpec`: that one refuses unknown fields, so its schema would refuse these.)
 #[derive(Debug, Serialize, ToSchema)]
 pub(super) struct CalendarView {
     name: String,
-    #[serde(flatten)]
-    definition: CalendarSpec,
+    timezone: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    description: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    dates: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    ranges: Vec<CalendarRange>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    rrules: Vec<String>,
     version: i64,
     created_at: Option<String>,
     updated_at: Option<String>,
@@ -32,11 +40,15 @@ pub(super) struct CalendarList {
 }
 
 fn view_of(record: CalendarRecord) -> Result<CalendarView, ApiError> {
-    let definition =
+    let definition: CalendarSpec =
         serde_json::from_str(&record.definition_json).map_err(|e| unreadable(&record.name, &e))?;
     Ok(CalendarView {
         name: record.name,
-        definition,
+        timezone: definition.timezone,
+        description: definition.description,
+        dates: definition.dates,
+        ranges: definition.ranges,
+        rrules: definition.rrules,
         version: record.version,
         created_at: rfc3339(record.created_at_ms),
         updated_at: rfc3339(record.updated_at_ms),

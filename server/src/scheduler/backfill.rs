@@ -146,12 +146,17 @@ impl BackfillDriver {
             return Ok(None);
         }
         let calendars = self.calendars(&policy.calendars).await?;
+        // An `every` schedule keeps the grid of the job's (last) start.
+        let hints = NextHints {
+            anchor: job.started_at_ms.and_then(DateTime::from_timestamp_millis),
+            cursor: None,
+        };
         let mut instants = Vec::with_capacity(room);
         let mut cursor = backfill.cursor_ms;
         let mut done = false;
         while instants.len() < room {
             let next = DateTime::from_timestamp_millis(cursor)
-                .map(|after| schedule.next_after(after, NextHints::default()));
+                .map(|after| schedule.next_after(after, hints));
             let next = match next {
                 Some(Ok(Some(n))) if n.timestamp_millis() <= backfill.to_ms => n,
                 Some(Err(err)) => {
@@ -177,7 +182,7 @@ impl BackfillDriver {
         if !done {
             // The range may end right after the last instant taken: say so in this step.
             let after = DateTime::from_timestamp_millis(cursor)
-                .map(|after| schedule.next_after(after, NextHints::default()));
+                .map(|after| schedule.next_after(after, hints));
             done = !matches!(after, Some(Ok(Some(n))) if n.timestamp_millis() <= backfill.to_ms);
         }
         let mut planned = step(instants, cursor, done, None);
