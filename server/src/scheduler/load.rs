@@ -50,6 +50,7 @@ impl Scheduler {
             return;
         }
         let calendars = self.calendar_set_of(&policy.calendars);
+        self.calendars.note_names(&policy.calendars);
         if schedule.fixed_delay().is_some() {
             self.load_fixed_delay(
                 &job,

@@ -240,6 +240,8 @@ impl Scheduler {
             debug!(partition, epoch, jobs = count, "partition loaded");
         }
         self.poll_changes(now).await?;
+        // A job just loaded may name a calendar created since the read above.
+        self.refresh_stale_calendars().await?;
         self.follow_policies().await?;
         self.view.set_jobs_held(self.jobs.len());
         if self.timer.len() > 2 * self.jobs.len() + 1_024 {

@@ -13,7 +13,7 @@ use super::{LoadedJob, NO_CALENDARS, Scheduler};
 use crate::jobs::JobPolicy;
 use crate::schedule::calendar::{Calendar, CalendarSpec};
 use crate::schedule::{NextHints, Schedule};
-use crate::store::{self, ScheduledJob};
+use crate::store::{self, ScheduledJob, run_state};
 
 /// Every calendar as last read: its version and parsed definition (`None`: unreadable).
 #[derive(Debug, Default)]
@@ -21,6 +21,17 @@ pub(super) struct Calendars {
     by_name: HashMap<String, (i64, Option<Arc<Calendar>>)>,
     /// Whether they have been read at all.
     read_once: bool,
+    /// A job loaded since the last read names a calendar that read did not have.
+    stale: bool,
+}
+
+impl Calendars {
+    /// A job naming these calendars was loaded: unknown names call for a read.
+    pub(super) fn note_names(&mut self, names: &[String]) {
+        if names.iter().any(|name| !self.by_name.contains_key(name)) {
+            self.stale = true;
+        }
+    }
 }
 
 impl Scheduler {
@@ -59,6 +70,32 @@ impl Scheduler {
         }
         self.refresh_calendars().await?;
         self.calendars.read_once = true;
+        Ok(())
+    }
+
+    /// Reads the calendars again when a job loaded since names one the last read did not
+    /// have, and checks the catch-up claims those loads queued against them.
+    pub(super) async fn refresh_stale_calendars(&mut self) -> Result<(), store::Error> {
+        if !self.calendars.stale {
+            return Ok(());
+        }
+        self.refresh_calendars().await?;
+        self.calendars.stale = false;
+        let pending = std::mem::take(&mut self.pending);
+        self.pending = pending
+            .into_iter()
+            .map(|mut claim| {
+                let set = self.jobs.get(&claim.job_id).map(|j| j.calendars);
+                if claim.state == run_state::PENDING
+                    && let Some(why) =
+                        set.and_then(|set| self.calendar_skip(set, claim.scheduled_at_ms))
+                {
+                    claim.state = run_state::SKIPPED;
+                    claim.message = Some(why);
+                }
+                claim
+            })
+            .collect();
         Ok(())
     }
 
