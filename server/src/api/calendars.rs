@@ -198,10 +198,8 @@ pub(super) async fn load_named(
             state.store.calendar_get(name).await?.ok_or_else(|| {
                 ApiError::invalid(&field, format!("there is no calendar {name:?}"))
             })?;
-        let spec: CalendarSpec =
-            serde_json::from_str(&record.definition_json).map_err(|e| unreadable(name, &e))?;
-        let calendar =
-            Calendar::parse(&spec).map_err(|e| ApiError::invalid(&field, e.to_string()))?;
+        let calendar = Calendar::from_stored(&record.definition_json)
+            .map_err(|why| ApiError::invalid(&field, format!("calendar {name:?}: {why}")))?;
         calendars.push((name.clone(), calendar));
     }
     Ok(calendars)

@@ -137,6 +137,13 @@ impl Calendar {
         })
     }
 
+    /// A calendar as stored (its definition's JSON); why not, when it no longer reads.
+    pub fn from_stored(definition_json: &str) -> Result<Self, String> {
+        let spec: CalendarSpec = serde_json::from_str(definition_json)
+            .map_err(|e| format!("unreadable definition: {e}"))?;
+        Calendar::parse(&spec).map_err(|e| e.to_string())
+    }
+
     /// Why `instant` is excluded (which entry holds it), or `None` when it is not.
     pub fn excludes(&self, instant: DateTime<Utc>) -> Option<String> {
         let wall = zone::local(instant, self.zone).naive_local();

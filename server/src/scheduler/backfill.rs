@@ -18,7 +18,7 @@ use tracing::{debug, info, warn};
 use crate::cluster::LocalView;
 use crate::jobs::{JobPolicy, Overlap, window_of};
 use crate::observe::NodeMetrics;
-use crate::schedule::calendar::{Calendar, CalendarSpec};
+use crate::schedule::calendar::Calendar;
 use crate::schedule::{NextHints, Schedule, ScheduleSpec, parse_zone};
 use crate::store::{self, BackfillRecord, BackfillStep, JobRecord, Store, run_state};
 
@@ -197,8 +197,7 @@ impl BackfillDriver {
                 .store
                 .calendar_get(name)
                 .await?
-                .and_then(|r| serde_json::from_str::<CalendarSpec>(&r.definition_json).ok())
-                .and_then(|spec| Calendar::parse(&spec).ok());
+                .and_then(|r| Calendar::from_stored(&r.definition_json).ok());
             if let Some(calendar) = parsed {
                 calendars.push((name.clone(), calendar));
             }

@@ -11,7 +11,7 @@ use tracing::{debug, info, warn};
 use super::timer::TimerEntry;
 use super::{LoadedJob, NO_CALENDARS, Scheduler};
 use crate::jobs::JobPolicy;
-use crate::schedule::calendar::{Calendar, CalendarSpec};
+use crate::schedule::calendar::Calendar;
 use crate::schedule::{NextHints, Schedule};
 use crate::store::{self, ScheduledJob, run_state};
 
@@ -119,10 +119,7 @@ impl Scheduler {
             let entry = match known {
                 Some((version, parsed)) if version == record.version => (version, parsed),
                 _ => {
-                    let parsed = serde_json::from_str::<CalendarSpec>(&record.definition_json)
-                        .map_err(|e| e.to_string())
-                        .and_then(|spec| Calendar::parse(&spec).map_err(|e| e.to_string()));
-                    let parsed = match parsed {
+                    let parsed = match Calendar::from_stored(&record.definition_json) {
                         Ok(calendar) => Some(Arc::new(calendar)),
                         Err(err) => {
                             warn!(calendar = %record.name, error = %err, "calendar unreadable; it excludes nothing");
