@@ -17,8 +17,8 @@ use carillon_protocol::{
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, warn};
 
+use crate::admin::{Shared, now_ms};
 use crate::context::JobContext;
-use crate::executor::{Shared, now_ms};
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new()

@@ -24,6 +24,7 @@
 //! Handlers marked `#[job]` anywhere in the program are collected at link time: `main` does
 //! not list them. Architecture invariant: this crate never depends on `carillon-server`.
 
+mod admin;
 mod context;
 mod endpoint;
 mod executor;

@@ -8,6 +8,7 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use chrono::{DateTime, SecondsFormat, Utc};
 use tokio::sync::watch;
 
 /// This machine's clock in epoch milliseconds.
@@ -67,6 +68,13 @@ impl ClusterClock {
     pub fn offset_ms(&self) -> i64 {
         self.offset_ms.load(Ordering::Relaxed)
     }
+}
+
+/// Epoch milliseconds as RFC 3339 UTC with milliseconds: how every surface (the API, alerts,
+/// dispatches) writes an instant.
+pub fn rfc3339(ms: i64) -> Option<String> {
+    DateTime::<Utc>::from_timestamp_millis(ms)
+        .map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true))
 }
 
 #[cfg(test)]

@@ -16,5 +16,6 @@ pub mod observe;
 pub mod retention;
 pub mod schedule;
 pub mod scheduler;
+pub mod secret;
 pub mod store;
 pub mod telemetry;

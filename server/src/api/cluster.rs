@@ -5,11 +5,10 @@ use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::State;
-use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::{ApiError, ApiState};
+use super::{ApiError, ApiState, rfc3339};
 
 #[derive(Debug, Serialize, ToSchema)]
 pub(super) struct ClusterView {
@@ -109,10 +108,4 @@ pub(super) async fn show(State(state): State<ApiState>) -> Result<Json<ClusterVi
         nodes,
         this_node,
     }))
-}
-
-/// Epoch milliseconds as RFC 3339 UTC with milliseconds.
-pub fn rfc3339(ms: i64) -> Option<String> {
-    DateTime::<Utc>::from_timestamp_millis(ms)
-        .map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true))
 }

@@ -8,19 +8,17 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::body::JsonBody;
-use super::cluster::rfc3339;
 use super::error::Problem;
 use super::paging;
 use super::params::{IdParam, QueryParams};
-use super::runs::{JobRunsQuery, RunList, page_of, query_state};
+use super::runs::{JobRunsQuery, RunList, RunView, page_of, query_state};
 use super::{ApiError, ApiState};
+use crate::clock::rfc3339;
 use crate::jobs::{
     JobDefinition, JobError, JobInput, JobPatch, JobPolicy, KeepFor, new_job_id, partition_of,
 };
 use crate::schedule::{NextHints, ScheduleSpec};
-use crate::store::{
-    self, JobFilter, JobKey, JobOrder, JobRecord, JobWrite, RunRecord, job_state, run_state,
-};
+use crate::store::{self, JobFilter, JobKey, JobOrder, JobRecord, JobWrite, job_state, run_state};
 
 impl From<JobError> for ApiError {
     fn from(err: JobError) -> Self {
@@ -54,77 +52,6 @@ pub(super) struct JobView {
     started_at: Option<String>,
     /// Scheduled instants fired so far (what `bounds.max_runs` counts).
     fired: i64,
-}
-
-/// A run as the API shows it.
-#[derive(Debug, Serialize, ToSchema)]
-pub(super) struct RunView {
-    id: i64,
-    job_id: i64,
-    /// The job's name; `null` once the job is deleted.
-    job_name: Option<String>,
-    scheduled_at: Option<String>,
-    /// `schedule`, `misfire` or `manual`.
-    trigger: String,
-    state: String,
-    priority: i64,
-    node_id: String,
-    partition: i64,
-    epoch: i64,
-    created_at: Option<String>,
-    started_at: Option<String>,
-    finished_at: Option<String>,
-    message: Option<String>,
-}
-
-impl RunView {
-    /// The view of `r`, a run of the job named `job_name` (`None`: deleted).
-    pub(super) fn of(r: RunRecord, job_name: Option<String>) -> Self {
-        Self {
-            id: r.run_id,
-            job_id: r.job_id,
-            job_name,
-            scheduled_at: rfc3339(r.scheduled_at_ms),
-            trigger: r.trigger_kind,
-            state: r.state,
-            priority: r.priority,
-            node_id: r.node_id,
-            partition: r.partition_id,
-            epoch: r.epoch,
-            created_at: rfc3339(r.created_at_ms),
-            started_at: r.started_at_ms.and_then(rfc3339),
-            finished_at: r.finished_at_ms.and_then(rfc3339),
-            message: r.message,
-        }
-    }
-}
-
-/// The views of `runs`, their jobs' names read in one statement.
-pub(super) async fn run_views(
-    state: &ApiState,
-    runs: Vec<RunRecord>,
-) -> Result<Vec<RunView>, ApiError> {
-    let mut ids: Vec<i64> = runs.iter().map(|r| r.job_id).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    let names: std::collections::HashMap<i64, String> = if ids.is_empty() {
-        Default::default()
-    } else {
-        state
-            .store
-            .jobs_get_many(&ids)
-            .await?
-            .into_iter()
-            .map(|j| (j.job_id, j.name))
-            .collect()
-    };
-    Ok(runs
-        .into_iter()
-        .map(|r| {
-            let name = names.get(&r.job_id).cloned();
-            RunView::of(r, name)
-        })
-        .collect())
 }
 
 fn definition_of(record: &JobRecord) -> Result<JobDefinition, ApiError> {

@@ -27,15 +27,15 @@ use axum::middleware;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+pub use crate::clock::rfc3339;
 pub use auth::Principal;
-pub use cluster::rfc3339;
 pub use error::ApiError;
 
 use crate::clock::ClusterClock;
 use crate::cluster::{ClusterTimings, LocalView};
-use crate::config::Secret;
 use crate::dispatch::client::DispatchClient;
 use crate::observe::Observer;
+use crate::secret::Secret;
 use crate::store::Store;
 
 /// What every handler can reach.

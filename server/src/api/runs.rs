@@ -6,11 +6,81 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::error::Problem;
-use super::jobs::{RunView, run_views};
 use super::paging;
 use super::params::{IdParam, QueryParams};
 use super::{ApiError, ApiState, rfc3339};
-use crate::store::{AttemptRecord, DEAD_LETTER_STATES, RunFilter, run_state};
+use crate::store::{AttemptRecord, DEAD_LETTER_STATES, RunFilter, RunRecord, run_state};
+
+/// A run as the API shows it.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct RunView {
+    id: i64,
+    job_id: i64,
+    /// The job's name; `null` once the job is deleted.
+    job_name: Option<String>,
+    scheduled_at: Option<String>,
+    /// `schedule`, `misfire` or `manual`.
+    trigger: String,
+    state: String,
+    priority: i64,
+    node_id: String,
+    partition: i64,
+    epoch: i64,
+    created_at: Option<String>,
+    started_at: Option<String>,
+    finished_at: Option<String>,
+    message: Option<String>,
+}
+
+impl RunView {
+    /// The view of `r`, a run of the job named `job_name` (`None`: deleted).
+    pub(super) fn of(r: RunRecord, job_name: Option<String>) -> Self {
+        Self {
+            id: r.run_id,
+            job_id: r.job_id,
+            job_name,
+            scheduled_at: rfc3339(r.scheduled_at_ms),
+            trigger: r.trigger_kind,
+            state: r.state,
+            priority: r.priority,
+            node_id: r.node_id,
+            partition: r.partition_id,
+            epoch: r.epoch,
+            created_at: rfc3339(r.created_at_ms),
+            started_at: r.started_at_ms.and_then(rfc3339),
+            finished_at: r.finished_at_ms.and_then(rfc3339),
+            message: r.message,
+        }
+    }
+}
+
+/// The views of `runs`, their jobs' names read in one statement.
+pub(super) async fn run_views(
+    state: &ApiState,
+    runs: Vec<RunRecord>,
+) -> Result<Vec<RunView>, ApiError> {
+    let mut ids: Vec<i64> = runs.iter().map(|r| r.job_id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let names: std::collections::HashMap<i64, String> = if ids.is_empty() {
+        Default::default()
+    } else {
+        state
+            .store
+            .jobs_get_many(&ids)
+            .await?
+            .into_iter()
+            .map(|j| (j.job_id, j.name))
+            .collect()
+    };
+    Ok(runs
+        .into_iter()
+        .map(|r| {
+            let name = names.get(&r.job_id).cloned();
+            RunView::of(r, name)
+        })
+        .collect())
+}
 
 #[derive(Debug, Serialize, ToSchema)]
 pub(super) struct AttemptView {

@@ -15,8 +15,8 @@ use axum::extract::State;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::jobs::{RunView, run_views};
 use super::params::QueryParams;
+use super::runs::{RunView, run_views};
 use super::{ApiError, ApiState, rfc3339};
 use crate::store::{MinuteCount, RunFilter, run_state};
 

@@ -3,6 +3,7 @@
 //! `apply`) drive a node through its REST API. Flags and `CARILLON_*` environment variables
 //! override the config file.
 
+mod apply;
 mod client;
 mod commands;
 mod job_fields;
@@ -340,7 +341,7 @@ pub async fn run(cli: Cli) -> ExitCode {
                 }
                 Command::Cluster => commands::cluster(&api, output).await,
                 Command::Schedule(c) => commands::schedule(&api, output, c).await,
-                Command::Apply { file } => commands::apply(&api, output, &file).await,
+                Command::Apply { file } => apply::apply(&api, output, &file).await,
                 Command::Calendars(c) => policies::calendars(&api, output, c).await,
                 Command::Backfill(c) => policies::backfill(&api, output, c).await,
                 Command::Server(_) | Command::Migrate(_) => Ok(()),

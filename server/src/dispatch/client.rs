@@ -12,7 +12,7 @@ use reqwest::StatusCode;
 
 use super::networks::{Allowlist, AllowlistResolver};
 use crate::clock::ClusterClock;
-use crate::config::Secret;
+use crate::secret::Secret;
 
 /// What became of one dispatch.
 #[derive(Debug)]

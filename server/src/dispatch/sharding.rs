@@ -2,6 +2,11 @@
 
 use std::ops::Range;
 
+use serde_json::Value;
+
+use crate::jobs::Sharding;
+use crate::store::{ExecutorRecord, NewAttempt};
+
 /// Splits `len` elements into contiguous ranges in proportion to `weights` (largest
 /// remainder), covering every element exactly once, in order. Krest-Job's example: weights 1
 /// and 2 split nine elements as the first three and the last six.
@@ -38,6 +43,60 @@ pub fn split(len: usize, weights: &[u32]) -> Vec<Range<usize>> {
             range
         })
         .collect()
+}
+
+/// The first attempts of a run: one per shard (broadcast: one per executor; a count; or
+/// the args array split over the executors by weight).
+pub fn first_attempts(
+    sharding: &Sharding,
+    args: &Value,
+    executors: &[&ExecutorRecord],
+) -> Vec<NewAttempt> {
+    let one = |index: usize, total: usize, args: &Value, prefer: Option<&str>| NewAttempt {
+        shard_index: index as i64,
+        shard_total: total as i64,
+        args_json: args.to_string(),
+        prefer_executor_id: prefer.map(str::to_owned),
+        delay_ms: 0,
+    };
+    if sharding.broadcast {
+        let total = executors.len();
+        return executors
+            .iter()
+            .enumerate()
+            .map(|(i, e)| one(i, total, args, Some(&e.executor_id)))
+            .collect();
+    }
+    if let Some(count) = sharding.count {
+        let total = count.max(1) as usize;
+        return (0..total).map(|i| one(i, total, args, None)).collect();
+    }
+    if sharding.split
+        && let Some(items) = args.as_array()
+    {
+        let weights: Vec<u32> = executors
+            .iter()
+            .map(|e| u32::try_from(e.weight).unwrap_or(1))
+            .collect();
+        let parts: Vec<(usize, std::ops::Range<usize>)> = split(items.len(), &weights)
+            .into_iter()
+            .enumerate()
+            .filter(|(_, r)| !r.is_empty())
+            .collect();
+        if parts.is_empty() {
+            return vec![one(0, 1, args, None)];
+        }
+        let total = parts.len();
+        return parts
+            .into_iter()
+            .enumerate()
+            .map(|(index, (executor, range))| {
+                let part = Value::Array(items[range].to_vec());
+                one(index, total, &part, Some(&executors[executor].executor_id))
+            })
+            .collect();
+    }
+    vec![one(0, 1, args, None)]
 }
 
 #[cfg(test)]

@@ -7,22 +7,27 @@
 //! to each webhook in a task of its own, retrying with backoff. Alerts live in memory: one
 //! queued on a node that dies is lost (the run log in the database keeps the facts).
 
+mod app_watch;
+mod message;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde::Deserialize;
+use serde_json::Value;
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::metrics::NodeMetrics;
-use crate::api::rfc3339;
 use crate::cluster::LocalView;
-use crate::config::{AlertsConfig, Secret};
 use crate::jobs::{AlertFormat, JobAlerts, JobPolicy};
-use crate::store::{JobRecord, RunRecord, Store};
+use crate::secret::Secret;
+use crate::store::Store;
+pub use app_watch::{AppLook, AppWatch};
+pub use message::Alert;
 
 /// Alerts waiting for the worker; more are dropped (and counted), never waited for.
 const QUEUE: usize = 1_024;
@@ -75,6 +80,35 @@ impl Alerter {
             if dropped.is_power_of_two() {
                 warn!(dropped, event = ?err.into_inner(), "alert queue full; alerts dropped (carillon_alerts_total{{outcome=\"dropped\"}})");
             }
+        }
+    }
+}
+
+/// Alerts every job shares. A job may add its own webhook (`alerts` in the job document).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AlertsConfig {
+    /// Receives every alert: runs that fail for good, late fires, apps left without a healthy
+    /// executor. A secret: chat webhooks carry their credential in the URL.
+    pub webhook: Option<Secret>,
+    pub format: AlertFormat,
+    /// A first dispatch later than this after its instant is a late fire; 0 turns the node's
+    /// late alerts off (a job's own `late_after_ms` still applies to its webhook).
+    pub late_after_ms: u64,
+    /// How often the leader looks for apps without a healthy executor.
+    pub check_ms: u64,
+    /// Tries per webhook call before the alert is given up (1 s, 2 s, 4 s… apart).
+    pub attempts: u32,
+}
+
+impl Default for AlertsConfig {
+    fn default() -> Self {
+        Self {
+            webhook: None,
+            format: AlertFormat::Json,
+            late_after_ms: 60_000,
+            check_ms: 10_000,
+            attempts: 5,
         }
     }
 }
@@ -279,69 +313,6 @@ impl AlertWorker {
     }
 }
 
-/// What one look saw of an app's executors.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct AppLook {
-    /// Registered and not left.
-    pub executors: usize,
-    pub healthy: usize,
-    /// One of its executors heartbeated within the lease and three looks.
-    pub heard_lately: bool,
-}
-
-/// The leader's memory of each app's health between looks. An app is reported unhealthy
-/// when two looks in a row find no healthy executor (a restart within one look is not an
-/// outage), if it was healthy before or was heard from lately; and recovered when a look
-/// finds a healthy executor again after that report.
-#[derive(Debug, Default)]
-pub struct AppWatch {
-    apps: HashMap<String, AppState>,
-}
-
-#[derive(Debug, Default)]
-struct AppState {
-    seen_healthy: bool,
-    looks_down: u32,
-    reported: bool,
-}
-
-impl AppWatch {
-    /// Takes in one look at every app; returns the alerts it calls for.
-    pub fn look(&mut self, looks: HashMap<String, AppLook>) -> Vec<AlertEvent> {
-        let mut events = Vec::new();
-        let mut names: Vec<&String> = looks.keys().collect();
-        names.sort();
-        for app in names {
-            let look = looks[app];
-            let state = self.apps.entry(app.clone()).or_default();
-            if look.healthy > 0 {
-                if state.reported {
-                    events.push(AlertEvent::AppRecovered {
-                        app: app.clone(),
-                        healthy: look.healthy,
-                    });
-                }
-                *state = AppState {
-                    seen_healthy: true,
-                    ..AppState::default()
-                };
-                continue;
-            }
-            state.looks_down += 1;
-            if state.looks_down >= 2 && !state.reported && (state.seen_healthy || look.heard_lately)
-            {
-                state.reported = true;
-                events.push(AlertEvent::AppUnhealthy {
-                    app: app.clone(),
-                    executors: look.executors,
-                });
-            }
-        }
-        self.apps.retain(|app, _| looks.contains_key(app));
-        events
-    }
-}
-
 /// Where `event` goes: the job's own webhook (for alerts about its runs) and the node's. A
 /// late fire goes to each only past its threshold: the job's (or else the node's) for the
 /// job's webhook, the node's for the node's.
@@ -407,217 +378,9 @@ async fn post_with_retries(http: &reqwest::Client, url: &str, body: &Value, atte
     false
 }
 
-/// An alert, described once and rendered per webhook format.
-#[derive(Debug, Clone)]
-pub struct Alert {
-    run_id: Option<i64>,
-    summary: String,
-    document: Value,
-}
-
-impl Alert {
-    /// `run` is the run a `RunFailed` is about, as stored (its instant and message).
-    pub fn describe(
-        event: &AlertEvent,
-        job: Option<&JobRecord>,
-        run: Option<&RunRecord>,
-        node_id: &str,
-    ) -> Self {
-        let job_doc = |job_id: i64| match job {
-            Some(j) => {
-                json!({"id": j.job_id, "name": j.name, "app": j.app_name, "handler": j.handler_name})
-            }
-            None => json!({"id": job_id}),
-        };
-        let job_label = |job_id: i64| match job {
-            Some(j) => format!("job {} ({}/{})", j.name, j.app_name, j.handler_name),
-            None => format!("job {job_id}"),
-        };
-        let (kind, run_id, summary, extra) = match event {
-            AlertEvent::RunFailed {
-                run_id,
-                job_id,
-                state,
-                error,
-            } => {
-                let scheduled = run.and_then(|r| rfc3339(r.scheduled_at_ms));
-                let message = run.and_then(|r| r.message.as_deref());
-                // The run's message says which shards failed; the error, what the last one said.
-                let why = match (message, error.as_deref()) {
-                    (Some(m), Some(e)) => format!("{m}: {e}"),
-                    (Some(m), None) => m.to_owned(),
-                    (None, Some(e)) => e.to_owned(),
-                    (None, None) => "no error given".to_owned(),
-                };
-                (
-                    "run_failed",
-                    Some(*run_id),
-                    format!(
-                        "{} failed for good: run {run_id} ({state}), scheduled at {}: {why}",
-                        job_label(*job_id),
-                        scheduled.as_deref().unwrap_or("?"),
-                    ),
-                    json!({
-                        "job": job_doc(*job_id),
-                        "run": {"id": run_id, "state": state, "scheduled_at": scheduled,
-                                "message": message, "error": error},
-                    }),
-                )
-            }
-            AlertEvent::FiredLate {
-                run_id,
-                job_id,
-                scheduled_at_ms,
-                lateness_ms,
-            } => {
-                let scheduled = rfc3339(*scheduled_at_ms);
-                (
-                    "run_late",
-                    Some(*run_id),
-                    format!(
-                        "{} fired {:.1} s late: run {run_id}, scheduled at {}",
-                        job_label(*job_id),
-                        *lateness_ms as f64 / 1_000.0,
-                        scheduled.as_deref().unwrap_or("?"),
-                    ),
-                    json!({
-                        "job": job_doc(*job_id),
-                        "run": {"id": run_id, "scheduled_at": scheduled},
-                        "lateness_ms": lateness_ms,
-                    }),
-                )
-            }
-            AlertEvent::JobPaused { job_id, failures } => (
-                "job_paused",
-                None,
-                format!(
-                    "{} was stopped after {failures} failed runs in a row \
-                     (pause_after_failures); start it again once the cause is mended",
-                    job_label(*job_id),
-                ),
-                json!({"job": job_doc(*job_id), "failures": failures}),
-            ),
-            AlertEvent::AppUnhealthy { app, executors } => (
-                "app_unhealthy",
-                None,
-                format!(
-                    "app {app} has no healthy executor ({executors} registered); its runs wait, then fail"
-                ),
-                json!({"app": app, "executors": executors, "healthy_executors": 0}),
-            ),
-            AlertEvent::AppRecovered { app, healthy } => (
-                "app_recovered",
-                None,
-                format!("app {app} has a healthy executor again ({healthy} healthy)"),
-                json!({"app": app, "healthy_executors": healthy}),
-            ),
-        };
-        let mut document = json!({
-            "event": kind,
-            "summary": summary,
-            "node_id": node_id,
-        });
-        if let (Some(doc), Some(extra)) = (document.as_object_mut(), extra.as_object()) {
-            doc.extend(extra.clone());
-        }
-        Self {
-            run_id,
-            summary,
-            document,
-        }
-    }
-
-    /// The webhook body in `format`.
-    pub fn body(&self, format: AlertFormat) -> Value {
-        match format {
-            AlertFormat::Json => self.document.clone(),
-            // Chat webhooks read `<…>` as mentions and links, and `&` as an entity: names
-            // and errors come from users and executors, so they are shown, never obeyed.
-            AlertFormat::Slack => {
-                json!({"text": format!("[carillon] {}", chat_escaped(&self.summary))})
-            }
-        }
-    }
-}
-
-/// `text` with `&`, `<` and `>` written as the entities Slack-style chat expects.
-fn chat_escaped(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_failed_run_is_described_with_its_job_and_error_in_both_formats() {
-        let event = AlertEvent::RunFailed {
-            run_id: 7,
-            job_id: 3,
-            state: "failed".to_owned(),
-            error: Some("disk full".to_owned()),
-        };
-        let run = RunRecord {
-            run_id: 7,
-            job_id: 3,
-            scheduled_at_ms: 0,
-            partition_id: 0,
-            epoch: 1,
-            node_id: "n1".to_owned(),
-            trigger_kind: "schedule".to_owned(),
-            state: "failed".to_owned(),
-            priority: 5,
-            created_at_ms: 0,
-            started_at_ms: None,
-            finished_at_ms: None,
-            message: Some("failed after its last attempt (shard 0: failed)".to_owned()),
-        };
-        let alert = Alert::describe(&event, None, Some(&run), "n1");
-        let doc = alert.body(AlertFormat::Json);
-        assert_eq!(doc["event"], "run_failed");
-        assert_eq!(doc["run"]["id"], 7);
-        assert_eq!(doc["run"]["error"], "disk full");
-        assert_eq!(doc["run"]["scheduled_at"], "1970-01-01T00:00:00.000Z");
-        assert_eq!(doc["job"]["id"], 3);
-        assert_eq!(doc["node_id"], "n1");
-        let chat = alert.body(AlertFormat::Slack);
-        let text = chat["text"].as_str().unwrap_or_default();
-        assert!(
-            text.starts_with("[carillon] job 3 failed for good: run 7"),
-            "{text}"
-        );
-        assert!(
-            text.ends_with("failed after its last attempt (shard 0: failed): disk full"),
-            "{text}"
-        );
-        assert_eq!(chat.as_object().map(|o| o.len()), Some(1), "{chat}");
-    }
-
-    #[test]
-    fn chat_text_shows_markup_from_errors_instead_of_obeying_it() {
-        let event = AlertEvent::RunFailed {
-            run_id: 1,
-            job_id: 2,
-            state: "failed".to_owned(),
-            error: Some("<!channel> see <https://evil|details> & more".to_owned()),
-        };
-        let alert = Alert::describe(&event, None, None, "n1");
-        let text = alert.body(AlertFormat::Slack)["text"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        assert!(
-            text.ends_with("&lt;!channel&gt; see &lt;https://evil|details&gt; &amp; more"),
-            "{text}"
-        );
-        assert_eq!(
-            alert.body(AlertFormat::Json)["run"]["error"],
-            "<!channel> see <https://evil|details> & more",
-            "the JSON document keeps the text as it is"
-        );
-    }
 
     #[test]
     fn a_late_fire_goes_to_each_webhook_only_past_its_threshold() {
@@ -670,70 +433,6 @@ mod tests {
         assert_eq!(
             urls(targets(&failed, job(None), &settings(0))),
             ["http://job/hook", "http://node/hook"]
-        );
-    }
-
-    fn looks(apps: &[(&str, usize, usize, bool)]) -> HashMap<String, AppLook> {
-        apps.iter()
-            .map(|(app, executors, healthy, heard_lately)| {
-                (
-                    (*app).to_owned(),
-                    AppLook {
-                        executors: *executors,
-                        healthy: *healthy,
-                        heard_lately: *heard_lately,
-                    },
-                )
-            })
-            .collect()
-    }
-
-    #[test]
-    fn an_app_is_reported_down_after_two_looks_and_up_again_once() {
-        let mut watch = AppWatch::default();
-        assert!(watch.look(looks(&[("billing", 2, 2, true)])).is_empty());
-        assert!(
-            watch.look(looks(&[("billing", 2, 0, true)])).is_empty(),
-            "one look down may be a restart"
-        );
-        assert_eq!(
-            watch.look(looks(&[("billing", 2, 0, true)])),
-            vec![AlertEvent::AppUnhealthy {
-                app: "billing".to_owned(),
-                executors: 2
-            }]
-        );
-        assert!(
-            watch.look(looks(&[("billing", 2, 0, false)])).is_empty(),
-            "reported once"
-        );
-        assert_eq!(
-            watch.look(looks(&[("billing", 2, 1, true)])),
-            vec![AlertEvent::AppRecovered {
-                app: "billing".to_owned(),
-                healthy: 1
-            }]
-        );
-        assert!(watch.look(looks(&[("billing", 2, 1, true)])).is_empty());
-    }
-
-    #[test]
-    fn a_new_leader_reports_an_app_that_went_down_lately_but_not_one_long_gone() {
-        let mut watch = AppWatch::default();
-        let down = looks(&[("lately", 1, 0, true), ("long-gone", 1, 0, false)]);
-        assert!(watch.look(down.clone()).is_empty());
-        assert_eq!(
-            watch.look(down.clone()),
-            vec![AlertEvent::AppUnhealthy {
-                app: "lately".to_owned(),
-                executors: 1
-            }]
-        );
-        // An app never reported down is not reported recovered.
-        assert!(
-            watch
-                .look(looks(&[("lately", 1, 0, false), ("long-gone", 1, 1, true)]))
-                .is_empty()
         );
     }
 }

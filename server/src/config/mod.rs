@@ -1,7 +1,8 @@
 //! The node's configuration: one typed tree built from defaults, an optional TOML file, then
 //! environment variables and flags (see `cli`), validated once before anything starts.
 
-use std::fmt;
+mod validate;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -9,7 +10,10 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::cluster::ClusterTimings;
-use crate::jobs::{AlertFormat, RetentionConfig};
+use crate::jobs::RetentionConfig;
+pub use crate::observe::alerts::AlertsConfig;
+pub use crate::secret::Secret;
+pub use validate::{validate_node_id, validate_token};
 
 /// Why a configuration was refused. Every message names the setting at fault.
 #[derive(Debug, thiserror::Error)]
@@ -32,27 +36,6 @@ fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
     }
 }
 
-/// A value that must never reach a log line or an error message.
-#[derive(Clone, PartialEq, Eq, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: String) -> Self {
-        Self(value)
-    }
-
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(***)")
-    }
-}
-
 /// Everything a node can be told.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -68,35 +51,6 @@ pub struct Config {
     pub log: LogConfig,
     pub alerts: AlertsConfig,
     pub retention: RetentionConfig,
-}
-
-/// Alerts every job shares. A job may add its own webhook (`alerts` in the job document).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct AlertsConfig {
-    /// Receives every alert: runs that fail for good, late fires, apps left without a healthy
-    /// executor. A secret: chat webhooks carry their credential in the URL.
-    pub webhook: Option<Secret>,
-    pub format: AlertFormat,
-    /// A first dispatch later than this after its instant is a late fire; 0 turns the node's
-    /// late alerts off (a job's own `late_after_ms` still applies to its webhook).
-    pub late_after_ms: u64,
-    /// How often the leader looks for apps without a healthy executor.
-    pub check_ms: u64,
-    /// Tries per webhook call before the alert is given up (1 s, 2 s, 4 s… apart).
-    pub attempts: u32,
-}
-
-impl Default for AlertsConfig {
-    fn default() -> Self {
-        Self {
-            webhook: None,
-            format: AlertFormat::Json,
-            late_after_ms: 60_000,
-            check_ms: 10_000,
-            attempts: 5,
-        }
-    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -300,11 +254,6 @@ impl Default for LogConfig {
     }
 }
 
-/// The longest node id: it is stored in `VARCHAR(64)` columns.
-const NODE_ID_MAX: usize = 64;
-/// The shortest admin token accepted; shorter ones are guessable.
-const TOKEN_MIN: usize = 16;
-
 impl Config {
     /// Reads a TOML file over the defaults.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
@@ -316,155 +265,6 @@ impl Config {
             path: path.to_owned(),
             message: err.to_string(),
         })
-    }
-
-    /// Checks every setting; the first one at fault is named.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let c = &self.cluster;
-        if let Some(id) = &c.node_id {
-            validate_node_id(id)?;
-        }
-        if !(1..=65_536).contains(&c.partitions) {
-            return Err(invalid(
-                "cluster.partitions",
-                format!("{} is out of range 1..=65536", c.partitions),
-            ));
-        }
-        if c.heartbeat_ms < 10 {
-            return Err(invalid(
-                "cluster.heartbeat_ms",
-                format!("{} is too small: use at least 10", c.heartbeat_ms),
-            ));
-        }
-        for (field, lease) in [
-            ("cluster.node_lease_ms", c.node_lease_ms),
-            ("cluster.leader_lease_ms", c.leader_lease_ms),
-        ] {
-            if lease < 2 * c.heartbeat_ms {
-                return Err(invalid(
-                    field,
-                    format!(
-                        "{lease} must be at least twice cluster.heartbeat_ms ({}), or a node \
-                         loses its lease between two renewals",
-                        c.heartbeat_ms
-                    ),
-                ));
-            }
-        }
-        let db = &self.database;
-        if db.max_connections < 2 {
-            return Err(invalid(
-                "database.max_connections",
-                format!("{} is too small: use at least 2", db.max_connections),
-            ));
-        }
-        if db.acquire_timeout_ms == 0 {
-            return Err(invalid("database.acquire_timeout_ms", "must be above 0"));
-        }
-        if db.statement_timeout_ms == 0 {
-            return Err(invalid("database.statement_timeout_ms", "must be above 0"));
-        }
-        if let Some(token) = &self.auth.admin_token {
-            validate_token(token.expose())?;
-        }
-        if let Some(token) = &self.auth.read_only_token {
-            validate_token(token.expose()).map_err(|_| {
-                invalid(
-                    "auth.read_only_token",
-                    "too short or blank: use at least 16 characters",
-                )
-            })?;
-        }
-        for (app, token) in &self.auth.app_tokens {
-            if validate_token(token.expose()).is_err() {
-                return Err(invalid(
-                    "auth.app_tokens",
-                    format!(
-                        "the token of app {app:?} is too short or blank: use at least 16 characters"
-                    ),
-                ));
-            }
-        }
-        if let Some(token) = &self.auth.executor_token {
-            validate_token(token.expose()).map_err(|_| {
-                invalid(
-                    "auth.executor_token",
-                    "too short or blank: use at least 16 characters",
-                )
-            })?;
-        }
-        if let Some(secret) = &self.dispatch.secret {
-            validate_token(secret.expose()).map_err(|_| {
-                invalid(
-                    "dispatch.secret",
-                    "too short or blank: use at least 16 characters",
-                )
-            })?;
-        }
-        let d = &self.dispatch;
-        if d.executor_lease_ms < 2 * d.executor_heartbeat_ms || d.executor_heartbeat_ms == 0 {
-            return Err(invalid(
-                "dispatch.executor_lease_ms",
-                format!(
-                    "{} must be at least twice dispatch.executor_heartbeat_ms ({})",
-                    d.executor_lease_ms, d.executor_heartbeat_ms
-                ),
-            ));
-        }
-        crate::dispatch::networks::Allowlist::parse(&d.allowed_networks)
-            .map_err(|why| invalid("dispatch.allowed_networks", why))?;
-        let s = &self.scheduler;
-        if !(10..=60_000).contains(&s.poll_ms) {
-            return Err(invalid(
-                "scheduler.poll_ms",
-                format!("{} is outside 10..=60000", s.poll_ms),
-            ));
-        }
-        if !(1..=100_000).contains(&s.claim_batch) {
-            return Err(invalid(
-                "scheduler.claim_batch",
-                format!("{} is outside 1..=100000", s.claim_batch),
-            ));
-        }
-        if s.claim_ahead_ms > 10_000 {
-            return Err(invalid(
-                "scheduler.claim_ahead_ms",
-                format!("{} is outside 0..=10000", s.claim_ahead_ms),
-            ));
-        }
-        let a = &self.alerts;
-        if let Some(url) = &a.webhook {
-            crate::jobs::check_webhook(url.expose())
-                .map_err(|why| invalid("alerts.webhook", why))?;
-        }
-        if !(100..=3_600_000).contains(&a.check_ms) {
-            return Err(invalid(
-                "alerts.check_ms",
-                format!("{} is outside 100..=3600000", a.check_ms),
-            ));
-        }
-        if !(1..=20).contains(&a.attempts) {
-            return Err(invalid(
-                "alerts.attempts",
-                format!("{} is outside 1..=20", a.attempts),
-            ));
-        }
-        if self.http.tls_cert.is_some() != self.http.tls_key.is_some() {
-            return Err(invalid(
-                "http.tls_cert",
-                "HTTPS needs both http.tls_cert and http.tls_key",
-            ));
-        }
-        if self.dispatch.tls_client_cert.is_some() != self.dispatch.tls_client_key.is_some() {
-            return Err(invalid(
-                "dispatch.tls_client_cert",
-                "a client certificate needs both dispatch.tls_client_cert and dispatch.tls_client_key",
-            ));
-        }
-        self.retention
-            .check()
-            .map_err(|(field, why)| invalid(field, why))?;
-        Ok(())
     }
 
     pub fn scheduler_settings(&self) -> crate::scheduler::SchedulerSettings {
@@ -512,34 +312,10 @@ impl Config {
     }
 }
 
-pub fn validate_node_id(id: &str) -> Result<(), ConfigError> {
-    let ok_chars = id
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if id.is_empty() || id.len() > NODE_ID_MAX || !ok_chars {
-        return Err(invalid(
-            "cluster.node_id",
-            format!(
-                "{id:?} is not a node id: use 1 to {NODE_ID_MAX} letters, digits, '-', '_' or '.'"
-            ),
-        ));
-    }
-    Ok(())
-}
-
-pub fn validate_token(token: &str) -> Result<(), ConfigError> {
-    if token.trim().len() < TOKEN_MIN {
-        return Err(invalid(
-            "auth.admin_token",
-            format!("too short or blank: use at least {TOKEN_MIN} characters"),
-        ));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::jobs::AlertFormat;
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
         let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {

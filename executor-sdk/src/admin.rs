@@ -1,0 +1,290 @@
+//! The executor's side of its admin nodes: the state the endpoint, the heartbeat and the
+//! reports share; calls that fail over between admin nodes; registration, heartbeats and
+//! result reports.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use carillon_protocol::{
+    AttemptReport, DefaultSchedule, HandlerSpec, Heartbeat, HeartbeatReply, Outcome,
+    PROTOCOL_VERSION, Registration, RegistrationAccepted, admin_paths,
+};
+use serde_json::Value;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::warn;
+
+use crate::registry::JobDescriptor;
+
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Who an executor is and where its admin nodes are, as its builder checked them.
+#[derive(Debug)]
+pub(crate) struct Identity {
+    pub(crate) executor_id: String,
+    pub(crate) app: String,
+    pub(crate) admin_urls: Vec<String>,
+    pub(crate) weight: u32,
+    pub(crate) capacity: u32,
+    pub(crate) token: String,
+    pub(crate) secret: String,
+}
+
+/// A failed call to the admin nodes; `permanent` when retrying cannot help.
+#[derive(Debug)]
+struct CallError {
+    message: String,
+    permanent: bool,
+}
+
+/// State shared by the endpoint, the heartbeat and the reports.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) executor_id: String,
+    app: String,
+    admin_urls: Vec<String>,
+    weight: u32,
+    capacity: u32,
+    token: String,
+    pub(crate) secret: String,
+    http: reqwest::Client,
+    pub(crate) jobs: HashMap<&'static str, &'static JobDescriptor>,
+    pub(crate) slots: Arc<Semaphore>,
+    running: Mutex<HashMap<i64, CancellationToken>>,
+    seen: Mutex<HashMap<i64, i64>>,
+    pub(crate) draining: AtomicBool,
+    pub(crate) tasks: TaskTracker,
+    preferred_admin: AtomicUsize,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Plain maps: a panic elsewhere cannot leave them inconsistent.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Shared {
+    pub(crate) fn new(
+        identity: Identity,
+        http: reqwest::Client,
+        jobs: HashMap<&'static str, &'static JobDescriptor>,
+    ) -> Self {
+        let Identity {
+            executor_id,
+            app,
+            admin_urls,
+            weight,
+            capacity,
+            token,
+            secret,
+        } = identity;
+        Self {
+            executor_id,
+            app,
+            admin_urls,
+            weight,
+            capacity,
+            token,
+            secret,
+            http,
+            jobs,
+            slots: Arc::new(Semaphore::new(capacity as usize)),
+            running: Mutex::new(HashMap::new()),
+            seen: Mutex::new(HashMap::new()),
+            draining: AtomicBool::new(false),
+            tasks: TaskTracker::new(),
+            preferred_admin: AtomicUsize::new(0),
+        }
+    }
+
+    pub(crate) fn lock_running(&self) -> MutexGuard<'_, HashMap<i64, CancellationToken>> {
+        lock(&self.running)
+    }
+
+    pub(crate) fn lock_seen(&self) -> MutexGuard<'_, HashMap<i64, i64>> {
+        lock(&self.seen)
+    }
+
+    /// POSTs to the admin nodes, starting with the last one that answered, until one takes it.
+    pub(crate) async fn call<B: serde::Serialize, R: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+        extra: &[String],
+    ) -> Result<R, String> {
+        self.call_once(path, body, extra)
+            .await
+            .map_err(|e| e.message)
+    }
+
+    async fn call_once<B: serde::Serialize, R: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+        extra: &[String],
+    ) -> Result<R, CallError> {
+        let start = self.preferred_admin.load(Ordering::Relaxed);
+        let n = self.admin_urls.len();
+        let mut urls: Vec<&str> = extra.iter().map(String::as_str).collect();
+        urls.extend((0..n).map(|i| self.admin_urls[(start + i) % n].as_str()));
+        let mut last = String::from("no admin node configured");
+        for url in urls {
+            let sent = self
+                .http
+                .post(format!("{url}{path}"))
+                .bearer_auth(&self.token)
+                .json(body)
+                .send()
+                .await;
+            match sent {
+                Ok(r) if r.status().is_success() => {
+                    if let Some(i) = self.admin_urls.iter().position(|u| u == url) {
+                        self.preferred_admin.store(i, Ordering::Relaxed);
+                    }
+                    return r.json::<R>().await.map_err(|e| CallError {
+                        message: e.to_string(),
+                        permanent: false,
+                    });
+                }
+                // The admin node understood and refused: another would refuse too.
+                Ok(r)
+                    if r.status().is_client_error()
+                        && !matches!(r.status().as_u16(), 408 | 429) =>
+                {
+                    let status = r.status();
+                    let detail: String = r
+                        .text()
+                        .await
+                        .unwrap_or_default()
+                        .chars()
+                        .take(200)
+                        .collect();
+                    return Err(CallError {
+                        message: format!("{url} answered {status}: {detail}"),
+                        permanent: true,
+                    });
+                }
+                Ok(r) => last = format!("{url} answered {}", r.status()),
+                Err(e) => last = format!("{url}: {e}"),
+            }
+        }
+        Err(CallError {
+            message: last,
+            permanent: false,
+        })
+    }
+
+    pub(crate) fn registration(&self, address: &str) -> Registration {
+        let mut handlers: Vec<HandlerSpec> = self
+            .jobs
+            .values()
+            .map(|job| HandlerSpec {
+                name: job.name.to_owned(),
+                description: job.description.to_owned(),
+                schedule: (job.cron.is_some() || job.rrule.is_some()).then(|| DefaultSchedule {
+                    cron: job.cron.map(str::to_owned),
+                    rrule: job.rrule.map(str::to_owned),
+                    timezone: job.timezone.map(str::to_owned),
+                }),
+            })
+            .collect();
+        handlers.sort_by(|a, b| a.name.cmp(&b.name));
+        Registration {
+            protocol: PROTOCOL_VERSION,
+            executor_id: self.executor_id.clone(),
+            app: self.app.clone(),
+            address: address.to_owned(),
+            weight: self.weight,
+            capacity: self.capacity,
+            handlers,
+            batch: true,
+        }
+    }
+
+    /// Reports an attempt's result, retrying until an admin node takes it.
+    pub(crate) async fn report(
+        &self,
+        attempt_id: i64,
+        result: Option<Result<Value, String>>,
+        report_to: &[String],
+    ) {
+        let (outcome, output, error) = match result {
+            Some(Ok(output)) => (Outcome::Succeeded, Some(output), None),
+            Some(Err(error)) => (Outcome::Failed, None, Some(error)),
+            None => (Outcome::Cancelled, None, Some("cancelled".to_owned())),
+        };
+        let report = AttemptReport {
+            executor_id: self.executor_id.clone(),
+            attempt_id,
+            outcome,
+            output,
+            error,
+        };
+        let mut delay = Duration::from_millis(200);
+        loop {
+            match self
+                .call_once::<_, Value>(admin_paths::RESULTS, &report, report_to)
+                .await
+            {
+                Ok(_) => return,
+                Err(e) if e.permanent => {
+                    warn!(attempt_id, error = %e.message, "result refused for good; not retrying");
+                    return;
+                }
+                Err(e) => {
+                    warn!(attempt_id, error = %e.message, "result not delivered yet; retrying")
+                }
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(30));
+        }
+    }
+}
+
+/// Heartbeats until the task is aborted: in-flight attempts and draining go up, attempts to
+/// cancel come back; an admin node that forgot the executor gets its registration again.
+pub(crate) async fn heartbeat(
+    shared: Arc<Shared>,
+    address: String,
+    interval_ms: u64,
+    stop: CancellationToken,
+) {
+    let mut ticks = tokio::time::interval(Duration::from_millis(interval_ms.max(100)));
+    loop {
+        ticks.tick().await;
+        let in_flight: Vec<i64> = shared.lock_running().keys().copied().collect();
+        let beat = Heartbeat {
+            executor_id: shared.executor_id.clone(),
+            in_flight,
+            draining: stop.is_cancelled() || shared.draining.load(Ordering::SeqCst),
+        };
+        match shared
+            .call::<_, HeartbeatReply>(admin_paths::HEARTBEAT, &beat, &[])
+            .await
+        {
+            Ok(reply) => {
+                if !reply.registered && !beat.draining {
+                    let _ = shared
+                        .call::<_, RegistrationAccepted>(
+                            admin_paths::REGISTER,
+                            &shared.registration(&address),
+                            &[],
+                        )
+                        .await;
+                }
+                for attempt in reply.cancel {
+                    if let Some(token) = shared.lock_running().get(&attempt) {
+                        token.cancel();
+                    }
+                }
+            }
+            Err(e) => warn!(error = %e, "heartbeat not delivered"),
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! `carillon apply FILE`: jobs written in a YAML, TOML or JSON file, made true on the server.
+
+use std::path::Path;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use super::client::ApiTarget;
+use super::commands::{CommandError, Output, encode, read_document, show};
+use crate::jobs::{JobDefinition, JobInput};
+
+/// Makes the server's jobs match the file, by name: a job not there is created, one that
+/// differs is updated to exactly the file's definition (fields the file omits take their
+/// defaults), and one that matches is not written at all, so applying twice changes nothing
+/// more. Every job of the file is checked before the first write, so a bad file changes nothing.
+pub(super) async fn apply(
+    api: &ApiTarget,
+    output: Output,
+    file: &Path,
+) -> Result<(), CommandError> {
+    let document = read_document(file)?;
+    let bad = |reason: String| CommandError::File {
+        path: file.to_owned(),
+        reason,
+    };
+    let jobs =
+        document
+            .get("jobs")
+            .and_then(Value::as_array)
+            .cloned()
+            .or_else(|| document.as_array().cloned())
+            .ok_or_else(|| {
+                bad("expected a list of jobs (`[[jobs]]` in TOML, `jobs:` in YAML, or a JSON array)"
+                .to_owned())
+            })?;
+    let mut desired = Vec::with_capacity(jobs.len());
+    for (index, job) in jobs.into_iter().enumerate() {
+        let input: JobInput = serde_json::from_value(job.clone())
+            .map_err(|e| bad(format!("job {}: {e}", index + 1)))?;
+        let start = job.get("start").and_then(Value::as_bool);
+        let definition = input
+            .into_definition()
+            .map_err(|e| bad(format!("job {}: {e}", index + 1)))?;
+        desired.push((job, start, definition));
+    }
+    let mut report = Vec::new();
+    for (job, start, definition) in desired {
+        let name = definition.name.clone();
+        let found = api
+            .call(
+                Method::GET,
+                &format!("/api/v1/jobs?name={}&limit=1000", encode(&name)),
+                None,
+            )
+            .await?;
+        let existing = found["jobs"]
+            .as_array()
+            .and_then(|list| list.iter().find(|j| j["name"] == json!(name)).cloned());
+        let result = match existing {
+            None => {
+                let created = api.call(Method::POST, "/api/v1/jobs", Some(&job)).await?;
+                json!({ "name": name, "id": created["id"], "action": "created" })
+            }
+            Some(current) => {
+                let id = current["id"].clone();
+                let mut changed = false;
+                if definition_of_view(&current).as_ref() != Some(&definition) {
+                    let mut patch = patch_of(&definition);
+                    // Against the version read: a concurrent edit is a 409, not overwritten.
+                    patch["version"] = current["version"].clone();
+                    api.call(Method::PATCH, &format!("/api/v1/jobs/{id}"), Some(&patch))
+                        .await?;
+                    changed = true;
+                }
+                let running = current["state"] == "running";
+                let toggle = match start {
+                    Some(true) if !running => Some("start"),
+                    Some(false) if running => Some("stop"),
+                    _ => None,
+                };
+                if let Some(verb) = toggle {
+                    api.call(Method::POST, &format!("/api/v1/jobs/{id}/{verb}"), None)
+                        .await?;
+                    changed = true;
+                }
+                let action = if changed { "updated" } else { "unchanged" };
+                json!({ "name": name, "id": id, "action": action })
+            }
+        };
+        report.push(result);
+    }
+    show(
+        output,
+        &json!({ "jobs": report }),
+        Some("jobs"),
+        &[("NAME", "/name"), ("ID", "/id"), ("ACTION", "/action")],
+    );
+    Ok(())
+}
+
+/// The definition a job of the API stands for (its view without what the server adds).
+fn definition_of_view(view: &Value) -> Option<JobDefinition> {
+    let mut fields = view.as_object()?.clone();
+    for added in [
+        "id",
+        "state",
+        "version",
+        "partition",
+        "last_fired_at",
+        "next_fire_at",
+        "created_at",
+        "updated_at",
+        "started_at",
+        "fired",
+    ] {
+        fields.remove(added);
+    }
+    let input: JobInput = serde_json::from_value(Value::Object(fields)).ok()?;
+    input.into_definition().ok()
+}
+
+/// A PATCH that sets every field of `definition`.
+fn patch_of(definition: &JobDefinition) -> Value {
+    let mut patch = json!({
+        "name": definition.name,
+        "app": definition.app,
+        "handler": definition.handler,
+        "schedule": definition.schedule,
+        "timezone": definition.timezone,
+        "args": definition.args,
+        // Absent from the policy when unset; `null` clears one the job has.
+        "timeout_ms": definition.policy.timeout_ms,
+    });
+    if let (Some(fields), Ok(Value::Object(policy))) = (
+        patch.as_object_mut(),
+        serde_json::to_value(&definition.policy),
+    ) {
+        fields.extend(policy);
+    }
+    // Fields the policy leaves out when unset: `null` (or `[]`) clears what the job has.
+    for (key, cleared) in [
+        ("bounds", Value::Null),
+        ("jitter_ms", Value::Null),
+        ("pause_after_failures", Value::Null),
+        ("alerts", Value::Null),
+        ("history", Value::Null),
+        ("calendars", json!([])),
+    ] {
+        if patch.get(key).is_none() {
+            patch[key] = cleared;
+        }
+    }
+    patch
+}

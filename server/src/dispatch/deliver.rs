@@ -1,0 +1,260 @@
+//! Stage four: a delivery pass. After the watch, it reads the attempts due soon, plans them,
+//! and offers each at its instant, concurrently (one slow executor must not hold up the
+//! rest), offers due together for one batch-taking executor in one request; then it settles
+//! what was answered at once.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{debug, warn};
+
+use super::client::{Delivery, DispatchClient};
+use super::plan::{Offer, by_priority};
+use super::settle::{Delivered, Ended, first_taken, settle};
+use super::{Dispatcher, millis};
+use crate::observe::Observer;
+use crate::store::{self, JobRecord, Store};
+
+/// A delivery pass slower than this is logged with where its time went (a pass waits up to
+/// [`deliver_ahead`] for the instants it holds, so this leaves most of a second of work).
+const SLOW_PASS: Duration = Duration::from_millis(1_000);
+
+/// Most dispatches of one node in flight at once.
+const MAX_IN_FLIGHT: usize = 128;
+
+impl Dispatcher {
+    /// Fails over the attempts of lost executors, times out the overdue, then delivers the
+    /// attempts due soon, each at its instant, and stores what executors answered at once.
+    pub(super) async fn delivery_pass(&self) -> Result<(), store::Error> {
+        let partitions = self.owned_partitions();
+        if partitions.is_empty() {
+            return Ok(());
+        }
+        let began = std::time::Instant::now();
+        let mut fleet = self.fleet(true).await?;
+        // The database clock's reading at a local instant: deliveries wait for their instant
+        // on the local monotonic clock from here.
+        let clock_base = (tokio::time::Instant::now(), fleet.now_ms);
+        let mut jobs: HashMap<i64, Option<JobRecord>> = HashMap::new();
+        self.watch(&partitions, &fleet).await?;
+        let housekeeping = began.elapsed();
+        let mut due = self
+            .store
+            .attempts_due(
+                &partitions,
+                millis(self.settings.deliver_ahead),
+                self.due_cursor(|c| c.current()),
+                self.settings.batch,
+            )
+            .await?;
+        self.due_cursor(|c| c.advance(&due, self.settings.batch));
+        let due_count = due.len();
+        self.prefetch_jobs(&mut jobs, due.iter().map(|d| d.attempt.job_id))
+            .await?;
+        by_priority(&mut due, fleet.now_ms);
+        // Offers are planned in priority order, then delivered concurrently (one slow
+        // executor must not hold up the rest), each at its instant; the attempts answered at
+        // once with their result end together, in one transaction.
+        let mut delivering = tokio::task::JoinSet::new();
+        let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
+        let mut ended = Vec::new();
+        // Offers due at one instant for one batch-taking executor go in one request.
+        let mut batches: HashMap<(String, i64), Vec<Offer>> = HashMap::new();
+        let mut singles = Vec::new();
+        for due in due {
+            let job = jobs.get(&due.attempt.job_id).and_then(Option::as_ref);
+            let planned = self
+                .plan(&due.attempt, due.scheduled_at_ms, job, &mut fleet)
+                .await?;
+            match planned {
+                Some(offer) if offer.first_takes_batches => {
+                    let first = offer.targets.first().map(|(id, _)| id.clone());
+                    let key = (first.unwrap_or_default(), offer.attempt.not_before_ms);
+                    batches.entry(key).or_default().push(offer);
+                }
+                Some(offer) => singles.push(offer),
+                None => {}
+            }
+        }
+        let deliveries = singles.into_iter().map(|offer| vec![offer]).chain(
+            batches
+                .into_values()
+                .flat_map(|offers| chunked(offers, MAX_BATCH)),
+        );
+        for offers in deliveries {
+            let Some(due_ms) = offers.first().map(|o| o.attempt.not_before_ms) else {
+                continue;
+            };
+            let store = Arc::clone(&self.store);
+            let client = self.client.clone();
+            let view = Arc::clone(&self.view);
+            let observer = self.observer.clone();
+            let in_flight = Arc::clone(&in_flight);
+            let wait_ms = u64::try_from(due_ms - clock_base.1).unwrap_or(0);
+            let at = clock_base.0 + Duration::from_millis(wait_ms);
+            delivering.spawn(async move {
+                tokio::time::sleep_until(at).await;
+                // Closed never: the semaphore lives as long as the pass.
+                let _permit = in_flight.acquire_owned().await.ok();
+                // A partition that moved away (or a lapsed lease) while the delivery waited for
+                // its instant: its attempts stay pending for the next owner.
+                let offers: Vec<Offer> = offers
+                    .into_iter()
+                    .filter(|o| view.owns(o.attempt.partition_id))
+                    .collect();
+                deliver_batch(&*store, &client, &observer, offers).await
+            });
+        }
+        drain(&mut delivering, &mut ended).await;
+        let delivered = began.elapsed();
+        let ended = self.end_together(ended).await?;
+        let took = began.elapsed();
+        if took > SLOW_PASS {
+            warn!(
+                ?took,
+                ?housekeeping,
+                ?delivered,
+                due = due_count,
+                ended,
+                "slow delivery pass"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Most attempts in one batch request.
+const MAX_BATCH: usize = 512;
+
+fn chunked(mut offers: Vec<Offer>, size: usize) -> Vec<Vec<Offer>> {
+    let mut chunks = Vec::with_capacity(offers.len().div_ceil(size));
+    while offers.len() > size {
+        let rest = offers.split_off(size);
+        chunks.push(std::mem::replace(&mut offers, rest));
+    }
+    chunks.push(offers);
+    chunks
+}
+
+/// Waits for every delivery.
+async fn drain(tasks: &mut tokio::task::JoinSet<Vec<Delivered>>, ended: &mut Vec<Option<Ended>>) {
+    while let Some(done) = tasks.join_next().await {
+        match done {
+            Ok(products) => {
+                for product in products {
+                    keep(Some(Ok(product)), ended);
+                }
+            }
+            Err(err) => keep(Some(Err(err)), ended),
+        }
+    }
+}
+
+/// Keeps a delivery's product; a failed one is logged (its attempt stays in the database and
+/// a later pass picks it up again).
+fn keep(done: Option<Result<Delivered, tokio::task::JoinError>>, ended: &mut Vec<Option<Ended>>) {
+    match done {
+        Some(Ok(Ok(product))) => ended.push(product),
+        Some(Ok(Err(err))) => warn!(error = %err, "dispatch failed; it will be retried"),
+        Some(Err(err)) => warn!(error = %err, "dispatch task failed"),
+        None => {}
+    }
+}
+
+/// Offers an attempt to its executors in turn until one takes it (`202`: recorded as
+/// running) or answers for good (a result or a refusal: returned, to be ended with others).
+async fn deliver(
+    store: &dyn Store,
+    client: &DispatchClient,
+    observer: &Observer,
+    offer: Offer,
+) -> Delivered {
+    deliver_from(store, client, observer, &offer, 0).await
+}
+
+/// [`deliver`], starting at target `first`.
+async fn deliver_from(
+    store: &dyn Store,
+    client: &DispatchClient,
+    observer: &Observer,
+    offer: &Offer,
+    first: usize,
+) -> Delivered {
+    for (executor_id, address) in offer.targets.iter().skip(first) {
+        let sent_ms = client.now_ms();
+        let delivery = client.dispatch(address, &offer.request).await;
+        if let Some(done) = settle(store, observer, offer, executor_id, sent_ms, delivery).await {
+            return done;
+        }
+    }
+    Ok(None)
+}
+
+/// Offers attempts due together to their first target in one request (a single one goes
+/// alone); an attempt it does not take, or all of them when the request fails, go on to the
+/// next targets one by one, as a single dispatch would.
+async fn deliver_batch(
+    store: &dyn Store,
+    client: &DispatchClient,
+    observer: &Observer,
+    offers: Vec<Offer>,
+) -> Vec<Delivered> {
+    let first = offers.first().and_then(|o| o.targets.first()).cloned();
+    let (Some((executor_id, address)), true) = (first, offers.len() > 1) else {
+        let mut products = Vec::with_capacity(offers.len());
+        for offer in offers {
+            products.push(deliver(store, client, observer, offer).await);
+        }
+        return products;
+    };
+    let requests = offers.iter().map(|o| o.request.clone()).collect();
+    let sent_ms = client.now_ms();
+    let mut replies = match client.dispatch_batch(&address, requests).await {
+        Ok(replies) => replies,
+        Err(why) => {
+            debug!(executor = %executor_id, why, attempts = offers.len(), "batch not delivered; offering one by one");
+            observer
+                .metrics
+                .dispatches
+                .add("batch_failed", offers.len() as u64);
+            HashMap::new()
+        }
+    };
+    // Attempts it accepted are recorded together, a statement per timeout.
+    let mut accepted: HashMap<i64, Vec<&Offer>> = HashMap::new();
+    let mut products = Vec::with_capacity(offers.len());
+    for offer in &offers {
+        let settled = match replies.remove(&offer.attempt.attempt_id) {
+            Some(Delivery::Accepted) => {
+                observer.metrics.dispatches.add("accepted", 1);
+                accepted.entry(offer.timeout_ms).or_default().push(offer);
+                continue;
+            }
+            Some(delivery) => settle(store, observer, offer, &executor_id, sent_ms, delivery).await,
+            None => None,
+        };
+        products.push(match settled {
+            Some(done) => done,
+            None => deliver_from(store, client, observer, offer, 1).await,
+        });
+    }
+    for (timeout_ms, group) in accepted {
+        let attempt_ids: Vec<i64> = group.iter().map(|o| o.attempt.attempt_id).collect();
+        let recorded = store
+            .attempts_dispatched(&attempt_ids, &executor_id, timeout_ms)
+            .await;
+        // All of them recorded now: none was taken before (an offer made again after a lost
+        // record is answered `409`, accepted, and must not count twice).
+        if recorded
+            .as_ref()
+            .is_ok_and(|n| *n == attempt_ids.len() as u64)
+        {
+            for offer in group {
+                first_taken(observer, offer, sent_ms);
+            }
+        }
+        products.push(recorded.map(|_| None));
+    }
+    products
+}

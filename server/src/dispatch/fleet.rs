@@ -1,0 +1,107 @@
+//! The executors able to take work now, by app, with what each offers and carries: read
+//! once per pass, and what planning counts offers against.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::store::{ExecutorList, ExecutorRecord, JobRecord};
+
+/// The executors able to take work now, by app, with what each offers and carries.
+pub(super) struct Fleet {
+    pub(super) by_app: HashMap<String, Vec<ExecutorRecord>>,
+    /// Handler names by executor id.
+    pub(super) handlers: HashMap<String, HashSet<String>>,
+    /// Handler names by app, over every executor ever registered (healthy or not).
+    pub(super) registered_handlers: HashMap<String, HashSet<String>>,
+    pub(super) load: HashMap<String, i64>,
+    pub(super) now_ms: i64,
+}
+
+impl Fleet {
+    pub(super) fn new(list: ExecutorList, loads: Vec<(String, i64)>, lease_ms: i64) -> Self {
+        let mut by_app: HashMap<String, Vec<ExecutorRecord>> = HashMap::new();
+        let mut app_of: HashMap<String, String> = HashMap::new();
+        for e in list.executors {
+            app_of.insert(e.executor_id.clone(), e.app_name.clone());
+            if e.is_healthy(list.now_ms, lease_ms) {
+                by_app.entry(e.app_name.clone()).or_default().push(e);
+            }
+        }
+        let mut handlers: HashMap<String, HashSet<String>> = HashMap::new();
+        let mut registered_handlers: HashMap<String, HashSet<String>> = HashMap::new();
+        for (executor, handler) in list.handlers {
+            if let Some(app) = app_of.get(&executor) {
+                registered_handlers
+                    .entry(app.clone())
+                    .or_default()
+                    .insert(handler.clone());
+            }
+            handlers.entry(executor).or_default().insert(handler);
+        }
+        Self {
+            by_app,
+            handlers,
+            registered_handlers,
+            load: loads.into_iter().collect(),
+            now_ms: list.now_ms,
+        }
+    }
+
+    /// Healthy executors of `app` that registered `handler`.
+    pub(super) fn offering(&self, app: &str, handler: &str) -> Vec<&ExecutorRecord> {
+        self.by_app
+            .get(app)
+            .map(|all| {
+                all.iter()
+                    .filter(|e| {
+                        self.handlers
+                            .get(&e.executor_id)
+                            .is_some_and(|h| h.contains(handler))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    pub(super) fn has_room(&self, executor: &ExecutorRecord) -> bool {
+        self.load.get(&executor.executor_id).copied().unwrap_or(0) < executor.capacity
+    }
+
+    /// The address of executor `executor_id`, if it is healthy.
+    pub(super) fn address_of(&self, executor_id: Option<&str>) -> Option<String> {
+        let id = executor_id?;
+        self.by_app
+            .values()
+            .flatten()
+            .find(|e| e.executor_id == id)
+            .map(|e| e.address.clone())
+    }
+
+    /// Why work of `job` that has waited `waited_ms` with no healthy executor to offer it to
+    /// should now end, if it should: after the grace when no executor ever registered the
+    /// handler, after ten graces when some did but none is healthy (an executor restarting
+    /// during a deploy must not fail runs).
+    pub(super) fn nowhere_to_go(
+        &self,
+        job: &JobRecord,
+        waited_ms: i64,
+        grace: i64,
+    ) -> Option<String> {
+        let registered = self
+            .registered_handlers
+            .get(&job.app_name)
+            .is_some_and(|h| h.contains(&job.handler_name));
+        let (limit, why) = if registered {
+            (grace.saturating_mul(10), "no healthy executor")
+        } else {
+            (grace, "no executor is registered")
+        };
+        (waited_ms > limit).then(|| {
+            format!(
+                "{why} for app {:?} (handler {:?}) after {} s",
+                job.app_name,
+                job.handler_name,
+                waited_ms / 1_000
+            )
+        })
+    }
+}

@@ -1,0 +1,206 @@
+//! Stage three: each due attempt is planned, highest effective priority first (waiting raises
+//! it, so nothing starves): the executors to offer it to, in the order its balancer gives,
+//! counted against the first one's capacity. Work that cannot go anywhere ends here.
+
+use std::time::Duration;
+
+use carillon_protocol::{Dispatch, PROTOCOL_VERSION, Shard};
+use serde_json::Value;
+
+use super::Dispatcher;
+use super::balancer::Candidate;
+use super::finish::{Ending, finish_attempt};
+use super::fleet::Fleet;
+use crate::jobs::JobPolicy;
+use crate::store::{self, AttemptRecord, DueAttempt, ExecutorRecord, JobRecord};
+
+/// Waiting this long raises an attempt's priority by one, so low priorities are not starved.
+const AGEING_STEP_MS: i64 = 10_000;
+
+/// Orders due attempts for planning: highest effective priority first, then oldest.
+pub(super) fn by_priority(due: &mut [DueAttempt], now_ms: i64) {
+    due.sort_by_key(|d| {
+        let a = &d.attempt;
+        let aged = a.priority + (now_ms - a.created_at_ms).max(0) / AGEING_STEP_MS;
+        (std::cmp::Reverse(aged), a.attempt_id)
+    });
+}
+
+/// Where the next delivery pass resumes in the queue of due attempts, ordered by when they
+/// are due. It starts over after a short slice (the queue is drained) and at least every
+/// [`DUE_CURSOR_RESTART`], so an attempt that became due behind the cursor (claimed ahead, or
+/// a retry) waits at most that long while the queue stays full.
+#[derive(Debug)]
+pub(super) struct DueCursor {
+    after: Option<(i64, i64)>,
+    since: std::time::Instant,
+}
+
+const DUE_CURSOR_RESTART: Duration = Duration::from_secs(1);
+
+impl DueCursor {
+    pub(super) fn new() -> Self {
+        Self {
+            after: None,
+            since: std::time::Instant::now(),
+        }
+    }
+
+    pub(super) fn current(&mut self) -> Option<(i64, i64)> {
+        if self.since.elapsed() >= DUE_CURSOR_RESTART {
+            *self = Self::new();
+        }
+        self.after
+    }
+
+    pub(super) fn advance(&mut self, slice: &[DueAttempt], batch: i64) {
+        match slice.last() {
+            Some(last) if slice.len() as i64 >= batch => {
+                self.after = Some((last.attempt.not_before_ms, last.attempt.attempt_id));
+            }
+            _ => *self = Self::new(),
+        }
+    }
+}
+
+/// An attempt ready to offer: the request, the executors to try in order, and the job's
+/// policy (for its timeout and retries).
+#[derive(Debug)]
+pub(super) struct Offer {
+    pub(super) attempt: AttemptRecord,
+    pub(super) scheduled_at_ms: i64,
+    pub(super) request: Dispatch,
+    /// `(executor_id, address)` in the order to try.
+    pub(super) targets: Vec<(String, String)>,
+    /// The first target serves `dispatch-batch`: the offer may go with others due with it.
+    pub(super) first_takes_batches: bool,
+    pub(super) policy: JobPolicy,
+    pub(super) timeout_ms: i64,
+}
+
+impl Dispatcher {
+    /// Plans the offer of one attempt to the executors that can take it, in balancer order,
+    /// counting it against the first one's capacity; ends it here when it cannot go anywhere.
+    pub(super) async fn plan(
+        &self,
+        attempt: &AttemptRecord,
+        scheduled_at_ms: i64,
+        job: Option<&JobRecord>,
+        fleet: &mut Fleet,
+    ) -> Result<Option<Offer>, store::Error> {
+        let Some(job) = job else {
+            let error = Some("the job was deleted".to_owned());
+            finish_attempt(
+                &*self.store,
+                &self.observer,
+                attempt,
+                Ending::Reported(carillon_protocol::Outcome::Cancelled),
+                None,
+                error,
+            )
+            .await?;
+            return Ok(None);
+        };
+        let policy: JobPolicy = serde_json::from_str(&job.policy_json).unwrap_or_default();
+        let offering = fleet.offering(&job.app_name, &job.handler_name);
+        if offering.is_empty() {
+            let waited = fleet.now_ms - attempt.not_before_ms.max(attempt.created_at_ms);
+            if let Some(message) = fleet.nowhere_to_go(job, waited, self.grace_ms()) {
+                finish_attempt(
+                    &*self.store,
+                    &self.observer,
+                    attempt,
+                    Ending::Refused,
+                    None,
+                    Some(message),
+                )
+                .await?;
+            }
+            return Ok(None);
+        }
+        let executors: Vec<&ExecutorRecord> =
+            offering.into_iter().filter(|e| fleet.has_room(e)).collect();
+        if executors.is_empty() {
+            return Ok(None); // capacity is short: the attempt waits, its priority ageing
+        }
+        let candidates: Vec<Candidate<'_>> = executors
+            .iter()
+            .map(|e| Candidate {
+                executor_id: &e.executor_id,
+                weight: u32::try_from(e.weight).unwrap_or(1),
+                load: u32::try_from(fleet.load.get(&e.executor_id).copied().unwrap_or(0))
+                    .unwrap_or(u32::MAX),
+                capacity: u32::try_from(e.capacity).unwrap_or(1),
+            })
+            .collect();
+        let group = format!("{}/{}", job.app_name, job.handler_name);
+        let key = (job.job_id as u64) ^ (attempt.shard_index as u64).rotate_left(32);
+        let mut order = match self.balancers.lock() {
+            Ok(mut balancers) => balancers.order(
+                policy.balance,
+                &group,
+                &candidates,
+                key,
+                attempt.avoid_executor_id.as_deref(),
+            ),
+            // A panic while planning left it poisoned; its state is only rotation counters.
+            Err(poisoned) => poisoned.into_inner().order(
+                policy.balance,
+                &group,
+                &candidates,
+                key,
+                attempt.avoid_executor_id.as_deref(),
+            ),
+        };
+        // A shard meant for one executor goes there first.
+        if let Some(preferred) = attempt.executor_id.as_deref()
+            && let Some(pos) = order
+                .iter()
+                .position(|&i| candidates[i].executor_id == preferred)
+        {
+            let first = order.remove(pos);
+            order.insert(0, first);
+        }
+        let request = Dispatch {
+            protocol: PROTOCOL_VERSION,
+            run_id: attempt.run_id,
+            attempt_id: attempt.attempt_id,
+            attempt: u32::try_from(attempt.attempt_no).unwrap_or(u32::MAX),
+            job_id: job.job_id,
+            job: job.name.clone(),
+            handler: job.handler_name.clone(),
+            args: serde_json::from_str(&attempt.args_json).unwrap_or(Value::Null),
+            shard: Shard {
+                index: u32::try_from(attempt.shard_index).unwrap_or(0),
+                total: u32::try_from(attempt.shard_total).unwrap_or(1),
+            },
+            scheduled_at: crate::clock::rfc3339(scheduled_at_ms).unwrap_or_default(),
+            timeout_ms: policy.timeout_ms,
+            report_to: self.report_to.clone(),
+        };
+        let targets: Vec<(String, String)> = order
+            .iter()
+            .map(|&i| {
+                (
+                    executors[i].executor_id.clone(),
+                    executors[i].address.clone(),
+                )
+            })
+            .collect();
+        let first_takes_batches = order.first().is_some_and(|&i| executors[i].takes_batches());
+        if let Some((first, _)) = targets.first() {
+            *fleet.load.entry(first.clone()).or_default() += 1;
+        }
+        Ok(Some(Offer {
+            attempt: attempt.clone(),
+            scheduled_at_ms,
+            request,
+            targets,
+            first_takes_batches,
+            timeout_ms: policy
+                .timeout_ms
+                .map_or(0, |t| i64::try_from(t).unwrap_or(i64::MAX)),
+            policy,
+        }))
+    }
+}

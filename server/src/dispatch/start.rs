@@ -1,0 +1,140 @@
+//! Stage two of a fire (after the scheduler's claim): a pending run gets its first attempts,
+//! one per shard, in one transaction with the run's move to `running`. A run that cannot
+//! start ends here: its job was deleted, or no executor of its handler appeared in time.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+use serde_json::Value;
+use tracing::debug;
+
+use super::Dispatcher;
+use super::fleet::Fleet;
+use super::sharding::first_attempts;
+use crate::jobs::{JobPolicy, jitter_delay_ms};
+use crate::store::{self, JobRecord, NewAttempt, RunRecord, run_state};
+
+impl Dispatcher {
+    /// Starts a slice of pending runs: one attempt per shard, all in one transaction.
+    /// Returns how many started.
+    pub(super) async fn start_pass(&self) -> Result<usize, store::Error> {
+        let partitions = self.owned_partitions();
+        if partitions.is_empty() {
+            return Ok(0);
+        }
+        let cursor = self.runs_cursor.load(Ordering::Relaxed);
+        let pending = self
+            .store
+            .runs_pending(&partitions, cursor, self.settings.batch)
+            .await?;
+        self.runs_cursor.store(
+            next_cursor(&pending, self.settings.batch, |r| r.run_id),
+            Ordering::Relaxed,
+        );
+        if pending.is_empty() {
+            return Ok(0);
+        }
+        let fleet = self.fleet(false).await?;
+        let mut jobs: HashMap<i64, Option<JobRecord>> = HashMap::new();
+        self.prefetch_jobs(&mut jobs, pending.iter().map(|r| r.job_id))
+            .await?;
+        let mut starting = Vec::new();
+        for run in pending {
+            let job = jobs.get(&run.job_id).and_then(Option::as_ref);
+            if let Some(attempts) = self.start_run(&run, job, &fleet).await? {
+                starting.push((run, attempts));
+            }
+        }
+        if starting.is_empty() {
+            return Ok(0);
+        }
+        let started = self.store.runs_start(&starting).await?;
+        debug!(started, "runs started");
+        Ok(started)
+    }
+
+    /// The first attempts of a pending run (one per shard), to be stored; `None` when the run
+    /// cannot start now (it waits for an executor, or was ended here).
+    async fn start_run(
+        &self,
+        run: &RunRecord,
+        job: Option<&JobRecord>,
+        fleet: &Fleet,
+    ) -> Result<Option<Vec<NewAttempt>>, store::Error> {
+        let Some(job) = job else {
+            let message = "the job was deleted";
+            if self
+                .store
+                .run_end(run.run_id, run_state::CANCELLED, Some(message))
+                .await?
+            {
+                self.observer.run_ended(
+                    run.run_id,
+                    run.job_id,
+                    run_state::CANCELLED,
+                    Some(message),
+                );
+            }
+            return Ok(None);
+        };
+        let executors = fleet.offering(&job.app_name, &job.handler_name);
+        if executors.is_empty() {
+            let waited = fleet.now_ms - run.created_at_ms;
+            if let Some(message) = fleet.nowhere_to_go(job, waited, self.grace_ms())
+                && self
+                    .store
+                    .run_end(run.run_id, run_state::NO_EXECUTOR, Some(&message))
+                    .await?
+            {
+                self.observer.run_ended(
+                    run.run_id,
+                    run.job_id,
+                    run_state::NO_EXECUTOR,
+                    Some(&message),
+                );
+            }
+            return Ok(None);
+        }
+        let policy: JobPolicy = serde_json::from_str(&job.policy_json).unwrap_or_default();
+        let args: Value = serde_json::from_str(&job.args_json).unwrap_or(Value::Null);
+        let mut attempts = first_attempts(&policy.sharding, &args, &executors);
+        // Jitter delays the scheduled runs only; a manual run or a backfill goes at once.
+        if let Some(max) = policy.jitter_ms
+            && matches!(run.trigger_kind.as_str(), "schedule" | "misfire")
+        {
+            let delay = jitter_delay_ms(run.job_id, run.scheduled_at_ms, max);
+            attempts.iter_mut().for_each(|a| a.delay_ms = delay);
+        }
+        Ok(Some(attempts))
+    }
+}
+
+/// After a full slice, resume after its last id; after a short one, start over.
+fn next_cursor<T>(slice: &[T], batch: i64, id: impl Fn(&T) -> i64) -> i64 {
+    if (slice.len() as i64) < batch {
+        0
+    } else {
+        slice.last().map_or(0, id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_cursor;
+
+    #[test]
+    fn the_cursor_walks_full_slices_and_wraps_after_a_short_one() {
+        let full: Vec<i64> = vec![3, 8, 9];
+        assert_eq!(
+            next_cursor(&full, 3, |x| *x),
+            9,
+            "a full slice: more may follow"
+        );
+        assert_eq!(
+            next_cursor(&full[..2], 3, |x| *x),
+            0,
+            "a short slice: start over"
+        );
+        assert_eq!(next_cursor(&Vec::<i64>::new(), 3, |x| *x), 0);
+    }
+}
