@@ -47,13 +47,7 @@ struct CallError {
 /// State shared by the endpoint, the heartbeat and the reports.
 #[derive(Debug)]
 pub(crate) struct Shared {
-    pub(crate) executor_id: String,
-    app: String,
-    admin_urls: Vec<String>,
-    weight: u32,
-    capacity: u32,
-    token: String,
-    pub(crate) secret: String,
+    pub(crate) id: Identity,
     http: reqwest::Client,
     pub(crate) jobs: HashMap<&'static str, &'static JobDescriptor>,
     pub(crate) slots: Arc<Semaphore>,
@@ -75,26 +69,11 @@ impl Shared {
         http: reqwest::Client,
         jobs: HashMap<&'static str, &'static JobDescriptor>,
     ) -> Self {
-        let Identity {
-            executor_id,
-            app,
-            admin_urls,
-            weight,
-            capacity,
-            token,
-            secret,
-        } = identity;
         Self {
-            executor_id,
-            app,
-            admin_urls,
-            weight,
-            capacity,
-            token,
-            secret,
+            slots: Arc::new(Semaphore::new(identity.capacity as usize)),
+            id: identity,
             http,
             jobs,
-            slots: Arc::new(Semaphore::new(capacity as usize)),
             running: Mutex::new(HashMap::new()),
             seen: Mutex::new(HashMap::new()),
             draining: AtomicBool::new(false),
@@ -130,21 +109,21 @@ impl Shared {
         extra: &[String],
     ) -> Result<R, CallError> {
         let start = self.preferred_admin.load(Ordering::Relaxed);
-        let n = self.admin_urls.len();
+        let n = self.id.admin_urls.len();
         let mut urls: Vec<&str> = extra.iter().map(String::as_str).collect();
-        urls.extend((0..n).map(|i| self.admin_urls[(start + i) % n].as_str()));
+        urls.extend((0..n).map(|i| self.id.admin_urls[(start + i) % n].as_str()));
         let mut last = String::from("no admin node configured");
         for url in urls {
             let sent = self
                 .http
                 .post(format!("{url}{path}"))
-                .bearer_auth(&self.token)
+                .bearer_auth(&self.id.token)
                 .json(body)
                 .send()
                 .await;
             match sent {
                 Ok(r) if r.status().is_success() => {
-                    if let Some(i) = self.admin_urls.iter().position(|u| u == url) {
+                    if let Some(i) = self.id.admin_urls.iter().position(|u| u == url) {
                         self.preferred_admin.store(i, Ordering::Relaxed);
                     }
                     return r.json::<R>().await.map_err(|e| CallError {
@@ -197,11 +176,11 @@ impl Shared {
         handlers.sort_by(|a, b| a.name.cmp(&b.name));
         Registration {
             protocol: PROTOCOL_VERSION,
-            executor_id: self.executor_id.clone(),
-            app: self.app.clone(),
+            executor_id: self.id.executor_id.clone(),
+            app: self.id.app.clone(),
             address: address.to_owned(),
-            weight: self.weight,
-            capacity: self.capacity,
+            weight: self.id.weight,
+            capacity: self.id.capacity,
             handlers,
             batch: true,
         }
@@ -220,7 +199,7 @@ impl Shared {
             None => (Outcome::Cancelled, None, Some("cancelled".to_owned())),
         };
         let report = AttemptReport {
-            executor_id: self.executor_id.clone(),
+            executor_id: self.id.executor_id.clone(),
             attempt_id,
             outcome,
             output,
@@ -260,7 +239,7 @@ pub(crate) async fn heartbeat(
         ticks.tick().await;
         let in_flight: Vec<i64> = shared.lock_running().keys().copied().collect();
         let beat = Heartbeat {
-            executor_id: shared.executor_id.clone(),
+            executor_id: shared.id.executor_id.clone(),
             in_flight,
             draining: stop.is_cancelled() || shared.draining.load(Ordering::SeqCst),
         };

@@ -37,7 +37,7 @@ fn refuse(status: StatusCode, message: impl Into<String>) -> Response {
 fn refusal(shared: &Shared, headers: &HeaderMap, body: &[u8]) -> Option<Response> {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     verify(
-        shared.secret.as_bytes(),
+        shared.id.secret.as_bytes(),
         header(TIMESTAMP_HEADER),
         header(SIGNATURE_HEADER),
         body,

@@ -258,7 +258,7 @@ impl Executor {
     }
 
     pub fn executor_id(&self) -> &str {
-        &self.shared.executor_id
+        &self.shared.id.executor_id
     }
 
     /// The dispatch endpoint, to mount into an existing axum app (at the root: its paths are
@@ -301,7 +301,7 @@ impl Executor {
             .call(admin_paths::REGISTER, &shared.registration(&address), &[])
             .await
             .map_err(ExecutorError::Register)?;
-        info!(executor = %shared.executor_id, %address, handlers = shared.jobs.len(), "registered");
+        info!(executor = %shared.id.executor_id, %address, handlers = shared.jobs.len(), "registered");
 
         let stop = CancellationToken::new();
         let beat = tokio::spawn(admin::heartbeat(
@@ -346,7 +346,7 @@ impl Executor {
         }
         beat.abort();
         let leaving = Deregistration {
-            executor_id: shared.executor_id.clone(),
+            executor_id: shared.id.executor_id.clone(),
         };
         if let Err(e) = shared
             .call::<_, Value>(admin_paths::DEREGISTER, &leaving, &[])
@@ -354,7 +354,7 @@ impl Executor {
         {
             warn!(error = %e, "could not deregister; the admin nodes will notice the silence");
         }
-        info!(executor = %shared.executor_id, "stopped");
+        info!(executor = %shared.id.executor_id, "stopped");
         served
     }
 }
