@@ -524,25 +524,41 @@ macro_rules! dispatch_store {
                 attempts: &[(i64, i64)],
             ) -> Result<u64, Error> {
                 let mut attempt_ids: Vec<i64> = attempts.iter().map(|(a, _)| *a).collect();
-                let mut run_ids: Vec<i64> = attempts.iter().map(|(_, r)| *r).collect();
                 attempt_ids.sort_unstable();
-                run_ids.sort_unstable();
-                let (Some(end), Some(finish)) = (
+                let (Some(end), Some(live)) = (
                     with_partitions(&self.q.attempts_succeed_many, &attempt_ids),
-                    with_partitions(&self.q.runs_succeed_many, &run_ids),
+                    with_partitions(&self.q.attempts_live_among, &attempt_ids),
                 ) else {
                     return Ok(0);
                 };
                 retry_transient(|| async {
                     let mut tx = self.begin_write().await?;
-                    sqlx::query::<$db>(AssertSqlSafe(end.0.clone()))
+                    // The runs of the attempts this statement ends, and only those: an
+                    // attempt already ended (timed out, lost, cancelled) leaves its run alone.
+                    let mut ended: Vec<i64> = if $backend == Backend::Mysql {
+                        let runs = sqlx::query_scalar::<$db, i64>(AssertSqlSafe(live.0.clone()))
+                            .fetch_all(&mut *tx)
+                            .await?;
+                        sqlx::query::<$db>(AssertSqlSafe(end.0.clone()))
+                            .bind(executor_id)
+                            .execute(&mut *tx)
+                            .await?;
+                        runs
+                    } else {
+                        sqlx::query_scalar::<$db, i64>(AssertSqlSafe(format!(
+                            "{} RETURNING run_id",
+                            end.0
+                        )))
                         .bind(executor_id)
-                        .execute(&mut *tx)
-                        .await?;
-                    let runs = sqlx::query::<$db>(AssertSqlSafe(finish.0.clone()))
-                        .execute(&mut *tx)
+                        .fetch_all(&mut *tx)
                         .await?
-                        .rows_affected();
+                    };
+                    ended.sort_unstable();
+                    let Some(finish) = with_partitions(&self.q.runs_succeed_many, &ended) else {
+                        tx.commit().await?;
+                        return Ok(0);
+                    };
+                    let runs = sqlx::query::<$db>(finish).execute(&mut *tx).await?.rows_affected();
                     tx.commit().await?;
                     Ok(runs)
                 })

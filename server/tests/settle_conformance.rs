@@ -1,0 +1,135 @@
+//! The settle stage's batch ending of plain successes (`Store::attempts_succeed`) on
+//! Postgres, MySQL/MariaDB and SQLite: each attempt it ends ends its run, and an attempt that
+//! had already ended elsewhere leaves its run alone.
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on any unexpected error"
+)]
+
+#[macro_use]
+mod support;
+
+use carillon_server::store::{
+    AttemptEnd, AttemptEnded, ClaimOutcome, JobWrite, NewAttempt, OverlapRule, RunClaim, run_state,
+};
+use support::db::TestDb;
+
+macro_rules! conformance {
+    ($($test:ident),* $(,)?) => {
+        for_engine!(postgres, Postgres, [$($test),*]);
+        for_engine!(mysql, Mysql, [$($test),*]);
+        for_engine!(sqlite, Sqlite, [$($test),*]);
+    };
+}
+
+conformance!(plain_successes_end_their_runs_but_not_a_run_whose_attempt_ended_elsewhere);
+
+fn job(name: &str) -> JobWrite {
+    JobWrite {
+        name: name.into(),
+        app_name: "billing".into(),
+        handler_name: "report".into(),
+        schedule_json: r#"{"cron":"* * * * * *"}"#.into(),
+        timezone: "UTC".into(),
+        args_json: "null".into(),
+        policy_json: "{}".into(),
+        history_keep_ms: None,
+        history_max_runs: None,
+    }
+}
+
+fn claim(job_id: i64, at: i64) -> RunClaim {
+    RunClaim {
+        job_id,
+        job_version: 1,
+        partition_id: 0,
+        epoch: 1,
+        scheduled_at_ms: at,
+        trigger_kind: "schedule",
+        priority: 5,
+        state: run_state::PENDING,
+        message: None,
+        overlap: OverlapRule::Allow,
+        job_done: false,
+    }
+}
+
+async fn plain_successes_end_their_runs_but_not_a_run_whose_attempt_ended_elsewhere(db: TestDb) {
+    let store = db.store_owning_partition_0().await;
+    let at = store.now_ms().await.unwrap() - 1_000;
+    let mut ids = Vec::new();
+    for job_id in 1..=3 {
+        store
+            .job_insert(job_id, 0, &job(&format!("j{job_id}")), true)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.runs_claim("n1", &[claim(job_id, at)]).await.unwrap(),
+            vec![ClaimOutcome::Claimed]
+        );
+    }
+    let pending = store.runs_pending(&[0], 0, 10).await.unwrap();
+    let starting: Vec<_> = pending
+        .iter()
+        .map(|run| {
+            let first = NewAttempt {
+                shard_index: 0,
+                shard_total: 1,
+                args_json: "null".into(),
+                prefer_executor_id: None,
+                delay_ms: 0,
+            };
+            (run.clone(), vec![first])
+        })
+        .collect();
+    assert_eq!(store.runs_start(&starting).await.unwrap(), 3);
+    for due in store.attempts_due(&[0], 0, None, 10).await.unwrap() {
+        ids.push((due.attempt.attempt_id, due.attempt.run_id));
+    }
+    ids.sort_unstable();
+    assert_eq!(ids.len(), 3);
+    // The third timed out here first, and its retry is queued: the executor's late success
+    // must not end that run.
+    let timed_out = AttemptEnd {
+        state: "timed_out",
+        output: None,
+        error: Some("the job's timeout passed".into()),
+        executor_id: None,
+        retry_after_ms: Some(60_000),
+    };
+    assert_eq!(
+        store.attempt_end(ids[2].0, &timed_out).await.unwrap(),
+        AttemptEnded::Retrying
+    );
+
+    assert_eq!(
+        store.attempts_succeed("e1", &ids).await.unwrap(),
+        2,
+        "two runs end: the third's attempt had ended already"
+    );
+    for &(attempt_id, run_id) in &ids[..2] {
+        let attempt = store.attempt_get(attempt_id).await.unwrap().unwrap();
+        assert_eq!(attempt.state, "succeeded");
+        assert_eq!(attempt.executor_id.as_deref(), Some("e1"));
+        let run = store.run_get(run_id).await.unwrap().unwrap();
+        assert_eq!(run.state, "succeeded");
+        assert!(run.finished_at_ms.is_some());
+    }
+    let (attempt_id, run_id) = ids[2];
+    assert_eq!(
+        store.attempt_get(attempt_id).await.unwrap().unwrap().state,
+        "timed_out"
+    );
+    assert_eq!(
+        store.run_get(run_id).await.unwrap().unwrap().state,
+        "running",
+        "its retry is still to come"
+    );
+    let attempts = store.attempts_of_run(run_id).await.unwrap();
+    assert_eq!(attempts.len(), 2);
+    assert!(attempts.iter().any(|a| a.state == "pending"));
+
+    // Again, nothing changes: every attempt named has ended.
+    assert_eq!(store.attempts_succeed("e1", &ids).await.unwrap(), 0);
+    assert_eq!(store.attempts_succeed("e1", &[]).await.unwrap(), 0);
+}
