@@ -13,10 +13,11 @@ mod support;
 use std::sync::Arc;
 
 use carillon_server::store::{
-    AttemptEnd, ClaimOutcome, JobHistoryRule, JobWrite, NewAttempt, OverlapRule, PurgeScope,
-    PurgeStates, Purged, RunClaim, RunFilter, Store, run_state,
+    AttemptEnd, ClaimOutcome, JobHistoryRule, JobWrite, NewAttempt, PurgeScope, PurgeStates,
+    Purged, RunFilter, Store, run_state,
 };
 use support::db::TestDb;
+use support::records::{claim, job_write};
 
 for_engine!(
     postgres,
@@ -36,37 +37,15 @@ for_engine!(
 
 fn job(name: &str, keep_ms: Option<i64>, max_runs: Option<i64>) -> JobWrite {
     JobWrite {
-        name: name.into(),
-        app_name: "billing".into(),
-        handler_name: "report".into(),
-        schedule_json: r#"{"cron":"* * * * * *"}"#.into(),
-        timezone: "UTC".into(),
-        args_json: "null".into(),
-        policy_json: "{}".into(),
         history_keep_ms: keep_ms,
         history_max_runs: max_runs,
+        ..job_write(name)
     }
 }
 
 /// A store whose partition 0 is owned by `n1` at epoch 1.
 async fn owned(db: &TestDb) -> Arc<dyn Store> {
     db.store_owning_partition_0().await
-}
-
-fn claim(job_id: i64, at: i64, state: &'static str) -> RunClaim {
-    RunClaim {
-        job_id,
-        job_version: 1,
-        partition_id: 0,
-        epoch: 1,
-        scheduled_at_ms: at,
-        trigger_kind: "schedule",
-        priority: 5,
-        state,
-        message: None,
-        overlap: OverlapRule::Allow,
-        job_done: false,
-    }
 }
 
 /// Claims, starts and dispatches a run per instant; every one ends `succeeded` but those

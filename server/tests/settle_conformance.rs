@@ -9,10 +9,9 @@
 #[macro_use]
 mod support;
 
-use carillon_server::store::{
-    AttemptEnd, AttemptEnded, ClaimOutcome, JobWrite, NewAttempt, OverlapRule, RunClaim, run_state,
-};
+use carillon_server::store::{AttemptEnd, AttemptEnded, ClaimOutcome, NewAttempt, run_state};
 use support::db::TestDb;
+use support::records::{claim, job_write};
 
 macro_rules! conformance {
     ($($test:ident),* $(,)?) => {
@@ -24,47 +23,20 @@ macro_rules! conformance {
 
 conformance!(plain_successes_end_their_runs_but_not_a_run_whose_attempt_ended_elsewhere);
 
-fn job(name: &str) -> JobWrite {
-    JobWrite {
-        name: name.into(),
-        app_name: "billing".into(),
-        handler_name: "report".into(),
-        schedule_json: r#"{"cron":"* * * * * *"}"#.into(),
-        timezone: "UTC".into(),
-        args_json: "null".into(),
-        policy_json: "{}".into(),
-        history_keep_ms: None,
-        history_max_runs: None,
-    }
-}
-
-fn claim(job_id: i64, at: i64) -> RunClaim {
-    RunClaim {
-        job_id,
-        job_version: 1,
-        partition_id: 0,
-        epoch: 1,
-        scheduled_at_ms: at,
-        trigger_kind: "schedule",
-        priority: 5,
-        state: run_state::PENDING,
-        message: None,
-        overlap: OverlapRule::Allow,
-        job_done: false,
-    }
-}
-
 async fn plain_successes_end_their_runs_but_not_a_run_whose_attempt_ended_elsewhere(db: TestDb) {
     let store = db.store_owning_partition_0().await;
     let at = store.now_ms().await.unwrap() - 1_000;
     let mut ids = Vec::new();
     for job_id in 1..=3 {
         store
-            .job_insert(job_id, 0, &job(&format!("j{job_id}")), true)
+            .job_insert(job_id, 0, &job_write(&format!("j{job_id}")), true)
             .await
             .unwrap();
         assert_eq!(
-            store.runs_claim("n1", &[claim(job_id, at)]).await.unwrap(),
+            store
+                .runs_claim("n1", &[claim(job_id, at, run_state::PENDING)])
+                .await
+                .unwrap(),
             vec![ClaimOutcome::Claimed]
         );
     }

@@ -12,6 +12,7 @@ pub mod node;
 pub mod pki;
 pub mod private_server;
 pub mod proxy;
+pub mod records;
 pub mod webhook;
 
 use std::future::Future;

@@ -525,33 +525,43 @@ macro_rules! dispatch_store {
             ) -> Result<u64, Error> {
                 let mut attempt_ids: Vec<i64> = attempts.iter().map(|(a, _)| *a).collect();
                 attempt_ids.sort_unstable();
-                let (Some(end), Some(live)) = (
-                    with_partitions(&self.q.attempts_succeed_many, &attempt_ids),
-                    with_partitions(&self.q.attempts_live_among, &attempt_ids),
-                ) else {
+                let Some(end) = with_partitions(&self.q.attempts_succeed_many, &attempt_ids)
+                else {
                     return Ok(0);
+                };
+                // Which runs to end: exactly those of the attempts this statement ends (an
+                // attempt already ended, timed out, lost or cancelled, leaves its run alone),
+                // told by `RETURNING`, or on MySQL, which lacks it, by a locking read first.
+                // Only the statement the backend runs is built.
+                let (locking_read, end) = if $backend == Backend::Mysql {
+                    let Some(read) = with_partitions(&self.q.attempts_live_among, &attempt_ids)
+                    else {
+                        return Ok(0);
+                    };
+                    (Some(read), end)
+                } else {
+                    (None, AssertSqlSafe(format!("{} RETURNING run_id", end.0)))
                 };
                 retry_transient(|| async {
                     let mut tx = self.begin_write().await?;
-                    // The runs of the attempts this statement ends, and only those: an
-                    // attempt already ended (timed out, lost, cancelled) leaves its run alone.
-                    let mut ended: Vec<i64> = if $backend == Backend::Mysql {
-                        let runs = sqlx::query_scalar::<$db, i64>(AssertSqlSafe(live.0.clone()))
-                            .fetch_all(&mut *tx)
-                            .await?;
-                        sqlx::query::<$db>(AssertSqlSafe(end.0.clone()))
-                            .bind(executor_id)
-                            .execute(&mut *tx)
-                            .await?;
-                        runs
-                    } else {
-                        sqlx::query_scalar::<$db, i64>(AssertSqlSafe(format!(
-                            "{} RETURNING run_id",
-                            end.0
-                        )))
-                        .bind(executor_id)
-                        .fetch_all(&mut *tx)
-                        .await?
+                    let mut ended: Vec<i64> = match &locking_read {
+                        Some(read) => {
+                            let runs =
+                                sqlx::query_scalar::<$db, i64>(AssertSqlSafe(read.0.clone()))
+                                    .fetch_all(&mut *tx)
+                                    .await?;
+                            sqlx::query::<$db>(AssertSqlSafe(end.0.clone()))
+                                .bind(executor_id)
+                                .execute(&mut *tx)
+                                .await?;
+                            runs
+                        }
+                        None => {
+                            sqlx::query_scalar::<$db, i64>(AssertSqlSafe(end.0.clone()))
+                                .bind(executor_id)
+                                .fetch_all(&mut *tx)
+                                .await?
+                        }
                     };
                     ended.sort_unstable();
                     let Some(finish) = with_partitions(&self.q.runs_succeed_many, &ended) else {
