@@ -157,6 +157,8 @@ CREATE TABLE attempts (
 CREATE UNIQUE INDEX attempts_run_shard_idx ON attempts (run_id, shard_index, attempt_no);
 CREATE INDEX attempts_queue_idx ON attempts (state, partition_id, not_before_ms);
 CREATE INDEX attempts_executor_idx ON attempts (executor_id, state);
+-- The dispatch queue in due order.
+CREATE INDEX attempts_pending_due_idx ON attempts (state, not_before_ms, attempt_id);
 
 -- Named exclusion calendars shared by jobs (`calendars` in the job document).
 CREATE TABLE calendars (

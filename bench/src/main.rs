@@ -38,6 +38,10 @@ struct Cli {
     /// default: the server's default (30 days).
     #[arg(long, global = true)]
     retention: Option<String>,
+    /// Also set this in the nodes' environment (`KEY=VALUE`, repeatable), e.g.
+    /// `CARILLON_CONFIG=tuned.toml` to measure a setting without a rebuild.
+    #[arg(long, global = true, value_parser = parse_node_env)]
+    node_env: Vec<(String, String)>,
     #[command(subcommand)]
     scenario: Scenario,
 }
@@ -108,7 +112,10 @@ async fn main() -> anyhow::Result<()> {
             .retention
             .as_deref()
             .map(history::retention_env)
-            .unwrap_or_default(),
+            .unwrap_or_default()
+            .into_iter()
+            .chain(cli.node_env)
+            .collect(),
     };
     let report = match cli.scenario {
         Scenario::Throughput {
@@ -136,4 +143,12 @@ async fn main() -> anyhow::Result<()> {
     };
     report.print(cli.json);
     Ok(())
+}
+
+/// `KEY=VALUE`, for `--node-env`.
+fn parse_node_env(pair: &str) -> Result<(String, String), String> {
+    match pair.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("`{pair}` is not KEY=VALUE")),
+    }
 }

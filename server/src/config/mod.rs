@@ -61,7 +61,7 @@ pub struct SchedulerConfig {
     /// An instant fired later than this is missed (its job's misfire policy applies); earlier
     /// it is merely late and fires as usual.
     pub misfire_threshold_ms: u64,
-    /// Most instants claimed in one transaction.
+    /// Most instants claimed in one round (shared by four concurrent transactions).
     pub claim_batch: usize,
     /// How long before its instant a run is claimed and started, to be delivered on time.
     pub claim_ahead_ms: u64,

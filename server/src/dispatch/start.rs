@@ -6,13 +6,20 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use serde_json::Value;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::Dispatcher;
 use super::fleet::Fleet;
 use super::sharding::first_attempts;
 use crate::jobs::{JobPolicy, jitter_delay_ms};
 use crate::store::{self, JobRecord, NewAttempt, RunRecord, run_state};
+
+/// Most runs one start pass takes. Smaller than a delivery slice: a run claimed while a pass
+/// runs waits for it to end, so a shorter pass starts runs sooner after their claim.
+const START_SLICE: i64 = 2_048;
+
+/// A start pass slower than this is logged with where its time went.
+const SLOW_PASS: std::time::Duration = std::time::Duration::from_millis(1_000);
 
 impl Dispatcher {
     /// Starts a slice of pending runs: one attempt per shard, all in one transaction.
@@ -22,22 +29,26 @@ impl Dispatcher {
         if partitions.is_empty() {
             return Ok(0);
         }
+        let began = std::time::Instant::now();
         let cursor = self.runs_cursor.load(Ordering::Relaxed);
         let pending = self
             .store
-            .runs_pending(&partitions, cursor, self.settings.batch)
+            .runs_pending(&partitions, cursor, START_SLICE)
             .await?;
         self.runs_cursor.store(
-            next_cursor(&pending, self.settings.batch, |r| r.run_id),
+            next_cursor(&pending, START_SLICE, |r| r.run_id),
             Ordering::Relaxed,
         );
         if pending.is_empty() {
             return Ok(0);
         }
+        let read = began.elapsed();
         let fleet = self.fleet(false).await?;
         let mut jobs: HashMap<i64, Option<JobRecord>> = HashMap::new();
         self.prefetch_jobs(&mut jobs, pending.iter().map(|r| r.job_id))
             .await?;
+        let prepared = began.elapsed();
+        let pending_count = pending.len();
         let mut starting = Vec::new();
         for run in pending {
             let job = jobs.get(&run.job_id).and_then(Option::as_ref);
@@ -48,7 +59,20 @@ impl Dispatcher {
         if starting.is_empty() {
             return Ok(0);
         }
+        let planned = began.elapsed();
         let started = self.store.runs_start(&starting).await?;
+        let took = began.elapsed();
+        if took > SLOW_PASS {
+            warn!(
+                ?took,
+                ?read,
+                ?prepared,
+                ?planned,
+                pending = pending_count,
+                started,
+                "slow start pass"
+            );
+        }
         debug!(started, "runs started");
         Ok(started)
     }

@@ -4,19 +4,6 @@
 macro_rules! dispatch_store {
     ($store:ident, $db:ty, $backend:expr) => {
         impl $store {
-            async fn attempts_end_once(
-                &self,
-                ends: &[(i64, AttemptEnd)],
-            ) -> Result<Vec<AttemptEnded>, Error> {
-                let mut tx = self.begin_write().await?;
-                let mut ended = Vec::with_capacity(ends.len());
-                for (attempt_id, end) in ends {
-                    ended.push(self.attempt_end_in(&mut tx, *attempt_id, end).await?);
-                }
-                tx.commit().await?;
-                Ok(ended)
-            }
-
             /// The smallest id of the runs finished in `[since_ms, until_ms)`, if any.
             async fn runs_first_id_finished(
                 &self,
@@ -28,124 +15,6 @@ macro_rules! dispatch_store {
                     .bind(until_ms)
                     .fetch_one(&self.pool)
                     .await?)
-            }
-
-            /// Ends one attempt inside the caller's transaction.
-            async fn attempt_end_in(
-                &self,
-                tx: &mut sqlx::Transaction<'static, $db>,
-                attempt_id: i64,
-                end: &AttemptEnd,
-            ) -> Result<AttemptEnded, Error> {
-                let Some(attempt) = sqlx::query_as::<$db, AttemptRecord>(sql(&self.q.attempt_lock))
-                    .bind(attempt_id)
-                    .fetch_optional(&mut **tx)
-                    .await?
-                else {
-                    return Ok(AttemptEnded::AlreadyEnded);
-                };
-                let ended = sqlx::query::<$db>(sql(&self.q.attempt_end))
-                    .bind(end.state)
-                    .bind(end.output.as_deref())
-                    .bind(end.error.as_deref())
-                    .bind(end.executor_id.as_deref())
-                    .bind(end.executor_id.as_deref())
-                    .bind(attempt_id)
-                    .execute(&mut **tx)
-                    .await?
-                    .rows_affected();
-                if ended == 0 {
-                    return Ok(AttemptEnded::AlreadyEnded);
-                }
-                if let Some(delay) = end.retry_after_ms {
-                    sqlx::query::<$db>(sql(&self.q.attempt_insert))
-                        .bind(attempt.run_id)
-                        .bind(attempt.job_id)
-                        .bind(attempt.partition_id)
-                        .bind(attempt.shard_index)
-                        .bind(attempt.shard_total)
-                        .bind(attempt.attempt_no + 1)
-                        // Failover does not use up the retry budget: the next attempt
-                        // knows how many of those before it were lost.
-                        .bind(
-                            attempt.lost_before
-                                + i64::from(end.state == attempt_state::LOST),
-                        )
-                        .bind(attempt.priority)
-                        .bind(&attempt.args_json)
-                        .bind(delay.max(0))
-                        .bind(
-                            end.executor_id
-                                .as_deref()
-                                .or(attempt.executor_id.as_deref()),
-                        )
-                        .bind(None::<&str>)
-                        .execute(&mut **tx)
-                        .await?;
-                    return Ok(AttemptEnded::Retrying);
-                }
-                // The run ends when every shard's latest attempt has ended. Its row is locked
-                // first: two shards ending at once would otherwise each see the other still
-                // running (neither committed), and the run would never end.
-                sqlx::query::<$db>(sql(&self.q.run_lock))
-                    .bind(attempt.run_id)
-                    .execute(&mut **tx)
-                    .await?;
-                let attempts = sqlx::query_as::<$db, AttemptRecord>(sql(&self.q.attempts_of_run))
-                    .bind(attempt.run_id)
-                    .fetch_all(&mut **tx)
-                    .await?;
-                let mut latest: std::collections::BTreeMap<i64, &str> =
-                    std::collections::BTreeMap::new();
-                for a in &attempts {
-                    latest.insert(a.shard_index, a.state.as_str());
-                }
-                let unfinished = latest
-                    .values()
-                    .any(|s| *s == attempt_state::PENDING || *s == attempt_state::RUNNING);
-                if unfinished {
-                    return Ok(AttemptEnded::RunContinues);
-                }
-                let (state, message) = if latest.values().all(|s| *s == attempt_state::SUCCEEDED) {
-                    ("succeeded", None)
-                } else if latest.values().any(|s| *s == attempt_state::CANCELLED) {
-                    ("cancelled", Some("a shard was cancelled".to_owned()))
-                } else {
-                    let failed = latest
-                        .iter()
-                        .filter(|(_, s)| **s != attempt_state::SUCCEEDED)
-                        .map(|(shard, s)| format!("shard {shard}: {s}"))
-                        .collect::<Vec<_>>()
-                        .join(", ");
-                    (
-                        "failed",
-                        Some(format!("failed after its last attempt ({failed})")),
-                    )
-                };
-                let run_ended = sqlx::query::<$db>(sql(&self.q.run_end))
-                    .bind(state)
-                    .bind(message.as_deref())
-                    .bind(attempt.run_id)
-                    .execute(&mut **tx)
-                    .await?
-                    .rows_affected();
-                if run_ended == 0 {
-                    // The run had ended already (cancelled, or replaced): this attempt's end
-                    // changes nothing more.
-                    return Ok(AttemptEnded::AlreadyEnded);
-                }
-                // A run queued behind this one (overlap `queue`) may start now.
-                let queued = sqlx::query_scalar::<$db, i64>(sql(&self.q.run_next_queued))
-                    .bind(attempt.job_id)
-                    .fetch_optional(&mut **tx)
-                    .await?;
-                if let Some(next) = queued {
-                    sqlx::query::<$db>(sql(&self.q.run_release_queued))
-                        .bind(next)
-                        .execute(&mut **tx)
-                        .await?;
-                }
-                Ok(AttemptEnded::RunEnded(state.to_owned()))
             }
         }
 
@@ -275,25 +144,40 @@ macro_rules! dispatch_store {
                 runs: &[(RunRecord, Vec<NewAttempt>)],
             ) -> Result<usize, Error> {
                 let ids: Vec<i64> = runs.iter().map(|(r, _)| r.run_id).collect();
-                let (Some(lock), Some(start)) = (
-                    with_partitions(&self.q.runs_pending_among, &ids),
-                    with_partitions(&self.q.runs_start_many, &ids),
-                ) else {
+                let Some(start) = with_partitions(&self.q.runs_start_many, &ids) else {
                     return Ok(0);
                 };
+                let lock = if $backend == Backend::Mysql {
+                    with_partitions(&self.q.runs_pending_among, &ids)
+                } else {
+                    None
+                };
                 let mut tx = self.begin_write().await?;
-                // Only runs still pending start (a cancelled one stays cancelled); locking them
-                // first keeps a concurrent starter from adding attempts of its own.
-                let pending: std::collections::HashSet<i64> = sqlx::query_scalar::<$db, i64>(lock)
+                // Only runs still pending start (a cancelled one stays cancelled), and only the
+                // starter whose statement moved a run to `running` adds its attempts: told by
+                // `RETURNING`, or on MySQL, which lacks it, by locking the pending runs first.
+                let pending: std::collections::HashSet<i64> = if let Some(lock) = lock {
+                    let pending = sqlx::query_scalar::<$db, i64>(lock)
+                        .fetch_all(&mut *tx)
+                        .await?;
+                    if !pending.is_empty() {
+                        sqlx::query::<$db>(start).execute(&mut *tx).await?;
+                    }
+                    pending.into_iter().collect()
+                } else {
+                    sqlx::query_scalar::<$db, i64>(AssertSqlSafe(format!(
+                        "{} RETURNING run_id",
+                        start.0
+                    )))
                     .fetch_all(&mut *tx)
                     .await?
                     .into_iter()
-                    .collect();
+                    .collect()
+                };
                 if pending.is_empty() {
                     tx.rollback().await?;
                     return Ok(0);
                 }
-                sqlx::query::<$db>(start).execute(&mut *tx).await?;
                 let starting: Vec<(&RunRecord, &NewAttempt)> = runs
                     .iter()
                     .filter(|(run, _)| pending.contains(&run.run_id))

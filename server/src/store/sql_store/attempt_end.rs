@@ -1,0 +1,140 @@
+//! Ending one attempt on the three backends: the guarded update from a live state, then the
+//! shard's retry or, when every shard has ended, the run's end and the release of the job's
+//! next queued run, all in the caller's transaction.
+
+/// Implements it for one backend's store; see `super` for the arguments.
+macro_rules! attempt_end_store {
+    ($store:ident, $db:ty) => {
+        impl $store {
+            async fn attempts_end_once(
+                &self,
+                ends: &[(i64, AttemptEnd)],
+            ) -> Result<Vec<AttemptEnded>, Error> {
+                let mut tx = self.begin_write().await?;
+                let mut ended = Vec::with_capacity(ends.len());
+                for (attempt_id, end) in ends {
+                    ended.push(self.attempt_end_in(&mut tx, *attempt_id, end).await?);
+                }
+                tx.commit().await?;
+                Ok(ended)
+            }
+
+            /// Ends one attempt inside the caller's transaction.
+            async fn attempt_end_in(
+                &self,
+                tx: &mut sqlx::Transaction<'static, $db>,
+                attempt_id: i64,
+                end: &AttemptEnd,
+            ) -> Result<AttemptEnded, Error> {
+                let Some(attempt) = sqlx::query_as::<$db, AttemptRecord>(sql(&self.q.attempt_lock))
+                    .bind(attempt_id)
+                    .fetch_optional(&mut **tx)
+                    .await?
+                else {
+                    return Ok(AttemptEnded::AlreadyEnded);
+                };
+                let ended = sqlx::query::<$db>(sql(&self.q.attempt_end))
+                    .bind(end.state)
+                    .bind(end.output.as_deref())
+                    .bind(end.error.as_deref())
+                    .bind(end.executor_id.as_deref())
+                    .bind(end.executor_id.as_deref())
+                    .bind(attempt_id)
+                    .execute(&mut **tx)
+                    .await?
+                    .rows_affected();
+                if ended == 0 {
+                    return Ok(AttemptEnded::AlreadyEnded);
+                }
+                if let Some(delay) = end.retry_after_ms {
+                    sqlx::query::<$db>(sql(&self.q.attempt_insert))
+                        .bind(attempt.run_id)
+                        .bind(attempt.job_id)
+                        .bind(attempt.partition_id)
+                        .bind(attempt.shard_index)
+                        .bind(attempt.shard_total)
+                        .bind(attempt.attempt_no + 1)
+                        // Failover does not use up the retry budget: the next attempt
+                        // knows how many of those before it were lost.
+                        .bind(attempt.lost_before + i64::from(end.state == attempt_state::LOST))
+                        .bind(attempt.priority)
+                        .bind(&attempt.args_json)
+                        .bind(delay.max(0))
+                        .bind(
+                            end.executor_id
+                                .as_deref()
+                                .or(attempt.executor_id.as_deref()),
+                        )
+                        .bind(None::<&str>)
+                        .execute(&mut **tx)
+                        .await?;
+                    return Ok(AttemptEnded::Retrying);
+                }
+                // The run ends when every shard's latest attempt has ended. Its row is locked
+                // first: two shards ending at once would otherwise each see the other still
+                // running (neither committed), and the run would never end.
+                sqlx::query::<$db>(sql(&self.q.run_lock))
+                    .bind(attempt.run_id)
+                    .execute(&mut **tx)
+                    .await?;
+                let attempts = sqlx::query_as::<$db, AttemptRecord>(sql(&self.q.attempts_of_run))
+                    .bind(attempt.run_id)
+                    .fetch_all(&mut **tx)
+                    .await?;
+                let mut latest: std::collections::BTreeMap<i64, &str> =
+                    std::collections::BTreeMap::new();
+                for a in &attempts {
+                    latest.insert(a.shard_index, a.state.as_str());
+                }
+                let unfinished = latest
+                    .values()
+                    .any(|s| *s == attempt_state::PENDING || *s == attempt_state::RUNNING);
+                if unfinished {
+                    return Ok(AttemptEnded::RunContinues);
+                }
+                let (state, message) = if latest.values().all(|s| *s == attempt_state::SUCCEEDED) {
+                    ("succeeded", None)
+                } else if latest.values().any(|s| *s == attempt_state::CANCELLED) {
+                    ("cancelled", Some("a shard was cancelled".to_owned()))
+                } else {
+                    let failed = latest
+                        .iter()
+                        .filter(|(_, s)| **s != attempt_state::SUCCEEDED)
+                        .map(|(shard, s)| format!("shard {shard}: {s}"))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    (
+                        "failed",
+                        Some(format!("failed after its last attempt ({failed})")),
+                    )
+                };
+                let run_ended = sqlx::query::<$db>(sql(&self.q.run_end))
+                    .bind(state)
+                    .bind(message.as_deref())
+                    .bind(attempt.run_id)
+                    .execute(&mut **tx)
+                    .await?
+                    .rows_affected();
+                if run_ended == 0 {
+                    // The run had ended already (cancelled, or replaced): this attempt's end
+                    // changes nothing more.
+                    return Ok(AttemptEnded::AlreadyEnded);
+                }
+                // A run queued behind this one (overlap `queue`) may start now.
+                let queued = sqlx::query_scalar::<$db, i64>(sql(&self.q.run_next_queued))
+                    .bind(attempt.job_id)
+                    .fetch_optional(&mut **tx)
+                    .await?;
+                if let Some(next) = queued {
+                    sqlx::query::<$db>(sql(&self.q.run_release_queued))
+                        .bind(next)
+                        .execute(&mut **tx)
+                        .await?;
+                }
+                Ok(AttemptEnded::RunEnded(state.to_owned()))
+            }
+        }
+    };
+}
+
+pub(super) use attempt_end_store;
