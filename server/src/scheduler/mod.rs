@@ -41,8 +41,9 @@ pub struct SchedulerSettings {
     pub misfire_threshold: Duration,
     /// Most instants claimed in one round, which the claim lanes (four transactions) share by
     /// partition. Each round waits for its slowest lane, so the batch bounds the claim rate:
-    /// 512 held one node under 8,500 fires/s on PostgreSQL here, 2,048 keeps up with 10,000
-    /// (`bench/README.md`); larger rounds claim the first instants of a second later.
+    /// 512 held one node under 8,700 fires/s on PostgreSQL here, 2,048 mostly keeps up with
+    /// 10,000; 4,096 claims faster still but starts the first runs of a burst later (p99 at
+    /// 5,000 jobs/s 256-290 ms against 15-20 ms). See `bench/README.md`.
     pub claim_batch: usize,
     /// Instants are claimed this long before they are due, so the run is stored and started
     /// by then and only its delivery is left at the instant (XXL-JOB reads 5 s ahead).
