@@ -239,7 +239,8 @@ impl Cluster {
         None
     }
 
-    /// Creates jobs from `documents`, `concurrency` requests at a time; returns their ids.
+    /// Creates jobs from `documents`, `concurrency` requests at a time; returns their ids. A
+    /// job is asked for up to [`CREATE_TRIES`] times while the node answers `503`.
     pub(crate) async fn create_jobs(
         &self,
         documents: Vec<Value>,
@@ -256,18 +257,28 @@ impl Cluster {
                 let url = format!("{}/api/v1/jobs", urls[i % urls.len()]);
                 let client = client.clone();
                 tasks.spawn(async move {
-                    let response = client
-                        .post(url)
-                        .bearer_auth(ADMIN_TOKEN)
-                        .json(&doc)
-                        .send()
-                        .await?;
-                    let status = response.status();
-                    let body: Value = response.json().await?;
-                    if status.as_u16() != 201 {
-                        bail!("creating a job: {status} {body}");
+                    // A `503` says the database could not serve the request and to try again
+                    // (SQLite busy while the node fires): a client does, after a pause.
+                    let mut tries = 0;
+                    loop {
+                        tries += 1;
+                        let response = client
+                            .post(&url)
+                            .bearer_auth(ADMIN_TOKEN)
+                            .json(&doc)
+                            .send()
+                            .await?;
+                        let status = response.status();
+                        let body: Value = response.json().await?;
+                        if status.as_u16() == 503 && tries < CREATE_TRIES {
+                            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                            continue;
+                        }
+                        if status.as_u16() != 201 {
+                            bail!("creating a job: {status} {body}");
+                        }
+                        return body["id"].as_i64().context("a created job has an id");
                     }
-                    body["id"].as_i64().context("a created job has an id")
                 });
             }
             match tasks.join_next().await {
@@ -312,6 +323,9 @@ impl Drop for Cluster {
         }
     }
 }
+
+/// How often the bench asks for one job before it gives up on `503`s.
+const CREATE_TRIES: u32 = 10;
 
 /// A loopback port nobody listens on now.
 fn free_port() -> anyhow::Result<u16> {
