@@ -16,6 +16,57 @@ macro_rules! dispatch_store {
                     .fetch_one(&self.pool)
                     .await?)
             }
+
+            /// The statements of a guarded update on `ids` whose caller must learn which rows
+            /// it moved (their run ids): on PostgreSQL and SQLite the update itself with
+            /// `RETURNING run_id`; on MySQL, which lacks it, `locking_read` (run first, the
+            /// rows still live) and the plain update. `None` when `ids` is empty.
+            fn guarded_update(
+                update: &Arc<str>,
+                locking_read: &Arc<str>,
+                ids: &[i64],
+            ) -> Option<GuardedUpdate> {
+                let update = with_partitions(update, ids)?;
+                Some(if $backend == Backend::Mysql {
+                    GuardedUpdate {
+                        locking_read: Some(with_partitions(locking_read, ids)?),
+                        update,
+                    }
+                } else {
+                    GuardedUpdate {
+                        locking_read: None,
+                        update: AssertSqlSafe(format!("{} RETURNING run_id", update.0)),
+                    }
+                })
+            }
+
+            /// Runs a [`GuardedUpdate`] in `tx`, binding `bind` to the update when given;
+            /// returns the run ids of exactly the rows it moved.
+            async fn run_guarded_update(
+                tx: &mut Transaction<'static, $db>,
+                statements: &GuardedUpdate,
+                bind: Option<&str>,
+            ) -> Result<Vec<i64>, Error> {
+                let update = || {
+                    let query = AssertSqlSafe(statements.update.0.clone());
+                    match bind {
+                        Some(value) => sqlx::query_scalar::<$db, i64>(query).bind(value.to_owned()),
+                        None => sqlx::query_scalar::<$db, i64>(query),
+                    }
+                };
+                Ok(match &statements.locking_read {
+                    Some(read) => {
+                        let moved = sqlx::query_scalar::<$db, i64>(AssertSqlSafe(read.0.clone()))
+                            .fetch_all(&mut **tx)
+                            .await?;
+                        if !moved.is_empty() {
+                            update().fetch_all(&mut **tx).await?;
+                        }
+                        moved
+                    }
+                    None => update().fetch_all(&mut **tx).await?,
+                })
+            }
         }
 
         #[async_trait]
@@ -144,36 +195,19 @@ macro_rules! dispatch_store {
                 runs: &[(RunRecord, Vec<NewAttempt>)],
             ) -> Result<usize, Error> {
                 let ids: Vec<i64> = runs.iter().map(|(r, _)| r.run_id).collect();
-                let Some(start) = with_partitions(&self.q.runs_start_many, &ids) else {
+                let Some(start) =
+                    Self::guarded_update(&self.q.runs_start_many, &self.q.runs_pending_among, &ids)
+                else {
                     return Ok(0);
-                };
-                let lock = if $backend == Backend::Mysql {
-                    with_partitions(&self.q.runs_pending_among, &ids)
-                } else {
-                    None
                 };
                 let mut tx = self.begin_write().await?;
                 // Only runs still pending start (a cancelled one stays cancelled), and only the
-                // starter whose statement moved a run to `running` adds its attempts: told by
-                // `RETURNING`, or on MySQL, which lacks it, by locking the pending runs first.
-                let pending: std::collections::HashSet<i64> = if let Some(lock) = lock {
-                    let pending = sqlx::query_scalar::<$db, i64>(lock)
-                        .fetch_all(&mut *tx)
-                        .await?;
-                    if !pending.is_empty() {
-                        sqlx::query::<$db>(start).execute(&mut *tx).await?;
-                    }
-                    pending.into_iter().collect()
-                } else {
-                    sqlx::query_scalar::<$db, i64>(AssertSqlSafe(format!(
-                        "{} RETURNING run_id",
-                        start.0
-                    )))
-                    .fetch_all(&mut *tx)
-                    .await?
-                    .into_iter()
-                    .collect()
-                };
+                // starter whose statement moved a run to `running` adds its attempts.
+                let pending: std::collections::HashSet<i64> =
+                    Self::run_guarded_update(&mut tx, &start, None)
+                        .await?
+                        .into_iter()
+                        .collect();
                 if pending.is_empty() {
                     tx.rollback().await?;
                     return Ok(0);
@@ -409,44 +443,19 @@ macro_rules! dispatch_store {
             ) -> Result<u64, Error> {
                 let mut attempt_ids: Vec<i64> = attempts.iter().map(|(a, _)| *a).collect();
                 attempt_ids.sort_unstable();
-                let Some(end) = with_partitions(&self.q.attempts_succeed_many, &attempt_ids)
-                else {
-                    return Ok(0);
-                };
                 // Which runs to end: exactly those of the attempts this statement ends (an
-                // attempt already ended, timed out, lost or cancelled, leaves its run alone),
-                // told by `RETURNING`, or on MySQL, which lacks it, by a locking read first.
-                // Only the statement the backend runs is built.
-                let (locking_read, end) = if $backend == Backend::Mysql {
-                    let Some(read) = with_partitions(&self.q.attempts_live_among, &attempt_ids)
-                    else {
-                        return Ok(0);
-                    };
-                    (Some(read), end)
-                } else {
-                    (None, AssertSqlSafe(format!("{} RETURNING run_id", end.0)))
+                // attempt already ended, timed out, lost or cancelled, leaves its run alone).
+                let Some(end) = Self::guarded_update(
+                    &self.q.attempts_succeed_many,
+                    &self.q.attempts_live_among,
+                    &attempt_ids,
+                ) else {
+                    return Ok(0);
                 };
                 retry_transient(|| async {
                     let mut tx = self.begin_write().await?;
-                    let mut ended: Vec<i64> = match &locking_read {
-                        Some(read) => {
-                            let runs =
-                                sqlx::query_scalar::<$db, i64>(AssertSqlSafe(read.0.clone()))
-                                    .fetch_all(&mut *tx)
-                                    .await?;
-                            sqlx::query::<$db>(AssertSqlSafe(end.0.clone()))
-                                .bind(executor_id)
-                                .execute(&mut *tx)
-                                .await?;
-                            runs
-                        }
-                        None => {
-                            sqlx::query_scalar::<$db, i64>(AssertSqlSafe(end.0.clone()))
-                                .bind(executor_id)
-                                .fetch_all(&mut *tx)
-                                .await?
-                        }
-                    };
+                    let mut ended =
+                        Self::run_guarded_update(&mut tx, &end, Some(executor_id)).await?;
                     ended.sort_unstable();
                     let Some(finish) = with_partitions(&self.q.runs_succeed_many, &ended) else {
                         tx.commit().await?;

@@ -138,6 +138,13 @@ fn advance_jobs(backend: Backend, rows: &[(i64, i64, i64, i64)]) -> String {
     sql
 }
 
+/// A guarded update whose caller learns which rows it moved (see `guarded_update` in
+/// `dispatch.rs`): the update, and on MySQL the locking read that names them first.
+struct GuardedUpdate {
+    locking_read: Option<AssertSqlSafe<String>>,
+    update: AssertSqlSafe<String>,
+}
+
 /// How often a transaction that lost a deadlock or serialisation race is tried in all.
 const TRANSIENT_ATTEMPTS: u32 = 4;
 
