@@ -14,9 +14,11 @@ use super::sharding::first_attempts;
 use crate::jobs::{JobPolicy, jitter_delay_ms};
 use crate::store::{self, JobRecord, NewAttempt, RunRecord, run_state};
 
-/// Most runs one start pass takes. Smaller than a delivery slice: a run claimed while a pass
-/// runs waits for it to end, so a shorter pass starts runs sooner after their claim.
-const START_SLICE: i64 = 2_048;
+/// Most runs one start pass takes. As large as a delivery slice: a pass costs about 450 ms
+/// for 2,048 runs on the bench machine, two thirds of it the transaction, so a pass of 8,192
+/// starts many more runs per second (at 10,000 jobs/s: 7,923–9,805 fires/s against
+/// 6,007–7,714 with 2,048) and, at 5,000 jobs/s, a burst's runs in one pass instead of three.
+const START_SLICE: i64 = 8_192;
 
 /// A start pass slower than this is logged with where its time went.
 const SLOW_PASS: std::time::Duration = std::time::Duration::from_millis(1_000);
