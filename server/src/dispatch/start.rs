@@ -14,12 +14,6 @@ use super::sharding::first_attempts;
 use crate::jobs::{JobPolicy, jitter_delay_ms};
 use crate::store::{self, JobRecord, NewAttempt, RunRecord, run_state};
 
-/// Most runs one start pass takes. As large as a delivery slice: a pass costs about 450 ms
-/// for 2,048 runs on the bench machine, two thirds of it the transaction, so a pass of 8,192
-/// starts many more runs per second (at 10,000 jobs/s: 7,923–9,805 fires/s against
-/// 6,007–7,714 with 2,048) and, at 5,000 jobs/s, a burst's runs in one pass instead of three.
-const START_SLICE: i64 = 8_192;
-
 /// A start pass slower than this is logged with where its time went.
 const SLOW_PASS: std::time::Duration = std::time::Duration::from_millis(1_000);
 
@@ -35,10 +29,10 @@ impl Dispatcher {
         let cursor = self.runs_cursor.load(Ordering::Relaxed);
         let pending = self
             .store
-            .runs_pending(&partitions, cursor, START_SLICE)
+            .runs_pending(&partitions, cursor, self.settings.batch)
             .await?;
         self.runs_cursor.store(
-            next_cursor(&pending, START_SLICE, |r| r.run_id),
+            next_cursor(&pending, self.settings.batch, |r| r.run_id),
             Ordering::Relaxed,
         );
         if pending.is_empty() {
