@@ -454,6 +454,15 @@ async fn backfill_fires_a_past_range_once(node: &NodeProcess) {
         .call(Method::GET, &format!("/api/v1/jobs/{id}/backfills"), None)
         .await;
     assert_eq!(list["backfills"].as_array().unwrap().len(), 2, "{list}");
+    // A deleted job's backfills are gone with it: the list answers 404 as the job does.
+    let (status, body) = node
+        .call(Method::DELETE, &format!("/api/v1/jobs/{id}"), None)
+        .await;
+    assert!((200..300).contains(&status), "{status} {body}");
+    let (status, body) = node
+        .call(Method::GET, &format!("/api/v1/jobs/{id}/backfills"), None)
+        .await;
+    assert_eq!(status, 404, "{body}");
 }
 
 /// Runs `carillon <args>` against the node and returns its standard output.

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::body::JsonBody;
+use super::jobs::load;
 use super::params::IdParam;
 use super::{ApiError, ApiState, rfc3339};
 use crate::jobs::{JobPolicy, window_of};
@@ -88,11 +89,7 @@ pub(super) async fn create(
     IdParam(id): IdParam,
     JsonBody(request): JsonBody<BackfillRequest>,
 ) -> Result<(StatusCode, Json<BackfillView>), ApiError> {
-    let job = state
-        .store
-        .job_get(id)
-        .await?
-        .ok_or_else(|| ApiError::missing(format!("job {id}")))?;
+    let job = load(&state, id).await?;
     let zone = parse_zone(&job.timezone).map_err(crate::jobs::JobError::from)?;
     let from = parse_instant(&request.from, zone, "from").map_err(crate::jobs::JobError::from)?;
     let to = parse_instant(&request.to, zone, "to").map_err(crate::jobs::JobError::from)?;
@@ -195,6 +192,8 @@ pub(super) async fn list(
     State(state): State<ApiState>,
     IdParam(id): IdParam,
 ) -> Result<Json<BackfillList>, ApiError> {
+    // A deleted job's backfills went with it: its list is a 404 like the job, not an empty one.
+    load(&state, id).await?;
     let backfills = state.store.backfills_of_job(id, 100).await?;
     Ok(Json(BackfillList {
         backfills: backfills.into_iter().map(view_of).collect(),

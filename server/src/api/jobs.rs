@@ -170,7 +170,8 @@ fn check_fires(state: &ApiState, definition: &JobDefinition) -> Result<(), ApiEr
     Ok(())
 }
 
-async fn load(state: &ApiState, id: i64) -> Result<JobRecord, ApiError> {
+/// The job with this id, or `404` naming it.
+pub(super) async fn load(state: &ApiState, id: i64) -> Result<JobRecord, ApiError> {
     state
         .store
         .job_get(id)
