@@ -88,6 +88,7 @@ fn claim(job_id: i64, version: i64, at: i64) -> RunClaim {
         message: Some("nowhere to go".into()),
         overlap: OverlapRule::Allow,
         job_done: false,
+        start: false,
     }
 }
 

@@ -146,7 +146,8 @@ impl Dispatcher {
                 }
                 tokio::select! {
                     _ = stop.cancelled() => return,
-                    _ = self.wake.notified() => {}
+                    // A claim: the runs it started have their attempts, ready to deliver.
+                    _ = self.wake.notified() => self.started.notify_one(),
                     _ = tokio::time::sleep(self.settings.tick) => {}
                 }
             }

@@ -12,7 +12,7 @@ use super::balancer::Candidate;
 use super::finish::{Ending, finish_attempt};
 use super::fleet::Fleet;
 use crate::jobs::JobPolicy;
-use crate::store::{self, AttemptRecord, DueAttempt, ExecutorRecord, JobRecord};
+use crate::store::{self, AttemptRecord, DueAttempt, ExecutorRecord, JobRecord, run_state};
 
 /// Waiting this long raises an attempt's priority by one, so low priorities are not starved.
 const AGEING_STEP_MS: i64 = 10_000;
@@ -79,6 +79,27 @@ pub(super) struct Offer {
 }
 
 impl Dispatcher {
+    /// Ends the run of `attempt` and its attempts `no_executor`.
+    async fn end_run_nowhere(
+        &self,
+        attempt: &AttemptRecord,
+        message: &str,
+    ) -> Result<(), store::Error> {
+        let ended = self
+            .store
+            .run_end_with_attempts(attempt.run_id, run_state::NO_EXECUTOR, message)
+            .await?;
+        if ended.is_some() {
+            self.observer.run_ended(
+                attempt.run_id,
+                attempt.job_id,
+                run_state::NO_EXECUTOR,
+                Some(message),
+            );
+        }
+        Ok(())
+    }
+
     /// Plans the offer of one attempt to the executors that can take it, in balancer order,
     /// counting it against the first one's capacity; ends it here when it cannot go anywhere.
     pub(super) async fn plan(
@@ -106,15 +127,22 @@ impl Dispatcher {
         if offering.is_empty() {
             let waited = fleet.now_ms - attempt.not_before_ms.max(attempt.created_at_ms);
             if let Some(message) = fleet.nowhere_to_go(job, waited, self.grace_ms()) {
-                finish_attempt(
-                    &*self.store,
-                    &self.observer,
-                    attempt,
-                    Ending::Refused,
-                    None,
-                    Some(message),
-                )
-                .await?;
+                if attempt.attempt_no == 1 && attempt.shard_total == 1 && attempt.lost_before == 0 {
+                    // A run that is one attempt (most start in their claim) and never found an
+                    // executor ends as the start pass ends one: `no_executor`, a dead letter,
+                    // not a failure to retry.
+                    self.end_run_nowhere(attempt, &message).await?;
+                } else {
+                    finish_attempt(
+                        &*self.store,
+                        &self.observer,
+                        attempt,
+                        Ending::Refused,
+                        None,
+                        Some(message),
+                    )
+                    .await?;
+                }
             }
             return Ok(None);
         }

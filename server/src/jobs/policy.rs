@@ -121,6 +121,20 @@ pub struct JobPolicy {
     pub pause_after_failures: Option<u32>,
 }
 
+impl JobPolicy {
+    /// Whether a scheduled run of this job is one attempt with the job's own arguments, due
+    /// at its instant: no sharding (which needs the executors of the moment) and no jitter.
+    /// Such a run starts in its claim (`RunClaim::start`), not in a later start pass.
+    pub fn starts_as_one_attempt(&self) -> bool {
+        let Sharding {
+            split,
+            broadcast,
+            count,
+        } = &self.sharding;
+        !split && !broadcast && count.is_none() && self.jitter_ms.is_none()
+    }
+}
+
 /// A job's bounds: instants (RFC 3339, or wall times in the job's zone) and a count.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

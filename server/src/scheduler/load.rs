@@ -104,6 +104,7 @@ impl Scheduler {
             fixed_delay: false,
             runs_left,
             calendars,
+            starts_in_claim: policy.starts_as_one_attempt(),
         };
         if planned.next.is_none() && planned.catch_up.is_empty() {
             info!(

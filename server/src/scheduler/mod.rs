@@ -40,10 +40,11 @@ pub struct SchedulerSettings {
     /// An instant later than this is missed (misfire policy), not merely late.
     pub misfire_threshold: Duration,
     /// Most instants claimed in one round, which the claim lanes (four transactions) share by
-    /// partition. Each round waits for its slowest lane, so the batch bounds the claim rate:
-    /// 512 held one node under 8,700 fires/s on PostgreSQL here, 2,048 mostly keeps up with
-    /// 10,000; 4,096 claims faster still but starts the first runs of a burst later (p99 at
-    /// 5,000 jobs/s 256-290 ms against 15-20 ms). See `bench/README.md`.
+    /// partition. Each round waits for its slowest lane, so the batch bounds the claim rate.
+    /// Since most runs start in their claim (one more insert per run), the claim is the stage
+    /// that lags at 10,000 jobs/s: rounds of 2,048 claimed 5,998 fires/s on PostgreSQL here,
+    /// 8,192 claimed 7,976-8,879, with p99 at 5,000 jobs/s 32 ms (`bench/README.md`). A round
+    /// no larger than what is due within `claim_ahead` commits before its instants.
     pub claim_batch: usize,
     /// Instants are claimed this long before they are due, so the run is stored and started
     /// by then and only its delivery is left at the instant (XXL-JOB reads 5 s ahead).
@@ -55,7 +56,7 @@ impl Default for SchedulerSettings {
         Self {
             poll_interval: Duration::from_millis(500),
             misfire_threshold: Duration::from_secs(60),
-            claim_batch: 2_048,
+            claim_batch: 8_192,
             claim_ahead: DEFAULT_CLAIM_AHEAD,
         }
     }
@@ -88,6 +89,8 @@ struct LoadedJob {
     runs_left: u32,
     /// Index into `Scheduler::calendar_sets`, or [`NO_CALENDARS`].
     calendars: u32,
+    /// Its runs are one attempt each with its own arguments: they start in their claim.
+    starts_in_claim: bool,
 }
 
 /// `runs_left` of a job without `bounds.max_runs`.
@@ -348,6 +351,9 @@ impl Scheduler {
                 Overlap::Replace => OverlapRule::Replace,
             },
             job_done,
+            start: job.starts_in_claim
+                && state == run_state::PENDING
+                && job.overlap == Overlap::Allow,
         })
     }
 

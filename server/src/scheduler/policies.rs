@@ -163,6 +163,7 @@ impl Scheduler {
             fixed_delay: true,
             runs_left,
             calendars,
+            starts_in_claim: policy.starts_as_one_attempt(),
         };
         self.jobs.insert(job.job_id, loaded);
         if let Some(last) = job.last_fired_at_ms {

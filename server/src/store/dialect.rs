@@ -224,7 +224,7 @@ queries! {
     // A claim's partitions and jobs, locked in one statement each, in ascending order.
     partitions_lock_many = "SELECT partition_id, owner_node_id, epoch FROM partitions \
         WHERE partition_id IN ({partitions}) ORDER BY partition_id {for_update}";
-    jobs_lock_many = "SELECT job_id, version, state, last_fired_at_ms FROM jobs \
+    jobs_lock_many = "SELECT job_id, version, state, last_fired_at_ms, args_json FROM jobs \
         WHERE job_id IN ({partitions}) ORDER BY job_id {for_update}";
     run_insert_ignore_duplicate = "{ignore_duplicate_run}";
     job_advance = "UPDATE jobs SET last_fired_at_ms = ?, fired_count = fired_count + ?, \
@@ -400,7 +400,7 @@ queries! {
         dispatched_at_ms = COALESCE(dispatched_at_ms, CASE WHEN ? IS NULL THEN NULL ELSE {now} END) \
         WHERE attempt_id = ? AND state IN ('pending', 'running')";
     attempts_cancel_of_run = "UPDATE attempts SET state = 'cancelled', finished_at_ms = {now}, \
-        error = 'cancelled' WHERE run_id = ? AND state IN ('pending', 'running')";
+        error = ? WHERE run_id = ? AND state IN ('pending', 'running')";
 
     // `{partitions}` is filled at call time with the node's partition ids (integers we format).
     runs_pending = "SELECT run_id, job_id, scheduled_at_ms, partition_id, epoch, node_id, trigger_kind, \

@@ -198,6 +198,11 @@ pub struct RunClaim {
     pub overlap: OverlapRule,
     /// The schedule has no instant after this one: the job becomes `done`.
     pub job_done: bool,
+    /// A `pending` run of a job whose runs are one attempt each
+    /// (`JobPolicy::starts_as_one_attempt`) under `allow` starts in the claim: it is inserted
+    /// `running` with that attempt (the job's arguments, not before the instant), so no
+    /// start pass reads it, reads its job or writes it again.
+    pub start: bool,
 }
 
 /// What became of one claim.

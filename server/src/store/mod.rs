@@ -246,7 +246,20 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// Cancels an unfinished run and its unfinished attempts; returns the attempts that were
     /// running (their executors should be told), or `None` if the run was not unfinished.
-    async fn run_cancel(&self, run_id: i64) -> Result<Option<Vec<AttemptRecord>>, Error>;
+    async fn run_cancel(&self, run_id: i64) -> Result<Option<Vec<AttemptRecord>>, Error> {
+        self.run_end_with_attempts(run_id, run_state::CANCELLED, "cancelled through the API")
+            .await
+    }
+
+    /// Ends an unfinished run in `state` with `message`, and its unfinished attempts as
+    /// `cancelled` with that message, in one transaction; returns the attempts that were
+    /// running, or `None` if the run was not unfinished.
+    async fn run_end_with_attempts(
+        &self,
+        run_id: i64,
+        state: &str,
+        message: &str,
+    ) -> Result<Option<Vec<AttemptRecord>>, Error>;
 
     async fn run_get(&self, run_id: i64) -> Result<Option<RunRecord>, Error>;
 

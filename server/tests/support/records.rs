@@ -33,5 +33,6 @@ pub fn claim(job_id: i64, at: i64, state: &'static str) -> RunClaim {
         message: None,
         overlap: OverlapRule::Allow,
         job_done: false,
+        start: false,
     }
 }

@@ -17,6 +17,39 @@ macro_rules! dispatch_store {
                     .await?)
             }
 
+            /// Inserts first attempts in a few multi-row statements, not a statement each.
+            async fn insert_first_attempts(
+                &self,
+                tx: &mut Transaction<'static, $db>,
+                attempts: &[FirstAttempt<'_>],
+            ) -> Result<(), Error> {
+                let now: &str = &self.q.now_expr;
+                for chunk in attempts.chunks(ATTEMPT_ROWS_PER_INSERT) {
+                    let mut insert = sqlx::QueryBuilder::<$db>::new(
+                        "INSERT INTO attempts (run_id, job_id, partition_id, shard_index, \
+                        shard_total, attempt_no, priority, args_json, state, created_at_ms, \
+                        not_before_ms, avoid_executor_id, executor_id) ",
+                    );
+                    insert.push_values(chunk, |mut row, attempt| {
+                        row.push_bind(attempt.run_id)
+                            .push_bind(attempt.job_id)
+                            .push_bind(attempt.partition_id)
+                            .push_bind(attempt.shard_index)
+                            .push_bind(attempt.shard_total)
+                            .push("1")
+                            .push_bind(attempt.priority)
+                            .push_bind(attempt.args_json.to_owned())
+                            .push("'pending'")
+                            .push(now)
+                            .push_bind(attempt.not_before_ms)
+                            .push("NULL")
+                            .push_bind(attempt.executor_id.map(str::to_owned));
+                    });
+                    insert.build().execute(&mut **tx).await?;
+                }
+                Ok(())
+            }
+
             /// The statements of a guarded update on `ids` whose caller must learn which rows
             /// it moved (their run ids): on PostgreSQL and SQLite the update itself with
             /// `RETURNING run_id`; on MySQL, which lacks it, `locking_read` (run first, the
@@ -212,37 +245,24 @@ macro_rules! dispatch_store {
                     tx.rollback().await?;
                     return Ok(0);
                 }
-                let starting: Vec<(&RunRecord, &NewAttempt)> = runs
+                let starting: Vec<FirstAttempt<'_>> = runs
                     .iter()
                     .filter(|(run, _)| pending.contains(&run.run_id))
-                    .flat_map(|(run, attempts)| attempts.iter().map(move |a| (run, a)))
+                    .flat_map(|(run, attempts)| {
+                        attempts.iter().map(move |a| FirstAttempt {
+                            run_id: run.run_id,
+                            job_id: run.job_id,
+                            partition_id: run.partition_id,
+                            priority: run.priority,
+                            shard_index: a.shard_index,
+                            shard_total: a.shard_total,
+                            args_json: &a.args_json,
+                            not_before_ms: run.scheduled_at_ms.saturating_add(a.delay_ms),
+                            executor_id: a.prefer_executor_id.as_deref(),
+                        })
+                    })
                     .collect();
-                // First attempts go in a few multi-row inserts, not a statement each.
-                for chunk in starting.chunks(ATTEMPT_ROWS_PER_INSERT) {
-                    let mut insert = sqlx::QueryBuilder::<$db>::new(
-                        "INSERT INTO attempts (run_id, job_id, partition_id, shard_index, \
-                        shard_total, attempt_no, priority, args_json, state, created_at_ms, \
-                        not_before_ms, avoid_executor_id, executor_id) ",
-                    );
-                    let now: &str = &self.q.now_expr;
-                    insert.push_values(chunk, |mut row, (run, attempt)| {
-                        row.push_bind(run.run_id)
-                            .push_bind(run.job_id)
-                            .push_bind(run.partition_id)
-                            .push_bind(attempt.shard_index)
-                            .push_bind(attempt.shard_total)
-                            .push("1")
-                            .push_bind(run.priority)
-                            .push_bind(attempt.args_json.clone())
-                            .push("'pending'")
-                            .push(now)
-                            // Not before its instant (and jitter): a run claimed ahead waits.
-                            .push_bind(run.scheduled_at_ms.saturating_add(attempt.delay_ms))
-                            .push("NULL")
-                            .push_bind(attempt.prefer_executor_id.clone());
-                    });
-                    insert.build().execute(&mut *tx).await?;
-                }
+                self.insert_first_attempts(&mut tx, &starting).await?;
                 tx.commit().await?;
                 Ok(runs.iter().filter(|(run, _)| pending.contains(&run.run_id)).count())
             }
@@ -262,11 +282,16 @@ macro_rules! dispatch_store {
                 Ok(ended.rows_affected() == 1)
             }
 
-            async fn run_cancel(&self, run_id: i64) -> Result<Option<Vec<AttemptRecord>>, Error> {
+            async fn run_end_with_attempts(
+                &self,
+                run_id: i64,
+                state: &str,
+                message: &str,
+            ) -> Result<Option<Vec<AttemptRecord>>, Error> {
                 let mut tx = self.begin_write().await?;
                 let ended = sqlx::query::<$db>(sql(&self.q.run_end))
-                    .bind("cancelled")
-                    .bind(Some("cancelled through the API"))
+                    .bind(state)
+                    .bind(Some(message))
                     .bind(run_id)
                     .execute(&mut *tx)
                     .await?
@@ -284,6 +309,7 @@ macro_rules! dispatch_store {
                         .filter(|a| a.state == attempt_state::RUNNING)
                         .collect();
                 sqlx::query::<$db>(sql(&self.q.attempts_cancel_of_run))
+                    .bind(message)
                     .bind(run_id)
                     .execute(&mut *tx)
                     .await?;

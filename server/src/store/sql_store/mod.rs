@@ -5,6 +5,7 @@
 //! opened, and how a write transaction begins.
 
 mod attempt_end;
+mod claim;
 mod cluster;
 mod dispatch;
 mod history;
@@ -135,6 +136,43 @@ fn advance_jobs(backend: Backend, rows: &[(i64, i64, i64, i64)]) -> String {
              FROM v WHERE jobs.job_id = v.job_id",
         );
     }
+    sql
+}
+
+/// A run's first attempt (`attempt_no` 1, `pending`) as inserted: by the start pass, or by
+/// the claim of a run that is one attempt.
+struct FirstAttempt<'a> {
+    run_id: i64,
+    job_id: i64,
+    partition_id: i64,
+    priority: i64,
+    shard_index: i64,
+    shard_total: i64,
+    args_json: &'a str,
+    /// Its run's instant (plus any jitter): a run claimed ahead waits for it.
+    not_before_ms: i64,
+    /// The executor its shard prefers, if any.
+    executor_id: Option<&'a str>,
+}
+
+/// MySQL's stand-in for `RETURNING` after a claim's run insert, which keeps a run that held
+/// the instant already: which of these `(job_id, instant)` got the new `running` run. It is
+/// the one without attempts; a run there before (a manual one) started with its attempts.
+fn runs_started_among(instants: &[(i64, i64)]) -> String {
+    use std::fmt::Write;
+    let mut sql = String::with_capacity(200 + instants.len() * 32);
+    sql.push_str(
+        "SELECT r.run_id, r.job_id, r.scheduled_at_ms FROM runs r \
+         WHERE (r.job_id, r.scheduled_at_ms) IN (",
+    );
+    for (i, (job_id, at)) in instants.iter().enumerate() {
+        let sep = if i == 0 { "" } else { ", " };
+        let _ = write!(sql, "{sep}({job_id}, {at})");
+    }
+    sql.push_str(
+        ") AND r.state = 'running' \
+         AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.run_id = r.run_id)",
+    );
     sql
 }
 
@@ -307,12 +345,15 @@ impl SqliteStore {
 
 cluster::cluster_store!(PostgresStore, Postgres, Backend::Postgres);
 jobs::job_store!(PostgresStore, Postgres, Backend::Postgres);
+claim::claim_store!(PostgresStore, Postgres, Backend::Postgres);
 dispatch::dispatch_store!(PostgresStore, Postgres, Backend::Postgres);
 cluster::cluster_store!(MysqlStore, MySql, Backend::Mysql);
 jobs::job_store!(MysqlStore, MySql, Backend::Mysql);
+claim::claim_store!(MysqlStore, MySql, Backend::Mysql);
 dispatch::dispatch_store!(MysqlStore, MySql, Backend::Mysql);
 cluster::cluster_store!(SqliteStore, Sqlite, Backend::Sqlite);
 jobs::job_store!(SqliteStore, Sqlite, Backend::Sqlite);
+claim::claim_store!(SqliteStore, Sqlite, Backend::Sqlite);
 dispatch::dispatch_store!(SqliteStore, Sqlite, Backend::Sqlite);
 attempt_end::attempt_end_store!(PostgresStore, Postgres);
 attempt_end::attempt_end_store!(MysqlStore, MySql);

@@ -1,0 +1,310 @@
+//! The fenced claim of scheduled instants (`JobStore::runs_claim`), on the three backends:
+//! one transaction locks the claim's partitions and jobs, advances the jobs, inserts the runs,
+//! and starts those that are one attempt each.
+
+/// Implements it for one backend's store; see `super` for the arguments.
+macro_rules! claim_store {
+    ($store:ident, $db:ty, $backend:expr) => {
+        impl $store {
+            async fn runs_claim_once(
+                &self,
+                node_id: &str,
+                claims: &[RunClaim],
+            ) -> Result<Vec<ClaimOutcome>, Error> {
+                let mut partition_ids: Vec<i64> = claims.iter().map(|c| c.partition_id).collect();
+                partition_ids.sort_unstable();
+                partition_ids.dedup();
+                let Some(lock_partitions) =
+                    with_partitions(&self.q.partitions_lock_many, &partition_ids)
+                else {
+                    return Ok(Vec::new());
+                };
+                let mut tx = self.begin_write().await?;
+                // Partitions are locked in ascending order, in one statement, so two claimers
+                // cannot deadlock; a hand-off of a locked partition waits for this claim.
+                let owners: HashMap<i64, (Option<String>, i64)> =
+                    sqlx::query_as::<$db, (i64, Option<String>, i64)>(lock_partitions)
+                        .fetch_all(&mut *tx)
+                        .await?
+                        .into_iter()
+                        .map(|(partition, owner, epoch)| (partition, (owner, epoch)))
+                        .collect();
+                let mut outcomes: Vec<Option<ClaimOutcome>> = claims
+                    .iter()
+                    .map(|c| {
+                        let owned = matches!(owners.get(&c.partition_id),
+                            Some((Some(owner), epoch)) if owner == node_id && *epoch == c.epoch);
+                        (!owned).then_some(ClaimOutcome::Fenced)
+                    })
+                    .collect();
+                self.claim_set_based(&mut tx, node_id, claims, &mut outcomes)
+                    .await?;
+                // Claims under an overlap rule read their job's unfinished runs: one at a time.
+                for (claim, outcome) in claims.iter().zip(outcomes.iter_mut()) {
+                    if outcome.is_some() {
+                        continue;
+                    }
+                    let advanced = sqlx::query::<$db>(sql(&self.q.job_advance))
+                        .bind(claim.scheduled_at_ms)
+                        .bind(i64::from(claim.counts_as_fired()))
+                        .bind(i64::from(claim.job_done))
+                        .bind(claim.job_id)
+                        .bind(claim.job_version)
+                        .bind(claim.scheduled_at_ms)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                    if advanced == 0 {
+                        *outcome = Some(ClaimOutcome::Stale);
+                        continue;
+                    }
+                    let (state, message) = self.overlap_decision(&mut tx, claim).await?;
+                    let finished = i64::from(!run_state::UNFINISHED.contains(&state));
+                    sqlx::query::<$db>(sql(&self.q.run_insert))
+                        .bind(claim.job_id)
+                        .bind(claim.scheduled_at_ms)
+                        .bind(claim.partition_id)
+                        .bind(claim.epoch)
+                        .bind(node_id)
+                        .bind(claim.trigger_kind)
+                        .bind(state)
+                        .bind(claim.priority)
+                        .bind(finished)
+                        .bind(message.as_deref())
+                        .bind(claim.job_id)
+                        .bind(claim.scheduled_at_ms)
+                        .execute(&mut *tx)
+                        .await?;
+                    *outcome = Some(ClaimOutcome::Claimed);
+                }
+                tx.commit().await?;
+                Ok(outcomes
+                    .into_iter()
+                    .map(|o| o.unwrap_or(ClaimOutcome::Stale))
+                    .collect())
+            }
+
+            /// Claims the not yet decided claims whose job allows overlapping runs (nearly all)
+            /// in a constant number of statements: lock their jobs, decide each claim in
+            /// memory against the locked rows, advance the jobs in one `UPDATE`, and insert
+            /// the runs in multi-row `INSERT`s.
+            async fn claim_set_based(
+                &self,
+                tx: &mut Transaction<'static, $db>,
+                node_id: &str,
+                claims: &[RunClaim],
+                outcomes: &mut [Option<ClaimOutcome>],
+            ) -> Result<(), Error> {
+                let chosen: Vec<usize> = (0..claims.len())
+                    .filter(|&i| outcomes[i].is_none() && claims[i].overlap == OverlapRule::Allow)
+                    .collect();
+                let mut job_ids: Vec<i64> = chosen.iter().map(|&i| claims[i].job_id).collect();
+                job_ids.sort_unstable();
+                job_ids.dedup();
+                let Some(lock_jobs) = with_partitions(&self.q.jobs_lock_many, &job_ids) else {
+                    return Ok(());
+                };
+                // Per job: its version, whether it still runs, its last fired instant; and
+                // its arguments, for the runs that start here.
+                let locked = sqlx::query_as::<$db, (i64, i64, String, Option<i64>, String)>(
+                    lock_jobs,
+                )
+                .fetch_all(&mut **tx)
+                .await?;
+                let mut args: HashMap<i64, String> = HashMap::with_capacity(locked.len());
+                let mut jobs: HashMap<i64, (i64, bool, Option<i64>)> = locked
+                    .into_iter()
+                    .map(|(id, version, state, last, job_args)| {
+                        args.insert(id, job_args);
+                        (id, (version, state == job_state::RUNNING, last))
+                    })
+                    .collect();
+                // The same rule as `job_advance`, claim after claim in batch order.
+                let mut advanced: Vec<(i64, i64, bool)> = Vec::new();
+                let mut fired: HashMap<i64, i64> = HashMap::new();
+                let mut inserts: Vec<&RunClaim> = Vec::new();
+                for i in chosen {
+                    let claim = &claims[i];
+                    let at = claim.scheduled_at_ms;
+                    let current = jobs.get_mut(&claim.job_id).filter(|(version, running, last)| {
+                        *version == claim.job_version && *running && last.is_none_or(|l| l < at)
+                    });
+                    let Some((_, running, last)) = current else {
+                        outcomes[i] = Some(ClaimOutcome::Stale);
+                        continue;
+                    };
+                    *last = Some(at);
+                    *running = !claim.job_done;
+                    advanced.retain(|(job, _, _)| *job != claim.job_id);
+                    advanced.push((claim.job_id, at, claim.job_done));
+                    *fired.entry(claim.job_id).or_default() += i64::from(claim.counts_as_fired());
+                    inserts.push(claim);
+                    outcomes[i] = Some(ClaimOutcome::Claimed);
+                }
+                if advanced.is_empty() {
+                    return Ok(());
+                }
+                // The jobs advance in one statement joined to a list of their new values:
+                // a `CASE job_id WHEN … THEN …` per column costs each row a walk of the whole
+                // list, which at 1,000 jobs per claim was most of the database's time.
+                let rows: Vec<(i64, i64, i64, i64)> = advanced
+                    .iter()
+                    .map(|(job_id, at, done)| {
+                        let count = fired.get(job_id).copied().unwrap_or(0);
+                        (*job_id, *at, count, i64::from(*done))
+                    })
+                    .collect();
+                for chunk in rows.chunks(RUN_ROWS_PER_INSERT) {
+                    sqlx::query::<$db>(AssertSqlSafe(advance_jobs($backend, chunk)))
+                        .execute(&mut **tx)
+                        .await?;
+                }
+
+                let mut started: Vec<(i64, i64, i64)> = Vec::new();
+                for chunk in inserts.chunks(RUN_ROWS_PER_INSERT) {
+                    started.extend(self.insert_claimed_runs(tx, node_id, chunk).await?);
+                }
+                // The runs that started here get their one attempt in the same transaction,
+                // so no run is ever `running` without attempts.
+                let claimed: HashMap<(i64, i64), &RunClaim> = inserts
+                    .iter()
+                    .filter(|c| c.start)
+                    .map(|c| ((c.job_id, c.scheduled_at_ms), *c))
+                    .collect();
+                let firsts: Vec<FirstAttempt<'_>> = started
+                    .iter()
+                    .filter_map(|&(run_id, job_id, at)| {
+                        let claim = claimed.get(&(job_id, at))?;
+                        Some(FirstAttempt {
+                            run_id,
+                            job_id,
+                            partition_id: claim.partition_id,
+                            priority: claim.priority,
+                            shard_index: 0,
+                            shard_total: 1,
+                            args_json: args.get(&job_id).map_or("null", String::as_str),
+                            not_before_ms: at,
+                            executor_id: None,
+                        })
+                    })
+                    .collect();
+                self.insert_first_attempts(tx, &firsts).await
+            }
+
+            /// Inserts one multi-row statement of claimed runs (a run already at an instant,
+            /// a manual one, keeps it) and returns the `(run_id, job_id, instant)` of those
+            /// inserted `running`, the claims that start here.
+            async fn insert_claimed_runs(
+                &self,
+                tx: &mut Transaction<'static, $db>,
+                node_id: &str,
+                claims: &[&RunClaim],
+            ) -> Result<Vec<(i64, i64, i64)>, Error> {
+                let now: &str = &self.q.now_expr;
+                let mut insert = sqlx::QueryBuilder::<$db>::new(
+                    "INSERT INTO runs (job_id, scheduled_at_ms, partition_id, epoch, \
+                    node_id, trigger_kind, state, priority, created_at_ms, started_at_ms, \
+                    finished_at_ms, message) ",
+                );
+                insert.push_values(claims, |mut row, claim| {
+                    let finished = !run_state::UNFINISHED.contains(&claim.state);
+                    let state = if claim.start {
+                        run_state::RUNNING
+                    } else {
+                        claim.state
+                    };
+                    row.push_bind(claim.job_id)
+                        .push_bind(claim.scheduled_at_ms)
+                        .push_bind(claim.partition_id)
+                        .push_bind(claim.epoch)
+                        .push_bind(node_id.to_owned())
+                        .push_bind(claim.trigger_kind)
+                        .push_bind(state)
+                        .push_bind(claim.priority)
+                        .push(now)
+                        .push(if claim.start { now } else { "NULL" })
+                        .push(if finished { now } else { "NULL" })
+                        .push_bind(claim.message.clone());
+                });
+                insert.push(" ").push(&*self.q.run_insert_ignore_duplicate);
+                let starting: Vec<(i64, i64)> = claims
+                    .iter()
+                    .filter(|c| c.start)
+                    .map(|c| (c.job_id, c.scheduled_at_ms))
+                    .collect();
+                if starting.is_empty() {
+                    insert.build().execute(&mut **tx).await?;
+                    return Ok(Vec::new());
+                }
+                if $backend == Backend::Mysql {
+                    insert.build().execute(&mut **tx).await?;
+                    let started = runs_started_among(&starting);
+                    return Ok(sqlx::query_as::<$db, (i64, i64, i64)>(AssertSqlSafe(started))
+                        .fetch_all(&mut **tx)
+                        .await?);
+                }
+                // Only the rows inserted come back; `running` ones are the claims that start.
+                insert.push(" RETURNING run_id, job_id, scheduled_at_ms, state");
+                Ok(insert
+                    .build_query_as::<(i64, i64, i64, String)>()
+                    .fetch_all(&mut **tx)
+                    .await?
+                    .into_iter()
+                    .filter(|(_, _, _, state)| state == run_state::RUNNING)
+                    .map(|(run_id, job_id, at, _)| (run_id, job_id, at))
+                    .collect())
+            }
+
+            /// The state and message of a claimed run under the job's overlap rule.
+            async fn overlap_decision(
+                &self,
+                tx: &mut Transaction<'static, $db>,
+                claim: &RunClaim,
+            ) -> Result<(&'static str, Option<String>), Error> {
+                // A calendar's skip stands whatever the overlap rule.
+                if claim.overlap == OverlapRule::Allow || claim.state == run_state::SKIPPED {
+                    return Ok((claim.state, claim.message.clone()));
+                }
+                let unfinished = sqlx::query_scalar::<$db, i64>(sql(&self.q.run_unfinished_of_job))
+                    .bind(claim.job_id)
+                    .fetch_optional(&mut **tx)
+                    .await?;
+                let Some(previous) = unfinished else {
+                    return Ok((claim.state, claim.message.clone()));
+                };
+                Ok(match claim.overlap {
+                    OverlapRule::Allow => (claim.state, claim.message.clone()),
+                    OverlapRule::Skip => (
+                        run_state::SKIPPED,
+                        Some(format!("run {previous} of this job is unfinished (overlap: skip)")),
+                    ),
+                    OverlapRule::Queue => (
+                        run_state::QUEUED,
+                        Some(format!("waiting for run {previous} of this job (overlap: queue)")),
+                    ),
+                    OverlapRule::Replace => {
+                        let why = format!(
+                            "replaced by the run of instant {} (overlap: replace)",
+                            claim.scheduled_at_ms
+                        );
+                        sqlx::query::<$db>(sql(&self.q.runs_cancel_unfinished))
+                            .bind(&why)
+                            .bind(claim.job_id)
+                            .execute(&mut **tx)
+                            .await?;
+                        // Their attempts stop too: none is retried or delivered any more.
+                        sqlx::query::<$db>(sql(&self.q.attempts_cancel_of_job))
+                            .bind(&why)
+                            .bind(claim.partition_id)
+                            .bind(claim.job_id)
+                            .execute(&mut **tx)
+                            .await?;
+                        (claim.state, claim.message.clone())
+                    }
+                })
+            }
+        }
+    };
+}
+
+pub(super) use claim_store;
