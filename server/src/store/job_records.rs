@@ -201,7 +201,8 @@ pub struct RunClaim {
     /// A `pending` run of a job whose runs are one attempt each
     /// (`JobPolicy::starts_as_one_attempt`) under `allow` starts in the claim: it is inserted
     /// `running` with that attempt (the job's arguments, not before the instant), so no
-    /// start pass reads it, reads its job or writes it again.
+    /// start pass reads it, reads its job or writes it again. On PostgreSQL and SQLite; a
+    /// MySQL store leaves the run `pending` for the start pass, which is faster there.
     pub start: bool,
 }
 

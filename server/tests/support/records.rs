@@ -2,7 +2,7 @@
 //! of one of its instants on partition 0 (owned by `n1` at epoch 1, as
 //! `TestDb::store_owning_partition_0` sets it up).
 
-use carillon_server::store::{JobWrite, OverlapRule, RunClaim};
+use carillon_server::store::{JobWrite, NewAttempt, OverlapRule, RunClaim, run_state};
 
 /// A job firing every second, with no arguments and default policies.
 pub fn job_write(name: &str) -> JobWrite {
@@ -34,5 +34,26 @@ pub fn claim(job_id: i64, at: i64, state: &'static str) -> RunClaim {
         overlap: OverlapRule::Allow,
         job_done: false,
         start: false,
+    }
+}
+
+/// A scheduled claim of instant `at` of job `job_id` at `version`, whose run is recorded
+/// `no_executor` at once: nothing starts or delivers it.
+pub fn ended_claim(job_id: i64, version: i64, at: i64) -> RunClaim {
+    RunClaim {
+        job_version: version,
+        message: Some("nowhere to go".into()),
+        ..claim(job_id, at, run_state::NO_EXECUTOR)
+    }
+}
+
+/// The first attempt of shard `index` of `total`, for no executor in particular.
+pub fn shard(index: i64, total: i64) -> NewAttempt {
+    NewAttempt {
+        shard_index: index,
+        shard_total: total,
+        args_json: "null".into(),
+        prefer_executor_id: None,
+        delay_ms: 0,
     }
 }

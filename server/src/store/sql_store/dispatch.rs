@@ -371,14 +371,27 @@ macro_rules! dispatch_store {
                     return Ok(Vec::new());
                 };
                 let (after_due, after_id) = after.unwrap_or((i64::MIN, i64::MIN));
-                Ok(sqlx::query_as::<$db, DueAttempt>(query)
+                let due = sqlx::query_as::<$db, DueAttempt>(query)
                     .bind(ahead_ms)
                     .bind(after_due)
                     .bind(after_due)
                     .bind(after_id)
-                    .bind(limit)
-                    .fetch_all(&self.pool)
-                    .await?)
+                    .bind(limit);
+                if $backend != Backend::Postgres {
+                    return Ok(due.fetch_all(&self.pool).await?);
+                }
+                // The slice must be read in the queue index's order, stopping at `limit`.
+                // PostgreSQL without statistics (a server whose autovacuum is off never
+                // analyzes) guesses few pending attempts and bitmap-scans and sorts all of
+                // them instead: with 1.3 million pending that took 1.46 s against 117 ms in
+                // index order, and past the statement timeout delivery stopped altogether.
+                let mut tx = self.pool.begin().await?;
+                sqlx::query::<$db>("SET LOCAL enable_bitmapscan = off")
+                    .execute(&mut *tx)
+                    .await?;
+                let rows = due.fetch_all(&mut *tx).await?;
+                tx.commit().await?;
+                Ok(rows)
             }
 
             async fn attempts_expired(

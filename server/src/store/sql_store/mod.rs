@@ -155,27 +155,6 @@ struct FirstAttempt<'a> {
     executor_id: Option<&'a str>,
 }
 
-/// MySQL's stand-in for `RETURNING` after a claim's run insert, which keeps a run that held
-/// the instant already: which of these `(job_id, instant)` got the new `running` run. It is
-/// the one without attempts; a run there before (a manual one) started with its attempts.
-fn runs_started_among(instants: &[(i64, i64)]) -> String {
-    use std::fmt::Write;
-    let mut sql = String::with_capacity(200 + instants.len() * 32);
-    sql.push_str(
-        "SELECT r.run_id, r.job_id, r.scheduled_at_ms FROM runs r \
-         WHERE (r.job_id, r.scheduled_at_ms) IN (",
-    );
-    for (i, (job_id, at)) in instants.iter().enumerate() {
-        let sep = if i == 0 { "" } else { ", " };
-        let _ = write!(sql, "{sep}({job_id}, {at})");
-    }
-    sql.push_str(
-        ") AND r.state = 'running' \
-         AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.run_id = r.run_id)",
-    );
-    sql
-}
-
 /// A guarded update whose caller learns which rows it moved (see `guarded_update` in
 /// `dispatch.rs`): the update, and on MySQL the locking read that names them first.
 struct GuardedUpdate {
