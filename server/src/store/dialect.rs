@@ -224,8 +224,11 @@ queries! {
     // A claim's partitions and jobs, locked in one statement each, in ascending order.
     partitions_lock_many = "SELECT partition_id, owner_node_id, epoch FROM partitions \
         WHERE partition_id IN ({partitions}) ORDER BY partition_id {for_update}";
-    jobs_lock_many = "SELECT job_id, version, state, last_fired_at_ms, args_json FROM jobs \
+    jobs_lock_many = "SELECT job_id, version, state, last_fired_at_ms FROM jobs \
         WHERE job_id IN ({partitions}) ORDER BY job_id {for_update}";
+    // The same, with the arguments of the jobs whose runs start in the claim.
+    jobs_lock_many_with_args = "SELECT job_id, version, state, last_fired_at_ms, args_json \
+        FROM jobs WHERE job_id IN ({partitions}) ORDER BY job_id {for_update}";
     run_insert_ignore_duplicate = "{ignore_duplicate_run}";
     job_advance = "UPDATE jobs SET last_fired_at_ms = ?, fired_count = fired_count + ?, \
         state = CASE WHEN ? = 1 THEN 'done' ELSE state END \

@@ -109,21 +109,39 @@ macro_rules! claim_store {
                 let mut job_ids: Vec<i64> = chosen.iter().map(|&i| claims[i].job_id).collect();
                 job_ids.sort_unstable();
                 job_ids.dedup();
-                let Some(lock_jobs) = with_partitions(&self.q.jobs_lock_many, &job_ids) else {
+                // Per job: its version, whether it still runs, its last fired instant; and its
+                // arguments, read only when one of its runs starts here.
+                let starting = chosen.iter().any(|&i| Self::starts_here(&claims[i]));
+                let lock_text = if starting {
+                    &self.q.jobs_lock_many_with_args
+                } else {
+                    &self.q.jobs_lock_many
+                };
+                let Some(lock_jobs) = with_partitions(lock_text, &job_ids) else {
                     return Ok(());
                 };
-                // Per job: its version, whether it still runs, its last fired instant; and
-                // its arguments, for the runs that start here.
-                let locked = sqlx::query_as::<$db, (i64, i64, String, Option<i64>, String)>(
-                    lock_jobs,
-                )
-                .fetch_all(&mut **tx)
-                .await?;
-                let mut args: HashMap<i64, String> = HashMap::with_capacity(locked.len());
+                let locked: Vec<(i64, i64, String, Option<i64>, Option<String>)> = if starting {
+                    sqlx::query_as::<$db, (i64, i64, String, Option<i64>, String)>(lock_jobs)
+                        .fetch_all(&mut **tx)
+                        .await?
+                        .into_iter()
+                        .map(|(id, version, state, last, args)| (id, version, state, last, Some(args)))
+                        .collect()
+                } else {
+                    sqlx::query_as::<$db, (i64, i64, String, Option<i64>)>(lock_jobs)
+                        .fetch_all(&mut **tx)
+                        .await?
+                        .into_iter()
+                        .map(|(id, version, state, last)| (id, version, state, last, None))
+                        .collect()
+                };
+                let mut args: HashMap<i64, String> = HashMap::new();
                 let mut jobs: HashMap<i64, (i64, bool, Option<i64>)> = locked
                     .into_iter()
                     .map(|(id, version, state, last, job_args)| {
-                        args.insert(id, job_args);
+                        if let Some(job_args) = job_args {
+                            args.insert(id, job_args);
+                        }
                         (id, (version, state == job_state::RUNNING, last))
                     })
                     .collect();
@@ -168,46 +186,38 @@ macro_rules! claim_store {
                         .await?;
                 }
 
-                let mut started: Vec<(i64, i64, i64)> = Vec::new();
+                // The runs that started here get their one attempt in the same transaction,
+                // so no run is ever `running` without attempts.
+                let mut started: Vec<StartedRun> = Vec::new();
                 for chunk in inserts.chunks(RUN_ROWS_PER_INSERT) {
                     started.extend(self.insert_claimed_runs(tx, node_id, chunk).await?);
                 }
-                // The runs that started here get their one attempt in the same transaction,
-                // so no run is ever `running` without attempts.
-                let claimed: HashMap<(i64, i64), &RunClaim> = inserts
-                    .iter()
-                    .filter(|c| Self::starts_here(c))
-                    .map(|c| ((c.job_id, c.scheduled_at_ms), *c))
-                    .collect();
                 let firsts: Vec<FirstAttempt<'_>> = started
                     .iter()
-                    .filter_map(|&(run_id, job_id, at)| {
-                        let claim = claimed.get(&(job_id, at))?;
-                        Some(FirstAttempt {
-                            run_id,
-                            job_id,
-                            partition_id: claim.partition_id,
-                            priority: claim.priority,
-                            shard_index: 0,
-                            shard_total: 1,
-                            args_json: args.get(&job_id).map_or("null", String::as_str),
-                            not_before_ms: at,
-                            executor_id: None,
-                        })
+                    .map(|run| FirstAttempt {
+                        run_id: run.0,
+                        job_id: run.1,
+                        partition_id: run.2,
+                        priority: run.3,
+                        shard_index: 0,
+                        shard_total: 1,
+                        args_json: args.get(&run.1).map_or("null", String::as_str),
+                        not_before_ms: run.4,
+                        executor_id: None,
                     })
                     .collect();
                 self.insert_first_attempts(tx, &firsts).await
             }
 
             /// Inserts one multi-row statement of claimed runs (a run already at an instant,
-            /// a manual one, keeps it) and returns the `(run_id, job_id, instant)` of those
-            /// inserted `running`, the claims that start here.
+            /// a manual one, keeps it) and returns those inserted `running`: the claims that
+            /// start here.
             async fn insert_claimed_runs(
                 &self,
                 tx: &mut Transaction<'static, $db>,
                 node_id: &str,
                 claims: &[&RunClaim],
-            ) -> Result<Vec<(i64, i64, i64)>, Error> {
+            ) -> Result<Vec<StartedRun>, Error> {
                 let now: &str = &self.q.now_expr;
                 let mut insert = sqlx::QueryBuilder::<$db>::new(
                     "INSERT INTO runs (job_id, scheduled_at_ms, partition_id, epoch, \
@@ -240,14 +250,18 @@ macro_rules! claim_store {
                     return Ok(Vec::new());
                 }
                 // Only the rows inserted come back; `running` ones are the claims that start.
-                insert.push(" RETURNING run_id, job_id, scheduled_at_ms, state");
+                insert.push(
+                    " RETURNING run_id, job_id, partition_id, priority, scheduled_at_ms, state",
+                );
                 Ok(insert
-                    .build_query_as::<(i64, i64, i64, String)>()
+                    .build_query_as::<(i64, i64, i64, i64, i64, String)>()
                     .fetch_all(&mut **tx)
                     .await?
                     .into_iter()
-                    .filter(|(_, _, _, state)| state == run_state::RUNNING)
-                    .map(|(run_id, job_id, at, _)| (run_id, job_id, at))
+                    .filter(|row| row.5 == run_state::RUNNING)
+                    .map(|(run_id, job_id, partition_id, priority, at, _)| {
+                        (run_id, job_id, partition_id, priority, at)
+                    })
                     .collect())
             }
 

@@ -155,6 +155,9 @@ struct FirstAttempt<'a> {
     executor_id: Option<&'a str>,
 }
 
+/// A run the claim inserted `running`: `(run_id, job_id, partition_id, priority, instant)`.
+type StartedRun = (i64, i64, i64, i64, i64);
+
 /// A guarded update whose caller learns which rows it moved (see `guarded_update` in
 /// `dispatch.rs`): the update, and on MySQL the locking read that names them first.
 struct GuardedUpdate {
