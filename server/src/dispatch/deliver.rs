@@ -1,7 +1,7 @@
-//! Stage four: a delivery pass. After the watch, it reads the attempts due soon, plans them,
-//! and offers each at its instant, concurrently (one slow executor must not hold up the
-//! rest), offers due together for one batch-taking executor in one request; then it settles
-//! what was answered at once.
+//! Stage four: a delivery pass. After the watch, it reads the attempts due soon (less those
+//! whose answers are still being stored), plans them, and offers each at its instant,
+//! concurrently (one slow executor must not hold up the rest), offers due together for one
+//! batch-taking executor in one request; then it hands what was answered at once to a settle.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -39,6 +39,7 @@ impl Dispatcher {
         let mut jobs: HashMap<i64, Option<JobRecord>> = HashMap::new();
         self.watch(&partitions, &fleet).await?;
         let housekeeping = began.elapsed();
+        let read = self.settling.begin_read();
         let mut due = self
             .store
             .attempts_due(
@@ -49,6 +50,7 @@ impl Dispatcher {
             )
             .await?;
         self.due_cursor(|c| c.advance(&due, self.settings.batch));
+        self.settling.skip_settling(read, &mut due);
         let due_count = due.len();
         self.prefetch_jobs(&mut jobs, due.iter().map(|d| d.attempt.job_id))
             .await?;
@@ -108,7 +110,8 @@ impl Dispatcher {
         }
         drain(&mut delivering, &mut ended).await;
         let delivered = began.elapsed();
-        let ended = self.end_together(ended).await?;
+        let answered = ended.iter().flatten().count();
+        self.settle_in_background(ended).await;
         let took = began.elapsed();
         if took > SLOW_PASS {
             warn!(
@@ -116,7 +119,7 @@ impl Dispatcher {
                 ?housekeeping,
                 ?delivered,
                 due = due_count,
-                ended,
+                answered,
                 "slow delivery pass"
             );
         }

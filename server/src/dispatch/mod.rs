@@ -47,6 +47,7 @@ use balancer::Balancers;
 use client::DispatchClient;
 use fleet::Fleet;
 use plan::DueCursor;
+use settle::Settling;
 
 /// The dispatcher's settings.
 #[derive(Debug, Clone, Copy)]
@@ -104,6 +105,7 @@ pub struct Dispatcher {
     /// wrapping around, so work that cannot go anywhere never hides the rest.
     runs_cursor: AtomicI64,
     due_cursor: std::sync::Mutex<DueCursor>,
+    settling: Arc<Settling>,
     observer: Observer,
 }
 
@@ -129,6 +131,7 @@ impl Dispatcher {
             report_to,
             runs_cursor: AtomicI64::new(0),
             due_cursor: std::sync::Mutex::new(DueCursor::new()),
+            settling: Settling::new(),
             observer,
         }
     }
@@ -165,6 +168,8 @@ impl Dispatcher {
             }
         };
         tokio::join!(starting, delivering);
+        // Answers already received are stored before the dispatcher stops.
+        self.settling.wait_all().await;
     }
 
     fn due_cursor<T>(&self, f: impl FnOnce(&mut DueCursor) -> T) -> T {

@@ -1,10 +1,15 @@
 //! Stage five: what executors answered. An accepted offer is recorded as running; a result
-//! given at once is ended with the others of its pass: plain successes in two statements per
-//! executor, the rest together in one transaction (`finish` ends results reported later).
+//! given at once is ended with the others of its pass, in the background while the next pass
+//! goes on: plain successes in two statements per executor, the rest together in one
+//! transaction (`finish` ends results reported later).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
-use tracing::debug;
+use tokio::sync::Semaphore;
+use tracing::{debug, warn};
 
 use super::Dispatcher;
 use super::client::Delivery;
@@ -12,7 +17,7 @@ use super::finish::{Ending, end_of};
 use super::plan::Offer;
 use crate::jobs::Overlap;
 use crate::observe::Observer;
-use crate::store::{self, AttemptEnd, Store, attempt_state};
+use crate::store::{self, AttemptEnd, DueAttempt, Store, attempt_state};
 
 /// An attempt an executor answered at once, to end with the others of its pass.
 #[derive(Debug)]
@@ -103,45 +108,145 @@ pub(super) async fn settle(
     })))
 }
 
+/// Settles in flight at once. Each is a transaction of up to a pass's answers; two let the
+/// database commit one pass's answers while the next pass reads, delivers and settles.
+const SETTLES_IN_FLIGHT: u32 = 2;
+
+/// A settle slower than this is logged.
+const SLOW_SETTLE: Duration = Duration::from_millis(1_000);
+
+/// The passes' answers still being stored. Their attempts are live in the database until the
+/// settle commits, so a pass that reads them again must not offer them again; nor may a pass
+/// whose read began before the commit, and so may have seen them still live. An attempt is
+/// forgotten only by a pass whose read began after its settle ended.
+#[derive(Debug)]
+pub(super) struct Settling {
+    /// Attempt id → the number of reads begun when its settle ended (`u64::MAX` while it
+    /// runs).
+    attempts: Mutex<HashMap<i64, u64>>,
+    /// Reads of due attempts begun so far.
+    reads: AtomicU64,
+    slots: Arc<Semaphore>,
+}
+
+impl Settling {
+    pub(super) fn new() -> Arc<Self> {
+        Arc::new(Self {
+            attempts: Mutex::new(HashMap::new()),
+            reads: AtomicU64::new(0),
+            slots: Arc::new(Semaphore::new(SETTLES_IN_FLIGHT as usize)),
+        })
+    }
+
+    fn attempts(&self) -> MutexGuard<'_, HashMap<i64, u64>> {
+        self.attempts.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Marks the start of a read of due attempts; pass what it returns to
+    /// [`Settling::skip_settling`] with what the read returned.
+    pub(super) fn begin_read(&self) -> u64 {
+        self.reads.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// Drops from `due`, read from `read`, the attempts whose answers are being stored or were
+    /// stored after the read began; forgets those stored before it began (the read saw them
+    /// ended).
+    pub(super) fn skip_settling(&self, read: u64, due: &mut Vec<DueAttempt>) {
+        let mut settling = self.attempts();
+        if settling.is_empty() {
+            return;
+        }
+        due.retain(|d| !settling.contains_key(&d.attempt.attempt_id));
+        settling.retain(|_, ended_at| *ended_at >= read);
+    }
+
+    fn settled(&self, ids: &[i64]) {
+        let now = self.reads.load(Ordering::SeqCst);
+        let mut settling = self.attempts();
+        for id in ids {
+            settling.insert(*id, now);
+        }
+    }
+
+    /// Waits for every settle in flight (when the dispatcher stops).
+    pub(super) async fn wait_all(&self) {
+        let _all = self.slots.acquire_many(SETTLES_IN_FLIGHT).await;
+    }
+}
+
 impl Dispatcher {
-    /// Ends the attempts answered at once during a pass; returns how many.
-    pub(super) async fn end_together(
-        &self,
-        ended: Vec<Option<Ended>>,
-    ) -> Result<usize, store::Error> {
-        // Plain successes end in two statements per executor; the rest one by one, together.
-        let mut simple: HashMap<String, Vec<(i64, i64)>> = HashMap::new();
-        // The others end together; `runs_of_rest` names each one's run and job, in order.
-        let mut rest = Vec::new();
-        let mut runs_of_rest = Vec::new();
-        for done in ended.into_iter().flatten() {
-            match done.simple_success {
-                Some(executor) => simple
-                    .entry(executor)
-                    .or_default()
-                    .push((done.attempt_id, done.run_id)),
-                None => {
-                    runs_of_rest.push((done.run_id, done.job_id));
-                    rest.push((done.attempt_id, done.end));
+    /// Ends the attempts answered at once during a pass, in the background: the next pass
+    /// reads and delivers while this one's answers are stored. A pass waits for a free slot,
+    /// so no more than [`SETTLES_IN_FLIGHT`] transactions of answers are ever outstanding.
+    /// A settle that fails leaves its attempts live: a later pass offers them again, as one
+    /// would after a node died between an executor's answer and its record.
+    pub(super) async fn settle_in_background(&self, ended: Vec<Option<Ended>>) {
+        let ended: Vec<Ended> = ended.into_iter().flatten().collect();
+        if ended.is_empty() {
+            return;
+        }
+        // Closed never: the semaphore lives as long as the dispatcher.
+        let slot = Arc::clone(&self.settling.slots).acquire_owned().await.ok();
+        let ids: Vec<i64> = ended.iter().map(|e| e.attempt_id).collect();
+        self.settling
+            .attempts()
+            .extend(ids.iter().map(|id| (*id, u64::MAX)));
+        let store = Arc::clone(&self.store);
+        let observer = self.observer.clone();
+        let settling = Arc::clone(&self.settling);
+        tokio::spawn(async move {
+            let began = std::time::Instant::now();
+            match end_together(&*store, &observer, ended).await {
+                Ok(count) if began.elapsed() > SLOW_SETTLE => {
+                    warn!(took = ?began.elapsed(), count, "slow settle of answered attempts");
+                }
+                Ok(_) => {}
+                Err(err) => {
+                    warn!(error = %err, attempts = ids.len(), "storing executors' answers failed; the attempts stay live and go out again");
                 }
             }
-        }
-        let mut count = 0;
-        for (executor, attempts) in simple {
-            let runs = self.store.attempts_succeed(&executor, &attempts).await?;
-            self.observer.runs_succeeded(runs);
-            count += attempts.len();
-        }
-        if !rest.is_empty() {
-            let outcomes = self.store.attempts_end(&rest).await?;
-            for (((run_id, job_id), (_, end)), outcome) in
-                runs_of_rest.iter().zip(&rest).zip(&outcomes)
-            {
-                self.observer
-                    .attempt_ended(outcome, *run_id, *job_id, end.error.as_deref());
-            }
-            count += rest.len();
-        }
-        Ok(count)
+            settling.settled(&ids);
+            drop(slot);
+        });
     }
+}
+
+/// Ends the attempts answered at once during a pass; returns how many.
+async fn end_together(
+    store: &dyn Store,
+    observer: &Observer,
+    ended: Vec<Ended>,
+) -> Result<usize, store::Error> {
+    // Plain successes end in two statements per executor; the rest one by one, together.
+    let mut simple: HashMap<String, Vec<(i64, i64)>> = HashMap::new();
+    // The others end together; `runs_of_rest` names each one's run and job, in order.
+    let mut rest = Vec::new();
+    let mut runs_of_rest = Vec::new();
+    for done in ended {
+        match done.simple_success {
+            Some(executor) => simple
+                .entry(executor)
+                .or_default()
+                .push((done.attempt_id, done.run_id)),
+            None => {
+                runs_of_rest.push((done.run_id, done.job_id));
+                rest.push((done.attempt_id, done.end));
+            }
+        }
+    }
+    let mut count = 0;
+    for (executor, attempts) in simple {
+        let runs = store.attempts_succeed(&executor, &attempts).await?;
+        observer.runs_succeeded(runs);
+        count += attempts.len();
+    }
+    if !rest.is_empty() {
+        let outcomes = store.attempts_end(&rest).await?;
+        for (((run_id, job_id), (_, end)), outcome) in runs_of_rest.iter().zip(&rest).zip(&outcomes)
+        {
+            observer.attempt_ended(outcome, *run_id, *job_id, end.error.as_deref());
+        }
+        count += rest.len();
+    }
+    Ok(count)
 }

@@ -20,13 +20,22 @@ struct Dialect {
     ignore_duplicate_run: &'static str,
 }
 
+/// PostgreSQL's `{now}`, as a literal for the statements written for PostgreSQL alone
+/// (`sql_store/bulk.rs`).
+macro_rules! postgres_now {
+    () => {
+        "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT"
+    };
+}
+pub(super) use postgres_now;
+
 impl Dialect {
     fn of(backend: Backend) -> Self {
         match backend {
             Backend::Postgres => Dialect {
                 // clock_timestamp(), not now(): a lease must be compared with the time of the
                 // statement, not with the start of its transaction.
-                now_ms: "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT",
+                now_ms: postgres_now!(),
                 for_update: "FOR UPDATE",
                 from_dual: "",
                 numbered_params: true,

@@ -170,28 +170,18 @@ macro_rules! claim_store {
                 if advanced.is_empty() {
                     return Ok(());
                 }
-                // The jobs advance in one statement joined to a list of their new values:
-                // a `CASE job_id WHEN … THEN …` per column costs each row a walk of the whole
-                // list, which at 1,000 jobs per claim was most of the database's time.
-                let rows: Vec<(i64, i64, i64, i64)> = advanced
+                let rows: Vec<JobAdvance> = advanced
                     .iter()
                     .map(|(job_id, at, done)| {
                         let count = fired.get(job_id).copied().unwrap_or(0);
                         (*job_id, *at, count, i64::from(*done))
                     })
                     .collect();
-                for chunk in rows.chunks(RUN_ROWS_PER_INSERT) {
-                    sqlx::query::<$db>(AssertSqlSafe(advance_jobs($backend, chunk)))
-                        .execute(&mut **tx)
-                        .await?;
-                }
+                self.advance_jobs(tx, &rows).await?;
 
                 // The runs that started here get their one attempt in the same transaction,
                 // so no run is ever `running` without attempts.
-                let mut started: Vec<StartedRun> = Vec::new();
-                for chunk in inserts.chunks(RUN_ROWS_PER_INSERT) {
-                    started.extend(self.insert_claimed_runs(tx, node_id, chunk).await?);
-                }
+                let started = self.insert_claimed_runs(tx, node_id, &inserts).await?;
                 let firsts: Vec<FirstAttempt<'_>> = started
                     .iter()
                     .map(|run| FirstAttempt {
@@ -207,62 +197,6 @@ macro_rules! claim_store {
                     })
                     .collect();
                 self.insert_first_attempts(tx, &firsts).await
-            }
-
-            /// Inserts one multi-row statement of claimed runs (a run already at an instant,
-            /// a manual one, keeps it) and returns those inserted `running`: the claims that
-            /// start here.
-            async fn insert_claimed_runs(
-                &self,
-                tx: &mut Transaction<'static, $db>,
-                node_id: &str,
-                claims: &[&RunClaim],
-            ) -> Result<Vec<StartedRun>, Error> {
-                let now: &str = &self.q.now_expr;
-                let mut insert = sqlx::QueryBuilder::<$db>::new(
-                    "INSERT INTO runs (job_id, scheduled_at_ms, partition_id, epoch, \
-                    node_id, trigger_kind, state, priority, created_at_ms, started_at_ms, \
-                    finished_at_ms, message) ",
-                );
-                insert.push_values(claims, |mut row, claim| {
-                    let finished = !run_state::UNFINISHED.contains(&claim.state);
-                    let state = if Self::starts_here(claim) {
-                        run_state::RUNNING
-                    } else {
-                        claim.state
-                    };
-                    row.push_bind(claim.job_id)
-                        .push_bind(claim.scheduled_at_ms)
-                        .push_bind(claim.partition_id)
-                        .push_bind(claim.epoch)
-                        .push_bind(node_id.to_owned())
-                        .push_bind(claim.trigger_kind)
-                        .push_bind(state)
-                        .push_bind(claim.priority)
-                        .push(now)
-                        .push(if Self::starts_here(claim) { now } else { "NULL" })
-                        .push(if finished { now } else { "NULL" })
-                        .push_bind(claim.message.clone());
-                });
-                insert.push(" ").push(&*self.q.run_insert_ignore_duplicate);
-                if !claims.iter().any(|c| Self::starts_here(c)) {
-                    insert.build().execute(&mut **tx).await?;
-                    return Ok(Vec::new());
-                }
-                // Only the rows inserted come back; `running` ones are the claims that start.
-                insert.push(
-                    " RETURNING run_id, job_id, partition_id, priority, scheduled_at_ms, state",
-                );
-                Ok(insert
-                    .build_query_as::<(i64, i64, i64, i64, i64, String)>()
-                    .fetch_all(&mut **tx)
-                    .await?
-                    .into_iter()
-                    .filter(|row| row.5 == run_state::RUNNING)
-                    .map(|(run_id, job_id, partition_id, priority, at, _)| {
-                        (run_id, job_id, partition_id, priority, at)
-                    })
-                    .collect())
             }
 
             /// The state and message of a claimed run under the job's overlap rule.

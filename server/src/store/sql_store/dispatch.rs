@@ -10,44 +10,13 @@ macro_rules! dispatch_store {
                 since_ms: i64,
                 until_ms: i64,
             ) -> Result<Option<i64>, Error> {
-                Ok(sqlx::query_scalar::<$db, Option<i64>>(sql(&self.q.runs_first_id_finished))
-                    .bind(since_ms)
-                    .bind(until_ms)
-                    .fetch_one(&self.pool)
-                    .await?)
-            }
-
-            /// Inserts first attempts in a few multi-row statements, not a statement each.
-            async fn insert_first_attempts(
-                &self,
-                tx: &mut Transaction<'static, $db>,
-                attempts: &[FirstAttempt<'_>],
-            ) -> Result<(), Error> {
-                let now: &str = &self.q.now_expr;
-                for chunk in attempts.chunks(ATTEMPT_ROWS_PER_INSERT) {
-                    let mut insert = sqlx::QueryBuilder::<$db>::new(
-                        "INSERT INTO attempts (run_id, job_id, partition_id, shard_index, \
-                        shard_total, attempt_no, priority, args_json, state, created_at_ms, \
-                        not_before_ms, avoid_executor_id, executor_id) ",
-                    );
-                    insert.push_values(chunk, |mut row, attempt| {
-                        row.push_bind(attempt.run_id)
-                            .push_bind(attempt.job_id)
-                            .push_bind(attempt.partition_id)
-                            .push_bind(attempt.shard_index)
-                            .push_bind(attempt.shard_total)
-                            .push("1")
-                            .push_bind(attempt.priority)
-                            .push_bind(attempt.args_json.to_owned())
-                            .push("'pending'")
-                            .push(now)
-                            .push_bind(attempt.not_before_ms)
-                            .push("NULL")
-                            .push_bind(attempt.executor_id.map(str::to_owned));
-                    });
-                    insert.build().execute(&mut **tx).await?;
-                }
-                Ok(())
+                Ok(
+                    sqlx::query_scalar::<$db, Option<i64>>(sql(&self.q.runs_first_id_finished))
+                        .bind(since_ms)
+                        .bind(until_ms)
+                        .fetch_one(&self.pool)
+                        .await?,
+                )
             }
 
             /// The statements of a guarded update on `ids` whose caller must learn which rows
@@ -264,7 +233,10 @@ macro_rules! dispatch_store {
                     .collect();
                 self.insert_first_attempts(&mut tx, &starting).await?;
                 tx.commit().await?;
-                Ok(runs.iter().filter(|(run, _)| pending.contains(&run.run_id)).count())
+                Ok(runs
+                    .iter()
+                    .filter(|(run, _)| pending.contains(&run.run_id))
+                    .count())
             }
 
             async fn run_end(
@@ -500,7 +472,10 @@ macro_rules! dispatch_store {
                         tx.commit().await?;
                         return Ok(0);
                     };
-                    let runs = sqlx::query::<$db>(finish).execute(&mut *tx).await?.rows_affected();
+                    let runs = sqlx::query::<$db>(finish)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
                     tx.commit().await?;
                     Ok(runs)
                 })
