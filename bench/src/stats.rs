@@ -23,6 +23,9 @@ pub(crate) struct Delivery {
     pub(crate) duplicates: u64,
     pub(crate) missed: u64,
     pub(crate) lateness_sorted: Vec<i64>,
+    /// Per instant of the window, the lateness of its last receipt, largest first: whether a
+    /// p99 is every instant's tail or a few bad seconds.
+    pub(crate) instant_max_desc: Vec<i64>,
 }
 
 /// Checks the receipts for `jobs`, each due at every instant of `instants`: one receipt per
@@ -32,13 +35,19 @@ pub(crate) fn delivery(receipts: &[Receipt], jobs: &[i64], instants: &[i64]) -> 
     let window: std::collections::HashSet<i64> = instants.iter().copied().collect();
     let mut seen: HashMap<(i64, i64), u32> = HashMap::new();
     let mut lateness = Vec::new();
+    let mut instant_max: HashMap<i64, i64> = HashMap::new();
     for r in receipts {
         if wanted.contains(&r.job_id) && window.contains(&r.scheduled_ms) {
             *seen.entry((r.job_id, r.scheduled_ms)).or_default() += 1;
-            lateness.push(r.received_ms - r.scheduled_ms);
+            let late = r.received_ms - r.scheduled_ms;
+            lateness.push(late);
+            let max = instant_max.entry(r.scheduled_ms).or_insert(late);
+            *max = (*max).max(late);
         }
     }
     lateness.sort_unstable();
+    let mut instant_max_desc: Vec<i64> = instant_max.into_values().collect();
+    instant_max_desc.sort_unstable_by(|a, b| b.cmp(a));
     let expected = (jobs.len() * instants.len()) as u64;
     let delivered = seen.len() as u64;
     Delivery {
@@ -47,6 +56,7 @@ pub(crate) fn delivery(receipts: &[Receipt], jobs: &[i64], instants: &[i64]) -> 
         duplicates: seen.values().map(|&n| u64::from(n.saturating_sub(1))).sum(),
         missed: expected.saturating_sub(delivered),
         lateness_sorted: lateness,
+        instant_max_desc,
     }
 }
 
@@ -80,6 +90,20 @@ impl Report {
             "lateness_max_ms",
             d.lateness_sorted.last().copied().unwrap_or(0),
         );
+        if d.instant_max_desc.len() > 1 {
+            let within = d.instant_max_desc.iter().filter(|&&m| m < 100).count();
+            self.add(
+                "instants_done_within_100ms",
+                format!("{within} of {}", d.instant_max_desc.len()),
+            );
+            let worst: Vec<String> = d
+                .instant_max_desc
+                .iter()
+                .take(5)
+                .map(i64::to_string)
+                .collect();
+            self.add("slowest_instants_ms", worst.join(" "));
+        }
     }
 
     pub(crate) fn print(&self, json: bool) {

@@ -418,13 +418,15 @@ queries! {
     runs_pending = "SELECT run_id, job_id, scheduled_at_ms, partition_id, epoch, node_id, trigger_kind, \
         state, priority, created_at_ms, started_at_ms, finished_at_ms, message FROM runs WHERE \
         state = 'pending' AND partition_id IN ({partitions}) AND run_id > ? ORDER BY run_id LIMIT ?";
-    // With the run's instant, which every dispatch carries.
+    // With the run's instant, which every dispatch carries. The horizon is bound, read from
+    // the clock once: `{now}` in the filter is read again for every row on PostgreSQL and
+    // MySQL, so a scan crossing the horizon of an instant's attempts split them across passes.
     attempts_due = "SELECT a.attempt_id, a.run_id, a.job_id, a.partition_id, a.shard_index, a.shard_total, \
         a.attempt_no, a.priority, a.args_json, a.state, a.created_at_ms, a.not_before_ms, \
         a.avoid_executor_id, a.executor_id, a.dispatched_at_ms, a.deadline_ms, \
         a.finished_at_ms, a.output, a.error, a.lost_before, r.scheduled_at_ms FROM attempts a JOIN runs r ON \
         r.run_id = a.run_id WHERE a.state = 'pending' AND a.partition_id IN ({partitions}) AND \
-        a.not_before_ms <= {now} + ? AND (a.not_before_ms > ? OR (a.not_before_ms = ? \
+        a.not_before_ms <= ? AND (a.not_before_ms > ? OR (a.not_before_ms = ? \
         AND a.attempt_id > ?)) ORDER BY a.not_before_ms, a.attempt_id LIMIT ?";
     attempts_expired = "SELECT attempt_id, run_id, job_id, partition_id, shard_index, shard_total, attempt_no, \
         priority, args_json, state, created_at_ms, not_before_ms, avoid_executor_id, \

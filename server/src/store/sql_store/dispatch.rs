@@ -343,8 +343,12 @@ macro_rules! dispatch_store {
                     return Ok(Vec::new());
                 };
                 let (after_due, after_id) = after.unwrap_or((i64::MIN, i64::MIN));
+                // The horizon, read once: every attempt of an instant is in or out together.
+                let now: i64 = sqlx::query_scalar::<$db, i64>(sql(&self.q.now))
+                    .fetch_one(&self.pool)
+                    .await?;
                 let due = sqlx::query_as::<$db, DueAttempt>(query)
-                    .bind(ahead_ms)
+                    .bind(now.saturating_add(ahead_ms))
                     .bind(after_due)
                     .bind(after_due)
                     .bind(after_id)
