@@ -149,15 +149,24 @@ impl Settling {
     }
 
     /// Drops from `due`, read from `read`, the attempts whose answers are being stored or were
-    /// stored after the read began; forgets those stored before it began (the read saw them
-    /// ended).
+    /// stored after the read began.
     pub(super) fn skip_settling(&self, read: u64, due: &mut Vec<DueAttempt>) {
-        let mut settling = self.attempts();
-        if settling.is_empty() {
-            return;
+        let held = self.held_at(read);
+        if !held.is_empty() {
+            due.retain(|d| !held.contains_key(&d.attempt.attempt_id));
         }
-        due.retain(|d| !settling.contains_key(&d.attempt.attempt_id));
-        settling.retain(|_, ended_at| *ended_at >= read);
+    }
+
+    /// Forgets the answers stored before read `read` began (it saw them ended, or live again
+    /// after a settle that failed, to be offered again) and returns the rest.
+    fn held_at(&self, read: u64) -> MutexGuard<'_, HashMap<i64, u64>> {
+        let mut held = self.attempts();
+        held.retain(|_, ended_at| *ended_at >= read);
+        held
+    }
+
+    fn begin_settle(&self, ids: &[i64]) {
+        self.attempts().extend(ids.iter().map(|id| (*id, u64::MAX)));
     }
 
     fn settled(&self, ids: &[i64]) {
@@ -188,9 +197,7 @@ impl Dispatcher {
         // Closed never: the semaphore lives as long as the dispatcher.
         let slot = Arc::clone(&self.settling.slots).acquire_owned().await.ok();
         let ids: Vec<i64> = ended.iter().map(|e| e.attempt_id).collect();
-        self.settling
-            .attempts()
-            .extend(ids.iter().map(|id| (*id, u64::MAX)));
+        self.settling.begin_settle(&ids);
         let store = Arc::clone(&self.store);
         let observer = self.observer.clone();
         let settling = Arc::clone(&self.settling);
@@ -249,4 +256,38 @@ async fn end_together(
         count += rest.len();
     }
     Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Settling;
+
+    #[test]
+    fn an_answer_is_held_from_every_read_that_may_have_seen_it_live() {
+        let settling = Settling::new();
+        let before = settling.begin_read();
+        settling.begin_settle(&[7, 8]);
+        assert!(settling.held_at(before).contains_key(&7));
+        let during = settling.begin_read();
+        settling.settled(&[7, 8]);
+        // Begun before the commit, that read may have seen them still pending.
+        assert!(settling.held_at(during).contains_key(&7));
+        assert!(settling.held_at(during).contains_key(&8));
+        // Begun after it, a read sees them ended (or live again after a settle that failed,
+        // and then they must go out again): they are forgotten.
+        let after = settling.begin_read();
+        assert!(settling.held_at(after).is_empty());
+    }
+
+    #[test]
+    fn answers_of_another_settle_stay_held_while_it_runs() {
+        let settling = Settling::new();
+        settling.begin_settle(&[1]);
+        settling.begin_settle(&[2]);
+        settling.settled(&[1]);
+        let next = settling.begin_read();
+        let held = settling.held_at(next);
+        assert!(!held.contains_key(&1));
+        assert!(held.contains_key(&2));
+    }
 }
