@@ -112,6 +112,11 @@ pub(super) async fn settle(
 /// database commit one pass's answers while the next pass reads, delivers and settles.
 const SETTLES_IN_FLIGHT: u32 = 2;
 
+/// Most answers stored in one transaction. A pass may hold 32,768; their settle as one
+/// statement neared the 2 s statement timeout when the database was overloaded (20,000
+/// jobs/s), and a settle that times out sends every attempt of its pass out again.
+const SETTLE_CHUNK: usize = 4_096;
+
 /// A settle slower than this is logged.
 const SLOW_SETTLE: Duration = Duration::from_millis(1_000);
 
@@ -243,13 +248,18 @@ async fn end_together(
     }
     let mut count = 0;
     for (executor, attempts) in simple {
-        let runs = store.attempts_succeed(&executor, &attempts).await?;
-        observer.runs_succeeded(runs);
-        count += attempts.len();
+        for chunk in attempts.chunks(SETTLE_CHUNK) {
+            let runs = store.attempts_succeed(&executor, chunk).await?;
+            observer.runs_succeeded(runs);
+            count += chunk.len();
+        }
     }
-    if !rest.is_empty() {
-        let outcomes = store.attempts_end(&rest).await?;
-        for (((run_id, job_id), (_, end)), outcome) in runs_of_rest.iter().zip(&rest).zip(&outcomes)
+    let chunks = rest
+        .chunks(SETTLE_CHUNK)
+        .zip(runs_of_rest.chunks(SETTLE_CHUNK));
+    for (rest, runs_of_rest) in chunks {
+        let outcomes = store.attempts_end(rest).await?;
+        for (((run_id, job_id), (_, end)), outcome) in runs_of_rest.iter().zip(rest).zip(&outcomes)
         {
             observer.attempt_ended(outcome, *run_id, *job_id, end.error.as_deref());
         }
