@@ -117,6 +117,9 @@ const SETTLES_IN_FLIGHT: u32 = 2;
 /// jobs/s), and a settle that times out sends every attempt of its pass out again.
 const SETTLE_CHUNK: usize = 4_096;
 
+/// How often a settle is tried before its attempts are left to go out again.
+const SETTLE_TRIES: u32 = 4;
+
 /// A settle slower than this is logged.
 const SLOW_SETTLE: Duration = Duration::from_millis(1_000);
 
@@ -208,7 +211,22 @@ impl Dispatcher {
         let settling = Arc::clone(&self.settling);
         tokio::spawn(async move {
             let began = std::time::Instant::now();
-            match end_together(&*store, &observer, ended).await {
+            let mut tries = 1;
+            // Storing an answer again is a no-op (every update is guarded by the attempt's live
+            // state), so a settle the database refused (SQLite's lock wait, a statement
+            // timeout under overload) is tried again while its attempts stay held: giving up
+            // sends them out again.
+            let stored = loop {
+                match end_together(&*store, &observer, &ended).await {
+                    Err(err) if tries < SETTLE_TRIES => {
+                        debug!(error = %err, tries, "storing executors' answers failed; trying again");
+                        tokio::time::sleep(Duration::from_millis(100 << tries)).await;
+                        tries += 1;
+                    }
+                    other => break other,
+                }
+            };
+            match stored {
                 Ok(count) if began.elapsed() > SLOW_SETTLE => {
                     warn!(took = ?began.elapsed(), count, "slow settle of answered attempts");
                 }
@@ -227,29 +245,29 @@ impl Dispatcher {
 async fn end_together(
     store: &dyn Store,
     observer: &Observer,
-    ended: Vec<Ended>,
+    ended: &[Ended],
 ) -> Result<usize, store::Error> {
     // Plain successes end in two statements per executor; the rest one by one, together.
-    let mut simple: HashMap<String, Vec<(i64, i64)>> = HashMap::new();
+    let mut simple: HashMap<&str, Vec<(i64, i64)>> = HashMap::new();
     // The others end together; `runs_of_rest` names each one's run and job, in order.
     let mut rest = Vec::new();
     let mut runs_of_rest = Vec::new();
     for done in ended {
-        match done.simple_success {
+        match &done.simple_success {
             Some(executor) => simple
-                .entry(executor)
+                .entry(executor.as_str())
                 .or_default()
                 .push((done.attempt_id, done.run_id)),
             None => {
                 runs_of_rest.push((done.run_id, done.job_id));
-                rest.push((done.attempt_id, done.end));
+                rest.push((done.attempt_id, done.end.clone()));
             }
         }
     }
     let mut count = 0;
     for (executor, attempts) in simple {
         for chunk in attempts.chunks(SETTLE_CHUNK) {
-            let runs = store.attempts_succeed(&executor, chunk).await?;
+            let runs = store.attempts_succeed(executor, chunk).await?;
             observer.runs_succeeded(runs);
             count += chunk.len();
         }
