@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn};
 
 use super::Dispatcher;
@@ -208,8 +208,15 @@ impl Dispatcher {
         self.settling.begin_settle(&ids);
         let store = Arc::clone(&self.store);
         let observer = self.observer.clone();
-        let settling = Arc::clone(&self.settling);
+        // Released however the task ends (a panic, a runtime shutting down): a held id left
+        // behind would keep its attempt from this node's passes for good.
+        let held = HeldUntilStored {
+            settling: Arc::clone(&self.settling),
+            ids,
+            _slot: slot,
+        };
         tokio::spawn(async move {
+            let held = held;
             let began = std::time::Instant::now();
             let mut tries = 1;
             // Storing an answer again is a no-op (every update is guarded by the attempt's live
@@ -232,12 +239,24 @@ impl Dispatcher {
                 }
                 Ok(_) => {}
                 Err(err) => {
-                    warn!(error = %err, attempts = ids.len(), "storing executors' answers failed; the attempts stay live and go out again");
+                    warn!(error = %err, attempts = held.ids.len(), "storing executors' answers failed; the attempts stay live and go out again");
                 }
             }
-            settling.settled(&ids);
-            drop(slot);
         });
+    }
+}
+
+/// A settle's attempts, held from this node's passes, and its slot: both released when the
+/// settle ends, however it ends.
+struct HeldUntilStored {
+    settling: Arc<Settling>,
+    ids: Vec<i64>,
+    _slot: Option<OwnedSemaphorePermit>,
+}
+
+impl Drop for HeldUntilStored {
+    fn drop(&mut self) {
+        self.settling.settled(&self.ids);
     }
 }
 
@@ -288,7 +307,22 @@ async fn end_together(
 
 #[cfg(test)]
 mod tests {
-    use super::Settling;
+    use super::{HeldUntilStored, Settling};
+
+    #[test]
+    fn a_settle_that_ends_any_way_releases_its_attempts() {
+        let settling = Settling::new();
+        settling.begin_settle(&[3]);
+        let held = HeldUntilStored {
+            settling: std::sync::Arc::clone(&settling),
+            ids: vec![3],
+            _slot: None,
+        };
+        // A settle task that panicked or was dropped mid-way ends here too.
+        drop(held);
+        let next = settling.begin_read();
+        assert!(settling.held_at(next).is_empty());
+    }
 
     #[test]
     fn an_answer_is_held_from_every_read_that_may_have_seen_it_live() {
