@@ -1,7 +1,8 @@
 //! Stage five: what executors answered. An accepted offer is recorded as running; a result
 //! given at once is ended with the others of its pass, in the background while the next pass
-//! goes on: plain successes in two statements per executor, the rest together in one
-//! transaction (`finish` ends results reported later).
+//! goes on, [`SETTLE_CHUNK`] answers to a transaction: plain successes in two statements per
+//! executor, the rest together (`finish` ends results reported later). [`Settling`] holds the
+//! answered attempts from this node's passes until their settle has ended.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -108,8 +109,9 @@ pub(super) async fn settle(
     })))
 }
 
-/// Settles in flight at once. Each is a transaction of up to a pass's answers; two let the
-/// database commit one pass's answers while the next pass reads, delivers and settles.
+/// Settles in flight at once (each a pass's answers, in transactions of [`SETTLE_CHUNK`]);
+/// two let the database store one pass's answers while the next pass reads, delivers and
+/// settles.
 const SETTLES_IN_FLIGHT: u32 = 2;
 
 /// Most answers stored in one transaction. A pass may hold 32,768; their settle as one
