@@ -188,3 +188,36 @@ CREATE TABLE backfills (
 );
 CREATE INDEX backfills_partition_idx ON backfills (partition_id, state);
 CREATE INDEX backfills_job_idx ON backfills (job_id);
+
+-- Tasks: delayed one-shot work, fired by the owner of their partition in due-order windows.
+CREATE TABLE tasks (
+    task_id BIGINT NOT NULL PRIMARY KEY,
+    partition_id BIGINT NOT NULL,
+    -- The client's idempotency key: one unfinished task per key. A finished task gives its
+    -- key up (set to NULL) when the key is enqueued again.
+    task_key VARCHAR(255) NULL,
+    app_name VARCHAR(128) NOT NULL,
+    handler_name VARCHAR(128) NOT NULL,
+    args_json TEXT NOT NULL,
+    -- The task's policy as a job policy document holding only what the task set.
+    policy_json TEXT NOT NULL,
+    priority BIGINT NOT NULL,
+    due_at_ms BIGINT NOT NULL,
+    -- pending, fired or cancelled.
+    state VARCHAR(16) NOT NULL,
+    created_at_ms BIGINT NOT NULL,
+    ended_at_ms BIGINT NULL,
+    message TEXT NULL
+);
+CREATE UNIQUE INDEX tasks_key_idx ON tasks (task_key);
+-- The windows the owners read: pending tasks in due order.
+CREATE INDEX tasks_pending_due_idx ON tasks (due_at_ms) WHERE state = 'pending';
+
+-- Blocks of ids that nodes take for the rows they create in bulk (tasks): one short
+-- transaction per block instead of a generated key per row, so a node knows a task's id, and
+-- so its partition, before inserting it, on every backend.
+CREATE TABLE id_blocks (
+    name VARCHAR(64) NOT NULL PRIMARY KEY,
+    next_id BIGINT NOT NULL
+);
+INSERT INTO id_blocks (name, next_id) VALUES ('tasks', 1);

@@ -27,6 +27,7 @@ use crate::retention::HistoryPurger;
 use crate::scheduler::Scheduler;
 use crate::scheduler::backfill::BackfillDriver;
 use crate::store::{self, DatabaseUrl, NodeRegistration, PoolOptions, Store};
+use crate::tasks::firer::TaskFirer;
 
 /// Why a node could not start. Each names what it was doing.
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +82,7 @@ pub struct Application {
     history_purger: HistoryPurger,
     failure_pauser: FailurePauser,
     backfill_driver: BackfillDriver,
+    task_firer: TaskFirer,
     /// Serve HTTPS with this configuration (`http.tls_cert`).
     tls: Option<Arc<carillon_tls::ServerConfig>>,
     shutdown_grace: Duration,
@@ -256,6 +258,14 @@ impl Application {
             Arc::clone(&dispatcher_wake),
             Arc::clone(&metrics),
         );
+        let task_firer = TaskFirer::new(
+            Arc::clone(&api_store),
+            Arc::clone(&view),
+            Arc::clone(&clock),
+            config.task_fire_settings(),
+            Arc::clone(&dispatcher_wake),
+            Arc::clone(&metrics),
+        );
         let scheduler = Scheduler::new(
             Arc::clone(&api_store),
             Arc::clone(&view),
@@ -308,6 +318,8 @@ impl Application {
             observer,
             late_after_ms: config.alerts.late_after_ms,
             settled_minutes: Arc::default(),
+            task_horizon_ms: i64::try_from(config.tasks.horizon_ms).unwrap_or(i64::MAX),
+            task_ids: Arc::default(),
         };
         Ok(Self {
             listener,
@@ -320,6 +332,7 @@ impl Application {
             history_purger,
             failure_pauser,
             backfill_driver,
+            task_firer,
             tls,
             shutdown_grace: Duration::from_millis(config.cluster.shutdown_grace_ms),
         })
@@ -360,6 +373,7 @@ impl Application {
         tracker.spawn(self.history_purger.run(shutdown.child_token()));
         tracker.spawn(self.failure_pauser.run(shutdown.child_token()));
         tracker.spawn(self.backfill_driver.run(shutdown.child_token()));
+        tracker.spawn(self.task_firer.run(shutdown.child_token()));
         tracker.close();
         info!(address = %self.local_addr, "carillon node listening");
 

@@ -18,4 +18,5 @@ pub mod schedule;
 pub mod scheduler;
 pub mod secret;
 pub mod store;
+pub mod tasks;
 pub mod telemetry;

@@ -23,6 +23,8 @@ pub enum ApiError {
     Missing { what: String },
     #[error("{field}: {message}")]
     Invalid { field: String, message: String },
+    #[error("{} bad task(s)", .0.len())]
+    InvalidTasks(Vec<crate::tasks::TaskError>),
     #[error("{0}")]
     Conflict(String),
     #[error("{0}")]
@@ -47,6 +49,9 @@ pub(super) struct Problem {
     /// The request field at fault, for validation errors.
     #[serde(skip_serializing_if = "Option::is_none")]
     field: Option<String>,
+    /// Every bad task of a refused batch, by index and field.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    errors: Option<Vec<crate::tasks::TaskError>>,
 }
 
 /// The largest request body accepted.
@@ -104,6 +109,21 @@ impl ApiError {
                 "Invalid Field",
                 format!("{field}: {message}"),
             ),
+            ApiError::InvalidTasks(errors) => (
+                StatusCode::BAD_REQUEST,
+                "urn:carillon:problem:invalid-tasks",
+                "Invalid Tasks",
+                format!(
+                    "{} bad task(s), nothing stored: {}",
+                    errors.len(),
+                    errors
+                        .iter()
+                        .take(10)
+                        .map(|e| format!("tasks[{}].{}: {}", e.index, e.field, e.message))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
+            ),
             ApiError::Conflict(detail) => (
                 StatusCode::CONFLICT,
                 "urn:carillon:problem:conflict",
@@ -146,6 +166,13 @@ impl IntoResponse for ApiError {
         let (status, kind, title, detail) = self.problem();
         let field = match &self {
             ApiError::Invalid { field, .. } => Some(field.clone()),
+            ApiError::InvalidTasks(errors) => errors
+                .first()
+                .map(|e| format!("tasks[{}].{}", e.index, e.field)),
+            _ => None,
+        };
+        let errors = match &self {
+            ApiError::InvalidTasks(errors) => Some(errors.clone()),
             _ => None,
         };
         let body = Problem {
@@ -154,6 +181,7 @@ impl IntoResponse for ApiError {
             status: status.as_u16(),
             detail,
             field,
+            errors,
         };
         let mut response = (status, Json(body)).into_response();
         let headers = response.headers_mut();

@@ -18,6 +18,7 @@ mod params;
 mod runs;
 mod schedules;
 mod stats;
+mod tasks;
 
 use std::sync::Arc;
 
@@ -60,7 +61,14 @@ pub struct ApiState {
     pub late_after_ms: u64,
     /// The dashboard's per-minute totals that can no longer change.
     pub settled_minutes: Arc<stats::SettledMinutes>,
+    /// A task due further ahead than this is refused (`tasks.horizon_ms`).
+    pub task_horizon_ms: i64,
+    /// This node's block of task ids.
+    pub task_ids: Arc<crate::tasks::ids::TaskIds>,
 }
+
+/// The largest body of `POST /api/v1/tasks`: a batch of 10,000 tasks of a few hundred bytes.
+const MAX_TASK_BATCH_BYTES: usize = 32 * 1024 * 1024;
 
 /// Every route with its documentation; `finish_api` adds what the `/api/v1` routes share
 /// (authentication, limits), which the document describes in [`openapi::complete`].
@@ -98,7 +106,13 @@ fn routes_with(
         .routes(routes!(executors::heartbeat))
         .routes(routes!(executors::results))
         .routes(routes!(executors::deregister))
-        .routes(routes!(openapi::openapi_json));
+        .routes(routes!(openapi::openapi_json))
+        .merge(
+            OpenApiRouter::new()
+                .routes(routes!(tasks::enqueue, tasks::list, tasks::cancel_by_key))
+                .layer(DefaultBodyLimit::max(MAX_TASK_BATCH_BYTES)),
+        )
+        .routes(routes!(tasks::get, tasks::cancel));
     OpenApiRouter::with_openapi(openapi::base())
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))

@@ -29,6 +29,7 @@ use super::error::Problem;
     tags(
         (name = "jobs", description = "Cron, RRULE, interval and one-shot jobs"),
         (name = "runs", description = "Run logs, cancellation, dead letters and re-runs"),
+        (name = "tasks", description = "Delayed one-shot tasks, enqueued by the batch"),
         (name = "schedules", description = "Schedule checking and preview"),
         (name = "executors", description = "Executor instances and apps"),
         (name = "executor protocol", description = "What executors call (executor tokens)"),

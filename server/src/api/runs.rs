@@ -15,9 +15,12 @@ use crate::store::{AttemptRecord, DEAD_LETTER_STATES, RunFilter, RunRecord, run_
 #[derive(Debug, Serialize, ToSchema)]
 pub(super) struct RunView {
     id: i64,
+    /// The job's id; for a task's run, the task's id negated (see `task_id`).
     job_id: i64,
-    /// The job's name; `null` once the job is deleted.
+    /// The job's name (`task <id>` for a task's run); `null` once the job is deleted.
     job_name: Option<String>,
+    /// The task this run fired, for a task's run.
+    task_id: Option<i64>,
     scheduled_at: Option<String>,
     /// `schedule`, `misfire` or `manual`.
     trigger: String,
@@ -39,6 +42,7 @@ impl RunView {
             id: r.run_id,
             job_id: r.job_id,
             job_name,
+            task_id: crate::store::task_of_job_id(r.job_id),
             scheduled_at: rfc3339(r.scheduled_at_ms),
             trigger: r.trigger_kind,
             state: r.state,
@@ -65,9 +69,7 @@ pub(super) async fn run_views(
     let names: std::collections::HashMap<i64, String> = if ids.is_empty() {
         Default::default()
     } else {
-        state
-            .store
-            .jobs_get_many(&ids)
+        crate::store::jobs_of_runs(&*state.store, &ids)
             .await?
             .into_iter()
             .map(|j| (j.job_id, j.name))
@@ -301,7 +303,9 @@ pub(super) async fn get(
         .await?
         .ok_or_else(|| ApiError::missing(format!("run {id}")))?;
     let attempts = state.store.attempts_of_run(id).await?;
-    let job_name = state.store.job_get(run.job_id).await?.map(|j| j.name);
+    let job_name = crate::store::job_of_run(&*state.store, run.job_id)
+        .await?
+        .map(|j| j.name);
     Ok(Json(RunDetail {
         run: RunView::of(run, job_name),
         attempts: attempts.into_iter().map(AttemptView::from).collect(),

@@ -51,6 +51,26 @@ pub struct Config {
     pub log: LogConfig,
     pub alerts: AlertsConfig,
     pub retention: RetentionConfig,
+    pub tasks: TasksConfig,
+}
+
+/// `[tasks]`: how far ahead tasks may be enqueued, and how the firer reads its windows.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TasksConfig {
+    /// A task due further ahead than this is refused (default: 366 days).
+    pub horizon_ms: u64,
+    /// Most tasks one fire reads and fires (one transaction).
+    pub fire_batch: i64,
+}
+
+impl Default for TasksConfig {
+    fn default() -> Self {
+        Self {
+            horizon_ms: crate::tasks::DEFAULT_HORIZON_MS.unsigned_abs(),
+            fire_batch: crate::tasks::firer::FireSettings::default().batch,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -284,6 +304,14 @@ impl Config {
                 self.scheduler.claim_ahead_ms,
             )),
             ..crate::dispatch::DispatchSettings::default()
+        }
+    }
+
+    pub fn task_fire_settings(&self) -> crate::tasks::firer::FireSettings {
+        crate::tasks::firer::FireSettings {
+            ahead: Duration::from_millis(self.scheduler.claim_ahead_ms),
+            batch: self.tasks.fire_batch,
+            ..crate::tasks::firer::FireSettings::default()
         }
     }
 

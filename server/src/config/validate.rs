@@ -155,6 +155,22 @@ impl Config {
         self.retention
             .check()
             .map_err(|(field, why)| invalid(field, why))?;
+        // Ten years: due instants stay far inside what the database's integers hold.
+        if !(60_000..=3_650 * 86_400_000).contains(&self.tasks.horizon_ms) {
+            return Err(invalid(
+                "tasks.horizon_ms",
+                format!(
+                    "{} is outside 60000..=315360000000 (a minute to ten years)",
+                    self.tasks.horizon_ms
+                ),
+            ));
+        }
+        if !(1..=100_000).contains(&self.tasks.fire_batch) {
+            return Err(invalid(
+                "tasks.fire_batch",
+                format!("{} is outside 1..=100000", self.tasks.fire_batch),
+            ));
+        }
         Ok(())
     }
 }

@@ -48,7 +48,7 @@ pub async fn finish_attempt_by(
     output: Option<&Value>,
     error: Option<String>,
 ) -> Result<AttemptEnded, store::Error> {
-    let policy = match store.job_get(attempt.job_id).await? {
+    let policy = match store::job_of_run(store, attempt.job_id).await? {
         Some(job) => serde_json::from_str::<JobPolicy>(&job.policy_json).unwrap_or_default(),
         None => JobPolicy::default(),
     };

@@ -226,7 +226,7 @@ impl Dispatcher {
         for id in &missing {
             cache.insert(*id, None);
         }
-        for job in self.store.jobs_get_many(&missing).await? {
+        for job in store::jobs_of_runs(&*self.store, &missing).await? {
             cache.insert(job.job_id, Some(job));
         }
         Ok(())

@@ -24,7 +24,7 @@ pub struct JobError {
 }
 
 impl JobError {
-    fn new(field: &str, message: impl Into<String>) -> Self {
+    pub fn new(field: &str, message: impl Into<String>) -> Self {
         Self {
             field: field.to_owned(),
             message: message.into(),
@@ -282,44 +282,9 @@ impl JobDefinition {
 
     fn validate(&self) -> Result<(), JobError> {
         check_text("name", &self.name, MAX_NAME, |c| !c.is_control())?;
-        let ident = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
-        check_text("app", &self.app, MAX_IDENT, ident)?;
-        check_text("handler", &self.handler, MAX_IDENT, ident)?;
+        validate_work(&self.app, &self.handler, &self.args, &self.policy)?;
         self.parsed_schedule()?;
-        let args_len = serde_json::to_vec(&self.args).map_or(usize::MAX, |v| v.len());
-        if args_len > MAX_ARGS_BYTES {
-            return Err(JobError::new(
-                "args",
-                format!("is {args_len} bytes of JSON; the limit is {MAX_ARGS_BYTES}"),
-            ));
-        }
         let p = &self.policy;
-        if !(0..=10).contains(&p.priority) {
-            return Err(JobError::new(
-                "priority",
-                format!("{} is outside 0..=10", p.priority),
-            ));
-        }
-        if !(1..=100).contains(&p.retry.max_attempts) {
-            return Err(JobError::new(
-                "retry.max_attempts",
-                format!("{} is outside 1..=100", p.retry.max_attempts),
-            ));
-        }
-        if p.retry.initial_delay_ms > p.retry.max_delay_ms {
-            return Err(JobError::new(
-                "retry.initial_delay_ms",
-                "must not exceed retry.max_delay_ms",
-            ));
-        }
-        if let Some(timeout) = p.timeout_ms
-            && !(1..=MAX_TIMEOUT_MS).contains(&timeout)
-        {
-            return Err(JobError::new(
-                "timeout_ms",
-                format!("{timeout} is outside 1..={MAX_TIMEOUT_MS} (7 days)"),
-            ));
-        }
         if p.catch_up_window_ms > MAX_CATCH_UP_WINDOW_MS {
             return Err(JobError::new(
                 "catch_up_window_ms",
@@ -470,6 +435,53 @@ pub fn check_webhook(url: &str) -> Result<(), String> {
     if url.len() > MAX_WEBHOOK || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err(format!(
             "must be at most {MAX_WEBHOOK} characters, without spaces"
+        ));
+    }
+    Ok(())
+}
+
+/// The checks a job and a task share: what runs (app, handler, arguments) and how (priority,
+/// retry, timeout).
+pub fn validate_work(
+    app: &str,
+    handler: &str,
+    args: &serde_json::Value,
+    p: &JobPolicy,
+) -> Result<(), JobError> {
+    let ident = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    check_text("app", app, MAX_IDENT, ident)?;
+    check_text("handler", handler, MAX_IDENT, ident)?;
+    let args_len = serde_json::to_vec(args).map_or(usize::MAX, |v| v.len());
+    if args_len > MAX_ARGS_BYTES {
+        return Err(JobError::new(
+            "args",
+            format!("is {args_len} bytes of JSON; the limit is {MAX_ARGS_BYTES}"),
+        ));
+    }
+    if !(0..=10).contains(&p.priority) {
+        return Err(JobError::new(
+            "priority",
+            format!("{} is outside 0..=10", p.priority),
+        ));
+    }
+    if !(1..=100).contains(&p.retry.max_attempts) {
+        return Err(JobError::new(
+            "retry.max_attempts",
+            format!("{} is outside 1..=100", p.retry.max_attempts),
+        ));
+    }
+    if p.retry.initial_delay_ms > p.retry.max_delay_ms {
+        return Err(JobError::new(
+            "retry.initial_delay_ms",
+            "must not exceed retry.max_delay_ms",
+        ));
+    }
+    if let Some(timeout) = p.timeout_ms
+        && !(1..=MAX_TIMEOUT_MS).contains(&timeout)
+    {
+        return Err(JobError::new(
+            "timeout_ms",
+            format!("{timeout} is outside 1..={MAX_TIMEOUT_MS} (7 days)"),
         ));
     }
     Ok(())

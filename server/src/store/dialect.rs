@@ -120,6 +120,21 @@ macro_rules! runs_list {
     };
 }
 
+/// A task with its run once fired (`runs.job_id = -task_id` at the task's instant), and a
+/// condition.
+macro_rules! tasks_where {
+    ($condition:literal) => {
+        concat!(
+            "SELECT t.task_id, t.partition_id, t.task_key, t.app_name, t.handler_name, \
+            t.args_json, t.policy_json, t.priority, t.due_at_ms, t.state, t.created_at_ms, \
+            t.ended_at_ms, t.message, r.run_id, r.state AS run_state FROM tasks t \
+            LEFT JOIN runs r ON r.job_id = -t.task_id AND r.scheduled_at_ms = t.due_at_ms \
+            WHERE ",
+            $condition
+        )
+    };
+}
+
 macro_rules! queries {
     ($($name:ident = $template:expr;)*) => {
         /// Every query of the store, rendered for one backend at connect time.
@@ -447,6 +462,33 @@ queries! {
     run_by_instant = "SELECT run_id, job_id, scheduled_at_ms, partition_id, epoch, node_id, \
         trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, message \
         FROM runs WHERE job_id = ? AND scheduled_at_ms = ?";
+
+    task_ids_lock = "SELECT next_id FROM id_blocks WHERE name = 'tasks' {for_update}";
+    task_ids_advance = "UPDATE id_blocks SET next_id = next_id + ? WHERE name = 'tasks'";
+    task_get = tasks_where!("t.task_id = ?");
+    task_by_key = tasks_where!("t.task_key = ?");
+    // `{partitions}`: task ids.
+    tasks_get_many = tasks_where!("t.task_id IN ({partitions})");
+    tasks_list = tasks_where!(
+        "(? IS NULL OR t.app_name = ?) AND (? IS NULL OR t.handler_name = ?) \
+        AND (? IS NULL OR t.state = ?) AND (? IS NULL OR t.due_at_ms >= ?) \
+        AND (? IS NULL OR t.due_at_ms < ?) AND (? IS NULL OR t.task_id < ?) \
+        ORDER BY t.task_id DESC LIMIT ?"
+    );
+    task_cancel = "UPDATE tasks SET state = 'cancelled', ended_at_ms = {now}, message = ? \
+        WHERE task_id = ? AND state = 'pending'";
+    task_release_key = "UPDATE tasks SET task_key = NULL WHERE task_id = ? AND task_key = ?";
+    // The window: `{partitions}` the node's partitions, in due order (the pending-due index).
+    tasks_due = "SELECT task_id, partition_id, priority, due_at_ms, args_json FROM tasks \
+        WHERE state = 'pending' AND due_at_ms <= ? AND partition_id IN ({partitions}) \
+        ORDER BY due_at_ms, task_id LIMIT ?";
+    // `{partitions}`: task ids.
+    tasks_mark_fired = "UPDATE tasks SET state = 'fired', ended_at_ms = {now} \
+        WHERE state = 'pending' AND task_id IN ({partitions})";
+    tasks_pending_among = "SELECT task_id FROM tasks WHERE state = 'pending' \
+        AND task_id IN ({partitions}) ORDER BY task_id {for_update}";
+    // `{partitions}`: the runs' job ids (tasks negated).
+    task_runs_of = "SELECT run_id, job_id FROM runs WHERE job_id IN ({partitions})";
 
     history_rules = "SELECT job_id, history_keep_ms, history_max_runs FROM jobs \
         WHERE (history_keep_ms IS NOT NULL OR history_max_runs IS NOT NULL) \

@@ -12,6 +12,7 @@ mod history_records;
 mod job_records;
 mod policy_records;
 mod sql_store;
+mod task_records;
 mod url;
 
 use std::sync::Arc;
@@ -36,6 +37,9 @@ pub use job_records::{
     RunClaim, RunRecord, ScheduledJob, job_state, run_state,
 };
 pub use policy_records::{BackfillRecord, BackfillStep, CalendarRecord, backfill_state};
+pub use task_records::{
+    Enqueued, TaskFilter, TaskRecord, TaskWrite, TasksFired, task_of_job_id, task_state,
+};
 pub use url::{Backend, DatabaseUrl};
 
 /// Connection settings for one pool.
@@ -368,9 +372,84 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
 ///
 /// Method names are noun first (`leader_try_acquire`, `partitions_apply`) so related calls sort
 /// together.
-pub trait Store: ClusterStore + JobStore + DispatchStore + HistoryStore + PolicyStore {}
+pub trait Store:
+    ClusterStore + JobStore + DispatchStore + HistoryStore + PolicyStore + TaskStore
+{
+}
 
-impl<T: ClusterStore + JobStore + DispatchStore + HistoryStore + PolicyStore> Store for T {}
+impl<T: ClusterStore + JobStore + DispatchStore + HistoryStore + PolicyStore + TaskStore> Store
+    for T
+{
+}
+
+/// Tasks: delayed one-shot work enqueued in bulk and fired by the owner of its partition. A
+/// task's run carries `job_id = -task_id` (job ids are positive), so the runs' key allows one
+/// run per task.
+#[async_trait]
+pub trait TaskStore: Send + Sync + std::fmt::Debug + 'static {
+    /// Takes `count` task ids for this node to give out: the first of them.
+    async fn task_ids_take(&self, count: i64) -> Result<i64, Error>;
+
+    /// Stores a batch in one transaction; per task, in order: created, or the id of the
+    /// unfinished task that already holds its key. A finished task (cancelled, or its run
+    /// ended) gives its key up to the new one.
+    async fn tasks_enqueue(&self, tasks: &[TaskWrite]) -> Result<Vec<Enqueued>, Error>;
+
+    async fn task_get(&self, task_id: i64) -> Result<Option<TaskRecord>, Error>;
+
+    async fn task_by_key(&self, key: &str) -> Result<Option<TaskRecord>, Error>;
+
+    /// The tasks of `task_ids` that exist, in any order.
+    async fn tasks_get_many(&self, task_ids: &[i64]) -> Result<Vec<TaskRecord>, Error>;
+
+    /// Tasks newest first.
+    async fn tasks_list(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, Error>;
+
+    /// Cancels a task that has not fired; `false` when it had (or was cancelled already).
+    async fn task_cancel(&self, task_id: i64, why: &str) -> Result<bool, Error>;
+
+    /// Fires the window: the pending tasks of `partitions` (`(partition, epoch)`, this node's)
+    /// due by `due_by_ms`, at most `limit`, earliest first. One transaction, fenced by the
+    /// partitions' epochs: each task moves to `fired` and gets its run (`running`, trigger
+    /// `task`) and first attempt, due at the task's instant.
+    async fn tasks_fire(
+        &self,
+        node_id: &str,
+        partitions: &[(i64, i64)],
+        due_by_ms: i64,
+        limit: i64,
+    ) -> Result<TasksFired, Error>;
+}
+
+/// The job a run belongs to: the job itself, or for a task's run (a negative job id) the task
+/// as a one-shot job (`TaskRecord::job_view`). `None` when neither exists any more.
+pub async fn job_of_run(store: &dyn Store, job_id: i64) -> Result<Option<JobRecord>, Error> {
+    match task_of_job_id(job_id) {
+        Some(task_id) => Ok(store.task_get(task_id).await?.map(|t| t.job_view())),
+        None => store.job_get(job_id).await,
+    }
+}
+
+/// [`job_of_run`] for many runs' job ids at once (two statements at most).
+pub async fn jobs_of_runs(store: &dyn Store, job_ids: &[i64]) -> Result<Vec<JobRecord>, Error> {
+    let (tasks, jobs): (Vec<i64>, Vec<i64>) = job_ids.iter().partition(|id| **id < 0);
+    let mut found = if jobs.is_empty() {
+        Vec::new()
+    } else {
+        store.jobs_get_many(&jobs).await?
+    };
+    if !tasks.is_empty() {
+        let task_ids: Vec<i64> = tasks.iter().map(|id| -id).collect();
+        found.extend(
+            store
+                .tasks_get_many(&task_ids)
+                .await?
+                .iter()
+                .map(TaskRecord::job_view),
+        );
+    }
+    Ok(found)
+}
 
 /// What the schedule policies keep beyond the job row: bounds ending a job, the run ends a
 /// fixed delay counts from, exclusion calendars, and backfills.

@@ -13,6 +13,7 @@ mod history;
 mod jobs;
 mod migrate;
 mod policies;
+mod tasks;
 
 use std::collections::HashMap;
 use std::str::FromStr;

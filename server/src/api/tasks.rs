@@ -1,0 +1,412 @@
+//! `/api/v1/tasks`: enqueueing tasks (one, or a batch of up to 10,000), reading them by id,
+//! by key or in lists, and cancelling them before they fire.
+
+use std::collections::HashSet;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::body::JsonBody;
+use super::error::Problem;
+use super::paging;
+use super::params::{IdParam, QueryParams};
+use super::{ApiError, ApiState, rfc3339};
+use crate::jobs::partition_of;
+use crate::schedule::parse_instant;
+use crate::store::{Enqueued, TaskFilter, TaskRecord, TaskWrite, task_state};
+use crate::tasks::{TaskBatch, TaskError, TaskInput, check_batch};
+
+/// A task as the API shows it.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct TaskView {
+    id: i64,
+    key: Option<String>,
+    app: String,
+    handler: String,
+    args: serde_json::Value,
+    due_at: Option<String>,
+    priority: i64,
+    /// `pending` or `cancelled` before it fires; then its run's state (`running`,
+    /// `succeeded`, `failed`, …), or `fired` once its run is purged.
+    state: String,
+    /// Its run, once fired.
+    run_id: Option<i64>,
+    created_at: Option<String>,
+    /// When it fired or was cancelled.
+    ended_at: Option<String>,
+    message: Option<String>,
+    /// What the task set of its policy (`retry`, `timeout_ms`, `balance`, `priority`).
+    policy: serde_json::Value,
+}
+
+impl From<TaskRecord> for TaskView {
+    fn from(t: TaskRecord) -> Self {
+        let state = match (&*t.state, t.run_state) {
+            (task_state::FIRED, Some(run)) => run,
+            (state, _) => state.to_owned(),
+        };
+        Self {
+            id: t.task_id,
+            key: t.task_key,
+            app: t.app_name,
+            handler: t.handler_name,
+            args: serde_json::from_str(&t.args_json).unwrap_or(serde_json::Value::Null),
+            due_at: rfc3339(t.due_at_ms),
+            priority: t.priority,
+            state,
+            run_id: t.run_id,
+            created_at: rfc3339(t.created_at_ms),
+            ended_at: t.ended_at_ms.and_then(rfc3339),
+            message: t.message,
+            policy: serde_json::from_str(&t.policy_json).unwrap_or_default(),
+        }
+    }
+}
+
+/// What an enqueue did with one task.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct EnqueuedTask {
+    id: i64,
+    /// `created`, or `existing`: an unfinished task held the key, and this is its id.
+    status: &'static str,
+}
+
+/// A handler of an app that no executor has registered (yet).
+#[derive(Debug, Serialize, ToSchema, PartialEq, Eq, Hash, Clone)]
+pub(super) struct UnknownHandler {
+    app: String,
+    handler: String,
+}
+
+/// The answer to an enqueue.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct EnqueueView {
+    created: usize,
+    existing: usize,
+    /// One entry per task, in the order sent.
+    tasks: Vec<EnqueuedTask>,
+    /// Handlers of the batch no executor has registered: their tasks are stored and wait for
+    /// an executor (after their instant, for `dispatch.no_executor_grace_ms`).
+    unknown_handlers: Vec<UnknownHandler>,
+}
+
+/// The tasks of a body: one task, or `{"tasks": [...]}`; each task's errors name its index.
+fn tasks_of(body: serde_json::Value) -> Result<Vec<TaskInput>, ApiError> {
+    let items = match body {
+        serde_json::Value::Object(mut doc) if doc.contains_key("tasks") => {
+            match doc.remove("tasks") {
+                Some(serde_json::Value::Array(items)) if doc.is_empty() => items,
+                Some(serde_json::Value::Array(_)) => {
+                    return Err(ApiError::invalid(
+                        "body",
+                        "a batch is {\"tasks\": [...]} and nothing else",
+                    ));
+                }
+                _ => return Err(ApiError::invalid("tasks", "must be an array of tasks")),
+            }
+        }
+        one @ serde_json::Value::Object(_) => vec![one],
+        _ => {
+            return Err(ApiError::invalid(
+                "body",
+                "send a task object or {\"tasks\": [...]}",
+            ));
+        }
+    };
+    let mut tasks = Vec::with_capacity(items.len());
+    let mut errors = Vec::new();
+    for (index, item) in items.into_iter().enumerate() {
+        match serde_path_to_error::deserialize::<_, TaskInput>(item) {
+            Ok(task) => tasks.push(task),
+            Err(err) => {
+                let path = err.path().to_string();
+                let message = err.inner().to_string();
+                let missing = message
+                    .strip_prefix("missing field `")
+                    .and_then(|rest| rest.split('`').next());
+                let field = match missing {
+                    Some(name) => name.to_owned(),
+                    None if path == "." => "task".to_owned(),
+                    None => path,
+                };
+                errors.push(TaskError {
+                    index,
+                    field,
+                    message,
+                });
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(tasks)
+    } else {
+        Err(ApiError::InvalidTasks(errors))
+    }
+}
+
+/// Enqueues one task or a batch of up to 10,000, all or nothing.
+#[utoipa::path(post, operation_id = "enqueueTasks", path = "/tasks", tag = "tasks", request_body = TaskBatch,
+    responses(
+        (status = 201, description = "At least one task was created", body = EnqueueView),
+        (status = 200, description = "Every task's key was held by an unfinished task: nothing created", body = EnqueueView),
+    ))]
+pub(super) async fn enqueue(
+    State(state): State<ApiState>,
+    JsonBody(body): JsonBody<serde_json::Value>,
+) -> Result<(StatusCode, Json<EnqueueView>), ApiError> {
+    let tasks = tasks_of(body)?;
+    let checked = check_batch(tasks, state.clock.now_ms(), state.task_horizon_ms)
+        .map_err(|err| ApiError::InvalidTasks(err.errors))?;
+    let ids = state.task_ids.take(&*state.store, checked.len()).await?;
+    let writes: Vec<TaskWrite> = checked
+        .into_iter()
+        .zip(ids)
+        .map(|(task, id)| TaskWrite {
+            task_id: id,
+            partition_id: partition_of(id, state.partition_count),
+            key: task.key,
+            app_name: task.app,
+            handler_name: task.handler,
+            args_json: task.args_json,
+            policy_json: task.policy_json,
+            priority: i64::from(task.priority),
+            due_at_ms: task.due_at_ms,
+        })
+        .collect();
+    let outcomes = state.store.tasks_enqueue(&writes).await?;
+    let unknown_handlers = unknown_handlers(&state, &writes).await?;
+    let created = outcomes
+        .iter()
+        .filter(|o| matches!(o, Enqueued::Created(_)))
+        .count();
+    let view = EnqueueView {
+        created,
+        existing: outcomes.len() - created,
+        tasks: outcomes
+            .iter()
+            .map(|o| match o {
+                Enqueued::Created(id) => EnqueuedTask {
+                    id: *id,
+                    status: "created",
+                },
+                Enqueued::Existing(id) => EnqueuedTask {
+                    id: *id,
+                    status: "existing",
+                },
+            })
+            .collect(),
+        unknown_handlers,
+    };
+    let status = if created > 0 {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(view)))
+}
+
+/// The batch's handlers that no executor has registered.
+async fn unknown_handlers(
+    state: &ApiState,
+    writes: &[TaskWrite],
+) -> Result<Vec<UnknownHandler>, ApiError> {
+    let fleet = state.store.executors_list(None).await?;
+    let app_of: std::collections::HashMap<&str, &str> = fleet
+        .executors
+        .iter()
+        .map(|e| (e.executor_id.as_str(), e.app_name.as_str()))
+        .collect();
+    let known: HashSet<(&str, &str)> = fleet
+        .handlers
+        .iter()
+        .filter_map(|(executor, handler)| {
+            app_of
+                .get(executor.as_str())
+                .map(|app| (*app, handler.as_str()))
+        })
+        .collect();
+    let mut unknown: Vec<UnknownHandler> = Vec::new();
+    for w in writes {
+        if !known.contains(&(w.app_name.as_str(), w.handler_name.as_str()))
+            && !unknown
+                .iter()
+                .any(|u| u.app == w.app_name && u.handler == w.handler_name)
+        {
+            unknown.push(UnknownHandler {
+                app: w.app_name.clone(),
+                handler: w.handler_name.clone(),
+            });
+        }
+    }
+    Ok(unknown)
+}
+
+/// The query of a task listing.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(super) struct TasksQuery {
+    /// The task holding this key (a list of at most one).
+    key: Option<String>,
+    app: Option<String>,
+    handler: Option<String>,
+    /// `pending`, `fired` or `cancelled`.
+    state: Option<String>,
+    /// Only tasks due at or after this instant (RFC 3339).
+    due_from: Option<String>,
+    /// Only tasks due before this instant (RFC 3339).
+    due_to: Option<String>,
+    limit: Option<i64>,
+    cursor: Option<String>,
+}
+
+/// A page of tasks, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct TaskPage {
+    items: Vec<TaskView>,
+    /// Pass back as `cursor` for the next page; absent on the last.
+    next_cursor: Option<String>,
+}
+
+fn instant(field: &'static str, text: Option<&str>) -> Result<Option<i64>, ApiError> {
+    text.map(|t| {
+        parse_instant(t, chrono_tz::UTC, field)
+            .map(|at| at.timestamp_millis())
+            .map_err(|err| ApiError::invalid(field, err.message))
+    })
+    .transpose()
+}
+
+/// Lists tasks newest first, by key, app, handler, state and due range.
+#[utoipa::path(get, operation_id = "listTasks", path = "/tasks", tag = "tasks", params(TasksQuery),
+    responses((status = 200, description = "A page of tasks", body = TaskPage)))]
+pub(super) async fn list(
+    State(state): State<ApiState>,
+    QueryParams(q): QueryParams<TasksQuery>,
+) -> Result<Json<TaskPage>, ApiError> {
+    if let Some(key) = &q.key {
+        let found = state.store.task_by_key(key).await?;
+        return Ok(Json(TaskPage {
+            items: found.into_iter().map(TaskView::from).collect(),
+            next_cursor: None,
+        }));
+    }
+    if let Some(s) = q.state.as_deref()
+        && ![
+            task_state::PENDING,
+            task_state::FIRED,
+            task_state::CANCELLED,
+        ]
+        .contains(&s)
+    {
+        return Err(ApiError::invalid(
+            "state",
+            format!("{s:?} is not a task state; use pending, fired or cancelled"),
+        ));
+    }
+    let limit = paging::limit(q.limit)?;
+    let before_id = q
+        .cursor
+        .as_deref()
+        .map(|c| paging::position_id(c, "tasks", "-id"))
+        .transpose()?;
+    let filter = TaskFilter {
+        app: q.app,
+        handler: q.handler,
+        state: q.state,
+        due_from_ms: instant("due_from", q.due_from.as_deref())?,
+        due_to_ms: instant("due_to", q.due_to.as_deref())?,
+        before_id,
+        limit,
+    };
+    let tasks = state.store.tasks_list(&filter).await?;
+    let next_cursor = paging::next_cursor(&tasks, limit, "tasks", "-id", |t| t.task_id.to_string());
+    Ok(Json(TaskPage {
+        items: tasks.into_iter().map(TaskView::from).collect(),
+        next_cursor,
+    }))
+}
+
+/// One task, with its run once fired.
+#[utoipa::path(get, operation_id = "getTask", path = "/tasks/{id}", tag = "tasks", params(("id" = i64, Path, description = "The task's id")),
+    responses(
+        (status = 200, description = "The task", body = TaskView),
+        (status = 404, description = "No such task", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub(super) async fn get(
+    State(state): State<ApiState>,
+    IdParam(id): IdParam,
+) -> Result<Json<TaskView>, ApiError> {
+    let task = state
+        .store
+        .task_get(id)
+        .await?
+        .ok_or_else(|| ApiError::missing(format!("task {id}")))?;
+    Ok(Json(task.into()))
+}
+
+/// Cancels a task that has not fired. A fired task is a run: cancel the run instead.
+#[utoipa::path(delete, operation_id = "cancelTask", path = "/tasks/{id}", tag = "tasks", params(("id" = i64, Path, description = "The task's id")),
+    responses(
+        (status = 200, description = "The task, cancelled", body = TaskView),
+        (status = 404, description = "No such task", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The task fired or was cancelled already", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub(super) async fn cancel(
+    State(state): State<ApiState>,
+    IdParam(id): IdParam,
+) -> Result<Json<TaskView>, ApiError> {
+    cancel_task(&state, id).await.map(Json)
+}
+
+/// The query of a cancel by key.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(super) struct KeyQuery {
+    /// The key of the task to cancel.
+    key: String,
+}
+
+/// Cancels the task holding a key, if it has not fired.
+#[utoipa::path(delete, operation_id = "cancelTaskByKey", path = "/tasks", tag = "tasks", params(KeyQuery),
+    responses(
+        (status = 200, description = "The task, cancelled", body = TaskView),
+        (status = 404, description = "No task holds the key", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The task fired or was cancelled already", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub(super) async fn cancel_by_key(
+    State(state): State<ApiState>,
+    QueryParams(q): QueryParams<KeyQuery>,
+) -> Result<Json<TaskView>, ApiError> {
+    let task = state
+        .store
+        .task_by_key(&q.key)
+        .await?
+        .ok_or_else(|| ApiError::missing(format!("task with key {:?}", q.key)))?;
+    cancel_task(&state, task.task_id).await.map(Json)
+}
+
+async fn cancel_task(state: &ApiState, id: i64) -> Result<TaskView, ApiError> {
+    let cancelled = state
+        .store
+        .task_cancel(id, "cancelled through the API")
+        .await?;
+    let task = state
+        .store
+        .task_get(id)
+        .await?
+        .ok_or_else(|| ApiError::missing(format!("task {id}")))?;
+    if !cancelled {
+        return Err(ApiError::Conflict(match task.run_id {
+            Some(run) => format!(
+                "task {id} fired already, as run {run}: cancel the run (POST /api/v1/runs/{run}/cancel)"
+            ),
+            None => format!("task {id} is {} already", task.state),
+        }));
+    }
+    Ok(task.into())
+}

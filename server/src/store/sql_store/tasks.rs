@@ -1,0 +1,482 @@
+//! `TaskStore` on the three backends: enqueueing tasks in bulk with their keys, reading and
+//! cancelling them, and the fenced fire of a window of due tasks.
+//!
+//! Ids come from `id_blocks` a block at a time, so a batch is inserted with its ids (and
+//! partitions) known: one multi-row statement, no generated key to read back. A key is unique
+//! among all tasks; a finished task gives it up when the key is enqueued again.
+
+use super::super::dialect::postgres_now;
+use super::*;
+use crate::store::task_records::{Enqueued, TaskFilter, TaskRecord, TaskWrite, TasksFired};
+use crate::store::{TaskStore, task_state};
+
+/// Tasks per multi-row insert on MySQL and SQLite: 10 parameters each.
+const TASK_ROWS_PER_INSERT: usize = 2_000;
+/// Keys per `IN` list read back after an insert.
+const KEYS_PER_READ: usize = 1_000;
+
+/// The batch from arrays: one statement whatever its size. A key held already skips the row.
+const POSTGRES_TASKS_INSERT: &str = concat!(
+    "INSERT INTO tasks (task_id, partition_id, task_key, app_name, handler_name, args_json, \
+     policy_json, priority, due_at_ms, state, created_at_ms) \
+     SELECT v.task_id, v.partition_id, v.task_key, v.app_name, v.handler_name, v.args_json, \
+     v.policy_json, v.priority, v.due_at_ms, 'pending', ",
+    postgres_now!(),
+    " FROM unnest($1::BIGINT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[], $6::TEXT[], \
+     $7::TEXT[], $8::BIGINT[], $9::BIGINT[]) \
+     AS v(task_id, partition_id, task_key, app_name, handler_name, args_json, policy_json, \
+     priority, due_at_ms) ON CONFLICT DO NOTHING"
+);
+
+/// The fired tasks' runs from arrays, `running` from now.
+const POSTGRES_TASK_RUNS: &str = concat!(
+    "INSERT INTO runs (job_id, scheduled_at_ms, partition_id, epoch, node_id, trigger_kind, \
+     state, priority, created_at_ms, started_at_ms) \
+     SELECT v.job_id, v.at_ms, v.partition_id, v.epoch, $1, 'task', 'running', v.priority, ",
+    postgres_now!(),
+    ", ",
+    postgres_now!(),
+    " FROM unnest($2::BIGINT[], $3::BIGINT[], $4::BIGINT[], $5::BIGINT[], $6::BIGINT[]) \
+     AS v(job_id, at_ms, partition_id, epoch, priority) \
+     ON CONFLICT (job_id, scheduled_at_ms) DO NOTHING RETURNING run_id, job_id"
+);
+
+/// A due task as the window read it: `(task_id, partition_id, priority, due_at_ms, args)`.
+type DueTask = (i64, i64, i64, i64, String);
+
+/// Whether a task still holds its key for itself: not cancelled, and not fired with its run
+/// ended (or purged).
+fn unfinished(task: &TaskRecord) -> bool {
+    match task.state.as_str() {
+        task_state::PENDING => true,
+        task_state::FIRED => task
+            .run_state
+            .as_deref()
+            .is_some_and(|s| run_state::UNFINISHED.contains(&s)),
+        _ => false,
+    }
+}
+
+/// Inserts a batch of tasks on PostgreSQL.
+async fn insert_tasks_postgres(
+    tx: &mut Transaction<'static, Postgres>,
+    tasks: &[TaskWrite],
+) -> Result<(), Error> {
+    let ints = |pick: fn(&TaskWrite) -> i64| tasks.iter().map(pick).collect::<Vec<i64>>();
+    let texts = |pick: fn(&TaskWrite) -> &str| tasks.iter().map(pick).collect::<Vec<&str>>();
+    sqlx::query::<Postgres>(POSTGRES_TASKS_INSERT)
+        .bind(ints(|t| t.task_id))
+        .bind(ints(|t| t.partition_id))
+        .bind(
+            tasks
+                .iter()
+                .map(|t| t.key.as_deref())
+                .collect::<Vec<Option<&str>>>(),
+        )
+        .bind(texts(|t| &t.app_name))
+        .bind(texts(|t| &t.handler_name))
+        .bind(texts(|t| &t.args_json))
+        .bind(texts(|t| &t.policy_json))
+        .bind(ints(|t| t.priority))
+        .bind(ints(|t| t.due_at_ms))
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// Implements `TaskStore` for one backend's store.
+macro_rules! task_store {
+    ($store:ident, $db:ty, $backend:expr) => {
+        impl $store {
+            /// The tasks holding `keys`, read in `tx`.
+            async fn tasks_by_keys(
+                &self,
+                tx: &mut Transaction<'static, $db>,
+                keys: &[&str],
+            ) -> Result<Vec<TaskRecord>, Error> {
+                let mut found = Vec::with_capacity(keys.len());
+                let select: &str = &self.q.task_by_key;
+                // The single-key text up to its condition, which becomes an `IN` list.
+                let head = select
+                    .rsplit_once("t.task_key")
+                    .map_or(select, |(head, _)| head);
+                for chunk in keys.chunks(KEYS_PER_READ) {
+                    let mut read = sqlx::QueryBuilder::<$db>::new(head);
+                    read.push("t.task_key IN (");
+                    let mut list = read.separated(", ");
+                    for key in chunk {
+                        list.push_bind((*key).to_owned());
+                    }
+                    read.push(")");
+                    found.extend(
+                        read.build_query_as::<TaskRecord>()
+                            .fetch_all(&mut **tx)
+                            .await?,
+                    );
+                }
+                Ok(found)
+            }
+
+            /// Moves the tasks of `ids` still pending to `fired`; the ids it moved.
+            async fn mark_fired(
+                &self,
+                tx: &mut Transaction<'static, $db>,
+                ids: &[i64],
+            ) -> Result<Vec<i64>, Error> {
+                let Some(update) = with_partitions(&self.q.tasks_mark_fired, ids) else {
+                    return Ok(Vec::new());
+                };
+                if $backend == Backend::Mysql {
+                    let Some(read) = with_partitions(&self.q.tasks_pending_among, ids) else {
+                        return Ok(Vec::new());
+                    };
+                    let moved = sqlx::query_scalar::<$db, i64>(read)
+                        .fetch_all(&mut **tx)
+                        .await?;
+                    if !moved.is_empty() {
+                        sqlx::query::<$db>(update).execute(&mut **tx).await?;
+                    }
+                    return Ok(moved);
+                }
+                let returning = AssertSqlSafe(format!("{} RETURNING task_id", update.0));
+                Ok(sqlx::query_scalar::<$db, i64>(returning)
+                    .fetch_all(&mut **tx)
+                    .await?)
+            }
+        }
+
+        #[async_trait]
+        impl TaskStore for $store {
+            async fn task_ids_take(&self, count: i64) -> Result<i64, Error> {
+                retry_transient(|| async {
+                    let mut tx = self.begin_write().await?;
+                    let first = sqlx::query_scalar::<$db, i64>(sql(&self.q.task_ids_lock))
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    sqlx::query::<$db>(sql(&self.q.task_ids_advance))
+                        .bind(count.max(1))
+                        .execute(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                    Ok(first)
+                })
+                .await
+            }
+
+            async fn tasks_enqueue(&self, tasks: &[TaskWrite]) -> Result<Vec<Enqueued>, Error> {
+                let mut tx = self.begin_write().await?;
+                self.insert_tasks(&mut tx, tasks).await?;
+                let keys: Vec<&str> = tasks.iter().filter_map(|t| t.key.as_deref()).collect();
+                let mut holders: HashMap<String, TaskRecord> = self
+                    .tasks_by_keys(&mut tx, &keys)
+                    .await?
+                    .into_iter()
+                    .filter_map(|t| t.task_key.clone().map(|k| (k, t)))
+                    .collect();
+                // Keys held by finished tasks: those give them up, and the new tasks take them.
+                let mut again = Vec::new();
+                for task in tasks {
+                    let Some(key) = &task.key else { continue };
+                    if let Some(holder) = holders.get(key)
+                        && holder.task_id != task.task_id
+                        && !unfinished(holder)
+                    {
+                        sqlx::query::<$db>(sql(&self.q.task_release_key))
+                            .bind(holder.task_id)
+                            .bind(key)
+                            .execute(&mut *tx)
+                            .await?;
+                        again.push(task.clone());
+                    }
+                }
+                if !again.is_empty() {
+                    self.insert_tasks(&mut tx, &again).await?;
+                    let keys: Vec<&str> = again.iter().filter_map(|t| t.key.as_deref()).collect();
+                    for holder in self.tasks_by_keys(&mut tx, &keys).await? {
+                        if let Some(key) = holder.task_key.clone() {
+                            holders.insert(key, holder);
+                        }
+                    }
+                }
+                tx.commit().await?;
+                Ok(tasks
+                    .iter()
+                    .map(
+                        |task| match task.key.as_ref().and_then(|k| holders.get(k)) {
+                            Some(holder) if holder.task_id != task.task_id => {
+                                Enqueued::Existing(holder.task_id)
+                            }
+                            _ => Enqueued::Created(task.task_id),
+                        },
+                    )
+                    .collect())
+            }
+
+            async fn task_get(&self, task_id: i64) -> Result<Option<TaskRecord>, Error> {
+                Ok(sqlx::query_as::<$db, TaskRecord>(sql(&self.q.task_get))
+                    .bind(task_id)
+                    .fetch_optional(&self.pool)
+                    .await?)
+            }
+
+            async fn task_by_key(&self, key: &str) -> Result<Option<TaskRecord>, Error> {
+                Ok(sqlx::query_as::<$db, TaskRecord>(sql(&self.q.task_by_key))
+                    .bind(key)
+                    .fetch_optional(&self.pool)
+                    .await?)
+            }
+
+            async fn tasks_get_many(&self, task_ids: &[i64]) -> Result<Vec<TaskRecord>, Error> {
+                let mut found = Vec::with_capacity(task_ids.len());
+                for chunk in task_ids.chunks(KEYS_PER_READ) {
+                    let Some(read) = with_partitions(&self.q.tasks_get_many, chunk) else {
+                        continue;
+                    };
+                    found.extend(
+                        sqlx::query_as::<$db, TaskRecord>(read)
+                            .fetch_all(&self.pool)
+                            .await?,
+                    );
+                }
+                Ok(found)
+            }
+
+            async fn tasks_list(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, Error> {
+                Ok(sqlx::query_as::<$db, TaskRecord>(sql(&self.q.tasks_list))
+                    .bind(filter.app.as_deref())
+                    .bind(filter.app.as_deref())
+                    .bind(filter.handler.as_deref())
+                    .bind(filter.handler.as_deref())
+                    .bind(filter.state.as_deref())
+                    .bind(filter.state.as_deref())
+                    .bind(filter.due_from_ms)
+                    .bind(filter.due_from_ms)
+                    .bind(filter.due_to_ms)
+                    .bind(filter.due_to_ms)
+                    .bind(filter.before_id)
+                    .bind(filter.before_id)
+                    .bind(filter.limit)
+                    .fetch_all(&self.pool)
+                    .await?)
+            }
+
+            async fn task_cancel(&self, task_id: i64, why: &str) -> Result<bool, Error> {
+                let cancelled = sqlx::query::<$db>(sql(&self.q.task_cancel))
+                    .bind(why)
+                    .bind(task_id)
+                    .execute(&self.pool)
+                    .await?
+                    .rows_affected();
+                Ok(cancelled > 0)
+            }
+
+            async fn tasks_fire(
+                &self,
+                node_id: &str,
+                partitions: &[(i64, i64)],
+                due_by_ms: i64,
+                limit: i64,
+            ) -> Result<TasksFired, Error> {
+                let ids: Vec<i64> = partitions.iter().map(|(p, _)| *p).collect();
+                let Some(window) = with_partitions(&self.q.tasks_due, &ids) else {
+                    return Ok(TasksFired::default());
+                };
+                let due: Vec<DueTask> = sqlx::query_as::<$db, DueTask>(window)
+                    .bind(due_by_ms)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?;
+                if due.is_empty() {
+                    return Ok(TasksFired::default());
+                }
+                let mut touched: Vec<i64> = due.iter().map(|t| t.1).collect();
+                touched.sort_unstable();
+                touched.dedup();
+                let Some(lock) = with_partitions(&self.q.partitions_lock_many, &touched) else {
+                    return Ok(TasksFired::default());
+                };
+                let expected: HashMap<i64, i64> = partitions.iter().copied().collect();
+                retry_transient(|| async {
+                    let mut tx = self.begin_write().await?;
+                    // The fence: a partition handed off since (its epoch moved) keeps its
+                    // tasks pending for the next owner; a hand-off waits for this transaction.
+                    let owned: std::collections::HashSet<i64> =
+                        sqlx::query_as::<$db, (i64, Option<String>, i64)>(AssertSqlSafe(
+                            lock.0.clone(),
+                        ))
+                        .fetch_all(&mut *tx)
+                        .await?
+                        .into_iter()
+                        .filter(|(p, owner, epoch)| {
+                            owner.as_deref() == Some(node_id) && expected.get(p) == Some(epoch)
+                        })
+                        .map(|(p, _, _)| p)
+                        .collect();
+                    let fenced: Vec<&DueTask> =
+                        due.iter().filter(|t| owned.contains(&t.1)).collect();
+                    let ids: Vec<i64> = fenced.iter().map(|t| t.0).collect();
+                    // Only the tasks this statement moved fire: a task cancelled since the
+                    // window was read stays cancelled.
+                    let moved: std::collections::HashSet<i64> =
+                        self.mark_fired(&mut tx, &ids).await?.into_iter().collect();
+                    let firing: Vec<(&DueTask, i64)> = fenced
+                        .iter()
+                        .filter(|t| moved.contains(&t.0))
+                        .map(|t| (*t, expected.get(&t.1).copied().unwrap_or_default()))
+                        .collect();
+                    let runs = self.insert_task_runs(&mut tx, node_id, &firing).await?;
+                    let firsts: Vec<FirstAttempt<'_>> = firing
+                        .iter()
+                        .filter_map(|(task, _)| {
+                            runs.get(&-task.0).map(|run_id| FirstAttempt {
+                                run_id: *run_id,
+                                job_id: -task.0,
+                                partition_id: task.1,
+                                priority: task.2,
+                                shard_index: 0,
+                                shard_total: 1,
+                                args_json: &task.4,
+                                not_before_ms: task.3,
+                                executor_id: None,
+                            })
+                        })
+                        .collect();
+                    self.insert_first_attempts(&mut tx, &firsts).await?;
+                    tx.commit().await?;
+                    Ok(TasksFired {
+                        read: due.len(),
+                        fired: firsts.len(),
+                        fenced: due.len() - fenced.len(),
+                    })
+                })
+                .await
+            }
+        }
+    };
+}
+
+impl PostgresStore {
+    /// Inserts a batch of tasks in one statement.
+    async fn insert_tasks(
+        &self,
+        tx: &mut Transaction<'static, Postgres>,
+        tasks: &[TaskWrite],
+    ) -> Result<(), Error> {
+        insert_tasks_postgres(tx, tasks).await
+    }
+
+    /// Inserts the fired tasks' runs `running` in one statement; their ids by job id.
+    async fn insert_task_runs(
+        &self,
+        tx: &mut Transaction<'static, Postgres>,
+        node_id: &str,
+        due: &[(&DueTask, i64)],
+    ) -> Result<HashMap<i64, i64>, Error> {
+        let ints = |pick: fn(&(&DueTask, i64)) -> i64| due.iter().map(pick).collect::<Vec<_>>();
+        let rows = sqlx::query_as::<Postgres, (i64, i64)>(POSTGRES_TASK_RUNS)
+            .bind(node_id)
+            .bind(ints(|(t, _)| -t.0))
+            .bind(ints(|(t, _)| t.3))
+            .bind(ints(|(t, _)| t.1))
+            .bind(ints(|(_, epoch)| *epoch))
+            .bind(ints(|(t, _)| t.2))
+            .fetch_all(&mut **tx)
+            .await?;
+        Ok(rows.into_iter().map(|(run, job)| (job, run)).collect())
+    }
+}
+
+/// The same writes as `PostgresStore`'s, as multi-row `VALUES` lists, for one backend's store.
+macro_rules! values_task_writes {
+    ($store:ident, $db:ty, $backend:expr) => {
+        impl $store {
+            /// Inserts a batch of tasks, a statement per chunk.
+            async fn insert_tasks(
+                &self,
+                tx: &mut Transaction<'static, $db>,
+                tasks: &[TaskWrite],
+            ) -> Result<(), Error> {
+                let now: &str = &self.q.now_expr;
+                let skip_taken = if $backend == Backend::Mysql {
+                    " ON DUPLICATE KEY UPDATE task_id = task_id"
+                } else {
+                    " ON CONFLICT DO NOTHING"
+                };
+                for chunk in tasks.chunks(TASK_ROWS_PER_INSERT) {
+                    let mut insert = sqlx::QueryBuilder::<$db>::new(
+                        "INSERT INTO tasks (task_id, partition_id, task_key, app_name, \
+                        handler_name, args_json, policy_json, priority, due_at_ms, state, \
+                        created_at_ms) ",
+                    );
+                    insert.push_values(chunk, |mut row, t| {
+                        row.push_bind(t.task_id)
+                            .push_bind(t.partition_id)
+                            .push_bind(t.key.clone())
+                            .push_bind(t.app_name.clone())
+                            .push_bind(t.handler_name.clone())
+                            .push_bind(t.args_json.clone())
+                            .push_bind(t.policy_json.clone())
+                            .push_bind(t.priority)
+                            .push_bind(t.due_at_ms)
+                            .push("'pending'")
+                            .push(now);
+                    });
+                    insert.push(skip_taken);
+                    insert.build().execute(&mut **tx).await?;
+                }
+                Ok(())
+            }
+
+            /// Inserts the fired tasks' runs `running`; their ids by job id.
+            async fn insert_task_runs(
+                &self,
+                tx: &mut Transaction<'static, $db>,
+                node_id: &str,
+                due: &[(&DueTask, i64)],
+            ) -> Result<HashMap<i64, i64>, Error> {
+                let now: &str = &self.q.now_expr;
+                for chunk in due.chunks(RUN_ROWS_PER_INSERT) {
+                    let mut insert = sqlx::QueryBuilder::<$db>::new(
+                        "INSERT INTO runs (job_id, scheduled_at_ms, partition_id, epoch, \
+                        node_id, trigger_kind, state, priority, created_at_ms, started_at_ms) ",
+                    );
+                    insert.push_values(chunk, |mut row, (task, epoch)| {
+                        row.push_bind(-task.0)
+                            .push_bind(task.3)
+                            .push_bind(task.1)
+                            .push_bind(*epoch)
+                            .push_bind(node_id.to_owned())
+                            .push("'task'")
+                            .push("'running'")
+                            .push_bind(task.2)
+                            .push(now)
+                            .push(now);
+                    });
+                    insert.push(" ").push(&*self.q.run_insert_ignore_duplicate);
+                    insert.build().execute(&mut **tx).await?;
+                }
+                let job_ids: Vec<i64> = due.iter().map(|(t, _)| -t.0).collect();
+                let mut runs = HashMap::with_capacity(due.len());
+                for chunk in job_ids.chunks(KEYS_PER_READ) {
+                    let Some(read) = with_partitions(&self.q.task_runs_of, chunk) else {
+                        continue;
+                    };
+                    for (run_id, job_id) in sqlx::query_as::<$db, (i64, i64)>(read)
+                        .fetch_all(&mut **tx)
+                        .await?
+                    {
+                        runs.insert(job_id, run_id);
+                    }
+                }
+                Ok(runs)
+            }
+
+        }
+    };
+}
+
+values_task_writes!(MysqlStore, MySql, Backend::Mysql);
+values_task_writes!(SqliteStore, Sqlite, Backend::Sqlite);
+task_store!(PostgresStore, Postgres, Backend::Postgres);
+task_store!(MysqlStore, MySql, Backend::Mysql);
+task_store!(SqliteStore, Sqlite, Backend::Sqlite);

@@ -1,0 +1,259 @@
+//! Tasks end to end on each backend: a real node and a real executor over HTTP. A batch is
+//! enqueued whole or refused whole (each bad task named), keys make enqueues idempotent while
+//! their task is unfinished, tasks fire once each at their instant through the executor, with
+//! their retry policy, a pending task is cancelled by id or by key, and unknown handlers are
+//! reported.
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on any unexpected error"
+)]
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use support::db::TestDb;
+use support::executor::{self, Executor};
+use support::node::{NodeProcess, NodeSpec};
+use support::wait_for;
+
+for_engine!(postgres, Postgres, [tasks_fire_once_each_at_their_instant]);
+for_engine!(mysql, Mysql, [tasks_fire_once_each_at_their_instant]);
+for_engine!(sqlite, Sqlite, [tasks_fire_once_each_at_their_instant]);
+
+async fn enqueue(node: &NodeProcess, body: Value) -> (u16, Value) {
+    node.call(Method::POST, "/api/v1/tasks", Some(body)).await
+}
+
+async fn task(node: &NodeProcess, id: &Value) -> Value {
+    let (status, task) = node
+        .call(Method::GET, &format!("/api/v1/tasks/{id}"), None)
+        .await;
+    assert_eq!(status, 200, "{task}");
+    task
+}
+
+/// Waits until the task's run has ended; returns the task.
+async fn ended(node: &NodeProcess, id: &Value) -> Value {
+    wait_for(
+        Duration::from_secs(30),
+        &format!("task {id} to end"),
+        || async {
+            let t = task(node, id).await;
+            ["succeeded", "failed", "no_executor"]
+                .contains(&t["state"].as_str().unwrap_or(""))
+                .then_some(t)
+        },
+    )
+    .await
+}
+
+async fn count_tasks(node: &NodeProcess) -> usize {
+    let (_, page) = node
+        .call(Method::GET, "/api/v1/tasks?limit=1000", None)
+        .await;
+    page["items"].as_array().unwrap().len()
+}
+
+async fn tasks_fire_once_each_at_their_instant(db: TestDb) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = NodeSpec::fast("t1", &db.url, dir.path());
+    spec.extra_env = executor::node_env();
+    let node = NodeProcess::start(spec).await;
+    let py = Executor::start_registered(&node, "py", "py-1").await;
+
+    // A batch with bad tasks is refused whole, each bad one named by index and field.
+    let (status, problem) = enqueue(
+        &node,
+        json!({"tasks": [
+            {"app": "py", "handler": "echo"},
+            {"app": "py", "handler": "echo", "priority": 11},
+            {"app": "py", "handler": "echo", "delay": "400d"},
+            {"app": "py", "handler": "echo", "at": "not a time"},
+            {"app": "py"},
+        ]}),
+    )
+    .await;
+    assert_eq!(status, 400, "{problem}");
+    assert_eq!(problem["type"], "urn:carillon:problem:invalid-tasks");
+    let named: Vec<(u64, &str)> = problem["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["index"].as_u64().unwrap(), e["field"].as_str().unwrap()))
+        .collect();
+    assert_eq!(named, [(4, "handler")], "parse errors first: {problem}");
+    let (status, problem) = enqueue(
+        &node,
+        json!({"tasks": [
+            {"app": "py", "handler": "echo"},
+            {"app": "py", "handler": "echo", "priority": 11},
+            {"app": "py", "handler": "echo", "delay": "400d"},
+            {"app": "py", "handler": "echo", "at": "not a time"},
+        ]}),
+    )
+    .await;
+    assert_eq!(status, 400, "{problem}");
+    let named: Vec<(u64, &str)> = problem["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["index"].as_u64().unwrap(), e["field"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        named,
+        [(1, "priority"), (2, "delay"), (3, "at")],
+        "{problem}"
+    );
+    assert_eq!(
+        count_tasks(&node).await,
+        0,
+        "nothing of a refused batch is stored"
+    );
+
+    // A batch of 300 due in a second, with keys on the first ten.
+    let due = chrono::Utc::now() + chrono::Duration::milliseconds(1_500);
+    let batch: Vec<Value> = (0..300)
+        .map(|i| {
+            let mut t = json!({"app": "py", "handler": "echo", "args": {"n": i},
+                "at": due.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)});
+            if i < 10 {
+                t["key"] = json!(format!("order-{i}"));
+            }
+            t
+        })
+        .collect();
+    let (status, answer) = enqueue(&node, json!({"tasks": batch})).await;
+    assert_eq!(status, 201, "{answer}");
+    assert_eq!(
+        (answer["created"].as_u64(), answer["existing"].as_u64()),
+        (Some(300), Some(0))
+    );
+    assert_eq!(answer["unknown_handlers"], json!([]));
+    let ids: Vec<Value> = answer["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].clone())
+        .collect();
+
+    // Enqueueing a key again while its task is unfinished returns that task.
+    let (status, again) = enqueue(
+        &node,
+        json!({"app": "py", "handler": "echo", "key": "order-3", "delay": "1h"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(
+        again["tasks"][0],
+        json!({"id": ids[3], "status": "existing"})
+    );
+    let (_, by_key) = node
+        .call(Method::GET, "/api/v1/tasks?key=order-3", None)
+        .await;
+    assert_eq!(by_key["items"][0]["id"], ids[3]);
+
+    // A task for a handler no executor has registered is stored and reported.
+    let (status, unknown) = enqueue(
+        &node,
+        json!({"app": "nobody", "handler": "nothing", "delay": "1h", "key": "later"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{unknown}");
+    assert_eq!(
+        unknown["unknown_handlers"],
+        json!([{"app": "nobody", "handler": "nothing"}])
+    );
+    let later = unknown["tasks"][0]["id"].clone();
+
+    // A failing task follows its retry policy.
+    let (_, failing) = enqueue(
+        &node,
+        json!({"app": "py", "handler": "fail", "retry": {"max_attempts": 2, "initial_delay_ms": 100}}),
+    )
+    .await;
+    let failing = failing["tasks"][0]["id"].clone();
+
+    // Each task fires once, not before its instant, and its run carries the task.
+    for id in &ids {
+        let t = ended(&node, id).await;
+        assert_eq!(t["state"], "succeeded", "{t}");
+    }
+    let log = py.log().await;
+    let mut deliveries: HashMap<i64, usize> = HashMap::new();
+    for entry in log.iter().filter(|e| e["handler"] == "echo") {
+        *deliveries
+            .entry(entry["args"]["n"].as_i64().unwrap())
+            .or_default() += 1;
+    }
+    assert_eq!(deliveries.len(), 300, "every task delivered");
+    assert!(
+        deliveries.values().all(|n| *n == 1),
+        "each once: {deliveries:?}"
+    );
+    let first = task(&node, &ids[0]).await;
+    let (_, run) = node
+        .call(
+            Method::GET,
+            &format!("/api/v1/runs/{}", first["run_id"]),
+            None,
+        )
+        .await;
+    assert_eq!(run["task_id"], ids[0], "{run}");
+    assert_eq!(run["trigger"], "task", "{run}");
+    let dispatched =
+        chrono::DateTime::parse_from_rfc3339(run["attempts"][0]["dispatched_at"].as_str().unwrap())
+            .unwrap();
+    assert!(dispatched >= due, "delivered at {dispatched}, due {due}");
+    assert_eq!(run["attempts"][0]["output"]["args"], json!({"n": 0}));
+
+    let failed = ended(&node, &failing).await;
+    assert_eq!(failed["state"], "failed", "{failed}");
+    let (_, run) = node
+        .call(
+            Method::GET,
+            &format!("/api/v1/runs/{}", failed["run_id"]),
+            None,
+        )
+        .await;
+    assert_eq!(run["attempts"].as_array().unwrap().len(), 2, "{run}");
+
+    // A finished task's key is free: enqueueing it again creates a new task.
+    let (status, renewed) = enqueue(
+        &node,
+        json!({"app": "py", "handler": "echo", "key": "order-3", "delay": "1h"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{renewed}");
+    let renewed = renewed["tasks"][0]["id"].clone();
+    assert_ne!(renewed, ids[3]);
+    assert_eq!(task(&node, &ids[3]).await["key"], Value::Null);
+
+    // Cancelling: a pending task by id, then by key; a fired task is refused, naming its run.
+    let (status, cancelled) = node
+        .call(Method::DELETE, &format!("/api/v1/tasks/{renewed}"), None)
+        .await;
+    assert_eq!((status, &cancelled["state"]), (200, &json!("cancelled")));
+    let (status, cancelled) = node
+        .call(Method::DELETE, "/api/v1/tasks?key=later", None)
+        .await;
+    assert_eq!((status, &cancelled["id"]), (200, &later));
+    let (status, refused) = node
+        .call(Method::DELETE, &format!("/api/v1/tasks/{}", ids[0]), None)
+        .await;
+    assert_eq!(status, 409, "{refused}");
+    assert!(
+        refused["detail"]
+            .as_str()
+            .unwrap()
+            .contains(&first["run_id"].to_string()),
+        "{refused}"
+    );
+    let (_, pending) = node
+        .call(Method::GET, "/api/v1/tasks?state=pending", None)
+        .await;
+    assert_eq!(pending["items"], json!([]), "{pending}");
+}
