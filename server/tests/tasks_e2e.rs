@@ -13,12 +13,29 @@ mod support;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use carillon_executor::{JobContext, JobError, Task, Tasks, TasksError, job};
 use reqwest::Method;
 use serde_json::{Value, json};
 use support::db::TestDb;
 use support::executor::{self, Executor};
-use support::node::{NodeProcess, NodeSpec};
+use support::node::{NodeProcess, NodeSpec, Solo, TOKEN};
 use support::wait_for;
+use tokio_util::sync::CancellationToken;
+
+/// How often `remind` ran, per task argument `n`.
+static REMINDED: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+#[job(name = "remind")]
+async fn remind(ctx: JobContext) -> Result<Value, JobError> {
+    let args: Value = ctx.args()?;
+    let n = args["n"].as_u64().unwrap_or(u64::MAX) as usize;
+    let mut counts = REMINDED.lock().unwrap();
+    if counts.len() <= n {
+        counts.resize(n + 1, 0);
+    }
+    counts[n] += 1;
+    Ok(json!({"reminded": n}))
+}
 
 for_engine!(postgres, Postgres, [tasks_fire_once_each_at_their_instant]);
 for_engine!(mysql, Mysql, [tasks_fire_once_each_at_their_instant]);
@@ -256,4 +273,100 @@ async fn tasks_fire_once_each_at_their_instant(db: TestDb) {
         .call(Method::GET, "/api/v1/tasks?state=pending", None)
         .await;
     assert_eq!(pending["items"], json!([]), "{pending}");
+}
+
+/// The SDK's client enqueues any number of tasks in batches, from a service that is not an
+/// executor; an SDK executor runs each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_client_enqueues_in_batches_and_each_task_runs_once() {
+    let node = Solo::start(|spec| spec.extra_env = executor::node_env()).await;
+    let worker = carillon_executor::Executor::builder()
+        .app("sdk")
+        .admin_urls([node.url("")])
+        .executor_token(executor::EXECUTOR_TOKEN)
+        .dispatch_secret(executor::SECRET)
+        .capacity(64)
+        .executor_id("sdk-tasks")
+        .build()
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let stop = CancellationToken::new();
+    let stopped = stop.clone();
+    let running =
+        tokio::spawn(worker.run_with_listener(listener, async move { stopped.cancelled().await }));
+
+    // The first URL is down: the client moves on to the next.
+    let client = Tasks::builder()
+        .admin_urls(["http://127.0.0.1:1".to_owned(), node.url("")])
+        .token(TOKEN)
+        .batch(1_000)
+        .build()
+        .unwrap();
+    let tasks: Vec<Task> = (0..2_500)
+        .map(|n| {
+            Task::new("sdk", "remind")
+                .args(json!({ "n": n }))
+                .delay(Duration::from_millis(500))
+        })
+        .collect();
+    let enqueued = client.enqueue(tasks).await.unwrap();
+    assert_eq!(enqueued.len(), 2_500);
+    assert!(enqueued.iter().all(|e| e.created));
+    let keyed = || {
+        Task::new("sdk", "remind")
+            .args(json!({"n": 2_500}))
+            .key("once")
+    };
+    let first = client.enqueue([keyed()]).await.unwrap();
+    let second = client.enqueue([keyed()]).await.unwrap();
+    assert_eq!(second[0].id, first[0].id);
+    assert!(first[0].created && !second[0].created);
+
+    // A bad task in the third batch is named by its index in the whole call.
+    let mut bad: Vec<Task> = (0..2_100)
+        .map(|n| Task::new("sdk", "remind").args(json!({ "n": n })))
+        .collect();
+    bad[2_050] = Task::new("sdk", "remind").priority(42);
+    match client.enqueue(bad).await {
+        Err(TasksError::Refused {
+            status,
+            errors,
+            stored,
+            ..
+        }) => {
+            assert_eq!(status, 400);
+            assert_eq!(stored.len(), 2_000, "the batches before the refused one");
+            assert_eq!(errors[0].0, 2_050, "{errors:?}");
+            assert_eq!(errors[0].1, "priority");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+
+    wait_for(Duration::from_secs(60), "every task to run", || async {
+        let counts = REMINDED.lock().unwrap().clone();
+        (counts.len() >= 2_501 && counts[..2_501].iter().all(|c| *c >= 1)).then_some(())
+    })
+    .await;
+    // The refused call's first two batches were stored (2,000 tasks): they run too.
+    wait_for(
+        Duration::from_secs(60),
+        "the stored batches to run",
+        || async {
+            let counts = REMINDED.lock().unwrap().clone();
+            counts[..2_000].iter().all(|c| *c >= 2).then_some(())
+        },
+    )
+    .await;
+    // Time for any duplicate delivery to show.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let counts = REMINDED.lock().unwrap().clone();
+    let twice: Vec<usize> = (0..2_000).filter(|n| counts[*n] != 2).collect();
+    assert!(
+        twice.is_empty(),
+        "n < 2,000 is in the first and third calls: {twice:?}"
+    );
+    let once: Vec<usize> = (2_000..=2_500).filter(|n| counts[*n] != 1).collect();
+    assert!(once.is_empty(), "each task runs once: {once:?}");
+    stop.cancel();
+    running.await.unwrap().unwrap();
 }
