@@ -251,3 +251,87 @@ jobs:
     ]);
     assert!(!ok && stderr.contains("schedule.cron"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_enqueues_lists_shows_and_cancels_tasks() {
+    let node = Solo::start(|_| {}).await;
+    let cli = Cli {
+        node: &node,
+        home: tempfile::tempdir().unwrap(),
+    };
+    let one = cli.json(&[
+        "tasks",
+        "add",
+        "--app",
+        "orders",
+        "--handler",
+        "cancel_unpaid",
+        "--args",
+        r#"{"order": 7}"#,
+        "--delay",
+        "30m",
+        "--key",
+        "order-7",
+        "--priority",
+        "8",
+    ]);
+    assert_eq!(one["created"], 1, "{one}");
+    assert_eq!(
+        one["unknown_handlers"],
+        serde_json::json!([{"app": "orders", "handler": "cancel_unpaid"}])
+    );
+    let id = one["tasks"][0]["id"].as_i64().unwrap();
+
+    // A batch from a file; table output names the unknown handler.
+    let file = cli.home.path().join("batch.json");
+    std::fs::write(
+        &file,
+        r#"{"tasks": [{"app": "orders", "handler": "remind", "delay": "1h"},
+                      {"app": "orders", "handler": "remind", "delay": "2h", "key": "order-7"}]}"#,
+    )
+    .unwrap();
+    let (ok, table, stderr) = cli.run(&["tasks", "add", "-f", file.to_str().unwrap()]);
+    assert!(ok, "{stderr}");
+    assert!(table.contains("existing"), "the keyed task exists: {table}");
+    assert!(table.contains("created"), "{table}");
+    assert!(table.contains("handler \"remind\""), "{table}");
+
+    let listed = cli.json(&[
+        "tasks",
+        "ls",
+        "--state",
+        "pending",
+        "--handler",
+        "cancel_unpaid",
+    ]);
+    let items = listed["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{listed}");
+    assert_eq!(
+        (items[0]["id"].as_i64(), &items[0]["priority"]),
+        (Some(id), &serde_json::json!(8))
+    );
+    let by_key = cli.json(&["tasks", "get", "--key", "order-7"]);
+    assert_eq!(by_key["args"], serde_json::json!({"order": 7}));
+
+    let cancelled = cli.json(&["tasks", "cancel", &id.to_string()]);
+    assert_eq!(cancelled["state"], "cancelled");
+    let (ok, _, stderr) = cli.run(&["tasks", "cancel", "--key", "order-7"]);
+    assert!(!ok, "a cancelled task cannot be cancelled again");
+    assert!(stderr.contains("cancelled already"), "{stderr}");
+
+    // A bad task is refused naming it; nothing is stored.
+    let (ok, _, stderr) = cli.run(&[
+        "tasks",
+        "add",
+        "--app",
+        "orders",
+        "--handler",
+        "remind",
+        "--delay",
+        "500d",
+    ]);
+    assert!(!ok);
+    assert!(stderr.contains("tasks[0].delay"), "{stderr}");
+    let all = cli.json(&["tasks", "ls"]);
+    assert_eq!(all["items"].as_array().unwrap().len(), 2, "{all}");
+}

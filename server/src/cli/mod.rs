@@ -10,6 +10,7 @@ mod job_fields;
 mod policies;
 mod purge;
 mod table;
+mod tasks;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -78,6 +79,9 @@ enum Command {
     /// Backfills of past ranges: start, ls, get, cancel.
     #[command(subcommand)]
     Backfill(policies::BackfillCommand),
+    /// Delayed tasks: add, ls, get, cancel.
+    #[command(subcommand)]
+    Tasks(tasks::TasksCommand),
     /// Create or update the jobs of a TOML, YAML or JSON file, by name (idempotent).
     Apply {
         #[arg(short = 'f', long)]
@@ -344,6 +348,7 @@ pub async fn run(cli: Cli) -> ExitCode {
                 Command::Apply { file } => apply::apply(&api, output, &file).await,
                 Command::Calendars(c) => policies::calendars(&api, output, c).await,
                 Command::Backfill(c) => policies::backfill(&api, output, c).await,
+                Command::Tasks(c) => tasks::tasks(&api, output, c).await,
                 Command::Server(_) | Command::Migrate(_) => Ok(()),
             };
             match done {
