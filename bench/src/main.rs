@@ -6,6 +6,7 @@ mod executor;
 mod history;
 mod scenarios;
 mod stats;
+mod tasks;
 
 use std::path::PathBuf;
 
@@ -79,6 +80,31 @@ enum Scenario {
         #[arg(long, default_value_t = 1_000)]
         jobs: usize,
     },
+    /// Tasks: enqueues per second (single requests, batches of 10,000), a crowd due at one
+    /// instant drained end to end; with `--rate`, tasks due every second while `--pending`
+    /// others wait (lateness, each node's memory).
+    Tasks {
+        #[arg(long, default_value_t = 1)]
+        nodes: usize,
+        /// Single-task requests timed (16 at a time).
+        #[arg(long, default_value_t = 2_000)]
+        single: usize,
+        /// Tasks enqueued in batches, all due at one instant, then drained.
+        #[arg(long, default_value_t = 100_000)]
+        at_once: usize,
+        /// Batch requests in flight at once.
+        #[arg(long, default_value_t = 4)]
+        concurrency: usize,
+        /// Tasks left pending over the next week before the paced phase.
+        #[arg(long, default_value_t = 0)]
+        pending: usize,
+        /// Tasks due every second in the paced phase (0: none).
+        #[arg(long, default_value_t = 0)]
+        rate: usize,
+        /// Seconds of the paced phase.
+        #[arg(long, default_value_t = 30)]
+        duration: u64,
+    },
     /// Many active jobs with a realistic mix of schedules: load time, memory per job, idle CPU.
     Capacity {
         #[arg(long, default_value_t = 100_000)]
@@ -140,6 +166,26 @@ async fn main() -> anyhow::Result<()> {
         }
         Scenario::Failover { jobs } => scenarios::failover(&common, jobs).await?,
         Scenario::Capacity { jobs, nodes } => scenarios::capacity(&common, jobs, nodes).await?,
+        Scenario::Tasks {
+            nodes,
+            single,
+            at_once,
+            concurrency,
+            pending,
+            rate,
+            duration,
+        } => {
+            let load = tasks::TaskLoad {
+                nodes,
+                single,
+                at_once,
+                concurrency,
+                pending,
+                rate,
+                duration_s: duration,
+            };
+            tasks::tasks(&common, &load).await?
+        }
     };
     report.print(cli.json);
     Ok(())

@@ -49,7 +49,7 @@ fn every_second(i: usize, misfire: &str) -> Value {
 }
 
 /// A cluster on a fresh database of the scenario's backend; no node yet.
-async fn new_cluster(common: &Common) -> anyhow::Result<Cluster> {
+pub(crate) async fn new_cluster(common: &Common) -> anyhow::Result<Cluster> {
     Cluster::create(
         common.db,
         common.carillon.clone(),
@@ -525,10 +525,10 @@ async fn insert_jobs(
     Ok((started.elapsed(), distinct.len()))
 }
 
-fn rfc3339(ms: i64) -> String {
+pub(crate) fn rfc3339(ms: i64) -> String {
     carillon_server::api::rfc3339(ms).unwrap_or_default()
 }
 
-fn secs(d: Duration) -> f64 {
+pub(crate) fn secs(d: Duration) -> f64 {
     (d.as_secs_f64() * 100.0).round() / 100.0
 }

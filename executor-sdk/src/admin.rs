@@ -53,6 +53,7 @@ pub(crate) struct Shared {
     pub(crate) slots: Arc<Semaphore>,
     running: Mutex<HashMap<i64, CancellationToken>>,
     seen: Mutex<HashMap<i64, i64>>,
+    effects: Mutex<crate::effects::Effects>,
     pub(crate) draining: AtomicBool,
     pub(crate) tasks: TaskTracker,
     preferred_admin: AtomicUsize,
@@ -76,6 +77,7 @@ impl Shared {
             jobs,
             running: Mutex::new(HashMap::new()),
             seen: Mutex::new(HashMap::new()),
+            effects: Mutex::default(),
             draining: AtomicBool::new(false),
             tasks: TaskTracker::new(),
             preferred_admin: AtomicUsize::new(0),
@@ -84,6 +86,10 @@ impl Shared {
 
     pub(crate) fn lock_running(&self) -> MutexGuard<'_, HashMap<i64, CancellationToken>> {
         lock(&self.running)
+    }
+
+    pub(crate) fn lock_effects(&self) -> MutexGuard<'_, crate::effects::Effects> {
+        lock(&self.effects)
     }
 
     pub(crate) fn lock_seen(&self) -> MutexGuard<'_, HashMap<i64, i64>> {

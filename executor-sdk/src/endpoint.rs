@@ -11,14 +11,15 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use carillon_protocol::{
-    BatchItemReply, Cancel, Dispatch, DispatchBatch, DispatchBatchReply, PROTOCOL_VERSION,
-    REPLAY_WINDOW_MS, SIGNATURE_HEADER, TIMESTAMP_HEADER, executor_paths, verify,
+    BatchItemReply, Cancel, DirectResult, Dispatch, DispatchBatch, DispatchBatchReply,
+    PROTOCOL_VERSION, REPLAY_WINDOW_MS, SIGNATURE_HEADER, TIMESTAMP_HEADER, executor_paths, verify,
 };
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, warn};
 
 use crate::admin::{Shared, now_ms};
 use crate::context::JobContext;
+use crate::effects::Effect;
 
 pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new()
@@ -59,7 +60,8 @@ async fn dispatch(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
         Err(e) => return refuse(StatusCode::BAD_REQUEST, format!("not a dispatch: {e}")),
     };
     match accept(&shared, dispatch) {
-        Ok(()) => StatusCode::ACCEPTED.into_response(),
+        Ok(Taken::Running) => StatusCode::ACCEPTED.into_response(),
+        Ok(Taken::Done(result)) => (StatusCode::OK, axum::Json(result)).into_response(),
         Err((status, why)) => refuse(status, why),
     }
 }
@@ -87,14 +89,15 @@ async fn dispatch_batch(
         .into_iter()
         .map(|dispatch| {
             let attempt_id = dispatch.attempt_id;
-            let (status, error) = match accept(&shared, dispatch) {
-                Ok(()) => (StatusCode::ACCEPTED, None),
-                Err((status, why)) => (status, Some(why)),
+            let (status, result, error) = match accept(&shared, dispatch) {
+                Ok(Taken::Running) => (StatusCode::ACCEPTED, None, None),
+                Ok(Taken::Done(result)) => (StatusCode::OK, Some(result), None),
+                Err((status, why)) => (status, None, Some(why)),
             };
             BatchItemReply {
                 attempt_id,
                 status: status.as_u16(),
-                result: None,
+                result,
                 error,
             }
         })
@@ -102,15 +105,65 @@ async fn dispatch_batch(
     axum::Json(DispatchBatchReply { replies }).into_response()
 }
 
+/// How a dispatch was taken.
+enum Taken {
+    /// Running (or joined to a run of the same work): the result will be reported.
+    Running,
+    /// Work of this effect key was done already: its result.
+    Done(DirectResult),
+}
+
 /// Starts the handler of a dispatch, or says why not (with the status a single dispatch
-/// answers).
-fn accept(shared: &Arc<Shared>, dispatch: Dispatch) -> Result<(), (StatusCode, String)> {
+/// answers). A dispatch with an `effect_key` whose work is done or running here is answered
+/// from the record instead.
+fn accept(shared: &Arc<Shared>, dispatch: Dispatch) -> Result<Taken, (StatusCode, String)> {
     if dispatch.protocol != PROTOCOL_VERSION {
         return Err((
             StatusCode::BAD_REQUEST,
             format!("protocol {} is not spoken here", dispatch.protocol),
         ));
     }
+    if let Some(key) = &dispatch.effect_key {
+        match shared
+            .lock_effects()
+            .begin(key, dispatch.attempt_id, now_ms())
+        {
+            Effect::Run => {}
+            Effect::Joined(primary) => {
+                debug!(
+                    key,
+                    attempt_id = dispatch.attempt_id,
+                    "joined the running work of this effect key"
+                );
+                // Listed in flight by heartbeats, and cancelled with it, like the attempt it
+                // joined.
+                let mut running = shared.lock_running();
+                if let Some(token) = running.get(&primary).cloned() {
+                    running.insert(dispatch.attempt_id, token);
+                }
+                return Ok(Taken::Running);
+            }
+            Effect::Done(result) => {
+                debug!(
+                    key,
+                    attempt_id = dispatch.attempt_id,
+                    "answered from the record of this effect key"
+                );
+                return Ok(Taken::Done(result));
+            }
+        }
+    }
+    let started = start(shared, dispatch.clone());
+    if started.is_err()
+        && let Some(key) = &dispatch.effect_key
+    {
+        shared.lock_effects().abandon(key);
+    }
+    started.map(|()| Taken::Running)
+}
+
+/// Starts the handler of a dispatch, or says why not.
+fn start(shared: &Arc<Shared>, dispatch: Dispatch) -> Result<(), (StatusCode, String)> {
     if shared.draining.load(Ordering::SeqCst) {
         return Err((StatusCode::SERVICE_UNAVAILABLE, "draining".to_owned()));
     }
@@ -155,6 +208,7 @@ fn accept(shared: &Arc<Shared>, dispatch: Dispatch) -> Result<(), (StatusCode, S
         async move {
             let attempt_id = dispatch.attempt_id;
             let report_to = dispatch.report_to.clone();
+            let effect_key = dispatch.effect_key.clone();
             debug!(handler = job.name, "running");
             let ctx = JobContext::new(dispatch, token.clone());
             let result = tokio::select! {
@@ -163,6 +217,14 @@ fn accept(shared: &Arc<Shared>, dispatch: Dispatch) -> Result<(), (StatusCode, S
             };
             drop(permit);
             task_shared.lock_running().remove(&attempt_id);
+            let joined = match &effect_key {
+                Some(key) => task_shared.lock_effects().finish(key, &result, now_ms()),
+                None => Vec::new(),
+            };
+            for other in joined {
+                task_shared.lock_running().remove(&other);
+                task_shared.report(other, result.clone(), &report_to).await;
+            }
             task_shared.report(attempt_id, result, &report_to).await;
         }
         .instrument(span),

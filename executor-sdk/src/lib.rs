@@ -26,6 +26,7 @@
 
 mod admin;
 mod context;
+mod effects;
 mod endpoint;
 mod executor;
 mod registry;

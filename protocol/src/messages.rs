@@ -105,6 +105,13 @@ pub struct Dispatch {
     pub timeout_ms: Option<u64>,
     /// Admin node base URLs that accept the result report, in order of preference.
     pub report_to: Vec<String>,
+    /// Present when the job or task asks for `exactly_once_effect`: the same for every
+    /// delivery of the same work (`<run_id>:<shard index>:<try>`; a failover after a lost
+    /// executor keeps the try, a retry after a failure does not). An executor that has run
+    /// the work of this key answers from its record of the result instead of running the
+    /// handler again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effect_key: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

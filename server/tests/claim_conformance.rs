@@ -200,6 +200,7 @@ async fn overlap_rules_decide_the_state_of_a_claimed_run(db: TestDb) {
         error: Some("late".into()),
         executor_id: Some("e1".into()),
         retry_after_ms: Some(0),
+        retry_to_same_executor: false,
     };
     assert_eq!(
         store.attempt_end(attempt, &failed).await.unwrap(),

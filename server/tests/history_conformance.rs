@@ -86,6 +86,7 @@ async fn runs(store: &Arc<dyn Store>, job_id: i64, at: &[i64], still_running: i6
             error: None,
             executor_id: Some("e1".into()),
             retry_after_ms: None,
+            retry_to_same_executor: false,
         };
         store.attempt_end(id, &end).await.unwrap();
     }

@@ -434,6 +434,7 @@ async fn finished_runs_are_counted_by_minute_and_late_first_dispatches_found(db:
             error: None,
             executor_id: Some("e1".into()),
             retry_after_ms: None,
+            retry_to_same_executor: false,
         };
         store.attempt_end(id, &end).await.unwrap();
     }
@@ -529,6 +530,7 @@ async fn shards_ending_at_once_end_their_run(db: TestDb) {
                     error: None,
                     executor_id: Some("e1".into()),
                     retry_after_ms: None,
+                    retry_to_same_executor: false,
                 };
                 store.attempt_end(id, &end).await.unwrap()
             })

@@ -68,6 +68,7 @@ async fn plain_successes_end_their_runs_but_not_a_run_whose_attempt_ended_elsewh
         error: Some("the job's timeout passed".into()),
         executor_id: None,
         retry_after_ms: Some(60_000),
+        retry_to_same_executor: false,
     };
     assert_eq!(
         store.attempt_end(ids[2].0, &timed_out).await.unwrap(),

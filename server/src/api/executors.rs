@@ -162,6 +162,7 @@ async fn create_declared_job(
         balance: Default::default(),
         retry: Default::default(),
         timeout_ms: None,
+        delivery: Default::default(),
         misfire: Default::default(),
         catch_up_window_ms: None,
         overlap: Default::default(),

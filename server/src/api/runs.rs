@@ -365,15 +365,24 @@ pub(super) async fn cancel(
         .run_get(id)
         .await?
         .ok_or_else(|| ApiError::missing(format!("run {id}")))?;
-    let Some(running) = state.store.run_cancel(id).await? else {
+    if !cancel_run(&state, &run).await? {
         return Err(ApiError::Conflict(format!(
             "run {id} has already ended ({})",
             run.state
         )));
+    }
+    get(State(state), IdParam(id)).await
+}
+
+/// Cancels `run` if it is unfinished and tells the executors running it to stop; `false`
+/// when it had ended.
+pub(super) async fn cancel_run(state: &ApiState, run: &RunRecord) -> Result<bool, ApiError> {
+    let Some(running) = state.store.run_cancel(run.run_id).await? else {
+        return Ok(false);
     };
     state
         .observer
-        .run_ended(id, run.job_id, run_state::CANCELLED, None);
+        .run_ended(run.run_id, run.job_id, run_state::CANCELLED, None);
     // Tell the executors; an executor that misses this learns it from its next heartbeat.
     let executors = state.store.executors_list(None).await?;
     for attempt in running {
@@ -385,5 +394,5 @@ pub(super) async fn cancel(
             state.dispatch.cancel(&e.address, attempt.attempt_id).await;
         }
     }
-    get(State(state), IdParam(id)).await
+    Ok(true)
 }

@@ -348,12 +348,12 @@ pub(super) async fn get(
     Ok(Json(task.into()))
 }
 
-/// Cancels a task that has not fired. A fired task is a run: cancel the run instead.
+/// Cancels a task: before it fires, the task; once fired, its run while it is unfinished.
 #[utoipa::path(delete, operation_id = "cancelTask", path = "/tasks/{id}", tag = "tasks", params(("id" = i64, Path, description = "The task's id")),
     responses(
         (status = 200, description = "The task, cancelled", body = TaskView),
         (status = 404, description = "No such task", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The task fired or was cancelled already", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The task was cancelled already, or its run has ended", body = Problem, content_type = "application/problem+json"),
     ))]
 pub(super) async fn cancel(
     State(state): State<ApiState>,
@@ -371,12 +371,12 @@ pub(super) struct KeyQuery {
     key: String,
 }
 
-/// Cancels the task holding a key, if it has not fired.
+/// Cancels the task holding a key (or its run, once fired, while it is unfinished).
 #[utoipa::path(delete, operation_id = "cancelTaskByKey", path = "/tasks", tag = "tasks", params(KeyQuery),
     responses(
         (status = 200, description = "The task, cancelled", body = TaskView),
         (status = 404, description = "No task holds the key", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The task fired or was cancelled already", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The task was cancelled already, or its run has ended", body = Problem, content_type = "application/problem+json"),
     ))]
 pub(super) async fn cancel_by_key(
     State(state): State<ApiState>,
@@ -390,6 +390,8 @@ pub(super) async fn cancel_by_key(
     cancel_task(&state, task.task_id).await.map(Json)
 }
 
+/// Cancels a task: before it fires, the task; once fired (tasks fire up to
+/// `tasks.fire_ahead_ms` before they are due), its run while it is unfinished.
 async fn cancel_task(state: &ApiState, id: i64) -> Result<TaskView, ApiError> {
     let cancelled = state
         .store
@@ -400,13 +402,29 @@ async fn cancel_task(state: &ApiState, id: i64) -> Result<TaskView, ApiError> {
         .task_get(id)
         .await?
         .ok_or_else(|| ApiError::missing(format!("task {id}")))?;
-    if !cancelled {
-        return Err(ApiError::Conflict(match task.run_id {
-            Some(run) => format!(
-                "task {id} fired already, as run {run}: cancel the run (POST /api/v1/runs/{run}/cancel)"
-            ),
-            None => format!("task {id} is {} already", task.state),
-        }));
+    if cancelled {
+        return Ok(task.into());
     }
-    Ok(task.into())
+    let run = match task.run_id {
+        Some(run_id) => state.store.run_get(run_id).await?,
+        None => None,
+    };
+    match run {
+        Some(run) if super::runs::cancel_run(state, &run).await? => {
+            let task = state
+                .store
+                .task_get(id)
+                .await?
+                .ok_or_else(|| ApiError::missing(format!("task {id}")))?;
+            Ok(task.into())
+        }
+        Some(run) => Err(ApiError::Conflict(format!(
+            "task {id} fired as run {} and has ended ({})",
+            run.run_id, run.state
+        ))),
+        None => Err(ApiError::Conflict(format!(
+            "task {id} is {} already",
+            task.state
+        ))),
+    }
 }

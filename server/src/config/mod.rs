@@ -60,6 +60,9 @@ pub struct Config {
 pub struct TasksConfig {
     /// A task due further ahead than this is refused (default: 366 days).
     pub horizon_ms: u64,
+    /// Tasks due this soon are fired (made runs) now; a fired task is cancelled by
+    /// cancelling its run.
+    pub fire_ahead_ms: u64,
     /// Most tasks one fire reads and fires (one transaction).
     pub fire_batch: i64,
 }
@@ -68,6 +71,12 @@ impl Default for TasksConfig {
     fn default() -> Self {
         Self {
             horizon_ms: crate::tasks::DEFAULT_HORIZON_MS.unsigned_abs(),
+            fire_ahead_ms: u64::try_from(
+                crate::tasks::firer::FireSettings::default()
+                    .ahead
+                    .as_millis(),
+            )
+            .unwrap_or(u64::MAX),
             fire_batch: crate::tasks::firer::FireSettings::default().batch,
         }
     }
@@ -309,7 +318,7 @@ impl Config {
 
     pub fn task_fire_settings(&self) -> crate::tasks::firer::FireSettings {
         crate::tasks::firer::FireSettings {
-            ahead: Duration::from_millis(self.scheduler.claim_ahead_ms),
+            ahead: Duration::from_millis(self.tasks.fire_ahead_ms),
             batch: self.tasks.fire_batch,
             ..crate::tasks::firer::FireSettings::default()
         }

@@ -165,6 +165,15 @@ impl Config {
                 ),
             ));
         }
+        if self.tasks.fire_ahead_ms > 300_000 {
+            return Err(invalid(
+                "tasks.fire_ahead_ms",
+                format!(
+                    "{} is outside 0..=300000 (five minutes)",
+                    self.tasks.fire_ahead_ms
+                ),
+            ));
+        }
         if !(1..=100_000).contains(&self.tasks.fire_batch) {
             return Err(invalid(
                 "tasks.fire_batch",

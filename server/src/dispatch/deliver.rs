@@ -9,10 +9,12 @@ use std::time::Duration;
 
 use tracing::{debug, warn};
 
-use super::client::{Delivery, DispatchClient};
+use super::client::{Delivery, DispatchClient, NotTaken};
+use super::finish::{Ending, finish_attempt_by};
 use super::plan::{Offer, by_priority};
 use super::settle::{Delivered, Ended, first_taken, settle};
 use super::{Dispatcher, millis};
+use crate::jobs::Delivery as Guarantee;
 use crate::observe::Observer;
 use crate::store::{self, JobRecord, Store};
 
@@ -70,7 +72,11 @@ impl Dispatcher {
                 .plan(&due.attempt, due.scheduled_at_ms, job, &mut fleet)
                 .await?;
             match planned {
-                Some(offer) if offer.first_takes_batches => {
+                // An at-most-once offer is marked delivered before it goes, alone.
+                Some(offer)
+                    if offer.first_takes_batches
+                        && offer.policy.delivery != Guarantee::AtMostOnce =>
+                {
                     let first = offer.targets.first().map(|(id, _)| id.clone());
                     let key = (first.unwrap_or_default(), offer.attempt.not_before_ms);
                     batches.entry(key).or_default().push(offer);
@@ -173,7 +179,68 @@ async fn deliver(
     observer: &Observer,
     offer: Offer,
 ) -> Delivered {
+    if offer.policy.delivery == Guarantee::AtMostOnce {
+        return deliver_at_most_once(store, client, observer, &offer).await;
+    }
     deliver_from(store, client, observer, &offer, 0).await
+}
+
+/// An at-most-once offer: recorded as running at its first target before it is sent, then
+/// sent once. An executor that answers that it did not take it (busy, draining) gives it back
+/// to the queue; a delivery whose fate is unknown (no answer) ends the attempt lost, and it is
+/// never sent again (nor is an attempt the node died holding: the watch finds it lost).
+async fn deliver_at_most_once(
+    store: &dyn Store,
+    client: &DispatchClient,
+    observer: &Observer,
+    offer: &Offer,
+) -> Delivered {
+    let Some((executor_id, address)) = offer.targets.first() else {
+        return Ok(None);
+    };
+    let attempt_id = offer.attempt.attempt_id;
+    if !store
+        .attempt_dispatched(attempt_id, executor_id, offer.timeout_ms)
+        .await?
+    {
+        // Not pending any more: another pass or node has it.
+        return Ok(None);
+    }
+    let sent_ms = client.now_ms();
+    let delivery = client.dispatch(address, &offer.request).await;
+    match delivery {
+        Delivery::Accepted => {
+            observer.metrics.dispatches.add(delivery.outcome(), 1);
+            first_taken(observer, offer, sent_ms);
+            Ok(None)
+        }
+        Delivery::TryAnother(NotTaken::Busy | NotTaken::Unavailable, why) => {
+            observer.metrics.dispatches.add("not_taken", 1);
+            debug!(attempt_id, executor = %executor_id, why, "not taken; back to the queue");
+            store.attempt_undispatched(attempt_id, executor_id).await?;
+            Ok(None)
+        }
+        Delivery::TryAnother(NotTaken::Unreachable, why) => {
+            observer.metrics.dispatches.add("lost", 1);
+            let error = format!("no answer from executor {executor_id}: {why}");
+            finish_attempt_by(
+                store,
+                observer,
+                &offer.attempt,
+                Some(executor_id),
+                Ending::Lost,
+                None,
+                Some(error),
+            )
+            .await?;
+            Ok(None)
+        }
+        Delivery::Finished(_) | Delivery::Refused(_) => {
+            settle(store, observer, offer, executor_id, sent_ms, delivery)
+                .await
+                .unwrap_or(Ok(None))
+        }
+    }
 }
 
 /// [`deliver`], starting at target `first`.

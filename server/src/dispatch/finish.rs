@@ -5,7 +5,7 @@ use carillon_protocol::Outcome;
 use serde_json::Value;
 
 use super::backoff::retry_delay_ms;
-use crate::jobs::JobPolicy;
+use crate::jobs::{Delivery, JobPolicy};
 use crate::observe::Observer;
 use crate::store::{self, AttemptEnd, AttemptEnded, AttemptRecord, Store, attempt_state};
 
@@ -81,6 +81,17 @@ pub fn end_of(
             attempt.lost_before < EXTRA_LOST_ATTEMPTS,
         ),
     };
+    // At most once: nothing that may have been delivered is delivered again, so nothing is
+    // tried again; a delivery whose fate is unknown is recorded as lost.
+    let at_most_once = policy.delivery == Delivery::AtMostOnce;
+    let retry = retry && !at_most_once;
+    let error = match ending {
+        Ending::Lost if at_most_once => Some(format!(
+            "{}; at_most_once: not delivered again",
+            error.as_deref().unwrap_or("the delivery was lost")
+        )),
+        _ => error,
+    };
     let retry_after_ms = retry.then(|| match ending {
         // A lost executor says nothing about the work: go again at once, elsewhere.
         Ending::Lost => 0,
@@ -96,6 +107,10 @@ pub fn end_of(
         error: error.map(|e| cut(&e, MAX_ERROR_BYTES)),
         executor_id: executor_id.map(str::to_owned),
         retry_after_ms,
+        // The executor that had a lost attempt of an effect-once run holds its record: the
+        // next attempt goes back to it (while it is healthy) instead of avoiding it.
+        retry_to_same_executor: policy.delivery == Delivery::ExactlyOnceEffect
+            && ending == Ending::Lost,
     }
 }
 
@@ -195,6 +210,43 @@ mod tests {
         assert!(retries(1, 0, Ending::Lost));
         assert!(retries(9, EXTRA_LOST_ATTEMPTS - 1, Ending::Lost));
         assert!(!retries(9, EXTRA_LOST_ATTEMPTS, Ending::Lost));
+    }
+
+    #[test]
+    fn at_most_once_never_tries_again_and_effect_once_returns_to_its_executor() {
+        let mut policy = JobPolicy::default();
+        policy.retry.max_attempts = 3;
+        policy.delivery = Delivery::AtMostOnce;
+        let end = |ending| end_of(&policy, &attempt(1, 0), None, ending, None, None);
+        for ending in [
+            Ending::Lost,
+            Ending::TimedOut,
+            Ending::Refused,
+            Ending::Reported(Outcome::Failed),
+        ] {
+            assert_eq!(end(ending).retry_after_ms, None, "{ending:?}");
+        }
+        let lost = end(Ending::Lost);
+        assert_eq!(lost.state, attempt_state::LOST);
+        assert!(lost.error.unwrap().contains("at_most_once"));
+
+        policy.delivery = Delivery::ExactlyOnceEffect;
+        let lost = end_of(&policy, &attempt(1, 0), None, Ending::Lost, None, None);
+        assert_eq!(lost.retry_after_ms, Some(0));
+        assert!(lost.retry_to_same_executor);
+        let failed = end_of(
+            &policy,
+            &attempt(1, 0),
+            None,
+            Ending::Reported(Outcome::Failed),
+            None,
+            None,
+        );
+        assert!(failed.retry_after_ms.is_some() && !failed.retry_to_same_executor);
+        policy.delivery = Delivery::AtLeastOnce;
+        assert!(
+            !end_of(&policy, &attempt(1, 0), None, Ending::Lost, None, None).retry_to_same_executor
+        );
     }
 
     #[test]

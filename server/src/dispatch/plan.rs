@@ -11,7 +11,7 @@ use super::Dispatcher;
 use super::balancer::Candidate;
 use super::finish::{Ending, finish_attempt};
 use super::fleet::Fleet;
-use crate::jobs::JobPolicy;
+use crate::jobs::{Delivery, JobPolicy};
 use crate::store::{self, AttemptRecord, DueAttempt, ExecutorRecord, JobRecord, run_state};
 
 /// Waiting this long raises an attempt's priority by one, so low priorities are not starved.
@@ -205,6 +205,10 @@ impl Dispatcher {
             scheduled_at: crate::clock::rfc3339(scheduled_at_ms).unwrap_or_default(),
             timeout_ms: policy.timeout_ms,
             report_to: self.report_to.clone(),
+            effect_key: (policy.delivery == Delivery::ExactlyOnceEffect).then(|| {
+                let tries = attempt.attempt_no - attempt.lost_before;
+                format!("{}:{}:{tries}", attempt.run_id, attempt.shard_index)
+            }),
         };
         let targets: Vec<(String, String)> = order
             .iter()

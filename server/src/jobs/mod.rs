@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 
 pub use history::{JobHistory, KeepFor, RetentionConfig};
 pub use policy::{
-    AlertFormat, Backoff, Balance, Bounds, JobAlerts, JobPolicy, Misfire, Overlap, Retry, Sharding,
-    jitter_delay_ms,
+    AlertFormat, Backoff, Balance, Bounds, Delivery, JobAlerts, JobPolicy, Misfire, Overlap, Retry,
+    Sharding, jitter_delay_ms,
 };
 
 use crate::schedule::{Schedule, ScheduleError, ScheduleSpec, Window, parse_instant, parse_zone};
@@ -90,6 +90,10 @@ pub struct JobInput {
     pub retry: Retry,
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// What the delivery to executors promises: `at_least_once` (the default),
+    /// `at_most_once` or `exactly_once_effect`.
+    #[serde(default)]
+    pub delivery: Delivery,
     #[serde(default)]
     pub misfire: Misfire,
     #[serde(default)]
@@ -145,6 +149,7 @@ pub struct JobPatch {
     /// `null` clears the timeout; leaving the field out keeps it.
     #[serde(default, deserialize_with = "present")]
     pub timeout_ms: Option<Option<u64>>,
+    pub delivery: Option<Delivery>,
     pub misfire: Option<Misfire>,
     pub catch_up_window_ms: Option<u64>,
     pub overlap: Option<Overlap>,
@@ -206,6 +211,7 @@ impl JobInput {
                 sharding: self.sharding,
                 retry: self.retry,
                 timeout_ms: self.timeout_ms,
+                delivery: self.delivery,
                 misfire: self.misfire,
                 catch_up_window_ms: self
                     .catch_up_window_ms
@@ -245,6 +251,7 @@ impl JobPatch {
             p.sharding => self.sharding,
             p.balance => self.balance,
             p.retry => self.retry,
+            p.delivery => self.delivery,
             p.misfire => self.misfire,
             p.catch_up_window_ms => self.catch_up_window_ms,
             p.overlap => self.overlap,

@@ -43,6 +43,25 @@ pub enum Balance {
     ConsistentHash,
 }
 
+/// What a run's delivery to its executor promises when a node, an executor or the network
+/// fails in the middle of it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Delivery {
+    /// Delivered until an executor answers for it: an attempt whose answer was lost (the
+    /// node died, the executor vanished) is delivered again, and retried per `retry`.
+    #[default]
+    AtLeastOnce,
+    /// Marked delivered before it is sent, and never delivered again nor retried: a delivery
+    /// whose fate is unknown is recorded as lost and its run fails.
+    AtMostOnce,
+    /// At least once, with the executor answering a delivery of work it already did from its
+    /// record of the result (the dispatch carries an `effect_key`; the Rust SDK keeps the
+    /// record), so the handler runs once per run and shard. A failover goes back to the
+    /// executor that had the attempt while it is healthy.
+    ExactlyOnceEffect,
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Backoff {
@@ -93,6 +112,8 @@ pub struct JobPolicy {
     pub retry: Retry,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// What the delivery to executors promises (`at_least_once` unless set).
+    pub delivery: Delivery,
     pub misfire: Misfire,
     pub catch_up_window_ms: u64,
     pub overlap: Overlap,
@@ -201,6 +222,7 @@ impl Default for JobPolicy {
             sharding: Sharding::default(),
             retry: Retry::default(),
             timeout_ms: None,
+            delivery: Delivery::default(),
             misfire: Misfire::default(),
             catch_up_window_ms: 3_600_000,
             overlap: Overlap::default(),

@@ -417,6 +417,9 @@ queries! {
     attempt_dispatched = "UPDATE attempts SET state = 'running', executor_id = ?, \
         dispatched_at_ms = {now}, deadline_ms = CASE WHEN ? > 0 THEN {now} + ? ELSE NULL END \
         WHERE attempt_id = ? AND state = 'pending'";
+    attempt_undispatched = "UPDATE attempts SET state = 'pending', executor_id = NULL, \
+        dispatched_at_ms = NULL, deadline_ms = NULL \
+        WHERE attempt_id = ? AND state = 'running' AND executor_id = ?";
     // `{partitions}`: the attempt ids one executor accepted in one batch.
     attempts_dispatched_many = "UPDATE attempts SET state = 'running', executor_id = ?, \
         dispatched_at_ms = {now}, deadline_ms = CASE WHEN ? > 0 THEN {now} + ? ELSE NULL END \

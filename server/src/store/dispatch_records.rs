@@ -148,6 +148,9 @@ pub struct AttemptEnd {
     /// Retry this shard after this many milliseconds (database clock), avoiding the executor
     /// that failed it; `None` when the attempt was the last.
     pub retry_after_ms: Option<i64>,
+    /// The retry prefers the executor that had this attempt instead of avoiding it (a lost
+    /// attempt of an `exactly_once_effect` run: that executor holds the record of its result).
+    pub retry_to_same_executor: bool,
 }
 
 /// What finishing an attempt did.

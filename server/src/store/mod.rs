@@ -312,6 +312,11 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
         timeout_ms: i64,
     ) -> Result<bool, Error>;
 
+    /// Returns an attempt marked running at `executor_id` to the queue (`pending`, no
+    /// executor): that executor answered that it did not take it. False if it had moved on.
+    async fn attempt_undispatched(&self, attempt_id: i64, executor_id: &str)
+    -> Result<bool, Error>;
+
     /// [`attempt_dispatched`](Self::attempt_dispatched) for many attempts of one executor and
     /// one timeout, in one statement; how many were still pending.
     async fn attempts_dispatched(

@@ -13,7 +13,7 @@ pub mod ids;
 
 use serde::Deserialize;
 
-use crate::jobs::{Balance, JobError, JobPolicy, Retry, validate_work};
+use crate::jobs::{Balance, Delivery, JobError, JobPolicy, Retry, validate_work};
 use crate::schedule::parse_instant;
 
 /// Most tasks in one `POST /api/v1/tasks`.
@@ -55,6 +55,9 @@ pub struct TaskInput {
     pub timeout_ms: Option<u64>,
     #[serde(default)]
     pub balance: Option<Balance>,
+    /// `at_least_once` (the default), `at_most_once` or `exactly_once_effect`.
+    #[serde(default)]
+    pub delivery: Option<Delivery>,
 }
 
 /// A delay: a duration in words or a number of milliseconds.
@@ -121,6 +124,8 @@ struct TaskPolicy {
     timeout_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     balance: Option<Balance>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delivery: Option<Delivery>,
 }
 
 /// Checks a batch enqueued at `now_ms`, at most `horizon_ms` ahead; all or nothing.
@@ -186,6 +191,7 @@ pub fn check_task(
         retry: task.retry.clone(),
         timeout_ms: task.timeout_ms,
         balance: task.balance,
+        delivery: task.delivery,
     };
     let defaults = JobPolicy::default();
     let policy = JobPolicy {

@@ -63,9 +63,15 @@ macro_rules! attempt_end_store {
                         .bind(
                             end.executor_id
                                 .as_deref()
-                                .or(attempt.executor_id.as_deref()),
+                                .or(attempt.executor_id.as_deref())
+                                .filter(|_| !end.retry_to_same_executor),
                         )
-                        .bind(None::<&str>)
+                        .bind(
+                            end.executor_id
+                                .as_deref()
+                                .or(attempt.executor_id.as_deref())
+                                .filter(|_| end.retry_to_same_executor),
+                        )
                         .execute(&mut **tx)
                         .await?;
                     return Ok(AttemptEnded::Retrying);

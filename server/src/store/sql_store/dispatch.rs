@@ -432,6 +432,19 @@ macro_rules! dispatch_store {
                 Ok(marked.rows_affected() == 1)
             }
 
+            async fn attempt_undispatched(
+                &self,
+                attempt_id: i64,
+                executor_id: &str,
+            ) -> Result<bool, Error> {
+                let returned = sqlx::query::<$db>(sql(&self.q.attempt_undispatched))
+                    .bind(attempt_id)
+                    .bind(executor_id)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(returned.rows_affected() == 1)
+            }
+
             async fn attempts_dispatched(
                 &self,
                 attempt_ids: &[i64],
