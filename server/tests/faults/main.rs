@@ -34,6 +34,7 @@ mod invariants;
 mod clock_skew;
 mod cluster_restart;
 mod database_outage;
+mod delivery_faults;
 mod executor_faults;
 mod job_races;
 mod leader_faults;
