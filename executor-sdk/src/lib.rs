@@ -37,7 +37,9 @@ pub use carillon_protocol::{Outcome, Shard};
 pub use context::{JobContext, JobError};
 pub use executor::{Executor, ExecutorBuilder, ExecutorError};
 pub use registry::registered_jobs;
-pub use tasks::{Enqueued, MAX_BATCH as MAX_TASK_BATCH, Task, Tasks, TasksBuilder, TasksError};
+pub use tasks::{
+    Balance, Delivery, Enqueued, MAX_BATCH as MAX_TASK_BATCH, Task, Tasks, TasksBuilder, TasksError,
+};
 
 /// What `#[job]` expands to; not a public API.
 #[doc(hidden)]

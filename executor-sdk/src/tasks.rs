@@ -45,6 +45,31 @@ pub struct Task {
     retry: Option<serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     timeout_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    balance: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delivery: Option<&'static str>,
+}
+
+/// What a task's delivery to its executor promises (see the protocol document).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// Delivered again when an answer is lost; retried per the retry policy (the default).
+    AtLeastOnce,
+    /// Never delivered twice nor retried; a delivery of unknown fate fails the run.
+    AtMostOnce,
+    /// At least once, with the executor answering work it already did from its record.
+    ExactlyOnceEffect,
+}
+
+/// How the node picks among an app's executors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Balance {
+    Random,
+    RoundRobin,
+    Weighted,
+    LeastBusy,
+    ConsistentHash,
 }
 
 impl Task {
@@ -60,7 +85,29 @@ impl Task {
             priority: None,
             retry: None,
             timeout_ms: None,
+            balance: None,
+            delivery: None,
         }
+    }
+
+    pub fn delivery(mut self, delivery: Delivery) -> Self {
+        self.delivery = Some(match delivery {
+            Delivery::AtLeastOnce => "at_least_once",
+            Delivery::AtMostOnce => "at_most_once",
+            Delivery::ExactlyOnceEffect => "exactly_once_effect",
+        });
+        self
+    }
+
+    pub fn balance(mut self, balance: Balance) -> Self {
+        self.balance = Some(match balance {
+            Balance::Random => "random",
+            Balance::RoundRobin => "round_robin",
+            Balance::Weighted => "weighted",
+            Balance::LeastBusy => "least_busy",
+            Balance::ConsistentHash => "consistent_hash",
+        });
+        self
     }
 
     pub fn args(mut self, args: serde_json::Value) -> Self {
@@ -366,6 +413,17 @@ impl Tasks {
                     stored: Vec::new(),
                 });
             }
+            // Busy (429) or timed out before reading (408): nothing stored. A server error
+            // may have come after the commit: sent again only when keys make that safe.
+            if status.is_server_error() && !all_keyed {
+                return Err(TasksError::Unavailable {
+                    reason: format!(
+                        "{url} answered {status}; the batch may have been stored, and without \
+                         keys on all its tasks it is not sent again"
+                    ),
+                    stored: Vec::new(),
+                });
+            }
             last = format!("{url} answered {status}");
         }
         Err(TasksError::Unavailable {
@@ -421,13 +479,15 @@ mod tests {
             .args(serde_json::json!({"order": 7}))
             .delay(Duration::from_secs(90))
             .key("o-7")
-            .retry(3, 500);
+            .retry(3, 500)
+            .delivery(Delivery::ExactlyOnceEffect);
         let doc = serde_json::to_value(&task).unwrap_or_default();
         assert_eq!(
             doc,
             serde_json::json!({"app": "orders", "handler": "cancel", "args": {"order": 7},
                 "delay": 90_000, "key": "o-7",
-                "retry": {"max_attempts": 3, "initial_delay_ms": 500, "max_delay_ms": 60_000}})
+                "retry": {"max_attempts": 3, "initial_delay_ms": 500, "max_delay_ms": 60_000},
+                "delivery": "exactly_once_effect"})
         );
     }
 }

@@ -73,11 +73,25 @@ async fn at_most_once_is_never_sent_twice_where_at_least_once_fails_over() {
     let node = Solo::start(|spec| spec.extra_env = executor::node_env()).await;
     let mut first = Executor::start_registered(&node, "py", "first").await;
 
-    // Never retried, whatever the retry policy says.
+    // Never tried again: a retry policy that says otherwise is refused, naming it.
+    let (status, problem) = node
+        .call(
+            Method::POST,
+            "/api/v1/tasks",
+            Some(
+                json!({"app": "py", "handler": "fail", "delivery": "at_most_once",
+                        "retry": {"max_attempts": 3}}),
+            ),
+        )
+        .await;
+    assert_eq!(status, 400, "{problem}");
+    assert_eq!(
+        problem["errors"][0]["field"], "retry.max_attempts",
+        "{problem}"
+    );
     let failing = enqueue(
         &node,
-        json!({"app": "py", "handler": "fail", "delivery": "at_most_once",
-               "retry": {"max_attempts": 3, "initial_delay_ms": 100}}),
+        json!({"app": "py", "handler": "fail", "delivery": "at_most_once"}),
     )
     .await;
     let run = ended_run(&node, &failing).await;

@@ -273,6 +273,34 @@ async fn tasks_fire_once_each_at_their_instant(db: TestDb) {
         .call(Method::GET, "/api/v1/tasks?state=pending", None)
         .await;
     assert_eq!(pending["items"], json!([]), "{pending}");
+
+    // A fired task whose run is unfinished: cancelling the task cancels its run.
+    let (_, slow) = enqueue(
+        &node,
+        json!({"app": "py", "handler": "slow", "args": {"seconds": 30}}),
+    )
+    .await;
+    let slow = slow["tasks"][0]["id"].clone();
+    wait_for(Duration::from_secs(10), "the slow task to run", || async {
+        (task(&node, &slow).await["state"] == "running").then_some(())
+    })
+    .await;
+    let (status, cancelled) = node
+        .call(Method::DELETE, &format!("/api/v1/tasks/{slow}"), None)
+        .await;
+    assert_eq!(
+        (status, &cancelled["state"]),
+        (200, &json!("cancelled")),
+        "{cancelled}"
+    );
+    let (_, run) = node
+        .call(
+            Method::GET,
+            &format!("/api/v1/runs/{}", cancelled["run_id"]),
+            None,
+        )
+        .await;
+    assert_eq!(run["state"], "cancelled", "{run}");
 }
 
 /// The SDK's client enqueues any number of tasks in batches, from a service that is not an

@@ -1,5 +1,5 @@
 //! `/api/v1/tasks`: enqueueing tasks (one, or a batch of up to 10,000), reading them by id,
-//! by key or in lists, and cancelling them before they fire.
+//! by key or in lists, and cancelling them (once fired, their runs).
 
 use std::collections::HashSet;
 
@@ -38,7 +38,8 @@ pub(super) struct TaskView {
     /// When it fired or was cancelled.
     ended_at: Option<String>,
     message: Option<String>,
-    /// What the task set of its policy (`retry`, `timeout_ms`, `balance`, `priority`).
+    /// What the task set of its policy (`retry`, `timeout_ms`, `balance`, `priority`,
+    /// `delivery`).
     policy: serde_json::Value,
 }
 

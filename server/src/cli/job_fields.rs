@@ -47,6 +47,9 @@ pub(crate) struct JobFields {
     /// Stop the job after this many failed runs in a row, and alert.
     #[arg(long)]
     pause_after_failures: Option<u32>,
+    /// at_least_once (the default), at_most_once or exactly_once_effect.
+    #[arg(long)]
+    delivery: Option<String>,
     /// Start the job when it is created.
     #[arg(long)]
     start: bool,
@@ -67,6 +70,7 @@ impl JobFields {
         set(&mut base, "app", &self.app);
         set(&mut base, "handler", &self.handler);
         set(&mut base, "timezone", &self.tz);
+        set(&mut base, "delivery", &self.delivery);
         for (key, value) in [
             ("cron", &self.cron),
             ("rrule", &self.rrule),

@@ -41,6 +41,9 @@ pub(crate) enum TasksCommand {
         max_attempts: Option<u32>,
         #[arg(long)]
         timeout_ms: Option<u64>,
+        /// at_least_once (the default), at_most_once or exactly_once_effect.
+        #[arg(long)]
+        delivery: Option<String>,
     },
     /// List tasks, newest first.
     Ls {
@@ -70,7 +73,8 @@ pub(crate) enum TasksCommand {
         #[arg(long, conflicts_with = "id")]
         key: Option<String>,
     },
-    /// Cancel a task that has not fired, by id or by key (`--key`).
+    /// Cancel a task by id or by key (`--key`): before it fires, the task; once fired, its
+    /// run while it is unfinished.
     Cancel {
         #[arg(required_unless_present = "key")]
         id: Option<i64>,
@@ -115,6 +119,7 @@ pub(crate) async fn tasks(
             priority,
             max_attempts,
             timeout_ms,
+            delivery,
         } => {
             let mut task = json!({"app": app, "handler": handler});
             if let Some(args) = args {
@@ -123,7 +128,12 @@ pub(crate) async fn tasks(
                     reason: format!("is not JSON: {e}"),
                 })?;
             }
-            for (field, value) in [("at", at), ("delay", delay), ("key", key)] {
+            for (field, value) in [
+                ("at", at),
+                ("delay", delay),
+                ("key", key),
+                ("delivery", delivery),
+            ] {
                 if let Some(value) = value {
                     task[field] = json!(value);
                 }

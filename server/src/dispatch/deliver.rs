@@ -254,6 +254,17 @@ async fn deliver_from(
     for (executor_id, address) in offer.targets.iter().skip(first) {
         let sent_ms = client.now_ms();
         let delivery = client.dispatch(address, &offer.request).await;
+        // An effect-once offer that got no answer may have reached the executor: only that
+        // executor's record can tell, so it goes there again, not on to the next.
+        if offer.policy.delivery == Guarantee::ExactlyOnceEffect
+            && matches!(delivery, Delivery::TryAnother(NotTaken::Unreachable, _))
+        {
+            observer.metrics.dispatches.add(delivery.outcome(), 1);
+            store
+                .attempt_prefer(offer.attempt.attempt_id, executor_id)
+                .await?;
+            return Ok(None);
+        }
         if let Some(done) = settle(store, observer, offer, executor_id, sent_ms, delivery).await {
             return done;
         }
@@ -280,9 +291,11 @@ async fn deliver_batch(
     };
     let requests = offers.iter().map(|o| o.request.clone()).collect();
     let sent_ms = client.now_ms();
+    let mut batch_lost = false;
     let mut replies = match client.dispatch_batch(&address, requests).await {
         Ok(replies) => replies,
         Err(why) => {
+            batch_lost = true;
             debug!(executor = %executor_id, why, attempts = offers.len(), "batch not delivered; offering one by one");
             observer
                 .metrics
@@ -306,6 +319,12 @@ async fn deliver_batch(
         };
         products.push(match settled {
             Some(done) => done,
+            // A batch without an answer may have reached its executor: an effect-once offer
+            // goes there again (see `deliver_from`).
+            None if batch_lost && offer.policy.delivery == Guarantee::ExactlyOnceEffect => store
+                .attempt_prefer(offer.attempt.attempt_id, &executor_id)
+                .await
+                .map(|()| None),
             None => deliver_from(store, client, observer, offer, 1).await,
         });
     }

@@ -477,6 +477,15 @@ pub fn validate_work(
             format!("{} is outside 1..=100", p.retry.max_attempts),
         ));
     }
+    if p.delivery == Delivery::AtMostOnce && p.retry.max_attempts > 1 {
+        return Err(JobError::new(
+            "retry.max_attempts",
+            format!(
+                "is {}, but delivery at_most_once is never tried again: leave it at 1",
+                p.retry.max_attempts
+            ),
+        ));
+    }
     if p.retry.initial_delay_ms > p.retry.max_delay_ms {
         return Err(JobError::new(
             "retry.initial_delay_ms",

@@ -417,6 +417,7 @@ queries! {
     attempt_dispatched = "UPDATE attempts SET state = 'running', executor_id = ?, \
         dispatched_at_ms = {now}, deadline_ms = CASE WHEN ? > 0 THEN {now} + ? ELSE NULL END \
         WHERE attempt_id = ? AND state = 'pending'";
+    attempt_prefer = "UPDATE attempts SET executor_id = ? WHERE attempt_id = ? AND state = 'pending'";
     attempt_undispatched = "UPDATE attempts SET state = 'pending', executor_id = NULL, \
         dispatched_at_ms = NULL, deadline_ms = NULL \
         WHERE attempt_id = ? AND state = 'running' AND executor_id = ?";

@@ -312,6 +312,9 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
         timeout_ms: i64,
     ) -> Result<bool, Error>;
 
+    /// Makes `executor_id` the first choice for a pending attempt's next offer.
+    async fn attempt_prefer(&self, attempt_id: i64, executor_id: &str) -> Result<(), Error>;
+
     /// Returns an attempt marked running at `executor_id` to the queue (`pending`, no
     /// executor): that executor answered that it did not take it. False if it had moved on.
     async fn attempt_undispatched(&self, attempt_id: i64, executor_id: &str)

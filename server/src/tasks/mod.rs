@@ -199,6 +199,7 @@ pub fn check_task(
         retry: set.retry.clone().unwrap_or_default(),
         timeout_ms: set.timeout_ms,
         balance: set.balance.unwrap_or_default(),
+        delivery: set.delivery.unwrap_or_default(),
         ..defaults
     };
     validate_work(&task.app, &task.handler, &task.args, &policy)?;

@@ -230,8 +230,7 @@ async fn at_most_once_reaches_no_executor_twice_through_node_and_executor_kills(
         .map(|i| {
             json!({"name": format!("once-{i}"), "app": "py", "handler": "slow",
                    "args": {"seconds": 0.5}, "schedule": {"cron": "* * * * * *"},
-                   "start": true, "delivery": "at_most_once", "balance": "round_robin",
-                   "retry": {"max_attempts": 3, "initial_delay_ms": 100}})
+                   "start": true, "delivery": "at_most_once", "balance": "round_robin"})
         })
         .collect();
     let jobs = cluster.create_jobs(0, bodies).await;

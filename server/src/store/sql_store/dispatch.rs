@@ -432,6 +432,19 @@ macro_rules! dispatch_store {
                 Ok(marked.rows_affected() == 1)
             }
 
+            async fn attempt_prefer(
+                &self,
+                attempt_id: i64,
+                executor_id: &str,
+            ) -> Result<(), Error> {
+                sqlx::query::<$db>(sql(&self.q.attempt_prefer))
+                    .bind(executor_id)
+                    .bind(attempt_id)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(())
+            }
+
             async fn attempt_undispatched(
                 &self,
                 attempt_id: i64,
