@@ -320,6 +320,7 @@ impl Application {
             settled_minutes: Arc::default(),
             task_horizon_ms: i64::try_from(config.tasks.horizon_ms).unwrap_or(i64::MAX),
             task_ids: Arc::default(),
+            known_handlers: Arc::default(),
         };
         Ok(Self {
             listener,

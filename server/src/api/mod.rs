@@ -31,6 +31,7 @@ use utoipa_axum::routes;
 pub use crate::clock::rfc3339;
 pub use auth::Principal;
 pub use error::ApiError;
+pub use tasks::KnownHandlers;
 
 use crate::clock::ClusterClock;
 use crate::cluster::{ClusterTimings, LocalView};
@@ -65,6 +66,8 @@ pub struct ApiState {
     pub task_horizon_ms: i64,
     /// This node's block of task ids.
     pub task_ids: Arc<crate::tasks::ids::TaskIds>,
+    /// The handlers registered executors serve, for enqueue answers.
+    pub known_handlers: Arc<KnownHandlers>,
 }
 
 /// The largest body of `POST /api/v1/tasks`: a batch of 10,000 tasks of a few hundred bytes.

@@ -2,6 +2,7 @@
 //! by key or in lists, and cancelling them (once fired, their runs).
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
@@ -209,36 +210,66 @@ pub(super) async fn enqueue(
     Ok((status, Json(view)))
 }
 
-/// The batch's handlers that no executor has registered.
+/// The (app, handler) pairs the registered executors serve, read from the database at most
+/// once per [`KnownHandlers::FRESH`]: an enqueue of one task should not cost a read of every
+/// executor.
+#[derive(Debug, Default)]
+pub struct KnownHandlers {
+    read: tokio::sync::Mutex<Option<(std::time::Instant, Arc<AppHandlers>)>>,
+}
+
+/// `(app, handler)` pairs.
+type AppHandlers = HashSet<(String, String)>;
+
+impl KnownHandlers {
+    const FRESH: std::time::Duration = std::time::Duration::from_secs(1);
+
+    async fn get(&self, state: &ApiState) -> Result<Arc<AppHandlers>, ApiError> {
+        let mut read = self.read.lock().await;
+        if let Some((at, known)) = read.as_ref()
+            && at.elapsed() < Self::FRESH
+        {
+            return Ok(Arc::clone(known));
+        }
+        let fleet = state.store.executors_list(None).await?;
+        let app_of: std::collections::HashMap<&str, &str> = fleet
+            .executors
+            .iter()
+            .map(|e| (e.executor_id.as_str(), e.app_name.as_str()))
+            .collect();
+        let known: Arc<AppHandlers> = Arc::new(
+            fleet
+                .handlers
+                .iter()
+                .filter_map(|(executor, handler)| {
+                    app_of
+                        .get(executor.as_str())
+                        .map(|app| ((*app).to_owned(), handler.clone()))
+                })
+                .collect(),
+        );
+        *read = Some((std::time::Instant::now(), Arc::clone(&known)));
+        Ok(known)
+    }
+}
+
+/// The batch's handlers that no executor has registered (as of a second ago at most).
 async fn unknown_handlers(
     state: &ApiState,
     writes: &[TaskWrite],
 ) -> Result<Vec<UnknownHandler>, ApiError> {
-    let fleet = state.store.executors_list(None).await?;
-    let app_of: std::collections::HashMap<&str, &str> = fleet
-        .executors
-        .iter()
-        .map(|e| (e.executor_id.as_str(), e.app_name.as_str()))
-        .collect();
-    let known: HashSet<(&str, &str)> = fleet
-        .handlers
-        .iter()
-        .filter_map(|(executor, handler)| {
-            app_of
-                .get(executor.as_str())
-                .map(|app| (*app, handler.as_str()))
-        })
-        .collect();
+    let known = state.known_handlers.get(state).await?;
     let mut unknown: Vec<UnknownHandler> = Vec::new();
     for w in writes {
-        if !known.contains(&(w.app_name.as_str(), w.handler_name.as_str()))
+        let pair = (w.app_name.clone(), w.handler_name.clone());
+        if !known.contains(&pair)
             && !unknown
                 .iter()
                 .any(|u| u.app == w.app_name && u.handler == w.handler_name)
         {
             unknown.push(UnknownHandler {
-                app: w.app_name.clone(),
-                handler: w.handler_name.clone(),
+                app: pair.0,
+                handler: pair.1,
             });
         }
     }

@@ -59,7 +59,7 @@ fn unfinished(task: &TaskRecord) -> bool {
 
 /// Inserts a batch of tasks on PostgreSQL.
 async fn insert_tasks_postgres(
-    tx: &mut Transaction<'static, Postgres>,
+    conn: &mut sqlx::PgConnection,
     tasks: &[TaskWrite],
 ) -> Result<(), Error> {
     let ints = |pick: fn(&TaskWrite) -> i64| tasks.iter().map(pick).collect::<Vec<i64>>();
@@ -79,7 +79,7 @@ async fn insert_tasks_postgres(
         .bind(texts(|t| &t.policy_json))
         .bind(ints(|t| t.priority))
         .bind(ints(|t| t.due_at_ms))
-        .execute(&mut **tx)
+        .execute(&mut *conn)
         .await?;
     Ok(())
 }
@@ -164,6 +164,15 @@ macro_rules! task_store {
             }
 
             async fn tasks_enqueue(&self, tasks: &[TaskWrite]) -> Result<Vec<Enqueued>, Error> {
+                // Without keys there is nothing to read back: one statement, atomic alone,
+                // saves the transaction's round trips.
+                let one_statement =
+                    $backend == Backend::Postgres || tasks.len() <= TASK_ROWS_PER_INSERT;
+                if one_statement && tasks.iter().all(|t| t.key.is_none()) {
+                    let mut conn = self.pool.acquire().await?;
+                    self.insert_tasks(&mut conn, tasks).await?;
+                    return Ok(tasks.iter().map(|t| Enqueued::Created(t.task_id)).collect());
+                }
                 let mut tx = self.begin_write().await?;
                 self.insert_tasks(&mut tx, tasks).await?;
                 let keys: Vec<&str> = tasks.iter().filter_map(|t| t.key.as_deref()).collect();
@@ -359,10 +368,10 @@ impl PostgresStore {
     /// Inserts a batch of tasks in one statement.
     async fn insert_tasks(
         &self,
-        tx: &mut Transaction<'static, Postgres>,
+        conn: &mut sqlx::PgConnection,
         tasks: &[TaskWrite],
     ) -> Result<(), Error> {
-        insert_tasks_postgres(tx, tasks).await
+        insert_tasks_postgres(conn, tasks).await
     }
 
     /// Inserts the fired tasks' runs `running` in one statement; their ids by job id.
@@ -393,7 +402,7 @@ macro_rules! values_task_writes {
             /// Inserts a batch of tasks, a statement per chunk.
             async fn insert_tasks(
                 &self,
-                tx: &mut Transaction<'static, $db>,
+                conn: &mut <$db as sqlx::Database>::Connection,
                 tasks: &[TaskWrite],
             ) -> Result<(), Error> {
                 let now: &str = &self.q.now_expr;
@@ -422,7 +431,7 @@ macro_rules! values_task_writes {
                             .push(now);
                     });
                     insert.push(skip_taken);
-                    insert.build().execute(&mut **tx).await?;
+                    insert.build().execute(&mut *conn).await?;
                 }
                 Ok(())
             }
