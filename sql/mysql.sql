@@ -210,6 +210,9 @@ CREATE UNIQUE INDEX tasks_key_idx ON tasks (task_key);
 -- The windows the owners read: pending tasks in due order.
 CREATE INDEX tasks_pending_due_idx ON tasks (state, due_at_ms);
 
+-- Tasks that left `pending`, oldest first: the retention pass deletes them after their runs.
+CREATE INDEX tasks_ended_idx ON tasks (ended_at_ms);
+
 -- Blocks of ids that nodes take for the rows they create in bulk (tasks): one short
 -- transaction per block instead of a generated key per row, so a node knows a task's id, and
 -- so its partition, before inserting it, on every backend.

@@ -107,6 +107,8 @@ export function badge(state, extraClass) {
 
 /** A link to a job, showing its name once known; a deleted job shows its id. */
 export function jobLink(id) {
+  // A task's run carries the task's id negated: it has no job page.
+  if (Number(id) < 0) return h('span', { class: 'task-ref', text: `task ${-Number(id)}` });
   const key = String(id);
   const known = cachedJobName(key);
   const a = h('a', { href: `#/jobs/${enc(key)}`, class: 'job-link', text: known || `job ${key}` });

@@ -49,13 +49,14 @@ export async function viewRun(ctx, id) {
     const toJob = h('a', { class: 'button', href: `#/jobs/${enc(run.job_id)}`, text: 'Job' });
     actions.push(toJob);
     // A deleted job can be neither opened nor run again.
+    const isTask = run.task_id !== null && run.task_id !== undefined;
     jobName(run.job_id).then((name) => {
-      if (name !== null || !ctx.alive) return;
+      if ((name !== null && !isTask) || !ctx.alive) return;
       toJob.remove();
       for (const b of head.querySelectorAll('button')) {
         if (b.textContent.startsWith('Re-run')) {
           b.disabled = true;
-          b.title = 'The job of this run has been deleted';
+          b.title = isTask ? 'A task runs once: enqueue it again to run it again' : 'The job of this run has been deleted';
         }
       }
     });

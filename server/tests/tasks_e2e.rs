@@ -398,3 +398,59 @@ async fn the_sdk_client_enqueues_in_batches_and_each_task_runs_once() {
     stop.cancel();
     running.await.unwrap().unwrap();
 }
+
+/// Tasks are kept as long as their runs: once retention deletes a fired task's run, the task
+/// goes too; a cancelled task goes after `retention.runs`. Pending tasks stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_go_with_their_runs_under_the_retention_rules() {
+    let node = Solo::start(|spec| {
+        spec.extra_env = executor::node_env();
+        spec.extra_env.extend([
+            ("CARILLON_RETENTION_RUNS", "2s".to_owned()),
+            ("CARILLON_RETENTION_INTERVAL_MS", "300".to_owned()),
+        ]);
+    })
+    .await;
+    let _py = Executor::start_registered(&node, "py", "py-1").await;
+    let (_, done) = enqueue(&node, json!({"app": "py", "handler": "echo"})).await;
+    let done = done["tasks"][0]["id"].clone();
+    let (_, cancelled) = enqueue(
+        &node,
+        json!({"app": "py", "handler": "echo", "delay": "1h"}),
+    )
+    .await;
+    let cancelled = cancelled["tasks"][0]["id"].clone();
+    let (_, waiting) = enqueue(
+        &node,
+        json!({"app": "py", "handler": "echo", "delay": "1h", "key": "stays"}),
+    )
+    .await;
+    let waiting = waiting["tasks"][0]["id"].clone();
+    let (status, _) = node
+        .call(Method::DELETE, &format!("/api/v1/tasks/{cancelled}"), None)
+        .await;
+    assert_eq!(status, 200);
+    let run = ended(&node, &done).await["run_id"].clone();
+    let paths = [
+        format!("/api/v1/tasks/{done}"),
+        format!("/api/v1/tasks/{cancelled}"),
+    ];
+    wait_for(
+        Duration::from_secs(30),
+        "both tasks to be deleted",
+        || async {
+            for path in &paths {
+                if node.call(Method::GET, path, None).await.0 != 404 {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await;
+    let (status, _) = node
+        .call(Method::GET, &format!("/api/v1/runs/{run}"), None)
+        .await;
+    assert_eq!(status, 404, "the run went first");
+    assert_eq!(task(&node, &waiting).await["state"], "pending");
+}

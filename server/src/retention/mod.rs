@@ -8,7 +8,9 @@
 //! - a job's own `history.keep` replaces `retention.runs` for its runs, and its dead letters
 //!   are kept for the longer of the two; `history.max_runs` keeps at most that many of its
 //!   newest runs (dead letters included);
-//! - `forever` (or `0`) turns a rule off. Pending, queued and running runs are never deleted.
+//! - `forever` (or `0`) turns a rule off. Pending, queued and running runs are never deleted;
+//! - a task that fired or was cancelled before `retention.runs` is deleted once its run is
+//!   gone (a cancelled one has none): a task is kept as long as its run.
 //!
 //! Why the owners and not the leader: deletion then spreads over the cluster with the firing
 //! work, and a node scans only its own partitions' runs. Two nodes deleting the same run
@@ -163,7 +165,35 @@ impl HistoryPurger {
             }
             total += self.apply_job_rule(&rule, now, shutdown).await?;
         }
+        if let Some(ended_before_ms) = before(self.settings.runs.millis()) {
+            self.purge_tasks(&partitions, ended_before_ms, shutdown)
+                .await?;
+        }
         Ok(total)
+    }
+
+    /// Deletes the tasks that left `pending` before `ended_before_ms` and whose runs the
+    /// rules above have deleted (a cancelled task has none), a batch at a time.
+    async fn purge_tasks(
+        &self,
+        partitions: &[i64],
+        ended_before_ms: i64,
+        shutdown: &CancellationToken,
+    ) -> Result<(), store::Error> {
+        let batch = i64::from(self.settings.batch);
+        loop {
+            let deleted = self
+                .store
+                .tasks_purge(partitions, ended_before_ms, batch)
+                .await?;
+            if deleted > 0 {
+                tracing::debug!(deleted, "tasks deleted after their runs");
+            }
+            if i64::try_from(deleted).unwrap_or(i64::MAX) < batch || shutdown.is_cancelled() {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(self.settings.pause_ms)).await;
+        }
     }
 
     async fn apply_job_rule(

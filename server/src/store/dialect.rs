@@ -491,6 +491,14 @@ queries! {
         WHERE state = 'pending' AND task_id IN ({partitions})";
     tasks_pending_among = "SELECT task_id FROM tasks WHERE state = 'pending' \
         AND task_id IN ({partitions}) ORDER BY task_id {for_update}";
+    // `{partitions}`: the node's partitions. Tasks that left `pending` long enough ago, in
+    // `tasks_ended_idx` order, whose run is gone.
+    tasks_purgeable = "SELECT t.task_id FROM tasks t WHERE t.ended_at_ms IS NOT NULL \
+        AND t.ended_at_ms < ? AND t.state <> 'pending' AND t.partition_id IN ({partitions}) \
+        AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.job_id = -t.task_id \
+        AND r.scheduled_at_ms = t.due_at_ms) ORDER BY t.ended_at_ms LIMIT ?";
+    // `{partitions}`: task ids.
+    tasks_delete = "DELETE FROM tasks WHERE state <> 'pending' AND task_id IN ({partitions})";
     // `{partitions}`: the runs' job ids (tasks negated).
     task_runs_of = "SELECT run_id, job_id FROM runs WHERE job_id IN ({partitions})";
 

@@ -416,6 +416,16 @@ pub trait TaskStore: Send + Sync + std::fmt::Debug + 'static {
     /// Cancels a task that has not fired; `false` when it had (or was cancelled already).
     async fn task_cancel(&self, task_id: i64, why: &str) -> Result<bool, Error>;
 
+    /// Deletes up to `limit` tasks of `partitions` that left `pending` before
+    /// `ended_before_ms` and whose run is gone (purged by the run-history rules; a cancelled
+    /// task has none), oldest first; how many it deleted.
+    async fn tasks_purge(
+        &self,
+        partitions: &[i64],
+        ended_before_ms: i64,
+        limit: i64,
+    ) -> Result<u64, Error>;
+
     /// Fires the window: the pending tasks of `partitions` (`(partition, epoch)`, this node's)
     /// due by `due_by_ms`, at most `limit`, earliest first. One transaction, fenced by the
     /// partitions' epochs: each task moves to `fired` and gets its run (`running`, trigger

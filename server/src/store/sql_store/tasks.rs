@@ -279,6 +279,29 @@ macro_rules! task_store {
                 Ok(cancelled > 0)
             }
 
+            async fn tasks_purge(
+                &self,
+                partitions: &[i64],
+                ended_before_ms: i64,
+                limit: i64,
+            ) -> Result<u64, Error> {
+                let Some(find) = with_partitions(&self.q.tasks_purgeable, partitions) else {
+                    return Ok(0);
+                };
+                let ids: Vec<i64> = sqlx::query_scalar::<$db, i64>(find)
+                    .bind(ended_before_ms)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?;
+                let Some(delete) = with_partitions(&self.q.tasks_delete, &ids) else {
+                    return Ok(0);
+                };
+                Ok(sqlx::query::<$db>(delete)
+                    .execute(&self.pool)
+                    .await?
+                    .rows_affected())
+            }
+
             async fn tasks_fire(
                 &self,
                 node_id: &str,
