@@ -97,11 +97,11 @@ impl Effects {
         }
     }
 
-    /// The handler of `key` could not start after all (at capacity): forget it, so the next
-    /// delivery runs it.
+    /// The handler of `key` could not start after all (at capacity, draining): forget it, so
+    /// the next delivery runs it. An attempt that joined it meanwhile has no work behind it: it
+    /// is not listed in flight, its node finds it lost and delivers the work again.
     pub(crate) fn abandon(&mut self, key: &str) {
-        if matches!(self.entries.get(key), Some(Entry::Running { waiting, .. }) if waiting.is_empty())
-        {
+        if matches!(self.entries.get(key), Some(Entry::Running { .. })) {
             self.entries.remove(key);
         }
     }
@@ -179,6 +179,10 @@ mod tests {
         assert_eq!(e.begin("k", 2, 2), Effect::Run);
         e.abandon("k");
         assert_eq!(e.begin("k", 3, 3), Effect::Run);
+        // Joined while its start failed: abandoned all the same.
+        assert_eq!(e.begin("k", 4, 4), Effect::Joined(3));
+        e.abandon("k");
+        assert_eq!(e.begin("k", 5, 5), Effect::Run);
     }
 
     #[test]

@@ -211,9 +211,17 @@ fn start(shared: &Arc<Shared>, dispatch: Dispatch) -> Result<(), (StatusCode, St
             let effect_key = dispatch.effect_key.clone();
             debug!(handler = job.name, "running");
             let ctx = JobContext::new(dispatch, token.clone());
+            // In a task of its own, so a handler that panics fails its attempt (and ends the
+            // record of its work) instead of leaving it running for ever.
+            let mut handler = tokio::spawn((job.run)(ctx).instrument(tracing::Span::current()));
             let result = tokio::select! {
-                result = (job.run)(ctx) => Some(result),
-                _ = token.cancelled() => None,
+                joined = &mut handler => Some(joined.unwrap_or_else(|e| {
+                    Err(format!("the handler panicked: {e}"))
+                })),
+                _ = token.cancelled() => {
+                    handler.abort();
+                    None
+                }
             };
             drop(permit);
             task_shared.lock_running().remove(&attempt_id);

@@ -7,7 +7,7 @@ CREATE TABLE tasks (
     partition_id BIGINT NOT NULL,
     -- The client's idempotency key: one unfinished task per key. A finished task gives its
     -- key up (set to NULL) when the key is enqueued again.
-    task_key VARCHAR(255) NULL,
+    task_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
     app_name VARCHAR(128) NOT NULL,
     handler_name VARCHAR(128) NOT NULL,
     args_json TEXT NOT NULL,

@@ -172,6 +172,19 @@ async fn tasks_fire_once_each_at_their_instant(db: TestDb) {
         .call(Method::GET, "/api/v1/tasks?key=order-3", None)
         .await;
     assert_eq!(by_key["items"][0]["id"], ids[3]);
+    // Keys are compared byte for byte on every backend: another case is another key.
+    let (status, other_case) = enqueue(
+        &node,
+        json!({"app": "py", "handler": "echo", "key": "Order-3", "delay": "1h"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{other_case}");
+    assert_ne!(other_case["tasks"][0]["id"], ids[3]);
+    let other_case = other_case["tasks"][0]["id"].clone();
+    let (status, _) = node
+        .call(Method::DELETE, &format!("/api/v1/tasks/{other_case}"), None)
+        .await;
+    assert_eq!(status, 200);
 
     // A task for a handler no executor has registered is stored and reported.
     let (status, unknown) = enqueue(

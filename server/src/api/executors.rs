@@ -213,17 +213,28 @@ pub(super) async fn heartbeat(
     // Attempts it still runs that ended here (cancelled, timed out, lost and moved): stop
     // them. A pending one is not ended: the executor may have accepted it a moment before the
     // node that dispatched it records the answer, and heartbeats overtake that record.
+    // A lost attempt of an `exactly_once_effect` run is let finish: its result, in the
+    // executor's record, answers the retry of the same work.
     let mut cancel = Vec::new();
     for attempt_id in listed {
         if let Some(a) = state.store.attempt_get(*attempt_id).await?
             && a.state != attempt_state::PENDING
             && (a.state != attempt_state::RUNNING
                 || a.executor_id.as_deref() != Some(beat.executor_id.as_str()))
+            && !(a.state == attempt_state::LOST && effect_once(&state, a.job_id).await?)
         {
             cancel.push(*attempt_id);
         }
     }
     Ok(Json(HeartbeatReply { registered, cancel }))
+}
+
+/// Whether the job (or task) of a run asks for `exactly_once_effect`.
+async fn effect_once(state: &ApiState, job_id: i64) -> Result<bool, ApiError> {
+    Ok(crate::store::job_of_run(&*state.store, job_id)
+        .await?
+        .and_then(|job| serde_json::from_str::<crate::jobs::JobPolicy>(&job.policy_json).ok())
+        .is_some_and(|policy| policy.delivery == crate::jobs::Delivery::ExactlyOnceEffect))
 }
 
 /// An attempt's result, for a dispatch answered `202` (executor token).

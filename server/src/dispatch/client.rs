@@ -27,15 +27,30 @@ pub enum Delivery {
     Refused(String),
 }
 
-/// Why an executor did not take an attempt it may take later, or another executor may.
+/// Why an executor did not take an attempt it may take later, or another executor may. The
+/// first three say it was not taken; the last two leave it unknown, which matters to the
+/// delivery guarantees that must not send work twice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NotTaken {
     /// `429`: at capacity.
     Busy,
-    /// `503` or another `5xx`: draining or failing.
+    /// `503`: draining or unavailable.
     Unavailable,
-    /// No answer: refused connection, timeout, reset.
+    /// Nothing was sent: the connection was refused or could not be made, or the address is
+    /// outside `dispatch.allowed_networks`.
     Unreachable,
+    /// Sent, and no answer came (a timeout, a reset): it may have been taken.
+    NoAnswer,
+    /// Another `5xx` (an executor that failed mid-way, a proxy's `502`/`504`): it may have
+    /// been taken.
+    Failing,
+}
+
+impl NotTaken {
+    /// Whether the executor may have taken the attempt all the same.
+    pub fn maybe_taken(self) -> bool {
+        matches!(self, NotTaken::NoAnswer | NotTaken::Failing)
+    }
 }
 
 impl Delivery {
@@ -45,8 +60,8 @@ impl Delivery {
             Delivery::Accepted => "accepted",
             Delivery::Finished(_) => "answered",
             Delivery::TryAnother(NotTaken::Busy, _) => "busy",
-            Delivery::TryAnother(NotTaken::Unavailable, _) => "unavailable",
-            Delivery::TryAnother(NotTaken::Unreachable, _) => "unreachable",
+            Delivery::TryAnother(NotTaken::Unavailable | NotTaken::Failing, _) => "unavailable",
+            Delivery::TryAnother(NotTaken::Unreachable | NotTaken::NoAnswer, _) => "unreachable",
             Delivery::Refused(_) => "refused",
         }
     }
@@ -65,6 +80,8 @@ pub struct DispatchClient {
 struct NoAnswer {
     why: String,
     tls: bool,
+    /// The request may have reached the executor (it was sent, or a connection was made).
+    sent: bool,
 }
 
 impl From<NoAnswer> for String {
@@ -122,6 +139,7 @@ impl DispatchClient {
             return Err(NoAnswer {
                 why: "the executor's address is outside dispatch.allowed_networks".to_owned(),
                 tls: false,
+                sent: false,
             });
         }
         // Signatures carry the cluster's time (the database clock), not this machine's: a
@@ -139,6 +157,7 @@ impl DispatchClient {
             .await
             .map_err(|e| NoAnswer {
                 tls: carillon_tls::is_tls_failure(&e),
+                sent: !e.is_connect(),
                 why: format!("no answer: {}", without_url(&e)),
             })
     }
@@ -162,10 +181,13 @@ impl DispatchClient {
             Ok(response) => response,
             // A certificate refused (ours or the executor's) is no passing outage: the
             // attempt fails with the reason, and the retry policy decides what follows.
-            Err(NoAnswer { why, tls: true }) => {
+            Err(NoAnswer { why, tls: true, .. }) => {
                 return Delivery::Refused(format!("TLS with the executor failed: {why}"));
             }
-            Err(NoAnswer { why, .. }) => return Delivery::TryAnother(NotTaken::Unreachable, why),
+            Err(NoAnswer {
+                why, sent: false, ..
+            }) => return Delivery::TryAnother(NotTaken::Unreachable, why),
+            Err(NoAnswer { why, .. }) => return Delivery::TryAnother(NotTaken::NoAnswer, why),
         };
         match response.status() {
             StatusCode::ACCEPTED => Delivery::Accepted,
@@ -251,10 +273,10 @@ fn not_taken(status: u16, detail: &str) -> Delivery {
         return Delivery::Accepted;
     }
     if status == 429 || status >= 500 {
-        let why = if status == 429 {
-            NotTaken::Busy
-        } else {
-            NotTaken::Unavailable
+        let why = match status {
+            429 => NotTaken::Busy,
+            503 => NotTaken::Unavailable,
+            _ => NotTaken::Failing,
         };
         return Delivery::TryAnother(why, format!("executor answered {status_text}"));
     }

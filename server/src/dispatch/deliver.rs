@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tracing::{debug, warn};
 
-use super::client::{Delivery, DispatchClient, NotTaken};
+use super::client::{Delivery, DispatchClient};
 use super::finish::{Ending, finish_attempt_by};
 use super::plan::{Offer, by_priority};
 use super::settle::{Delivered, Ended, first_taken, settle};
@@ -72,10 +72,11 @@ impl Dispatcher {
                 .plan(&due.attempt, due.scheduled_at_ms, job, &mut fleet)
                 .await?;
             match planned {
-                // An at-most-once offer is marked delivered before it goes, alone.
+                // Offers under a delivery guarantee other than at-least-once are marked before
+                // they go, alone.
                 Some(offer)
                     if offer.first_takes_batches
-                        && offer.policy.delivery != Guarantee::AtMostOnce =>
+                        && offer.policy.delivery == Guarantee::AtLeastOnce =>
                 {
                     let first = offer.targets.first().map(|(id, _)| id.clone());
                     let key = (first.unwrap_or_default(), offer.attempt.not_before_ms);
@@ -186,9 +187,10 @@ async fn deliver(
 }
 
 /// An at-most-once offer: recorded as running at its first target before it is sent, then
-/// sent once. An executor that answers that it did not take it (busy, draining) gives it back
-/// to the queue; a delivery whose fate is unknown (no answer) ends the attempt lost, and it is
-/// never sent again (nor is an attempt the node died holding: the watch finds it lost).
+/// sent once. An attempt the executor did not take (busy, draining, or nothing sent: the
+/// connection could not be made) goes back to the queue; a delivery whose fate is unknown (no
+/// answer, a failing `5xx`) ends the attempt lost, and it is never sent again (nor is an
+/// attempt the node died holding: the watch finds it lost).
 async fn deliver_at_most_once(
     store: &dyn Store,
     client: &DispatchClient,
@@ -214,13 +216,13 @@ async fn deliver_at_most_once(
             first_taken(observer, offer, sent_ms);
             Ok(None)
         }
-        Delivery::TryAnother(NotTaken::Busy | NotTaken::Unavailable, why) => {
+        Delivery::TryAnother(not_taken, why) if !not_taken.maybe_taken() => {
             observer.metrics.dispatches.add("not_taken", 1);
             debug!(attempt_id, executor = %executor_id, why, "not taken; back to the queue");
             store.attempt_undispatched(attempt_id, executor_id).await?;
             Ok(None)
         }
-        Delivery::TryAnother(NotTaken::Unreachable, why) => {
+        Delivery::TryAnother(_, why) => {
             observer.metrics.dispatches.add("lost", 1);
             let error = format!("no answer from executor {executor_id}: {why}");
             finish_attempt_by(
@@ -251,18 +253,23 @@ async fn deliver_from(
     offer: &Offer,
     first: usize,
 ) -> Delivered {
+    let effect_once = offer.policy.delivery == Guarantee::ExactlyOnceEffect;
     for (executor_id, address) in offer.targets.iter().skip(first) {
-        let sent_ms = client.now_ms();
-        let delivery = client.dispatch(address, &offer.request).await;
-        // An effect-once offer that got no answer may have reached the executor: only that
-        // executor's record can tell, so it goes there again, not on to the next.
-        if offer.policy.delivery == Guarantee::ExactlyOnceEffect
-            && matches!(delivery, Delivery::TryAnother(NotTaken::Unreachable, _))
-        {
-            observer.metrics.dispatches.add(delivery.outcome(), 1);
+        // An effect-once offer names its executor before it goes: only that executor's
+        // record can answer for the work, so an offer made again (this node died before
+        // recording the answer, or got none) goes there first.
+        if effect_once {
             store
                 .attempt_prefer(offer.attempt.attempt_id, executor_id)
                 .await?;
+        }
+        let sent_ms = client.now_ms();
+        let delivery = client.dispatch(address, &offer.request).await;
+        // It may have reached the executor: not on to the next one.
+        if effect_once
+            && matches!(&delivery, Delivery::TryAnother(not_taken, _) if not_taken.maybe_taken())
+        {
+            observer.metrics.dispatches.add(delivery.outcome(), 1);
             return Ok(None);
         }
         if let Some(done) = settle(store, observer, offer, executor_id, sent_ms, delivery).await {
@@ -291,11 +298,9 @@ async fn deliver_batch(
     };
     let requests = offers.iter().map(|o| o.request.clone()).collect();
     let sent_ms = client.now_ms();
-    let mut batch_lost = false;
     let mut replies = match client.dispatch_batch(&address, requests).await {
         Ok(replies) => replies,
         Err(why) => {
-            batch_lost = true;
             debug!(executor = %executor_id, why, attempts = offers.len(), "batch not delivered; offering one by one");
             observer
                 .metrics
@@ -319,12 +324,6 @@ async fn deliver_batch(
         };
         products.push(match settled {
             Some(done) => done,
-            // A batch without an answer may have reached its executor: an effect-once offer
-            // goes there again (see `deliver_from`).
-            None if batch_lost && offer.policy.delivery == Guarantee::ExactlyOnceEffect => store
-                .attempt_prefer(offer.attempt.attempt_id, &executor_id)
-                .await
-                .map(|()| None),
             None => deliver_from(store, client, observer, offer, 1).await,
         });
     }

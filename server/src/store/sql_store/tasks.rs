@@ -14,6 +14,9 @@ use crate::store::{TaskStore, task_state};
 const TASK_ROWS_PER_INSERT: usize = 2_000;
 /// Keys per `IN` list read back after an insert.
 const KEYS_PER_READ: usize = 1_000;
+/// Rounds of giving keys up and inserting again in one enqueue: a key changes hands between
+/// two reads only when another enqueue or the retention pass races this one.
+const KEY_ROUNDS: usize = 3;
 
 /// The batch from arrays: one statement whatever its size. A key held already skips the row.
 const POSTGRES_TASKS_INSERT: &str = concat!(
@@ -145,6 +148,83 @@ macro_rules! task_store {
             }
         }
 
+        impl $store {
+            /// `tasks_enqueue` of a batch with keys, in one transaction: insert (`sorted`, in key
+            /// order), read the keys' holders, let finished holders give their keys up and
+            /// insert again those tasks, and any whose key had no holder at the read (a holder
+            /// deleted meanwhile); per task of `tasks`, what became of it.
+            async fn enqueue_keyed(
+                &self,
+                sorted: &[TaskWrite],
+                tasks: &[TaskWrite],
+            ) -> Result<Vec<Enqueued>, Error> {
+                let mut tx = self.begin_write().await?;
+                self.insert_tasks(&mut tx, sorted).await?;
+                let keys: Vec<&str> = sorted.iter().filter_map(|t| t.key.as_deref()).collect();
+                let mut holders: HashMap<String, TaskRecord> = self
+                    .tasks_by_keys(&mut tx, &keys)
+                    .await?
+                    .into_iter()
+                    .filter_map(|t| t.task_key.clone().map(|k| (k, t)))
+                    .collect();
+                for _ in 0..KEY_ROUNDS {
+                    let mut again = Vec::new();
+                    for task in sorted {
+                        let Some(key) = &task.key else { continue };
+                        match holders.get(key) {
+                            // Held by a finished task: it gives the key up, this one takes it.
+                            Some(holder)
+                                if holder.task_id != task.task_id && !unfinished(holder) =>
+                            {
+                                sqlx::query::<$db>(sql(&self.q.task_release_key))
+                                    .bind(holder.task_id)
+                                    .bind(key)
+                                    .execute(&mut *tx)
+                                    .await?;
+                                again.push(task.clone());
+                            }
+                            Some(_) => {}
+                            None => again.push(task.clone()),
+                        }
+                    }
+                    if again.is_empty() {
+                        break;
+                    }
+                    self.insert_tasks(&mut tx, &again).await?;
+                    let keys: Vec<&str> =
+                        again.iter().filter_map(|t| t.key.as_deref()).collect();
+                    for holder in self.tasks_by_keys(&mut tx, &keys).await? {
+                        if let Some(key) = holder.task_key.clone() {
+                            holders.insert(key, holder);
+                        }
+                    }
+                }
+                let mut outcomes = Vec::with_capacity(tasks.len());
+                for task in tasks {
+                    outcomes.push(match &task.key {
+                        None => Enqueued::Created(task.task_id),
+                        Some(key) => match holders.get(key) {
+                            Some(holder) if holder.task_id == task.task_id => {
+                                Enqueued::Created(task.task_id)
+                            }
+                            Some(holder) if unfinished(holder) => {
+                                Enqueued::Existing(holder.task_id)
+                            }
+                            // Still unsettled after every round: refuse rather than answer
+                            // for a task that may not be stored.
+                            _ => {
+                                return Err(Error::Conflict {
+                                    what: format!("task key {key:?} (it changed hands while enqueued; enqueue again)"),
+                                });
+                            }
+                        },
+                    });
+                }
+                tx.commit().await?;
+                Ok(outcomes)
+            }
+        }
+
         #[async_trait]
         impl TaskStore for $store {
             async fn task_ids_take(&self, count: i64) -> Result<i64, Error> {
@@ -173,52 +253,10 @@ macro_rules! task_store {
                     self.insert_tasks(&mut conn, tasks).await?;
                     return Ok(tasks.iter().map(|t| Enqueued::Created(t.task_id)).collect());
                 }
-                let mut tx = self.begin_write().await?;
-                self.insert_tasks(&mut tx, tasks).await?;
-                let keys: Vec<&str> = tasks.iter().filter_map(|t| t.key.as_deref()).collect();
-                let mut holders: HashMap<String, TaskRecord> = self
-                    .tasks_by_keys(&mut tx, &keys)
-                    .await?
-                    .into_iter()
-                    .filter_map(|t| t.task_key.clone().map(|k| (k, t)))
-                    .collect();
-                // Keys held by finished tasks: those give them up, and the new tasks take them.
-                let mut again = Vec::new();
-                for task in tasks {
-                    let Some(key) = &task.key else { continue };
-                    if let Some(holder) = holders.get(key)
-                        && holder.task_id != task.task_id
-                        && !unfinished(holder)
-                    {
-                        sqlx::query::<$db>(sql(&self.q.task_release_key))
-                            .bind(holder.task_id)
-                            .bind(key)
-                            .execute(&mut *tx)
-                            .await?;
-                        again.push(task.clone());
-                    }
-                }
-                if !again.is_empty() {
-                    self.insert_tasks(&mut tx, &again).await?;
-                    let keys: Vec<&str> = again.iter().filter_map(|t| t.key.as_deref()).collect();
-                    for holder in self.tasks_by_keys(&mut tx, &keys).await? {
-                        if let Some(key) = holder.task_key.clone() {
-                            holders.insert(key, holder);
-                        }
-                    }
-                }
-                tx.commit().await?;
-                Ok(tasks
-                    .iter()
-                    .map(
-                        |task| match task.key.as_ref().and_then(|k| holders.get(k)) {
-                            Some(holder) if holder.task_id != task.task_id => {
-                                Enqueued::Existing(holder.task_id)
-                            }
-                            _ => Enqueued::Created(task.task_id),
-                        },
-                    )
-                    .collect())
+                // Rows in key order: two batches sharing keys lock them in the same order.
+                let mut sorted: Vec<TaskWrite> = tasks.to_vec();
+                sorted.sort_by(|a, b| a.key.cmp(&b.key));
+                retry_transient(|| self.enqueue_keyed(&sorted, tasks)).await
             }
 
             async fn task_get(&self, task_id: i64) -> Result<Option<TaskRecord>, Error> {
