@@ -55,9 +55,12 @@ struct ThisNode {
 #[utoipa::path(get, operation_id = "getCluster", path = "/cluster", tag = "cluster",
     responses((status = 200, description = "The cluster as the database records it", body = ClusterView)))]
 pub(super) async fn show(State(state): State<ApiState>) -> Result<Json<ClusterView>, ApiError> {
+    // Partitions first: an owner change seen here was made after its old owner's lease ran
+    // out, so the nodes read afterwards (on a later database clock) show that owner dead, and
+    // one answer never shows a partition taken from a node it still calls alive.
+    let partitions = state.store.partitions_list().await?;
     let leader = state.store.leader_get().await?;
     let nodes = state.store.nodes_list().await?;
-    let partitions = state.store.partitions_list().await?;
     let lease_ms = i64::try_from(state.timings.node_lease.as_millis()).unwrap_or(i64::MAX);
 
     let mut owned: BTreeMap<&str, (Vec<i64>, Vec<i64>)> = BTreeMap::new();
