@@ -380,12 +380,13 @@ pub(super) async fn get(
     Ok(Json(task.into()))
 }
 
-/// Cancels a task: before it fires, the task; once fired, its run while it is unfinished.
+/// Deletes (cancels) a task: before it fires, nothing runs; once fired, its run is cancelled
+/// while it is unfinished, and stays in the run log.
 #[utoipa::path(delete, operation_id = "cancelTask", path = "/tasks/{id}", tag = "tasks", params(("id" = i64, Path, description = "The task's id")),
     responses(
-        (status = 200, description = "The task, cancelled", body = TaskView),
+        (status = 200, description = "The task as it was, cancelled; it is gone", body = TaskView),
         (status = 404, description = "No such task", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The task was cancelled already, or its run has ended", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The task fired and its run has ended", body = Problem, content_type = "application/problem+json"),
     ))]
 pub(super) async fn cancel(
     State(state): State<ApiState>,
@@ -403,12 +404,12 @@ pub(super) struct KeyQuery {
     key: String,
 }
 
-/// Cancels the task holding a key (or its run, once fired, while it is unfinished).
+/// Deletes (cancels) the task holding a key, as `DELETE /tasks/{id}` does.
 #[utoipa::path(delete, operation_id = "cancelTaskByKey", path = "/tasks", tag = "tasks", params(KeyQuery),
     responses(
-        (status = 200, description = "The task, cancelled", body = TaskView),
+        (status = 200, description = "The task as it was, cancelled; it is gone", body = TaskView),
         (status = 404, description = "No task holds the key", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The task was cancelled already, or its run has ended", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The task fired and its run has ended", body = Problem, content_type = "application/problem+json"),
     ))]
 pub(super) async fn cancel_by_key(
     State(state): State<ApiState>,
@@ -422,41 +423,43 @@ pub(super) async fn cancel_by_key(
     cancel_task(&state, task.task_id).await.map(Json)
 }
 
-/// Cancels a task: before it fires, the task; once fired (tasks fire up to
-/// `tasks.fire_ahead_ms` before they are due), its run while it is unfinished.
+/// Deletes a task: before it fires, nothing runs; once fired (tasks fire up to
+/// `tasks.fire_ahead_ms` before they are due), its run is cancelled while it is unfinished and
+/// stays in the run log. The answer is the task as it was, `cancelled`.
 async fn cancel_task(state: &ApiState, id: i64) -> Result<TaskView, ApiError> {
-    let cancelled = state
-        .store
-        .task_cancel(id, "cancelled through the API")
-        .await?;
-    let task = state
-        .store
-        .task_get(id)
-        .await?
-        .ok_or_else(|| ApiError::missing(format!("task {id}")))?;
-    if cancelled {
-        return Ok(task.into());
+    let missing = || ApiError::missing(format!("task {id}"));
+    let task = state.store.task_get(id).await?.ok_or_else(missing)?;
+    let cancelled = |mut task: TaskRecord| {
+        task.state = task_state::CANCELLED.to_owned();
+        task.run_state = None;
+        task.ended_at_ms = Some(state.clock.now_ms());
+        task.message = Some("cancelled through the API".to_owned());
+        TaskView::from(task)
+    };
+    // A guarded delete: a task that fired meanwhile stays, and its run is cancelled instead.
+    if state.store.task_remove(id, true).await? {
+        return Ok(cancelled(task));
     }
+    let task = state.store.task_get(id).await?.ok_or_else(missing)?;
     let run = match task.run_id {
         Some(run_id) => state.store.run_get(run_id).await?,
         None => None,
     };
     match run {
         Some(run) if super::runs::cancel_run(state, &run).await? => {
-            let task = state
-                .store
-                .task_get(id)
-                .await?
-                .ok_or_else(|| ApiError::missing(format!("task {id}")))?;
-            Ok(task.into())
+            state.store.task_remove(id, false).await?;
+            Ok(cancelled(task))
         }
         Some(run) => Err(ApiError::Conflict(format!(
             "task {id} fired as run {} and has ended ({})",
             run.run_id, run.state
         ))),
-        None => Err(ApiError::Conflict(format!(
-            "task {id} is {} already",
-            task.state
+        None if task.state == task_state::PENDING => Err(ApiError::Conflict(format!(
+            "task {id} is being fired; try again"
         ))),
+        None => {
+            state.store.task_remove(id, false).await?;
+            Ok(cancelled(task))
+        }
     }
 }

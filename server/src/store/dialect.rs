@@ -479,8 +479,8 @@ queries! {
         AND (? IS NULL OR t.due_at_ms < ?) AND (? IS NULL OR t.task_id < ?) \
         ORDER BY t.task_id DESC LIMIT ?"
     );
-    task_cancel = "UPDATE tasks SET state = 'cancelled', ended_at_ms = {now}, message = ? \
-        WHERE task_id = ? AND state = 'pending'";
+    task_remove_pending = "DELETE FROM tasks WHERE task_id = ? AND state = 'pending'";
+    task_remove = "DELETE FROM tasks WHERE task_id = ?";
     task_release_key = "UPDATE tasks SET task_key = NULL WHERE task_id = ? AND task_key = ?";
     // The window: `{partitions}` the node's partitions, in due order (the pending-due index).
     tasks_due = "SELECT task_id, partition_id, priority, due_at_ms, args_json FROM tasks \

@@ -413,8 +413,9 @@ pub trait TaskStore: Send + Sync + std::fmt::Debug + 'static {
     /// Tasks newest first.
     async fn tasks_list(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, Error>;
 
-    /// Cancels a task that has not fired; `false` when it had (or was cancelled already).
-    async fn task_cancel(&self, task_id: i64, why: &str) -> Result<bool, Error>;
+    /// Deletes a task: only while it is `pending` when `only_pending` (so a task that fired
+    /// meanwhile stays), or whatever its state; `false` when nothing was deleted.
+    async fn task_remove(&self, task_id: i64, only_pending: bool) -> Result<bool, Error>;
 
     /// Deletes up to `limit` tasks of `partitions` that left `pending` before
     /// `ended_before_ms` and whose run is gone (purged by the run-history rules; a cancelled

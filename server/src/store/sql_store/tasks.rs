@@ -307,14 +307,18 @@ macro_rules! task_store {
                     .await?)
             }
 
-            async fn task_cancel(&self, task_id: i64, why: &str) -> Result<bool, Error> {
-                let cancelled = sqlx::query::<$db>(sql(&self.q.task_cancel))
-                    .bind(why)
+            async fn task_remove(&self, task_id: i64, only_pending: bool) -> Result<bool, Error> {
+                let query = if only_pending {
+                    &self.q.task_remove_pending
+                } else {
+                    &self.q.task_remove
+                };
+                let removed = sqlx::query::<$db>(sql(query))
                     .bind(task_id)
                     .execute(&self.pool)
                     .await?
                     .rows_affected();
-                Ok(cancelled > 0)
+                Ok(removed > 0)
             }
 
             async fn tasks_purge(
