@@ -285,7 +285,7 @@ pub(super) struct TasksQuery {
     key: Option<String>,
     app: Option<String>,
     handler: Option<String>,
-    /// `pending`, `fired` or `cancelled`.
+    /// `pending` or `fired`.
     state: Option<String>,
     /// Only tasks due at or after this instant (RFC 3339).
     due_from: Option<String>,
@@ -327,16 +327,11 @@ pub(super) async fn list(
         }));
     }
     if let Some(s) = q.state.as_deref()
-        && ![
-            task_state::PENDING,
-            task_state::FIRED,
-            task_state::CANCELLED,
-        ]
-        .contains(&s)
+        && ![task_state::PENDING, task_state::FIRED].contains(&s)
     {
         return Err(ApiError::invalid(
             "state",
-            format!("{s:?} is not a task state; use pending, fired or cancelled"),
+            format!("{s:?} is not a task state; use pending or fired (a cancelled task is gone)"),
         ));
     }
     let limit = paging::limit(q.limit)?;

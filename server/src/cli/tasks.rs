@@ -51,7 +51,7 @@ pub(crate) enum TasksCommand {
         app: Option<String>,
         #[arg(long)]
         handler: Option<String>,
-        /// pending, fired or cancelled.
+        /// pending or fired.
         #[arg(long)]
         state: Option<String>,
         /// Due at or after this instant (RFC 3339).

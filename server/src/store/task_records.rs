@@ -8,7 +8,7 @@ pub mod task_state {
     pub const PENDING: &str = "pending";
     /// Its run exists (`runs.job_id = -task_id`).
     pub const FIRED: &str = "fired";
-    /// Cancelled before it fired.
+    /// How the API shows a task it cancelled and deleted (no row is stored so).
     pub const CANCELLED: &str = "cancelled";
 }
 
@@ -96,7 +96,7 @@ pub fn task_of_job_id(job_id: i64) -> Option<i64> {
 pub struct TaskFilter {
     pub app: Option<String>,
     pub handler: Option<String>,
-    /// `pending`, `fired` or `cancelled`.
+    /// `pending` or `fired`.
     pub state: Option<String>,
     pub due_from_ms: Option<i64>,
     pub due_to_ms: Option<i64>,

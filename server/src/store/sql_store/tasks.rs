@@ -60,33 +60,6 @@ fn unfinished(task: &TaskRecord) -> bool {
     }
 }
 
-/// Inserts a batch of tasks on PostgreSQL.
-async fn insert_tasks_postgres(
-    conn: &mut sqlx::PgConnection,
-    tasks: &[TaskWrite],
-) -> Result<(), Error> {
-    let ints = |pick: fn(&TaskWrite) -> i64| tasks.iter().map(pick).collect::<Vec<i64>>();
-    let texts = |pick: fn(&TaskWrite) -> &str| tasks.iter().map(pick).collect::<Vec<&str>>();
-    sqlx::query::<Postgres>(POSTGRES_TASKS_INSERT)
-        .bind(ints(|t| t.task_id))
-        .bind(ints(|t| t.partition_id))
-        .bind(
-            tasks
-                .iter()
-                .map(|t| t.key.as_deref())
-                .collect::<Vec<Option<&str>>>(),
-        )
-        .bind(texts(|t| &t.app_name))
-        .bind(texts(|t| &t.handler_name))
-        .bind(texts(|t| &t.args_json))
-        .bind(texts(|t| &t.policy_json))
-        .bind(ints(|t| t.priority))
-        .bind(ints(|t| t.due_at_ms))
-        .execute(&mut *conn)
-        .await?;
-    Ok(())
-}
-
 /// Implements `TaskStore` for one backend's store.
 macro_rules! task_store {
     ($store:ident, $db:ty, $backend:expr) => {
@@ -436,7 +409,26 @@ impl PostgresStore {
         conn: &mut sqlx::PgConnection,
         tasks: &[TaskWrite],
     ) -> Result<(), Error> {
-        insert_tasks_postgres(conn, tasks).await
+        let ints = |pick: fn(&TaskWrite) -> i64| tasks.iter().map(pick).collect::<Vec<i64>>();
+        let texts = |pick: fn(&TaskWrite) -> &str| tasks.iter().map(pick).collect::<Vec<&str>>();
+        sqlx::query::<Postgres>(POSTGRES_TASKS_INSERT)
+            .bind(ints(|t| t.task_id))
+            .bind(ints(|t| t.partition_id))
+            .bind(
+                tasks
+                    .iter()
+                    .map(|t| t.key.as_deref())
+                    .collect::<Vec<Option<&str>>>(),
+            )
+            .bind(texts(|t| &t.app_name))
+            .bind(texts(|t| &t.handler_name))
+            .bind(texts(|t| &t.args_json))
+            .bind(texts(|t| &t.policy_json))
+            .bind(ints(|t| t.priority))
+            .bind(ints(|t| t.due_at_ms))
+            .execute(&mut *conn)
+            .await?;
+        Ok(())
     }
 
     /// Inserts the fired tasks' runs `running` in one statement; their ids by job id.
