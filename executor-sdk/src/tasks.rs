@@ -70,6 +70,12 @@ pub enum Balance {
     Weighted,
     LeastBusy,
     ConsistentHash,
+    First,
+    Last,
+    LeastFrequentlyUsed,
+    LeastRecentlyUsed,
+    Failover,
+    Busyover,
 }
 
 impl Task {
@@ -106,6 +112,12 @@ impl Task {
             Balance::Weighted => "weighted",
             Balance::LeastBusy => "least_busy",
             Balance::ConsistentHash => "consistent_hash",
+            Balance::First => "first",
+            Balance::Last => "last",
+            Balance::LeastFrequentlyUsed => "least_frequently_used",
+            Balance::LeastRecentlyUsed => "least_recently_used",
+            Balance::Failover => "failover",
+            Balance::Busyover => "busyover",
         });
         self
     }

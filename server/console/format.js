@@ -11,6 +11,7 @@ export const SCHEDULE_KINDS = [
   ['at', 'One-shot at', 'An instant: 2026-12-01T09:00:00 (wall time in the zone) or RFC 3339'],
   ['every', 'Every', 'A duration from the job\u2019s start: 30s, 5m, 1h30m, 2d'],
   ['fixed_delay', 'Fixed delay', 'A duration after each run ends: 30s, 5m, 1h'],
+  ['manual', 'Triggered only', 'No schedule: the job runs when triggered (by hand, the API, another job)'],
 ];
 
 const pad = (n, w = 2) => String(n).padStart(w, '0');
@@ -80,6 +81,7 @@ export function prettyJson(value) {
 /** A job's schedule as `{ kind, expr }` (kind is '' for a shape this console does not know). */
 export function scheduleOf(schedule) {
   const s = schedule || {};
+  if (s.manual === true) return { kind: 'manual', expr: 'triggered only' };
   for (const [kind] of SCHEDULE_KINDS) {
     if (typeof s[kind] === 'string') return { kind, expr: s[kind] };
   }

@@ -1,7 +1,10 @@
 // The job document that the create/edit form fills in and the job page shows (docFromJob),
 // the choices of its option fields, and the time zones the form offers.
 
-export const BALANCES = ['round_robin', 'random', 'weighted', 'least_busy', 'consistent_hash'];
+export const BALANCES = [
+  'round_robin', 'random', 'weighted', 'least_busy', 'consistent_hash', 'first', 'last',
+  'least_frequently_used', 'least_recently_used', 'failover', 'busyover',
+];
 export const BACKOFFS = ['fixed', 'exponential'];
 export const MISFIRES = ['fire_once', 'skip', 'catch_up'];
 export const OVERLAPS = ['allow', 'skip', 'queue', 'replace'];

@@ -41,7 +41,7 @@ export async function viewJobForm(ctx, id) {
   const makeExpr = (kind, value) => (kind === 'rrule'
     ? h('textarea', { id: 'job-expr', name: 'expression', rows: '4', spellcheck: 'false', value, placeholder: 'DTSTART;TZID=Europe/Paris:20260101T090000\nRRULE:FREQ=WEEKLY;BYDAY=MO,WE,FR' })
     : h('input', { type: 'text', id: 'job-expr', name: 'expression', value, spellcheck: 'false', autocomplete: 'off', placeholder: { cron: '0 30 2 * * ?', at: '2026-12-01T09:00:00', every: '5m' }[kind] || '' }));
-  c.expr = makeExpr(c.kind.value, sched.expr || '');
+  c.expr = makeExpr(c.kind.value, sched.kind === 'manual' ? '' : (sched.expr || ''));
   c.timezone = h('input', { type: 'text', id: 'job-timezone', name: 'timezone', value: start.timezone || 'UTC', list: 'job-zone-list', autocomplete: 'off', spellcheck: 'false' });
   const zones = [...new Set([browserZone(), ...COMMON_ZONES])];
   const zoneList = h('datalist', { id: 'job-zone-list' }, zones.map((z) => h('option', { value: z })));
@@ -98,7 +98,7 @@ export async function viewJobForm(ctx, id) {
     'retry.initial_delay_ms': 'initialDelay', 'retry.max_delay_ms': 'maxDelay', timeout_ms: 'timeout',
     misfire: 'misfire', catch_up_window_ms: 'catchUp', overlap: 'overlap', priority: 'priority',
     sharding: 'sharding', 'sharding.count': 'shardCount', alerts: 'webhook', 'alerts.webhook': 'webhook',
-    'alerts.format': 'alertFormat', 'alerts.late_after_ms': 'lateAfter', 'schedule.fixed_delay': 'expr',
+    'alerts.format': 'alertFormat', 'alerts.late_after_ms': 'lateAfter', 'schedule.fixed_delay': 'expr', 'schedule.manual': 'expr',
     ...policies.fieldOf,
   };
 
@@ -211,6 +211,11 @@ export async function viewJobForm(ctx, id) {
   async function runPreview() {
     const mine = ++previewSeq;
     const expr = c.expr.value.trim();
+    if (c.kind.value === 'manual') {
+      replace(previewBody, h('p', { class: 'muted', text: 'No schedule: the job runs only when it is triggered.' }));
+      preview.dataset.state = 'empty';
+      return;
+    }
     const zone = c.timezone.value.trim() || 'UTC';
     if (!expr) {
       replace(previewBody, h('p', { class: 'muted', text: 'Type an expression to see when it fires.' }));
@@ -281,7 +286,7 @@ export async function viewJobForm(ctx, id) {
     need('name', c.name, 'a name');
     need('app', c.app, 'the app');
     need('handler', c.handler, 'the handler');
-    need('expr', c.expr, 'an expression');
+    if (c.kind.value !== 'manual') need('expr', c.expr, 'an expression');
     need('timezone', c.timezone, 'a time zone');
     const args = checkArgs();
     if (!args.ok) ok = false;
@@ -324,7 +329,7 @@ export async function viewJobForm(ctx, id) {
       name: c.name.value.trim(),
       app: c.app.value.trim(),
       handler: c.handler.value.trim(),
-      schedule: { [kind]: c.expr.value.trim() },
+      schedule: kind === 'manual' ? { manual: true } : { [kind]: c.expr.value.trim() },
       timezone: c.timezone.value.trim(),
       args: args.value,
       balance: c.balance.value,

@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod config;
 pub mod data_dir;
 pub mod dispatch;
+pub mod import;
 pub mod jobs;
 pub mod observe;
 pub mod retention;

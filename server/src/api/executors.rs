@@ -173,6 +173,7 @@ async fn create_declared_job(
         jitter_ms: None,
         calendars: Vec::new(),
         pause_after_failures: None,
+        description: None,
         start: true,
     };
     let definition = match input.into_definition() {

@@ -147,6 +147,13 @@ fn view_of(state: &ApiState, record: JobRecord) -> Result<JobView, ApiError> {
 /// Refuses a schedule with nothing left to fire: a one-shot in the past, a rule that ended.
 fn check_fires(state: &ApiState, definition: &JobDefinition) -> Result<(), ApiError> {
     let schedule = definition.parsed_schedule()?;
+    if schedule.is_manual() {
+        return Err(ApiError::invalid(
+            "schedule.manual",
+            "a job without a schedule is not started: trigger it instead \
+             (POST /api/v1/jobs/{id}/trigger)",
+        ));
+    }
     let now = DateTime::from_timestamp_millis(state.clock.now_ms()).unwrap_or_default();
     let anchored = NextHints {
         anchor: Some(now),
@@ -223,7 +230,10 @@ pub(super) async fn create(
 ) -> Result<(StatusCode, HeaderMap, Json<JobView>), ApiError> {
     let start = input.start;
     let definition = input.into_definition()?;
-    check_fires(&state, &definition)?;
+    // A job without a schedule is created stopped, to be triggered; only starting it is refused.
+    if start || definition.schedule.manual.is_none() {
+        check_fires(&state, &definition)?;
+    }
     super::calendars::check_named(&state, &definition).await?;
     let record = insert(&state, &definition, start).await?;
     let mut headers = HeaderMap::new();

@@ -56,38 +56,8 @@ pub(super) async fn apply(
         let existing = found["jobs"]
             .as_array()
             .and_then(|list| list.iter().find(|j| j["name"] == json!(name)).cloned());
-        let result = match existing {
-            None => {
-                let created = api.call(Method::POST, "/api/v1/jobs", Some(&job)).await?;
-                json!({ "name": name, "id": created["id"], "action": "created" })
-            }
-            Some(current) => {
-                let id = current["id"].clone();
-                let mut changed = false;
-                if definition_of_view(&current).as_ref() != Some(&definition) {
-                    let mut patch = patch_of(&definition);
-                    // Against the version read: a concurrent edit is a 409, not overwritten.
-                    patch["version"] = current["version"].clone();
-                    api.call(Method::PATCH, &format!("/api/v1/jobs/{id}"), Some(&patch))
-                        .await?;
-                    changed = true;
-                }
-                let running = current["state"] == "running";
-                let toggle = match start {
-                    Some(true) if !running => Some("start"),
-                    Some(false) if running => Some("stop"),
-                    _ => None,
-                };
-                if let Some(verb) = toggle {
-                    api.call(Method::POST, &format!("/api/v1/jobs/{id}/{verb}"), None)
-                        .await?;
-                    changed = true;
-                }
-                let action = if changed { "updated" } else { "unchanged" };
-                json!({ "name": name, "id": id, "action": action })
-            }
-        };
-        report.push(result);
+        let (id, action) = reconcile(api, &job, start, &definition, existing, false).await?;
+        report.push(json!({ "name": name, "id": id, "action": action }));
     }
     show(
         output,
@@ -96,6 +66,53 @@ pub(super) async fn apply(
         &[("NAME", "/name"), ("ID", "/id"), ("ACTION", "/action")],
     );
     Ok(())
+}
+
+/// Makes one job of the server (`existing`, as the API shows it, or none) match `job` (its
+/// document, checked into `definition`) and `start` (run or stopped; `None` leaves it). Returns
+/// the job's id (null for a job a dry run would create) and `created`, `updated` or
+/// `unchanged`; a dry run writes nothing and says what it would do.
+pub(super) async fn reconcile(
+    api: &ApiTarget,
+    job: &Value,
+    start: Option<bool>,
+    definition: &JobDefinition,
+    existing: Option<Value>,
+    dry_run: bool,
+) -> Result<(Value, &'static str), CommandError> {
+    let Some(current) = existing else {
+        if dry_run {
+            return Ok((Value::Null, "created"));
+        }
+        let created = api.call(Method::POST, "/api/v1/jobs", Some(job)).await?;
+        return Ok((created["id"].clone(), "created"));
+    };
+    let id = current["id"].clone();
+    let mut changed = false;
+    if definition_of_view(&current).as_ref() != Some(definition) {
+        if !dry_run {
+            let mut patch = patch_of(definition);
+            // Against the version read: a concurrent edit is a 409, not overwritten.
+            patch["version"] = current["version"].clone();
+            api.call(Method::PATCH, &format!("/api/v1/jobs/{id}"), Some(&patch))
+                .await?;
+        }
+        changed = true;
+    }
+    let running = current["state"] == "running";
+    let toggle = match start {
+        Some(true) if !running => Some("start"),
+        Some(false) if running => Some("stop"),
+        _ => None,
+    };
+    if let Some(verb) = toggle {
+        if !dry_run {
+            api.call(Method::POST, &format!("/api/v1/jobs/{id}/{verb}"), None)
+                .await?;
+        }
+        changed = true;
+    }
+    Ok((id, if changed { "updated" } else { "unchanged" }))
 }
 
 /// The definition a job of the API stands for (its view without what the server adds).

@@ -50,6 +50,9 @@ pub(crate) struct JobFields {
     /// at_least_once (the default), at_most_once or exactly_once_effect.
     #[arg(long)]
     delivery: Option<String>,
+    /// Free text for the job's operators.
+    #[arg(long)]
+    description: Option<String>,
     /// Start the job when it is created.
     #[arg(long)]
     start: bool,
@@ -71,6 +74,7 @@ impl JobFields {
         set(&mut base, "handler", &self.handler);
         set(&mut base, "timezone", &self.tz);
         set(&mut base, "delivery", &self.delivery);
+        set(&mut base, "description", &self.description);
         for (key, value) in [
             ("cron", &self.cron),
             ("rrule", &self.rrule),

@@ -6,6 +6,7 @@
 mod apply;
 mod client;
 mod commands;
+mod import;
 mod job_fields;
 mod policies;
 mod purge;
@@ -82,6 +83,9 @@ enum Command {
     /// Delayed tasks: add, ls, get, cancel.
     #[command(subcommand)]
     Tasks(tasks::TasksCommand),
+    /// Bring jobs over from another scheduler: xxl-job.
+    #[command(subcommand)]
+    Import(import::ImportCommand),
     /// Create or update the jobs of a TOML, YAML or JSON file, by name (idempotent).
     Apply {
         #[arg(short = 'f', long)]
@@ -349,6 +353,7 @@ pub async fn run(cli: Cli) -> ExitCode {
                 Command::Calendars(c) => policies::calendars(&api, output, c).await,
                 Command::Backfill(c) => policies::backfill(&api, output, c).await,
                 Command::Tasks(c) => tasks::tasks(&api, output, c).await,
+                Command::Import(c) => import::import(&api, output, c).await,
                 Command::Server(_) | Command::Migrate(_) => Ok(()),
             };
             match done {

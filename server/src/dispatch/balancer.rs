@@ -9,6 +9,9 @@ use crate::jobs::Balance;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Candidate<'a> {
     pub executor_id: &'a str,
+    /// Where it is reached: `first`, `last`, `failover` and `busyover` go by this order, as
+    /// XXL-JOB's strategies go by its sorted address list.
+    pub address: &'a str,
     pub weight: u32,
     /// Attempts it is running.
     pub load: u32,
@@ -20,6 +23,11 @@ pub struct Candidate<'a> {
 pub struct Balancers {
     round_robin: HashMap<String, u64>,
     weighted: HashMap<String, HashMap<String, i64>>,
+    /// Per group, how many attempts each executor was first offered (`least_frequently_used`).
+    uses: HashMap<String, HashMap<String, u64>>,
+    /// Per group, the pick number at which each executor was last first offered
+    /// (`least_recently_used`), and the group's pick counter.
+    last_used: HashMap<String, (u64, HashMap<String, u64>)>,
     rng: u64,
 }
 
@@ -74,6 +82,20 @@ impl Balancers {
                 });
                 order
             }
+            Balance::First | Balance::Failover => by_address(candidates),
+            Balance::Last => {
+                let mut order = by_address(candidates);
+                order.reverse();
+                order
+            }
+            Balance::Busyover => {
+                // The first by address that is idle; executors busy with other attempts after.
+                let mut order = by_address(candidates);
+                order.sort_by_key(|&i| candidates[i].load > 0);
+                order
+            }
+            Balance::LeastFrequentlyUsed => self.least_frequently_used(group, candidates),
+            Balance::LeastRecentlyUsed => self.least_recently_used(group, candidates),
             Balance::ConsistentHash => {
                 // Rendezvous hashing: the highest score wins; only the keys of an executor that
                 // leaves move.
@@ -121,6 +143,40 @@ impl Balancers {
         order
     }
 
+    /// The executor first offered the fewest attempts of the group goes first. One that joins
+    /// starts at the group's lowest count, so it shares the work instead of taking all of it
+    /// until it has caught up.
+    fn least_frequently_used(&mut self, group: &str, candidates: &[Candidate<'_>]) -> Vec<usize> {
+        let uses = self.uses.entry(group.to_owned()).or_default();
+        uses.retain(|id, _| candidates.iter().any(|c| c.executor_id == id));
+        let floor = uses.values().copied().min().unwrap_or(0);
+        for c in candidates {
+            uses.entry(c.executor_id.to_owned()).or_insert(floor);
+        }
+        let mut order = by_address(candidates);
+        order.sort_by_key(|&i| uses[candidates[i].executor_id]);
+        if let Some(&first) = order.first()
+            && let Some(count) = uses.get_mut(candidates[first].executor_id)
+        {
+            *count += 1;
+        }
+        order
+    }
+
+    /// The executor whose last first offer in the group is oldest (or that never had one)
+    /// goes first.
+    fn least_recently_used(&mut self, group: &str, candidates: &[Candidate<'_>]) -> Vec<usize> {
+        let (picks, last) = self.last_used.entry(group.to_owned()).or_default();
+        last.retain(|id, _| candidates.iter().any(|c| c.executor_id == id));
+        let mut order = by_address(candidates);
+        order.sort_by_key(|&i| last.get(candidates[i].executor_id).copied().unwrap_or(0));
+        if let Some(&first) = order.first() {
+            *picks += 1;
+            last.insert(candidates[first].executor_id.to_owned(), *picks);
+        }
+        order
+    }
+
     fn next_random(&mut self) -> u64 {
         // xorshift64*: plenty for spreading load.
         let mut x = self.rng;
@@ -130,6 +186,16 @@ impl Balancers {
         self.rng = x;
         x.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
+}
+
+/// Candidates in the order of their addresses (then ids, for executors sharing one).
+fn by_address(candidates: &[Candidate<'_>]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..candidates.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (ca, cb) = (&candidates[a], &candidates[b]);
+        (ca.address, ca.executor_id).cmp(&(cb.address, cb.executor_id))
+    });
+    order
 }
 
 fn fnv(text: &str) -> u64 {
@@ -152,6 +218,7 @@ mod tests {
         spec.iter()
             .map(|(id, weight, load)| Candidate {
                 executor_id: id,
+                address: id,
                 weight: *weight,
                 load: *load,
                 capacity: 10,
@@ -229,9 +296,64 @@ mod tests {
             Balance::LeastBusy,
             Balance::ConsistentHash,
             Balance::Random,
+            Balance::First,
+            Balance::Last,
+            Balance::Failover,
+            Balance::Busyover,
+            Balance::LeastFrequentlyUsed,
+            Balance::LeastRecentlyUsed,
         ] {
             let order = Balancers::new(7).order(balance, "g", &c, 3, Some("a"));
             assert_eq!(c[order[0]].executor_id, "b", "{balance:?}");
         }
+    }
+
+    #[test]
+    fn first_last_failover_and_busyover_go_by_address() {
+        let c = cands(&[("b", 1, 0), ("c", 1, 0), ("a", 1, 0)]);
+        let mut b = Balancers::new(1);
+        let ids = |order: Vec<usize>| order.iter().map(|&i| c[i].executor_id).collect::<String>();
+        assert_eq!(ids(b.order(Balance::First, "g", &c, 0, None)), "abc");
+        assert_eq!(ids(b.order(Balance::Failover, "g", &c, 0, None)), "abc");
+        assert_eq!(ids(b.order(Balance::Last, "g", &c, 0, None)), "cba");
+        let busy = cands(&[("b", 1, 0), ("c", 1, 0), ("a", 1, 3)]);
+        let order = b.order(Balance::Busyover, "g", &busy, 0, None);
+        let ids: String = order.iter().map(|&i| busy[i].executor_id).collect();
+        assert_eq!(ids, "bca", "the busy executor goes after the idle ones");
+    }
+
+    #[test]
+    fn least_frequently_used_shares_evenly_and_a_newcomer_does_not_take_everything() {
+        let c = cands(&[("a", 1, 0), ("b", 1, 0)]);
+        let counts = picks(Balance::LeastFrequentlyUsed, &c, 100);
+        assert_eq!((counts["a"], counts["b"]), (50, 50));
+        let mut b = Balancers::new(1);
+        for _ in 0..100 {
+            b.order(Balance::LeastFrequentlyUsed, "g", &c, 0, None);
+        }
+        let joined = cands(&[("a", 1, 0), ("b", 1, 0), ("c", 1, 0)]);
+        let next: String = (0..6)
+            .map(|_| {
+                joined[b.order(Balance::LeastFrequentlyUsed, "g", &joined, 0, None)[0]].executor_id
+            })
+            .collect();
+        assert_eq!(next, "abcabc", "the newcomer starts level with the others");
+    }
+
+    #[test]
+    fn least_recently_used_picks_the_one_idle_longest() {
+        let c = cands(&[("a", 1, 0), ("b", 1, 0), ("c", 1, 0)]);
+        let mut b = Balancers::new(1);
+        let seq: String = (0..6)
+            .map(|_| c[b.order(Balance::LeastRecentlyUsed, "g", &c, 0, Some("zz"))[0]].executor_id)
+            .collect();
+        assert_eq!(seq, "abcabc");
+        // Offered to `b` out of turn (it was avoided by the others), `b` waits longest next.
+        let only_b = cands(&[("b", 1, 0)]);
+        b.order(Balance::LeastRecentlyUsed, "g", &only_b, 0, None);
+        let after: String = (0..3)
+            .map(|_| c[b.order(Balance::LeastRecentlyUsed, "g", &c, 0, None)[0]].executor_id)
+            .collect();
+        assert_eq!(after, "acb");
     }
 }

@@ -155,6 +155,7 @@ impl Dispatcher {
             .iter()
             .map(|e| Candidate {
                 executor_id: &e.executor_id,
+                address: &e.address,
                 weight: u32::try_from(e.weight).unwrap_or(1),
                 load: u32::try_from(fleet.load.get(&e.executor_id).copied().unwrap_or(0))
                     .unwrap_or(u32::MAX),

@@ -69,6 +69,7 @@ const MAX_CATCH_UP_WINDOW_MS: u64 = 31 * 24 * 3_600_000;
 const MAX_JOB_CALENDARS: usize = 16;
 const MAX_PAUSE_AFTER_FAILURES: u32 = 1_000;
 const MAX_BOUNDED_RUNS: u64 = 1_000_000_000;
+const MAX_DESCRIPTION: usize = 4_000;
 
 /// The job document of `POST /api/v1/jobs`.
 #[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
@@ -121,6 +122,9 @@ pub struct JobInput {
     /// Stop the job after this many failed runs in a row, and alert.
     #[serde(default)]
     pub pause_after_failures: Option<u32>,
+    /// Free text for the people who run the job (what it does, who to call).
+    #[serde(default)]
+    pub description: Option<String>,
     /// Start the job at once (default: created stopped).
     #[serde(default)]
     pub start: bool,
@@ -172,6 +176,9 @@ pub struct JobPatch {
     /// `null` never pauses the job.
     #[serde(default, deserialize_with = "present")]
     pub pause_after_failures: Option<Option<u32>>,
+    /// `null` removes the description.
+    #[serde(default, deserialize_with = "present")]
+    pub description: Option<Option<String>>,
     pub version: Option<i64>,
 }
 
@@ -224,6 +231,7 @@ impl JobInput {
                 jitter_ms: self.jitter_ms,
                 calendars: self.calendars,
                 pause_after_failures: self.pause_after_failures,
+                description: self.description,
             },
         };
         definition.validate()?;
@@ -260,6 +268,7 @@ impl JobPatch {
             p.bounds => self.bounds,
             p.jitter_ms => self.jitter_ms,
             p.pause_after_failures => self.pause_after_failures,
+            p.description => self.description,
         );
         if let Some(timeout) = self.timeout_ms {
             p.timeout_ms = timeout;
@@ -289,6 +298,14 @@ impl JobDefinition {
 
     fn validate(&self) -> Result<(), JobError> {
         check_text("name", &self.name, MAX_NAME, |c| !c.is_control())?;
+        if let Some(description) = &self.policy.description
+            && description.chars().count() > MAX_DESCRIPTION
+        {
+            return Err(JobError::new(
+                "description",
+                format!("is longer than {MAX_DESCRIPTION} characters"),
+            ));
+        }
         validate_work(&self.app, &self.handler, &self.args, &self.policy)?;
         self.parsed_schedule()?;
         let p = &self.policy;

@@ -41,6 +41,18 @@ pub enum Balance {
     Weighted,
     LeastBusy,
     ConsistentHash,
+    /// The executor with the lowest address (XXL-JOB's FIRST).
+    First,
+    /// The executor with the highest address (XXL-JOB's LAST).
+    Last,
+    /// The executor first offered the fewest of the job's attempts by this node.
+    LeastFrequentlyUsed,
+    /// The executor whose last offer of the job's attempts by this node is oldest.
+    LeastRecentlyUsed,
+    /// The first executor by address that answers (XXL-JOB executors: its `/beat`).
+    Failover,
+    /// The first executor by address that is idle (XXL-JOB executors: its `/idleBeat`).
+    Busyover,
 }
 
 /// What a run's delivery to its executor promises when a node, an executor or the network
@@ -140,6 +152,10 @@ pub struct JobPolicy {
     /// Stop the job after this many failed runs in a row, and alert.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pause_after_failures: Option<u32>,
+    /// Free text for the people who run the job. Kept with the policy (one JSON column), not
+    /// read by the scheduler.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
 }
 
 impl JobPolicy {
@@ -233,6 +249,7 @@ impl Default for JobPolicy {
             jitter_ms: None,
             calendars: Vec::new(),
             pause_after_failures: None,
+            description: None,
         }
     }
 }

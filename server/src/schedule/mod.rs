@@ -75,6 +75,10 @@ pub struct ScheduleSpec {
     /// the job is started), so runs never overlap however long they take.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fixed_delay: Option<String>,
+    /// `true`: no instants at all; the job runs only when triggered (by hand, through the
+    /// API, or as another job's child), as XXL-JOB's schedule type NONE.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manual: Option<bool>,
 }
 
 /// Parses an IANA zone name.
@@ -100,6 +104,7 @@ enum Kind {
     At(DateTime<Utc>),
     Every(chrono::Duration),
     FixedDelay(chrono::Duration),
+    Manual,
 }
 
 /// The instants a job's schedule may fire in (its `bounds`): none before `not_before`, none
@@ -132,7 +137,38 @@ pub struct NextHints {
 impl Schedule {
     /// Parses `spec` in `zone`. Exactly one field must be set.
     pub fn parse(spec: &ScheduleSpec, zone: Tz) -> Result<Self, ScheduleError> {
+        let others_unset = [
+            &spec.cron,
+            &spec.rrule,
+            &spec.at,
+            &spec.every,
+            &spec.fixed_delay,
+        ]
+        .iter()
+        .all(|f| f.is_none());
+        match spec.manual {
+            Some(true) if others_unset => {
+                return Ok(Self {
+                    kind: Arc::new(Kind::Manual),
+                    zone,
+                    window: Window::default(),
+                });
+            }
+            Some(false) => {
+                return Err(ScheduleError::new(
+                    "schedule.manual",
+                    "must be true when given (leave it out for a schedule)",
+                ));
+            }
+            _ => {}
+        }
         let kind = match (&spec.cron, &spec.rrule, &spec.at, &spec.every) {
+            _ if spec.manual.is_some() => {
+                return Err(ScheduleError::new(
+                    "schedule",
+                    "\"manual\" cannot go with another schedule field",
+                ));
+            }
             (Some(expr), None, None, None) => Kind::Cron(cron::CronSchedule::parse(expr)?),
             (None, Some(text), None, None) => {
                 Kind::Rrule(Box::new(rrule::RruleSchedule::parse(text, zone)?))
@@ -150,7 +186,7 @@ impl Schedule {
             _ => {
                 return Err(ScheduleError::new(
                     "schedule",
-                    "give exactly one of \"cron\", \"rrule\", \"at\", \"every\" or \"fixed_delay\"",
+                    "give exactly one of \"cron\", \"rrule\", \"at\", \"every\", \"fixed_delay\" or \"manual\"",
                 ));
             }
         };
@@ -180,6 +216,11 @@ impl Schedule {
         self.zone
     }
 
+    /// True for a job that runs only when triggered (`manual`): it has no instants.
+    pub fn is_manual(&self) -> bool {
+        matches!(*self.kind, Kind::Manual)
+    }
+
     /// True for schedules that fire once (`at`).
     pub fn is_one_shot(&self) -> bool {
         matches!(*self.kind, Kind::At(_))
@@ -199,6 +240,7 @@ impl Schedule {
             Kind::Rrule(rule) => rule.next_after(from, hints.cursor)?,
             Kind::At(at) => (*at > from).then_some(*at),
             Kind::Every(interval) => every::next_after(*interval, hints.anchor, from),
+            Kind::Manual => None,
             Kind::FixedDelay(delay) => {
                 // The delay runs from the end of the previous run, but never before the window.
                 let due = after.checked_add_signed(*delay);

@@ -30,6 +30,11 @@ impl Scheduler {
             self.jobs.remove(&job.job_id);
             return;
         };
+        if schedule.is_manual() {
+            // Runs only when triggered; never `done`. (A started one came from an older node.)
+            self.jobs.remove(&job.job_id);
+            return;
+        }
         let runs_left = match policy.bounds.as_ref().and_then(|b| b.max_runs) {
             None => UNLIMITED,
             Some(max) => u32::try_from(
