@@ -56,7 +56,11 @@ CREATE TABLE executors (
     state VARCHAR(16) NOT NULL,
     registered_at_ms BIGINT NOT NULL,
     heartbeat_at_ms BIGINT NOT NULL,
-    accepts_batch BIGINT NOT NULL DEFAULT 0
+    accepts_batch BIGINT NOT NULL DEFAULT 0,
+    -- 'carillon', or 'xxl' for an XXL-JOB executor.
+    protocol VARCHAR(16) NOT NULL DEFAULT 'carillon',
+    -- Without a heartbeat this long its attempts fail over (0: the node's executor_lease).
+    lease_ms BIGINT NOT NULL DEFAULT 0
 );
 CREATE INDEX executors_app_idx ON executors (app_name, heartbeat_at_ms);
 

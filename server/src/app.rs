@@ -285,7 +285,8 @@ impl Application {
                 .map_err(|why| StartupError::Http(format!("dispatch.allowed_networks: {why}")))?,
             &config.dispatch.client_tls(),
         )
-        .map_err(|e| StartupError::Http(e.to_string()))?;
+        .map_err(|e| StartupError::Http(e.to_string()))?
+        .with_xxl_token(config.xxl.access_token.clone());
         let dispatcher = Dispatcher::new(
             Arc::clone(&api_store),
             Arc::clone(&view),
@@ -321,6 +322,7 @@ impl Application {
             task_horizon_ms: i64::try_from(config.tasks.horizon_ms).unwrap_or(i64::MAX),
             task_ids: Arc::default(),
             known_handlers: Arc::default(),
+            xxl: crate::api::xxl::settings_of(&config.xxl),
         };
         Ok(Self {
             listener,

@@ -100,7 +100,7 @@ pub(super) fn require_reader(state: &ApiState, headers: &HeaderMap) -> Result<()
 
 /// Compares without stopping at the first difference, so response time does not reveal how
 /// much of a guess was right. (The length is not secret: every token we issue has the same.)
-fn constant_time_eq(a: &str, b: &str) -> bool {
+pub(super) fn constant_time_eq(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     if a.len() != b.len() {
         return false;

@@ -18,7 +18,7 @@ use super::{ApiError, ApiState, Principal, rfc3339};
 use crate::dispatch::finish::{Ending, finish_attempt_by};
 use crate::jobs::JobInput;
 use crate::schedule::ScheduleSpec;
-use crate::store::{self, ExecutorRegistration, attempt_state};
+use crate::store::{self, ExecutorRegistration, attempt_state, executor_protocol};
 
 /// Refuses an app-limited token acting for another app's executor.
 async fn check_scope(
@@ -39,7 +39,7 @@ async fn check_scope(
     }
 }
 
-fn ident(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
+pub(super) fn ident(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
     let ok = !value.is_empty()
         && value.len() <= max
         && value
@@ -81,6 +81,12 @@ pub(super) async fn register(
         ));
     }
     ident("executor_id", &registration.executor_id, 64)?;
+    if registration.executor_id.starts_with("xxl-") {
+        return Err(ApiError::invalid(
+            "executor_id",
+            "ids starting xxl- are kept for XXL-JOB executors",
+        ));
+    }
     ident("app", &registration.app, 128)?;
     let address = registration.address.trim_end_matches('/');
     if !(address.starts_with("http://") || address.starts_with("https://")) || address.len() > 512 {
@@ -116,6 +122,8 @@ pub(super) async fn register(
             weight: i64::from(registration.weight),
             capacity: i64::from(registration.capacity),
             accepts_batch: registration.batch,
+            protocol: executor_protocol::CARILLON.to_owned(),
+            lease_ms: 0,
             handlers: registration
                 .handlers
                 .iter()
@@ -398,6 +406,8 @@ pub(super) struct ExecutorView {
     in_flight: i64,
     state: String,
     healthy: bool,
+    /// `carillon`, or `xxl` for an XXL-JOB executor (whose handlers are `*`: any).
+    protocol: String,
     handlers: Vec<String>,
     registered_at: Option<String>,
     last_heartbeat_at: Option<String>,
@@ -419,6 +429,7 @@ async fn views(state: &ApiState) -> Result<Vec<ExecutorView>, ApiError> {
             in_flight: e.in_flight,
             state: e.state.clone(),
             healthy: e.is_healthy(list.now_ms, lease),
+            protocol: e.protocol.clone(),
             handlers: list
                 .handlers
                 .iter()

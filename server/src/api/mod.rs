@@ -19,6 +19,7 @@ mod runs;
 mod schedules;
 mod stats;
 mod tasks;
+pub mod xxl;
 
 use std::sync::Arc;
 
@@ -68,6 +69,8 @@ pub struct ApiState {
     pub task_ids: Arc<crate::tasks::ids::TaskIds>,
     /// The handlers registered executors serve, for enqueue answers.
     pub known_handlers: Arc<KnownHandlers>,
+    /// `[xxl]`, when XXL-JOB executors are served (`api/xxl.rs`).
+    pub xxl: Option<Arc<xxl::XxlSettings>>,
 }
 
 /// The largest body of `POST /api/v1/tasks`: a batch of 10,000 tasks of a few hundred bytes.
@@ -141,6 +144,10 @@ pub fn router(state: ApiState) -> Router {
             ))
     })
     .split_for_parts();
+    let app = match &state.xxl {
+        Some(settings) => app.merge(xxl::routes(&settings.path_prefix)),
+        None => app,
+    };
     app.merge(console::routes())
         .method_not_allowed_fallback(error::method_not_allowed)
         .fallback(error::not_found)

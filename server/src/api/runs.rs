@@ -9,6 +9,7 @@ use super::error::Problem;
 use super::paging;
 use super::params::{IdParam, QueryParams};
 use super::{ApiError, ApiState, rfc3339};
+use crate::dispatch::xxl::xxl_job_id;
 use crate::store::{AttemptRecord, DEAD_LETTER_STATES, RunFilter, RunRecord, run_state};
 
 /// A run as the API shows it.
@@ -383,7 +384,8 @@ pub(super) async fn cancel_run(state: &ApiState, run: &RunRecord) -> Result<bool
     state
         .observer
         .run_ended(run.run_id, run.job_id, run_state::CANCELLED, None);
-    // Tell the executors; an executor that misses this learns it from its next heartbeat.
+    // Tell the executors; an executor that misses this learns it from its next heartbeat
+    // (an XXL-JOB executor, whose beats carry nothing back, is told to `/kill` the job).
     let executors = state.store.executors_list(None).await?;
     for attempt in running {
         if let Some(e) = executors
@@ -391,7 +393,14 @@ pub(super) async fn cancel_run(state: &ApiState, run: &RunRecord) -> Result<bool
             .iter()
             .find(|e| Some(&e.executor_id) == attempt.executor_id.as_ref())
         {
-            state.dispatch.cancel(&e.address, attempt.attempt_id).await;
+            if e.is_xxl() {
+                state
+                    .dispatch
+                    .xxl_kill(&e.address, xxl_job_id(attempt.job_id))
+                    .await;
+            } else {
+                state.dispatch.cancel(&e.address, attempt.attempt_id).await;
+            }
         }
     }
     Ok(true)

@@ -158,6 +158,15 @@ struct ServerArgs {
     /// The token executors present (prefer the environment variable).
     #[arg(long, env = "CARILLON_EXECUTOR_TOKEN", hide_env_values = true)]
     executor_token: Option<String>,
+    /// Serve XXL-JOB executors with this access token (prefer the environment variable).
+    #[arg(long, env = "CARILLON_XXL_ACCESS_TOKEN", hide_env_values = true)]
+    xxl_access_token: Option<String>,
+    /// Where XXL-JOB's admin API is served (default /xxl-job-admin).
+    #[arg(long, env = "CARILLON_XXL_PATH_PREFIX")]
+    xxl_path_prefix: Option<String>,
+    /// An XXL-JOB executor not heard from for this long is lost (default 90000).
+    #[arg(long, env = "CARILLON_XXL_EXECUTOR_LEASE_MS")]
+    xxl_executor_lease_ms: Option<u64>,
     /// A token that may read everything and change nothing.
     #[arg(long, env = "CARILLON_READ_ONLY_TOKEN", hide_env_values = true)]
     read_only_token: Option<String>,
@@ -237,6 +246,14 @@ impl ServerArgs {
         if let Some(token) = self.executor_token {
             config.auth.executor_token = Some(Secret::new(token));
         }
+        if let Some(token) = self.xxl_access_token {
+            config.xxl.access_token = Some(Secret::new(token));
+        }
+        set(&mut config.xxl.path_prefix, self.xxl_path_prefix);
+        set(
+            &mut config.xxl.executor_lease_ms,
+            self.xxl_executor_lease_ms,
+        );
         if let Some(token) = self.read_only_token {
             config.auth.read_only_token = Some(Secret::new(token));
         }

@@ -52,6 +52,35 @@ pub struct Config {
     pub alerts: AlertsConfig,
     pub retention: RetentionConfig,
     pub tasks: TasksConfig,
+    pub xxl: XxlConfig,
+}
+
+/// `[xxl]`: XXL-JOB executors, unchanged, registering here as with an XXL-JOB admin. Off
+/// unless `access_token` is set.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct XxlConfig {
+    /// The `XXL-JOB-ACCESS-TOKEN` executors send and are sent: a shared header, not a
+    /// signature (SECURITY.md). Without it the XXL-JOB endpoints do not exist.
+    pub access_token: Option<Secret>,
+    /// Where XXL-JOB's admin API is served: executors are configured with
+    /// `http://<node>:9001<path_prefix>` as their admin address.
+    pub path_prefix: String,
+    /// An XXL-JOB executor not heard from for this long is lost (XXL-JOB's 90 s).
+    pub executor_lease_ms: u64,
+    /// Attempts an XXL-JOB executor is given at once (it queues more per job itself).
+    pub executor_capacity: u32,
+}
+
+impl Default for XxlConfig {
+    fn default() -> Self {
+        Self {
+            access_token: None,
+            path_prefix: "/xxl-job-admin".to_owned(),
+            executor_lease_ms: 90_000,
+            executor_capacity: 100,
+        }
+    }
 }
 
 /// `[tasks]`: how far ahead tasks may be enqueued, and how the firer reads its windows.

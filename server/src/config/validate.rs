@@ -104,6 +104,7 @@ impl Config {
         }
         crate::dispatch::networks::Allowlist::parse(&d.allowed_networks)
             .map_err(|why| invalid("dispatch.allowed_networks", why))?;
+        self.validate_xxl()?;
         let s = &self.scheduler;
         if !(10..=60_000).contains(&s.poll_ms) {
             return Err(invalid(
@@ -207,4 +208,50 @@ pub fn validate_token(token: &str) -> Result<(), ConfigError> {
         ));
     }
     Ok(())
+}
+
+impl Config {
+    fn validate_xxl(&self) -> Result<(), ConfigError> {
+        let x = &self.xxl;
+        if let Some(token) = &x.access_token {
+            let token = token.expose();
+            if token.trim().len() < 8 || token == "default_token" {
+                return Err(invalid(
+                    "xxl.access_token",
+                    "too short, blank, or XXL-JOB's published default_token: give the \
+                     executors and this node a token of at least 8 characters of your own",
+                ));
+            }
+        }
+        let prefix = &x.path_prefix;
+        let allowed = |c: char| c.is_ascii_alphanumeric() || "-_./".contains(c);
+        if !prefix.is_empty()
+            && (!prefix.starts_with('/')
+                || prefix.ends_with('/')
+                || !prefix.chars().all(allowed)
+                || prefix.starts_with("/api/v1")
+                || prefix.starts_with("/ui"))
+        {
+            return Err(invalid(
+                "xxl.path_prefix",
+                format!(
+                    "{prefix:?} must be empty or start with '/', not end with one, hold only \
+                     letters, digits, '-', '_', '.', '/', and stay out of /api/v1 and /ui"
+                ),
+            ));
+        }
+        if !(1_000..=3_600_000).contains(&x.executor_lease_ms) {
+            return Err(invalid(
+                "xxl.executor_lease_ms",
+                format!("{} is outside 1000..=3600000", x.executor_lease_ms),
+            ));
+        }
+        if !(1..=100_000).contains(&x.executor_capacity) {
+            return Err(invalid(
+                "xxl.executor_capacity",
+                format!("{} is outside 1..=100000", x.executor_capacity),
+            ));
+        }
+        Ok(())
+    }
 }

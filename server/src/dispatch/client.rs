@@ -73,6 +73,8 @@ pub struct DispatchClient {
     secret: Arc<Secret>,
     allowlist: Arc<Allowlist>,
     clock: Arc<ClusterClock>,
+    /// `xxl.access_token`: what XXL-JOB executors are sent (`dispatch/xxl.rs`).
+    xxl_token: Option<Arc<Secret>>,
 }
 
 /// Why a signed call got no answer; `tls` when the TLS handshake refused a certificate.
@@ -125,7 +127,38 @@ impl DispatchClient {
             secret,
             allowlist,
             clock,
+            xxl_token: None,
         })
+    }
+
+    /// The client, sending `token` to XXL-JOB executors.
+    pub fn with_xxl_token(mut self, token: Option<Secret>) -> Self {
+        self.xxl_token = token.map(Arc::new);
+        self
+    }
+
+    pub(super) fn xxl_token(&self) -> Option<&str> {
+        self.xxl_token.as_deref().map(Secret::expose)
+    }
+
+    /// POSTs `body` as JSON to `url`, unsigned, with what `decorate` adds (XXL-JOB's token):
+    /// the response, or whether the request may have been sent and why nothing came back.
+    pub(super) async fn post_with(
+        &self,
+        url: String,
+        body: &impl serde::Serialize,
+        decorate: impl FnOnce(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, (bool, String)> {
+        if !self.allowlist.permits_literal(&url) {
+            return Err((
+                false,
+                "the executor's address is outside dispatch.allowed_networks".to_owned(),
+            ));
+        }
+        decorate(self.http.post(url).json(body))
+            .send()
+            .await
+            .map_err(|e| (!e.is_connect(), format!("no answer: {}", without_url(&e))))
     }
 
     /// Whether executors may register `address` (see [`networks`](super::networks)).

@@ -11,8 +11,9 @@ use tracing::{debug, warn};
 
 use super::client::{Delivery, DispatchClient};
 use super::finish::{Ending, finish_attempt_by};
-use super::plan::{Offer, by_priority};
+use super::plan::{Offer, Target, by_priority};
 use super::settle::{Delivered, Ended, first_taken, settle};
+use super::xxl::trigger_of;
 use super::{Dispatcher, millis};
 use crate::jobs::Delivery as Guarantee;
 use crate::observe::Observer;
@@ -78,7 +79,7 @@ impl Dispatcher {
                     if offer.first_takes_batches
                         && offer.policy.delivery == Guarantee::AtLeastOnce =>
                 {
-                    let first = offer.targets.first().map(|(id, _)| id.clone());
+                    let first = offer.targets.first().map(|t| t.executor_id.clone());
                     let key = (first.unwrap_or_default(), offer.attempt.not_before_ms);
                     batches.entry(key).or_default().push(offer);
                 }
@@ -197,9 +198,10 @@ async fn deliver_at_most_once(
     observer: &Observer,
     offer: &Offer,
 ) -> Delivered {
-    let Some((executor_id, address)) = offer.targets.first() else {
+    let Some(target) = offer.targets.first() else {
         return Ok(None);
     };
+    let executor_id = &target.executor_id;
     let attempt_id = offer.attempt.attempt_id;
     if !store
         .attempt_dispatched(attempt_id, executor_id, offer.timeout_ms)
@@ -209,7 +211,7 @@ async fn deliver_at_most_once(
         return Ok(None);
     }
     let sent_ms = client.now_ms();
-    let delivery = client.dispatch(address, &offer.request).await;
+    let delivery = send(client, target, offer).await;
     match delivery {
         Delivery::Accepted => {
             observer.metrics.dispatches.add(delivery.outcome(), 1);
@@ -245,6 +247,22 @@ async fn deliver_at_most_once(
     }
 }
 
+/// Sends an offer to one executor, in its protocol.
+async fn send(client: &DispatchClient, target: &Target, offer: &Offer) -> Delivery {
+    if target.xxl {
+        let trigger = trigger_of(
+            &offer.request,
+            offer.policy.overlap,
+            offer.attempt.created_at_ms,
+        );
+        client
+            .xxl_run(&target.address, &trigger, offer.policy.balance)
+            .await
+    } else {
+        client.dispatch(&target.address, &offer.request).await
+    }
+}
+
 /// [`deliver`], starting at target `first`.
 async fn deliver_from(
     store: &dyn Store,
@@ -254,7 +272,8 @@ async fn deliver_from(
     first: usize,
 ) -> Delivered {
     let effect_once = offer.policy.delivery == Guarantee::ExactlyOnceEffect;
-    for (executor_id, address) in offer.targets.iter().skip(first) {
+    for target in offer.targets.iter().skip(first) {
+        let executor_id = &target.executor_id;
         // An effect-once offer names its executor before it goes: only that executor's
         // record can answer for the work, so an offer made again (this node died before
         // recording the answer, or got none) goes there first.
@@ -264,7 +283,7 @@ async fn deliver_from(
                 .await?;
         }
         let sent_ms = client.now_ms();
-        let delivery = client.dispatch(address, &offer.request).await;
+        let delivery = send(client, target, offer).await;
         // It may have reached the executor: not on to the next one.
         if effect_once
             && matches!(&delivery, Delivery::TryAnother(not_taken, _) if not_taken.maybe_taken())
@@ -288,7 +307,10 @@ async fn deliver_batch(
     observer: &Observer,
     offers: Vec<Offer>,
 ) -> Vec<Delivered> {
-    let first = offers.first().and_then(|o| o.targets.first()).cloned();
+    let first = offers
+        .first()
+        .and_then(|o| o.targets.first())
+        .map(|t| (t.executor_id.clone(), t.address.clone()));
     let (Some((executor_id, address)), true) = (first, offers.len() > 1) else {
         let mut products = Vec::with_capacity(offers.len());
         for offer in offers {

@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::store::{ExecutorList, ExecutorRecord, JobRecord};
+use crate::store::{ANY_HANDLER, ExecutorList, ExecutorRecord, JobRecord};
 
 /// The executors able to take work now, by app, with what each offers and carries.
 pub(super) struct Fleet {
@@ -46,7 +46,8 @@ impl Fleet {
         }
     }
 
-    /// Healthy executors of `app` that registered `handler`.
+    /// Healthy executors of `app` that registered `handler` (or every handler: an XXL-JOB
+    /// executor, which does not say which it has).
     pub(super) fn offering(&self, app: &str, handler: &str) -> Vec<&ExecutorRecord> {
         self.by_app
             .get(app)
@@ -55,7 +56,7 @@ impl Fleet {
                     .filter(|e| {
                         self.handlers
                             .get(&e.executor_id)
-                            .is_some_and(|h| h.contains(handler))
+                            .is_some_and(|h| h.contains(handler) || h.contains(ANY_HANDLER))
                     })
                     .collect()
             })
@@ -66,14 +67,10 @@ impl Fleet {
         self.load.get(&executor.executor_id).copied().unwrap_or(0) < executor.capacity
     }
 
-    /// The address of executor `executor_id`, if it is healthy.
-    pub(super) fn address_of(&self, executor_id: Option<&str>) -> Option<String> {
+    /// Executor `executor_id`, if it is healthy.
+    pub(super) fn healthy(&self, executor_id: Option<&str>) -> Option<&ExecutorRecord> {
         let id = executor_id?;
-        self.by_app
-            .values()
-            .flatten()
-            .find(|e| e.executor_id == id)
-            .map(|e| e.address.clone())
+        self.by_app.values().flatten().find(|e| e.executor_id == id)
     }
 
     /// Why work of `job` that has waited `waited_ms` with no healthy executor to offer it to
@@ -89,7 +86,7 @@ impl Fleet {
         let registered = self
             .registered_handlers
             .get(&job.app_name)
-            .is_some_and(|h| h.contains(&job.handler_name));
+            .is_some_and(|h| h.contains(&job.handler_name) || h.contains(ANY_HANDLER));
         let (limit, why) = if registered {
             (grace.saturating_mul(10), "no healthy executor")
         } else {

@@ -30,6 +30,7 @@ mod settle;
 pub mod sharding;
 mod start;
 mod watch;
+pub mod xxl;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -65,13 +65,22 @@ impl DueCursor {
 
 /// An attempt ready to offer: the request, the executors to try in order, and the job's
 /// policy (for its timeout and retries).
+/// An executor an offer may go to.
+#[derive(Debug, Clone)]
+pub(super) struct Target {
+    pub(super) executor_id: String,
+    pub(super) address: String,
+    /// It speaks XXL-JOB's executor protocol (`dispatch/xxl.rs`).
+    pub(super) xxl: bool,
+}
+
 #[derive(Debug)]
 pub(super) struct Offer {
     pub(super) attempt: AttemptRecord,
     pub(super) scheduled_at_ms: i64,
     pub(super) request: Dispatch,
-    /// `(executor_id, address)` in the order to try.
-    pub(super) targets: Vec<(String, String)>,
+    /// The executors to offer it to, in order.
+    pub(super) targets: Vec<Target>,
     /// The first target serves `dispatch-batch`: the offer may go with others due with it.
     pub(super) first_takes_batches: bool,
     pub(super) policy: JobPolicy,
@@ -211,18 +220,17 @@ impl Dispatcher {
                 format!("{}:{}:{tries}", attempt.run_id, attempt.shard_index)
             }),
         };
-        let targets: Vec<(String, String)> = order
+        let targets: Vec<Target> = order
             .iter()
-            .map(|&i| {
-                (
-                    executors[i].executor_id.clone(),
-                    executors[i].address.clone(),
-                )
+            .map(|&i| Target {
+                executor_id: executors[i].executor_id.clone(),
+                address: executors[i].address.clone(),
+                xxl: executors[i].is_xxl(),
             })
             .collect();
         let first_takes_batches = order.first().is_some_and(|&i| executors[i].takes_batches());
-        if let Some((first, _)) = targets.first() {
-            *fleet.load.entry(first.clone()).or_default() += 1;
+        if let Some(first) = targets.first() {
+            *fleet.load.entry(first.executor_id.clone()).or_default() += 1;
         }
         Ok(Some(Offer {
             attempt: attempt.clone(),

@@ -1,11 +1,13 @@
 //! The watch over attempts in flight, at the start of every delivery pass: an attempt whose
 //! executor stopped heartbeating (or heartbeats without listing it) fails over to another
-//! executor; one past its job's timeout ends `timed_out` and its executor is told to cancel.
+//! executor; one past its job's timeout ends `timed_out` and its executor is told to cancel
+//! (an XXL-JOB executor: `/kill`).
 
 use tracing::info;
 
 use super::finish::{Ending, finish_attempt};
 use super::fleet::Fleet;
+use super::xxl::xxl_job_id;
 use super::{Dispatcher, millis};
 use crate::store;
 
@@ -58,8 +60,17 @@ impl Dispatcher {
                 error,
             )
             .await?;
-            if let Some(address) = fleet.address_of(attempt.executor_id.as_deref()) {
-                self.client.cancel(&address, attempt.attempt_id).await;
+            match fleet.healthy(attempt.executor_id.as_deref()) {
+                // XXL-JOB executors stop work by job, queued runs of it included.
+                Some(e) if e.is_xxl() => {
+                    self.client
+                        .xxl_kill(&e.address, xxl_job_id(attempt.job_id))
+                        .await;
+                }
+                Some(e) => {
+                    self.client.cancel(&e.address, attempt.attempt_id).await;
+                }
+                None => {}
             }
         }
         Ok(())

@@ -317,11 +317,11 @@ queries! {
     app_insert = "INSERT INTO apps (app_name, description, created_at_ms) \
         SELECT ?, '', {now} {from_dual} WHERE NOT EXISTS (SELECT 1 FROM apps WHERE app_name = ?)";
     executor_update = "UPDATE executors SET app_name = ?, address = ?, weight = ?, capacity = ?, \
-        accepts_batch = ?, in_flight = 0, state = 'active', registered_at_ms = {now}, heartbeat_at_ms = {now} \
+        accepts_batch = ?, protocol = ?, lease_ms = ?, in_flight = 0, state = 'active', registered_at_ms = {now}, heartbeat_at_ms = {now} \
         WHERE executor_id = ?";
     executor_insert = "INSERT INTO executors (executor_id, app_name, address, weight, capacity, \
-        accepts_batch, in_flight, state, registered_at_ms, heartbeat_at_ms) \
-        VALUES (?, ?, ?, ?, ?, ?, 0, 'active', {now}, {now})";
+        accepts_batch, protocol, lease_ms, in_flight, state, registered_at_ms, heartbeat_at_ms) \
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, 'active', {now}, {now})";
     handlers_delete = "DELETE FROM handlers WHERE executor_id = ?";
     handler_insert = "INSERT INTO handlers (executor_id, handler_name, app_name, description) \
         VALUES (?, ?, ?, ?)";
@@ -336,7 +336,8 @@ queries! {
         WHERE executor_id = ? AND state = 'drained'";
     executor_leave = "UPDATE executors SET state = 'left' WHERE executor_id = ? AND state <> 'left'";
     executors_all = "SELECT executor_id, app_name, address, weight, capacity, in_flight, state, \
-        registered_at_ms, heartbeat_at_ms, accepts_batch FROM executors WHERE (? IS NULL OR app_name = ?) \
+        registered_at_ms, heartbeat_at_ms, accepts_batch, protocol, lease_ms FROM executors \
+        WHERE (? IS NULL OR app_name = ?) \
         ORDER BY executor_id";
     handlers_all = "SELECT executor_id, handler_name FROM handlers \
         WHERE (? IS NULL OR app_name = ?)";
@@ -457,8 +458,10 @@ queries! {
         a.avoid_executor_id, a.executor_id, a.dispatched_at_ms, a.deadline_ms, a.finished_at_ms, \
         a.output, a.error, a.lost_before FROM attempts a LEFT JOIN executors e ON e.executor_id = a.executor_id \
         WHERE a.state = 'running' AND a.partition_id IN ({partitions}) AND (e.executor_id IS \
-        NULL OR e.state = 'left' OR e.heartbeat_at_ms + ? <= {now} \
-        OR e.heartbeat_at_ms >= COALESCE(a.seen_at_ms, a.dispatched_at_ms) + ?) LIMIT ?";
+        NULL OR e.state = 'left' \
+        OR e.heartbeat_at_ms + CASE WHEN e.lease_ms > 0 THEN e.lease_ms ELSE ? END <= {now} \
+        OR (e.protocol = 'carillon' \
+            AND e.heartbeat_at_ms >= COALESCE(a.seen_at_ms, a.dispatched_at_ms) + ?)) LIMIT ?";
 
     attempts_seen = "UPDATE attempts SET seen_at_ms = {now} WHERE executor_id = ? \
         AND state = 'running' AND attempt_id IN ({partitions})";

@@ -10,6 +10,10 @@ pub struct ExecutorRegistration {
     pub capacity: i64,
     /// It serves `POST /carillon/v1/dispatch-batch`.
     pub accepts_batch: bool,
+    /// `carillon`, or `xxl` for an XXL-JOB executor ([`executor_protocol`]).
+    pub protocol: String,
+    /// Without a heartbeat this long its attempts fail over; 0: the node's executor lease.
+    pub lease_ms: i64,
     /// Handler names and descriptions.
     pub handlers: Vec<(String, String)>,
 }
@@ -30,16 +34,41 @@ pub struct ExecutorRecord {
     pub heartbeat_at_ms: i64,
     /// 1 when it serves `POST /carillon/v1/dispatch-batch`.
     pub accepts_batch: i64,
+    /// `carillon`, or `xxl` for an XXL-JOB executor ([`executor_protocol`]).
+    pub protocol: String,
+    /// Its own lease; 0: the node's.
+    pub lease_ms: i64,
 }
+
+/// The executor protocols (`executors.protocol`).
+pub mod executor_protocol {
+    pub const CARILLON: &str = "carillon";
+    pub const XXL: &str = "xxl";
+}
+
+/// The handler name an executor registers to take every handler of its app: XXL-JOB
+/// executors do not say which handlers they have.
+pub const ANY_HANDLER: &str = "*";
 
 impl ExecutorRecord {
     pub fn takes_batches(&self) -> bool {
         self.accepts_batch == 1
     }
 
-    /// Takes new work: active and heard from within `lease_ms` of `now_ms` (database clock).
+    /// Speaks XXL-JOB's executor protocol.
+    pub fn is_xxl(&self) -> bool {
+        self.protocol == executor_protocol::XXL
+    }
+
+    /// Takes new work: active and heard from within its lease (its own, or `lease_ms`) of
+    /// `now_ms` (database clock).
     pub fn is_healthy(&self, now_ms: i64, lease_ms: i64) -> bool {
-        self.state == "active" && self.heartbeat_at_ms + lease_ms > now_ms
+        let lease = if self.lease_ms > 0 {
+            self.lease_ms
+        } else {
+            lease_ms
+        };
+        self.state == "active" && self.heartbeat_at_ms + lease > now_ms
     }
 }
 

@@ -25,8 +25,9 @@ pub use cluster_records::{
     PartitionChange, PartitionRecord,
 };
 pub use dispatch_records::{
-    AttemptEnd, AttemptEnded, AttemptRecord, DueAttempt, ExecutorList, ExecutorRecord,
+    ANY_HANDLER, AttemptEnd, AttemptEnded, AttemptRecord, DueAttempt, ExecutorList, ExecutorRecord,
     ExecutorRegistration, LateRun, MinuteCount, NewAttempt, RunFilter, attempt_state,
+    executor_protocol,
 };
 pub use error::Error;
 pub use history_records::{

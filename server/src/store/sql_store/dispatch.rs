@@ -89,6 +89,8 @@ macro_rules! dispatch_store {
                     .bind(executor.weight)
                     .bind(executor.capacity)
                     .bind(i64::from(executor.accepts_batch))
+                    .bind(&executor.protocol)
+                    .bind(executor.lease_ms)
                     .bind(&executor.executor_id)
                     .execute(&mut *tx)
                     .await?
@@ -101,6 +103,8 @@ macro_rules! dispatch_store {
                         .bind(executor.weight)
                         .bind(executor.capacity)
                         .bind(i64::from(executor.accepts_batch))
+                        .bind(&executor.protocol)
+                        .bind(executor.lease_ms)
                         .execute(&mut *tx)
                         .await?;
                 }

@@ -1,0 +1,360 @@
+//! XXL-JOB executors, unchanged, run Carillon jobs: real pyxxl executors (from PyPI) register
+//! through XXL-JOB's admin API on a node, run handlers with params, a sharded broadcast, a
+//! failing handler retried, a long handler killed on timeout and on cancel, and an executor
+//! killed mid-run fails over to the other.
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on any unexpected error"
+)]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use support::node::Solo;
+use support::wait_for;
+
+const XXL_TOKEN: &str = "xxl-test-token-0123";
+const APP: &str = "pyapp";
+/// pyxxl beats every 10 s: the lease must be longer.
+const LEASE_MS: u64 = 12_000;
+
+/// A pyxxl executor process; killed when dropped.
+struct PyExecutor {
+    child: Child,
+    port: u16,
+}
+
+impl PyExecutor {
+    fn start(node: &Solo, marks: &Path) -> PyExecutor {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/xxl/pyxxl_executor.py");
+        let admin = node.url("/xxl-job-admin/api/");
+        let log = std::fs::File::create(marks.join(format!("stdout-{port}.log"))).unwrap();
+        let child = Command::new("python3")
+            .arg(&script)
+            .args([admin.as_str(), &port.to_string(), XXL_TOKEN, APP])
+            .arg(marks)
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap_or_else(|e| panic!("python3 {}: {e}", script.display()));
+        PyExecutor { child, port }
+    }
+
+    fn address(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for PyExecutor {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Fails at once, saying how to install it, when pyxxl is missing.
+fn require_pyxxl() {
+    let found = Command::new("python3")
+        .args(["-c", "import pyxxl"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "pyxxl is not installed (python3 -m pip install pyxxl==0.4.8; .ci/run installs it)"
+    );
+}
+
+async fn create(node: &Solo, name: &str, handler: &str, extra: Value) -> i64 {
+    let mut job = json!({
+        "name": name, "app": APP, "handler": handler, "schedule": { "manual": true },
+    });
+    for (key, value) in extra.as_object().unwrap() {
+        job[key] = value.clone();
+    }
+    let (status, body) = node.call(Method::POST, "/api/v1/jobs", Some(job)).await;
+    assert_eq!(status, 201, "{body}");
+    body["id"].as_i64().unwrap()
+}
+
+async fn trigger(node: &Solo, job: i64) -> i64 {
+    let (status, body) = node
+        .call(Method::POST, &format!("/api/v1/jobs/{job}/trigger"), None)
+        .await;
+    assert_eq!(status, 202, "{body}");
+    body["id"].as_i64().unwrap()
+}
+
+/// The run once it has ended.
+async fn ended(node: &Solo, run: i64, limit: Duration) -> Value {
+    wait_for(limit, &format!("run {run} to end"), || async {
+        let (_, body) = node
+            .call(Method::GET, &format!("/api/v1/runs/{run}"), None)
+            .await;
+        let done = !["pending", "queued", "running"]
+            .contains(&body["state"].as_str().unwrap_or("pending"));
+        done.then_some(body)
+    })
+    .await
+}
+
+fn attempts(run: &Value) -> Vec<Value> {
+    run["attempts"].as_array().cloned().unwrap_or_default()
+}
+
+async fn wait_file(path: &Path, what: &str) {
+    wait_for(Duration::from_secs(15), what, || async {
+        path.exists().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs pyxxl (python3 -m pip install pyxxl==0.4.8; .ci/run installs it)"]
+async fn pyxxl_executors_run_carillon_jobs() {
+    require_pyxxl();
+    let node = Solo::start(|spec| {
+        spec.extra_env
+            .push(("CARILLON_XXL_ACCESS_TOKEN", XXL_TOKEN.to_owned()));
+        spec.extra_env
+            .push(("CARILLON_XXL_EXECUTOR_LEASE_MS", LEASE_MS.to_string()));
+    })
+    .await;
+    let marks = tempfile::tempdir().unwrap();
+    let mut executors = [
+        PyExecutor::start(&node, marks.path()),
+        PyExecutor::start(&node, marks.path()),
+    ];
+    executors.sort_by_key(|e| e.address());
+    let ids: Vec<String> = wait_for(
+        Duration::from_secs(30),
+        "both pyxxl executors to register",
+        || async {
+            let (_, body) = node.call(Method::GET, "/api/v1/executors", None).await;
+            let list: Vec<Value> = body["executors"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|e| e["app"] == APP && e["healthy"] == true)
+                .cloned()
+                .collect();
+            (list.len() == 2).then(|| {
+                assert!(
+                    list.iter()
+                        .all(|e| e["protocol"] == "xxl" && e["handlers"] == json!(["*"])),
+                    "{list:?}"
+                );
+                let mut by_address: Vec<(String, String)> = list
+                    .iter()
+                    .map(|e| {
+                        (
+                            e["address"].as_str().unwrap().to_owned(),
+                            e["id"].as_str().unwrap().to_owned(),
+                        )
+                    })
+                    .collect();
+                by_address.sort();
+                by_address.into_iter().map(|(_, id)| id).collect()
+            })
+        },
+    )
+    .await;
+
+    // A wrong token is refused in XXL-JOB's own words.
+    let refused: Value = reqwest::Client::new()
+        .post(node.url("/xxl-job-admin/api/registry"))
+        .header("XXL-JOB-ACCESS-TOKEN", "wrong-token-000")
+        .json(&json!({ "registryGroup": "EXECUTOR", "registryKey": "intruder", "registryValue": "http://127.0.0.1:1" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(refused["code"], 500, "{refused}");
+
+    // Params reach the handler; its return comes back as the output.
+    let echo = create(
+        &node,
+        "echo",
+        "echo",
+        json!({ "args": "hello world", "balance": "first" }),
+    )
+    .await;
+    let run = ended(&node, trigger(&node, echo).await, Duration::from_secs(20)).await;
+    assert_eq!(run["state"], "succeeded", "{run}");
+    let first = &attempts(&run)[0];
+    assert_eq!(first["output"], "echo:hello world", "{run}");
+    assert_eq!(
+        first["executor_id"],
+        json!(ids[0]),
+        "balance first: the lowest address"
+    );
+
+    // A sharded broadcast: one shard per executor, as broadcastIndex/broadcastTotal.
+    let shard = create(
+        &node,
+        "shard",
+        "shard",
+        json!({ "sharding": { "broadcast": true } }),
+    )
+    .await;
+    let run = ended(&node, trigger(&node, shard).await, Duration::from_secs(20)).await;
+    assert_eq!(run["state"], "succeeded", "{run}");
+    let mut outputs: Vec<String> = attempts(&run)
+        .iter()
+        .map(|a| a["output"].as_str().unwrap().to_owned())
+        .collect();
+    outputs.sort();
+    assert_eq!(outputs.len(), 2, "{run}");
+    assert!(
+        outputs[0].starts_with("shard 0/2 on ") && outputs[1].starts_with("shard 1/2 on "),
+        "{outputs:?}"
+    );
+    assert_ne!(
+        outputs[0][11..],
+        outputs[1][11..],
+        "each shard on its own executor: {outputs:?}"
+    );
+
+    // A failing handler is retried, then the run fails with its message.
+    let fail = create(
+        &node,
+        "fail",
+        "fail",
+        json!({ "retry": { "max_attempts": 2, "initial_delay_ms": 100 } }),
+    )
+    .await;
+    let run = ended(&node, trigger(&node, fail).await, Duration::from_secs(20)).await;
+    assert_eq!(run["state"], "failed", "{run}");
+    assert_eq!(attempts(&run).len(), 2, "{run}");
+    assert!(
+        attempts(&run).iter().all(|a| a["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("boom from pyxxl")),
+        "{run}"
+    );
+
+    // A long handler past its timeout ends timed out here and is killed there.
+    let sleepy = create(
+        &node,
+        "sleepy",
+        "sleepy",
+        json!({ "args": "30", "timeout_ms": 1_500 }),
+    )
+    .await;
+    let run = ended(&node, trigger(&node, sleepy).await, Duration::from_secs(20)).await;
+    assert_eq!(run["state"], "failed", "{run}");
+    assert_eq!(attempts(&run)[0]["state"], "timed_out", "{run}");
+    let attempt_id = attempts(&run)[0]["id"].as_i64().unwrap();
+    wait_file(
+        &marks.path().join(format!("cancelled-{attempt_id}")),
+        "the executor to kill the timed-out handler",
+    )
+    .await;
+
+    // A cancelled run is killed there too.
+    let long = create(&node, "long", "sleepy", json!({ "args": "30" })).await;
+    let run_id = trigger(&node, long).await;
+    let running = wait_for(Duration::from_secs(15), "the long run to start", || async {
+        let (_, body) = node
+            .call(Method::GET, &format!("/api/v1/runs/{run_id}"), None)
+            .await;
+        (body["state"] == "running"
+            && attempts(&body)
+                .first()
+                .is_some_and(|a| a["state"] == "running"))
+        .then_some(body)
+    })
+    .await;
+    let attempt_id = attempts(&running)[0]["id"].as_i64().unwrap();
+    let (status, body) = node
+        .call(Method::POST, &format!("/api/v1/runs/{run_id}/cancel"), None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    wait_file(
+        &marks.path().join(format!("cancelled-{attempt_id}")),
+        "the executor to kill the cancelled handler",
+    )
+    .await;
+
+    // An executor killed mid-run: its attempt fails over to the other once its beats stop.
+    let move_me = create(
+        &node,
+        "move-me",
+        "sleepy",
+        json!({ "args": "3", "balance": "first" }),
+    )
+    .await;
+    let run_id = trigger(&node, move_me).await;
+    let running = wait_for(
+        Duration::from_secs(15),
+        "the run's attempt to be running",
+        || async {
+            let (_, body) = node
+                .call(Method::GET, &format!("/api/v1/runs/{run_id}"), None)
+                .await;
+            attempts(&body)
+                .first()
+                .filter(|a| a["state"] == "running")
+                .cloned()
+        },
+    )
+    .await;
+    let attempt_id = running["id"].as_i64().unwrap();
+    let started = marks
+        .path()
+        .join(format!("started-{attempt_id}-{}", executors[0].port));
+    wait_file(&started, "the handler to start on the first executor").await;
+    executors[0].kill9();
+    let run = ended(&node, run_id, Duration::from_millis(LEASE_MS + 20_000)).await;
+    assert_eq!(run["state"], "succeeded", "{run}");
+    let tries = attempts(&run);
+    assert_eq!(
+        tries.first().map(|a| a["state"].clone()),
+        Some(json!("lost")),
+        "{run}"
+    );
+    let last = tries.last().unwrap();
+    assert_eq!(last["executor_id"], json!(ids[1]), "{run}");
+    assert_eq!(
+        last["output"],
+        json!(format!("slept on {}", executors[1].port)),
+        "{run}"
+    );
+
+    // With the first executor gone, `failover` goes to the one that answers.
+    let failover = create(
+        &node,
+        "failover",
+        "echo",
+        json!({ "args": "still here", "balance": "failover" }),
+    )
+    .await;
+    let run = ended(
+        &node,
+        trigger(&node, failover).await,
+        Duration::from_secs(20),
+    )
+    .await;
+    assert_eq!(run["state"], "succeeded", "{run}");
+    assert_eq!(
+        attempts(&run).last().unwrap()["executor_id"],
+        json!(ids[1]),
+        "{run}"
+    );
+}
