@@ -262,7 +262,10 @@ async fn unknown_handlers(
     let mut unknown: Vec<UnknownHandler> = Vec::new();
     for w in writes {
         let pair = (w.app_name.clone(), w.handler_name.clone());
+        // An XXL-JOB executor registers `*`: it may have any handler of its app.
+        let any = (w.app_name.clone(), crate::store::ANY_HANDLER.to_owned());
         if !known.contains(&pair)
+            && !known.contains(&any)
             && !unknown
                 .iter()
                 .any(|u| u.app == w.app_name && u.handler == w.handler_name)
