@@ -228,3 +228,16 @@ CREATE TABLE id_blocks (
     next_id BIGINT NOT NULL
 );
 INSERT INTO id_blocks (name, next_id) VALUES ('tasks', 1);
+
+-- Lines handlers logged while an attempt ran, numbered by the executor; kept with their run.
+-- A truncated log ends with a marker line numbered 9007199254740991.
+CREATE TABLE attempt_logs (
+    attempt_id BIGINT NOT NULL,
+    line_no BIGINT NOT NULL,
+    run_id BIGINT NOT NULL,
+    at_ms BIGINT NOT NULL,
+    level VARCHAR(8) NOT NULL,
+    message TEXT NOT NULL,
+    PRIMARY KEY (attempt_id, line_no)
+);
+CREATE INDEX attempt_logs_run_idx ON attempt_logs (run_id);

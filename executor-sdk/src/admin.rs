@@ -39,9 +39,9 @@ pub(crate) struct Identity {
 
 /// A failed call to the admin nodes; `permanent` when retrying cannot help.
 #[derive(Debug)]
-struct CallError {
-    message: String,
-    permanent: bool,
+pub(crate) struct CallError {
+    pub(crate) message: String,
+    pub(crate) permanent: bool,
 }
 
 /// State shared by the endpoint, the heartbeat and the reports.
@@ -57,6 +57,8 @@ pub(crate) struct Shared {
     pub(crate) draining: AtomicBool,
     pub(crate) tasks: TaskTracker,
     preferred_admin: AtomicUsize,
+    /// Handler logs being captured and shipped.
+    pub(crate) logs: crate::logs::LogShipper,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -81,6 +83,7 @@ impl Shared {
             draining: AtomicBool::new(false),
             tasks: TaskTracker::new(),
             preferred_admin: AtomicUsize::new(0),
+            logs: crate::logs::LogShipper::default(),
         }
     }
 
@@ -108,7 +111,7 @@ impl Shared {
             .map_err(|e| e.message)
     }
 
-    async fn call_once<B: serde::Serialize, R: serde::de::DeserializeOwned>(
+    pub(crate) async fn call_once<B: serde::Serialize, R: serde::de::DeserializeOwned>(
         &self,
         path: &str,
         body: &B,

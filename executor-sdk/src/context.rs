@@ -79,4 +79,17 @@ impl JobContext {
     pub async fn cancelled(&self) {
         self.cancel.cancelled().await;
     }
+
+    /// `future` with what it logs kept in this attempt's log, for work the handler spawns
+    /// onto another task (`tokio::spawn(ctx.in_attempt(work))`): only the handler's own task
+    /// is captured otherwise.
+    pub fn in_attempt<F>(
+        &self,
+        future: F,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = F::Output> + Send>>
+    where
+        F: std::future::Future + Send + 'static,
+    {
+        crate::logs::in_current_attempt(future)
+    }
 }

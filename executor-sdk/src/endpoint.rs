@@ -212,8 +212,13 @@ fn start(shared: &Arc<Shared>, dispatch: Dispatch) -> Result<(), (StatusCode, St
             debug!(handler = job.name, "running");
             let ctx = JobContext::new(dispatch, token.clone());
             // In a task of its own, so a handler that panics fails its attempt (and ends the
-            // record of its work) instead of leaving it running for ever.
-            let mut handler = tokio::spawn((job.run)(ctx).instrument(tracing::Span::current()));
+            // record of its work) instead of leaving it running for ever; what it logs is
+            // captured into the attempt's log.
+            let log = task_shared.logs.open(attempt_id, &report_to);
+            let mut handler = tokio::spawn(crate::logs::capturing(
+                log,
+                (job.run)(ctx).instrument(tracing::Span::current()),
+            ));
             let result = tokio::select! {
                 joined = &mut handler => Some(joined.unwrap_or_else(|e| {
                     Err(format!("the handler panicked: {e}"))
@@ -224,6 +229,8 @@ fn start(shared: &Arc<Shared>, dispatch: Dispatch) -> Result<(), (StatusCode, St
                 }
             };
             drop(permit);
+            // The log is complete before the result: a run that has ended shows all of it.
+            task_shared.logs.close(&task_shared, attempt_id).await;
             task_shared.lock_running().remove(&attempt_id);
             let joined = match &effect_key {
                 Some(key) => task_shared.lock_effects().finish(key, &result, now_ms()),

@@ -304,6 +304,7 @@ impl Executor {
         info!(executor = %shared.id.executor_id, %address, handlers = shared.jobs.len(), "registered");
 
         let stop = CancellationToken::new();
+        let ship = tokio::spawn(crate::logs::LogShipper::run(Arc::clone(&shared)));
         let beat = tokio::spawn(admin::heartbeat(
             Arc::clone(&shared),
             address.clone(),
@@ -345,6 +346,7 @@ impl Executor {
             let _ = tokio::time::timeout(Duration::from_secs(5), shared.tasks.wait()).await;
         }
         beat.abort();
+        ship.abort();
         let leaving = Deregistration {
             executor_id: shared.id.executor_id.clone(),
         };

@@ -29,6 +29,7 @@ mod context;
 mod effects;
 mod endpoint;
 mod executor;
+mod logs;
 mod registry;
 mod tasks;
 

@@ -28,4 +28,5 @@ pub mod admin_paths {
     pub const HEARTBEAT: &str = "/api/v1/executors/heartbeat";
     pub const RESULTS: &str = "/api/v1/executors/results";
     pub const DEREGISTER: &str = "/api/v1/executors/deregister";
+    pub const LOGS: &str = "/api/v1/executors/logs";
 }

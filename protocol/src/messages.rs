@@ -186,6 +186,48 @@ pub struct AttemptReport {
     pub error: Option<String>,
 }
 
+/// `POST /api/v1/executors/logs` (executor → any admin node, executor token): lines handlers
+/// logged, sent in batches while attempts run and before each result is reported. Each line
+/// is numbered from 1 within its attempt, so a batch sent twice is stored once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct LogBatch {
+    pub executor_id: String,
+    pub attempts: Vec<AttemptLines>,
+}
+
+/// The lines of one attempt in a [`LogBatch`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AttemptLines {
+    pub attempt_id: i64,
+    pub lines: Vec<ShippedLine>,
+}
+
+/// One logged line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ShippedLine {
+    /// From 1, in the order the handler logged.
+    pub line: u64,
+    /// When it was logged (epoch milliseconds).
+    pub at_ms: i64,
+    /// `ERROR`, `WARN`, `INFO`, `DEBUG` or `TRACE`.
+    pub level: String,
+    /// The message with its fields, one line of text (a node cuts it at 8 KiB).
+    pub message: String,
+}
+
+/// The answer to a [`LogBatch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct LogBatchAccepted {
+    /// Lines stored now (a line sent again is not counted).
+    pub stored: u64,
+    /// Lines past the attempt's caps, dropped; the log ends with a line saying so.
+    pub dropped: u64,
+}
+
 /// `POST {executor}/carillon/v1/cancel` (admin node → executor, signed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

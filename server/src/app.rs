@@ -322,6 +322,7 @@ impl Application {
             task_horizon_ms: i64::try_from(config.tasks.horizon_ms).unwrap_or(i64::MAX),
             task_ids: Arc::default(),
             known_handlers: Arc::default(),
+            log_caps: config.handler_logs.caps(),
             xxl: crate::api::xxl::settings_of(&config.xxl),
         };
         Ok(Self {

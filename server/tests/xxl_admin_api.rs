@@ -159,7 +159,10 @@ async fn registrations_beats_callbacks_and_removals_speak_xxl_jobs_protocol() {
         )
         .await;
     assert_eq!(status, 400, "{body}");
-    assert!(body.to_string().contains("kept for XXL-JOB executors"), "{body}");
+    assert!(
+        body.to_string().contains("kept for XXL-JOB executors"),
+        "{body}"
+    );
 
     // registryRemove: it leaves.
     let (_, body) = post(

@@ -8,11 +8,12 @@ use axum::response::Response;
 use super::{ApiError, ApiState};
 
 /// What the executor tokens open (paths as seen inside `/api/v1`).
-const EXECUTOR_ENDPOINTS: [&str; 4] = [
+const EXECUTOR_ENDPOINTS: [&str; 5] = [
     "/executors/register",
     "/executors/heartbeat",
     "/executors/results",
     "/executors/deregister",
+    "/executors/logs",
 ];
 
 /// Who is calling, decided from the bearer token; handlers read it as an extension.

@@ -21,7 +21,7 @@ use crate::schedule::ScheduleSpec;
 use crate::store::{self, ExecutorRegistration, attempt_state, executor_protocol};
 
 /// Refuses an app-limited token acting for another app's executor.
-async fn check_scope(
+pub(super) async fn check_scope(
     state: &ApiState,
     principal: &Principal,
     executor_id: &str,

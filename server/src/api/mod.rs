@@ -11,6 +11,7 @@ mod executors;
 mod health;
 mod history;
 mod jobs;
+mod logs;
 mod metrics;
 mod openapi;
 mod paging;
@@ -69,6 +70,8 @@ pub struct ApiState {
     pub task_ids: Arc<crate::tasks::ids::TaskIds>,
     /// The handlers registered executors serve, for enqueue answers.
     pub known_handlers: Arc<KnownHandlers>,
+    /// How much of each attempt's log is kept (`[handler_logs]`).
+    pub log_caps: crate::store::LogCaps,
     /// `[xxl]`, when XXL-JOB executors are served (`api/xxl.rs`).
     pub xxl: Option<Arc<xxl::XxlSettings>>,
 }
@@ -101,6 +104,7 @@ fn routes_with(
         .routes(routes!(runs::cancel))
         .routes(routes!(runs::rerun))
         .routes(routes!(runs::dead_letters))
+        .routes(routes!(logs::page))
         .routes(routes!(history::purge))
         .routes(routes!(stats::show))
         .routes(routes!(executors::list))
@@ -112,6 +116,7 @@ fn routes_with(
         .routes(routes!(executors::heartbeat))
         .routes(routes!(executors::results))
         .routes(routes!(executors::deregister))
+        .routes(routes!(logs::append))
         .routes(routes!(openapi::openapi_json))
         .merge(
             OpenApiRouter::new()

@@ -114,6 +114,16 @@ pub(crate) enum RunsCommand {
     Cancel {
         id: i64,
     },
+    /// The lines a run's attempt logged (default: its latest attempt); -f follows them.
+    Logs {
+        id: i64,
+        /// The attempt, by id.
+        #[arg(long)]
+        attempt: Option<i64>,
+        /// Keep printing lines as they come, until the run ends.
+        #[arg(short = 'f', long)]
+        follow: bool,
+    },
     /// Delete finished runs (and their attempts) that finished before an instant.
     Purge {
         /// An RFC 3339 instant, or an age: `30d` deletes what finished more than 30 days ago.
@@ -333,6 +343,11 @@ pub(crate) async fn runs(
             job,
             dry_run,
         } => return super::purge::purge(api, output, &before, job, dry_run).await,
+        RunsCommand::Logs {
+            id,
+            attempt,
+            follow,
+        } => return super::run_logs::logs(api, output, id, attempt, follow).await,
         RunsCommand::Ls { job, state, page } => {
             let mut query = page.query();
             if let Some(job) = job {

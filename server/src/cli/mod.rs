@@ -10,6 +10,7 @@ mod import;
 mod job_fields;
 mod policies;
 mod purge;
+mod run_logs;
 mod table;
 mod tasks;
 
@@ -63,7 +64,7 @@ enum Command {
     /// Jobs: ls, get, create, edit, start, stop, trigger, rm.
     #[command(subcommand)]
     Jobs(Box<commands::JobsCommand>),
-    /// Runs: ls, get, cancel, purge.
+    /// Runs: ls, get, logs, cancel, purge.
     #[command(subcommand)]
     Runs(commands::RunsCommand),
     /// Executors: ls.
@@ -158,6 +159,12 @@ struct ServerArgs {
     /// The token executors present (prefer the environment variable).
     #[arg(long, env = "CARILLON_EXECUTOR_TOKEN", hide_env_values = true)]
     executor_token: Option<String>,
+    /// Lines of handler log kept per attempt (default 5000).
+    #[arg(long, env = "CARILLON_HANDLER_LOGS_MAX_LINES")]
+    handler_logs_max_lines: Option<u64>,
+    /// Bytes of handler log kept per attempt (default 1048576).
+    #[arg(long, env = "CARILLON_HANDLER_LOGS_MAX_BYTES")]
+    handler_logs_max_bytes: Option<u64>,
     /// Serve XXL-JOB executors with this access token (prefer the environment variable).
     #[arg(long, env = "CARILLON_XXL_ACCESS_TOKEN", hide_env_values = true)]
     xxl_access_token: Option<String>,
@@ -250,6 +257,14 @@ impl ServerArgs {
             config.xxl.access_token = Some(Secret::new(token));
         }
         set(&mut config.xxl.path_prefix, self.xxl_path_prefix);
+        set(
+            &mut config.handler_logs.max_lines,
+            self.handler_logs_max_lines,
+        );
+        set(
+            &mut config.handler_logs.max_bytes,
+            self.handler_logs_max_bytes,
+        );
         set(
             &mut config.xxl.executor_lease_ms,
             self.xxl_executor_lease_ms,

@@ -53,6 +53,35 @@ pub struct Config {
     pub retention: RetentionConfig,
     pub tasks: TasksConfig,
     pub xxl: XxlConfig,
+    pub handler_logs: HandlerLogsConfig,
+}
+
+/// `[handler_logs]`: how much of the log each attempt's handler ships is kept.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HandlerLogsConfig {
+    /// Lines kept per attempt; later ones are dropped and the log says so.
+    pub max_lines: u64,
+    /// Bytes of text kept per attempt.
+    pub max_bytes: u64,
+}
+
+impl Default for HandlerLogsConfig {
+    fn default() -> Self {
+        Self {
+            max_lines: 5_000,
+            max_bytes: 1024 * 1024,
+        }
+    }
+}
+
+impl HandlerLogsConfig {
+    pub fn caps(&self) -> crate::store::LogCaps {
+        crate::store::LogCaps {
+            max_lines: i64::try_from(self.max_lines).unwrap_or(i64::MAX),
+            max_bytes: i64::try_from(self.max_bytes).unwrap_or(i64::MAX),
+        }
+    }
 }
 
 /// `[xxl]`: XXL-JOB executors, unchanged, registering here as with an XXL-JOB admin. Off

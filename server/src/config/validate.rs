@@ -223,6 +223,19 @@ impl Config {
                 ));
             }
         }
+        let l = &self.handler_logs;
+        if !(1..=1_000_000).contains(&l.max_lines) {
+            return Err(invalid(
+                "handler_logs.max_lines",
+                format!("{} is outside 1..=1000000", l.max_lines),
+            ));
+        }
+        if !(1_024..=1_073_741_824).contains(&l.max_bytes) {
+            return Err(invalid(
+                "handler_logs.max_bytes",
+                format!("{} is outside 1024..=1073741824 (1 GiB)", l.max_bytes),
+            ));
+        }
         let prefix = &x.path_prefix;
         let allowed = |c: char| c.is_ascii_alphanumeric() || "-_./".contains(c);
         if !prefix.is_empty()

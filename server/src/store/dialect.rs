@@ -463,6 +463,12 @@ queries! {
         OR (e.protocol = 'carillon' \
             AND e.heartbeat_at_ms >= COALESCE(a.seen_at_ms, a.dispatched_at_ms) + ?)) LIMIT ?";
 
+    // An attempt's stored log: lines and bytes, the truncation marker left out.
+    attempt_logs_size = "SELECT COUNT(*), COALESCE(SUM(LENGTH(message)), 0) FROM attempt_logs \
+        WHERE attempt_id = ? AND line_no < ?";
+    attempt_logs_page = "SELECT attempt_id, line_no, at_ms, level, message FROM attempt_logs \
+        WHERE attempt_id = ? AND line_no > ? ORDER BY line_no LIMIT ?";
+
     attempts_seen = "UPDATE attempts SET seen_at_ms = {now} WHERE executor_id = ? \
         AND state = 'running' AND attempt_id IN ({partitions})";
 

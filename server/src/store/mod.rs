@@ -10,6 +10,7 @@ mod dispatch_records;
 mod error;
 mod history_records;
 mod job_records;
+mod log_records;
 mod policy_records;
 mod sql_store;
 mod task_records;
@@ -37,6 +38,7 @@ pub use job_records::{
     ClaimOutcome, JobChanges, JobFilter, JobKey, JobOrder, JobRecord, JobWrite, OverlapRule,
     RunClaim, RunRecord, ScheduledJob, job_state, run_state,
 };
+pub use log_records::{LogAppend, LogCaps, LogLine, NewLogLine, TRUNCATED_LINE};
 pub use policy_records::{BackfillRecord, BackfillStep, CalendarRecord, backfill_state};
 pub use task_records::{
     Enqueued, TaskFilter, TaskRecord, TaskWrite, TasksFired, task_of_job_id, task_state,
@@ -382,13 +384,36 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
 /// Method names are noun first (`leader_try_acquire`, `partitions_apply`) so related calls sort
 /// together.
 pub trait Store:
-    ClusterStore + JobStore + DispatchStore + HistoryStore + PolicyStore + TaskStore
+    ClusterStore + JobStore + DispatchStore + HistoryStore + PolicyStore + TaskStore + LogStore
 {
 }
 
-impl<T: ClusterStore + JobStore + DispatchStore + HistoryStore + PolicyStore + TaskStore> Store
-    for T
+impl<T: ClusterStore + JobStore + DispatchStore + HistoryStore + PolicyStore + TaskStore + LogStore>
+    Store for T
 {
+}
+
+/// The lines handlers log while attempts run, kept with their runs (`history_delete_runs`
+/// deletes them with the runs).
+#[async_trait]
+pub trait LogStore: Send + Sync + std::fmt::Debug + 'static {
+    /// Stores an attempt's lines within `caps` (lines already stored are skipped); past the
+    /// caps, lines are dropped and a marker line ([`TRUNCATED_LINE`]) says so.
+    async fn attempt_logs_append(
+        &self,
+        attempt_id: i64,
+        run_id: i64,
+        lines: &[NewLogLine],
+        caps: LogCaps,
+    ) -> Result<LogAppend, Error>;
+
+    /// An attempt's lines numbered above `after_line`, in order, at most `limit`.
+    async fn attempt_logs_page(
+        &self,
+        attempt_id: i64,
+        after_line: i64,
+        limit: i64,
+    ) -> Result<Vec<LogLine>, Error>;
 }
 
 /// Tasks: delayed one-shot work enqueued in bulk and fired by the owner of its partition. A

@@ -132,6 +132,13 @@ macro_rules! history_store {
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
+                // Their attempts' logs go with them.
+                sqlx::query::<$db>(AssertSqlSafe(format!(
+                    "DELETE FROM attempt_logs WHERE run_id IN ({list}) AND NOT EXISTS \
+                     (SELECT 1 FROM runs WHERE runs.run_id = attempt_logs.run_id)"
+                )))
+                .execute(&mut *tx)
+                .await?;
                 tx.commit().await?;
                 Ok(Purged { runs, attempts })
             }

@@ -11,6 +11,7 @@ mod cluster;
 mod dispatch;
 mod history;
 mod jobs;
+mod logs;
 mod migrate;
 mod policies;
 mod tasks;
@@ -39,10 +40,11 @@ use super::job_records::{
     ClaimOutcome, JobChanges, JobFilter, JobKey, JobOrder, JobRecord, JobWrite, OverlapRule,
     RunClaim, RunRecord, ScheduledJob, job_state, run_state,
 };
+use super::log_records::{LogAppend, LogCaps, LogLine, NewLogLine, TRUNCATED_LINE};
 use super::policy_records::{BackfillRecord, BackfillStep, CalendarRecord};
 use super::{
     Backend, ClusterMeta, ClusterStore, DatabaseUrl, DispatchStore, Error, HistoryStore, JobStore,
-    LeaderFence, LeaderRecord, NodeList, NodeRecord, NodeRegistration, PartitionChange,
+    LeaderFence, LeaderRecord, LogStore, NodeList, NodeRecord, NodeRegistration, PartitionChange,
     PartitionRecord, PolicyStore, PoolOptions,
 };
 use bulk::JobAdvance;
@@ -308,3 +310,16 @@ history::history_store!(SqliteStore, Sqlite);
 policies::policy_store!(PostgresStore, Postgres);
 policies::policy_store!(MysqlStore, MySql);
 policies::policy_store!(SqliteStore, Sqlite);
+logs::log_store!(
+    PostgresStore,
+    Postgres,
+    "INSERT",
+    " ON CONFLICT (attempt_id, line_no) DO NOTHING"
+);
+logs::log_store!(MysqlStore, MySql, "INSERT IGNORE", "");
+logs::log_store!(
+    SqliteStore,
+    Sqlite,
+    "INSERT",
+    " ON CONFLICT (attempt_id, line_no) DO NOTHING"
+);

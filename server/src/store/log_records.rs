@@ -1,0 +1,41 @@
+//! Rows of `attempt_logs`: the lines handlers log while an attempt runs.
+
+/// The line number of the marker that ends a truncated log: above every real line, and exact
+/// in JavaScript.
+pub const TRUNCATED_LINE: i64 = 9_007_199_254_740_991;
+
+/// A line as an executor ships it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewLogLine {
+    /// From 1, in the order the handler logged.
+    pub line_no: i64,
+    pub at_ms: i64,
+    pub level: String,
+    pub message: String,
+}
+
+/// A stored line.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct LogLine {
+    pub attempt_id: i64,
+    pub line_no: i64,
+    pub at_ms: i64,
+    pub level: String,
+    pub message: String,
+}
+
+/// How much of an attempt's log is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogCaps {
+    pub max_lines: i64,
+    pub max_bytes: i64,
+}
+
+/// What an append kept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogAppend {
+    /// New lines stored (a line sent again is not counted).
+    pub stored: u64,
+    /// Lines past the caps, dropped.
+    pub dropped: u64,
+}
