@@ -203,6 +203,39 @@ async fn pyxxl_executors_run_carillon_jobs() {
         json!(ids[0]),
         "balance first: the lowest address"
     );
+    // Its log, read from the executor's /log by line.
+    let run_id = run["id"].as_i64().unwrap();
+    let (status, page) = node
+        .call(Method::GET, &format!("/api/v1/runs/{run_id}/logs"), None)
+        .await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page["source"], "executor", "{page}");
+    let lines: Vec<&str> = page["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["message"].as_str().unwrap())
+        .collect();
+    assert!(
+        lines.iter().any(|l| l.contains("echo got hello world")),
+        "{page}"
+    );
+    assert_eq!(page["lines"][0]["line"], 1, "{page}");
+    let after = page["next_after"].as_i64().unwrap();
+    assert_eq!(after as usize, lines.len(), "{page}");
+    let (_, rest) = node
+        .call(
+            Method::GET,
+            &format!("/api/v1/runs/{run_id}/logs?after=1"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        rest["lines"].as_array().unwrap().len(),
+        lines.len() - 1,
+        "{rest}"
+    );
+    assert_eq!(rest["lines"][0]["line"], 2, "{rest}");
 
     // A sharded broadcast: one shard per executor, as broadcastIndex/broadcastTotal.
     let shard = create(

@@ -21,9 +21,12 @@ pub struct XxlReturn {
     pub code: i64,
     #[serde(default)]
     pub msg: Option<String>,
-    /// What `/log` answers (`data` in XXL-JOB 3).
-    #[serde(default, alias = "data", skip_serializing_if = "Option::is_none")]
+    /// What `/log` answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<Value>,
+    /// The same in XXL-JOB 3 (pyxxl sends both).
+    #[serde(default, skip_serializing)]
+    pub data: Option<Value>,
 }
 
 impl XxlReturn {
@@ -32,6 +35,7 @@ impl XxlReturn {
             code: 200,
             msg: None,
             content: None,
+            data: None,
         }
     }
 
@@ -40,6 +44,7 @@ impl XxlReturn {
             code: 500,
             msg: Some(msg.into()),
             content: None,
+            data: None,
         }
     }
 }
@@ -246,7 +251,7 @@ impl DispatchClient {
         if answer.code != 200 {
             return Err(format!("/log answered {}", describe(&answer)));
         }
-        serde_json::from_value(answer.content.unwrap_or(Value::Null))
+        serde_json::from_value(answer.content.or(answer.data).unwrap_or(Value::Null))
             .map_err(|e| format!("/log answered something that is not a log: {e}"))
     }
 }
