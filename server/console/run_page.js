@@ -1,10 +1,12 @@
-// The run page: its fields, cancel or re-run, and its shards and attempts with their outputs.
+// The run page: its fields, cancel or re-run, its shards and attempts with their outputs, and
+// the handler log (run_logs.js).
 
 import { api, enc, jobName } from './api.js';
 import { h, append, replace, flash, act } from './dom.js';
 import { timeEl, durationBetween, prettyJson, badge, jobLink } from './format.js';
 import { table, row } from './tables.js';
 import { pageHead, keepFocus, setTitle, focusHeading } from './view.js';
+import { logPanel } from './run_logs.js';
 
 const UNFINISHED_RUN = new Set(['pending', 'queued', 'running']);
 const DEAD_RUN = new Set(['failed', 'no_executor']);
@@ -22,6 +24,7 @@ export async function viewRun(ctx, id) {
     actionError,
     h('section', { class: 'card', 'aria-labelledby': 'h-run' }, h('h2', { id: 'h-run', text: 'Run' }), fields),
     h('section', { class: 'card', 'aria-labelledby': 'h-attempts' }, h('h2', { id: 'h-attempts', text: 'Shards and attempts' }), attempts),
+    logPanel(ctx, id),
   ]);
 
   function render() {

@@ -20,6 +20,7 @@ const SHOTS = process.env.SCREENSHOT_DIR || '';
 const SUFFIX = `${Date.now().toString(36)}${Math.random().toString(36).slice(2, 6)}`;
 const ECHO_JOB = `console-echo-${SUFFIX}`;
 const FAIL_JOB = `console-fail-${SUFFIX}`;
+const LOG_JOB = `console-log-${SUFFIX}`;
 
 const results = [];
 const createdJobs = new Map(); // name -> id, for the clean-up
@@ -98,6 +99,15 @@ async function apiCall(method, path, body) {
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   const res = await fetch(`${BASE}/api/v1${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   return res.status;
+}
+
+/** The API straight from node, answering JSON, for setting up only. */
+async function apiJson(method, path, body) {
+  const headers = { Authorization: `Bearer ${TOKEN}` };
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  const res = await fetch(`${BASE}/api/v1${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  check(res.ok, `${method} ${path} answered ${res.status}`);
+  return res.json();
 }
 
 function watch(page, label) {
@@ -307,6 +317,33 @@ async function main() {
       await shot(page, 'run-failed');
     });
 
+    await step('3b. a running run shows its handler log as it comes, as text', page, async () => {
+      const job = await apiJson('POST', '/jobs', { name: LOG_JOB, app: APP, handler: 'slow', schedule: { manual: true }, args: { seconds: 4 } });
+      createdJobs.set(LOG_JOB, String(job.id));
+      const run = await apiJson('POST', `/jobs/${job.id}/trigger`);
+      await page.evaluate((id) => { location.hash = `#/runs/${id}`; }, String(run.id));
+      await waitHeading(page, `Run ${run.id}`);
+      const panel = page.getByTestId('run-log');
+      const lines = panel.getByTestId('log-lines').locator('.log-line');
+      await waitFor(async () => (await lines.count()) >= 2, 10_000, 'two log lines on the run page');
+      const state = await page.getByTestId('run-state').innerText();
+      check(!state.includes('succeeded'), `the lines came only after the run ended (${state})`);
+      const first = await lines.first().innerText();
+      check(first.includes('slow step 1 <b>not bold</b>'), `the first line does not show its markup as text: ${first}`);
+      check(await panel.locator('b').count() === 0, 'a logged <b> was parsed as markup');
+      const during = await lines.count();
+      await waitFor(async () => (await lines.count()) > during, 5_000, 'more lines while the run goes on (following)');
+      await shot(page, 'run-log-live');
+      await waitFor(async () => (await page.getByTestId('run-state').innerText()).includes('succeeded'), 15_000, 'the run to succeed');
+      await waitFor(async () => !(await panel.getByTestId('log-status').innerText()).includes('following'), 10_000, 'the log to stop following once the run ended');
+      const numbers = await lines.evaluateAll((els) => els.map((el) => Number(el.dataset.line)));
+      check(numbers.length >= 6 && numbers.every((n, i) => n === i + 1), `lines shown once each, in order: ${JSON.stringify(numbers)}`);
+      await shot(page, 'run-log-done');
+      // Out of the way of the search below, which expects the two jobs of this run.
+      check(await apiCall('DELETE', `/jobs/${job.id}`) === 204, `job ${LOG_JOB} could not be deleted`);
+      createdJobs.delete(LOG_JOB);
+    });
+
     await step('phone viewport (390x844): the nav and the jobs list are usable', page, async () => {
       const phone = await browser.newContext({ viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isMobile: true, hasTouch: true, locale: 'en-GB' });
       phone.setDefaultTimeout(15_000);
@@ -377,7 +414,7 @@ async function main() {
   } finally {
     // Never leave jobs firing every second behind, whatever failed: those known by id, and
     // any other of this run's (found by name, in case a step failed before reading the id).
-    for (const name of [ECHO_JOB, FAIL_JOB]) {
+    for (const name of [ECHO_JOB, FAIL_JOB, LOG_JOB]) {
       if (createdJobs.has(name)) continue;
       try {
         const res = await fetch(`${BASE}/api/v1/jobs?name=${encodeURIComponent(name)}&limit=10`, { headers: { Authorization: `Bearer ${TOKEN}` } });

@@ -3,7 +3,8 @@
 
 Handlers:
   echo     -> answers 200 at once with {"args": ..., "shard": ...}
-  slow     -> answers 202, sleeps `args.seconds` (default 3), reports succeeded
+  slow     -> answers 202, sleeps `args.seconds` (default 3) logging a line every 0.5 s
+              (POST /api/v1/executors/logs), reports succeeded
   fail     -> answers 200 with outcome failed
   flaky    -> fails when this executor runs with --fail, succeeds otherwise
 With --hang, `slow` answers 202 and then never reports nor honours a cancel (a stuck handler).
@@ -73,9 +74,31 @@ def call_to(base, path, body):
         return r.read()
 
 
+def ship_log(dispatch, line, message):
+    """Sends one line of the handler's log (protocol/README.md, *Handler logs*); best effort."""
+    body = {"executor_id": args.id, "attempts": [{"attempt_id": dispatch["attempt_id"], "lines": [
+        {"line": line, "at_ms": now_ms(), "level": "INFO", "message": message}]}]}
+    for base in dispatch["report_to"] + [args.admin]:
+        try:
+            call_to(base, "/api/v1/executors/logs", body)
+            return
+        except Exception:
+            pass
+
+
 def run_slow(dispatch, cancel):
     seconds = (dispatch["args"] or {}).get("seconds", 3) if isinstance(dispatch["args"], dict) else 3
-    cancelled = cancel.wait(seconds)
+    # A line of log every half second while it sleeps, one with markup in it.
+    deadline = time.time() + seconds
+    line = 0
+    cancelled = False
+    while not cancelled:
+        left = deadline - time.time()
+        if left <= 0:
+            break
+        line += 1
+        ship_log(dispatch, line, f"slow step {line} <b>not bold</b>")
+        cancelled = cancel.wait(min(0.5, left))
     with lock:
         running.pop(dispatch["attempt_id"], None)
     if cancelled:
