@@ -8,14 +8,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use carillon_protocol::{
-    AttemptReport, DefaultSchedule, HandlerSpec, Heartbeat, HeartbeatReply, Outcome,
-    PROTOCOL_VERSION, Registration, RegistrationAccepted, admin_paths,
+    AttemptLines, AttemptReport, DefaultSchedule, HandlerSpec, Heartbeat, HeartbeatReply, LogBatch,
+    Outcome, PROTOCOL_VERSION, Registration, RegistrationAccepted, ShippedLine, admin_paths,
 };
 use serde_json::Value;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use crate::registry::JobDescriptor;
 
@@ -231,6 +231,68 @@ impl Shared {
             }
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_secs(30));
+        }
+    }
+}
+
+impl Shared {
+    /// Ships the waiting lines of every attempt being captured, every
+    /// [`SHIP_EVERY`](crate::logs::SHIP_EVERY), until the task is aborted.
+    pub(crate) async fn ship_logs(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(crate::logs::SHIP_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            for log in self.logs.open_logs() {
+                let lines = log.take();
+                if !lines.is_empty() {
+                    self.ship_log(&log, lines).await;
+                }
+            }
+        }
+    }
+
+    /// Ships what an ended attempt's log still holds (a few tries) and stops capturing it.
+    pub(crate) async fn close_log(&self, attempt_id: i64) {
+        let Some(log) = self.logs.close(attempt_id) else {
+            return;
+        };
+        for _ in 0..3 {
+            let lines = log.take();
+            if lines.is_empty() {
+                return;
+            }
+            if !self.ship_log(&log, lines).await {
+                tokio::time::sleep(crate::logs::SHIP_EVERY).await;
+            }
+        }
+    }
+
+    /// Sends one attempt's lines; puts them back when no node took them (not when one
+    /// refused them for good). True when they were taken.
+    async fn ship_log(&self, log: &crate::logs::AttemptLog, lines: Vec<ShippedLine>) -> bool {
+        let mut batch = LogBatch {
+            executor_id: self.id.executor_id.clone(),
+            attempts: vec![AttemptLines {
+                attempt_id: log.attempt_id(),
+                lines,
+            }],
+        };
+        match self
+            .call_once::<_, Value>(admin_paths::LOGS, &batch, log.report_to())
+            .await
+        {
+            Ok(_) => true,
+            Err(e) if e.permanent => {
+                debug!(attempt_id = log.attempt_id(), error = %e.message, "log lines refused");
+                true
+            }
+            Err(_) => {
+                if let Some(back) = batch.attempts.pop() {
+                    log.put_back(back.lines);
+                }
+                false
+            }
         }
     }
 }

@@ -230,7 +230,7 @@ fn start(shared: &Arc<Shared>, dispatch: Dispatch) -> Result<(), (StatusCode, St
             };
             drop(permit);
             // The log is complete before the result: a run that has ended shows all of it.
-            task_shared.logs.close(&task_shared, attempt_id).await;
+            task_shared.close_log(attempt_id).await;
             task_shared.lock_running().remove(&attempt_id);
             let joined = match &effect_key {
                 Some(key) => task_shared.lock_effects().finish(key, &result, now_ms()),

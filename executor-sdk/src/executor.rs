@@ -304,7 +304,7 @@ impl Executor {
         info!(executor = %shared.id.executor_id, %address, handlers = shared.jobs.len(), "registered");
 
         let stop = CancellationToken::new();
-        let ship = tokio::spawn(crate::logs::LogShipper::run(Arc::clone(&shared)));
+        let ship = tokio::spawn(Arc::clone(&shared).ship_logs());
         let beat = tokio::spawn(admin::heartbeat(
             Arc::clone(&shared),
             address.clone(),

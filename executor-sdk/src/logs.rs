@@ -14,14 +14,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use carillon_protocol::{AttemptLines, LogBatch, ShippedLine, admin_paths};
+use carillon_protocol::ShippedLine;
 use tracing::field::{Field, Visit};
 use tracing::level_filters::LevelFilter;
 use tracing::span::{Attributes, Id, Record};
 use tracing::subscriber::Interest;
 use tracing::{Dispatch, Event, Level, Metadata, Subscriber};
-
-use crate::admin::Shared;
 
 /// The least severe level captured.
 const CAPTURED: Level = Level::INFO;
@@ -29,8 +27,8 @@ const CAPTURED: Level = Level::INFO;
 const MAX_PENDING: usize = 10_000;
 /// Lines of one attempt in one request.
 const MAX_PER_REQUEST: usize = 1_000;
-/// How often waiting lines are shipped.
-const SHIP_EVERY: Duration = Duration::from_millis(300);
+/// How often waiting lines are shipped (`admin.rs` ships them).
+pub(crate) const SHIP_EVERY: Duration = Duration::from_millis(300);
 
 tokio::task_local! {
     static ATTEMPT: Arc<AttemptLog>;
@@ -65,9 +63,18 @@ impl AttemptLog {
         });
     }
 
+    pub(crate) fn attempt_id(&self) -> i64 {
+        self.attempt_id
+    }
+
+    /// The admin nodes its dispatch named.
+    pub(crate) fn report_to(&self) -> &[String] {
+        &self.report_to
+    }
+
     /// Lines to send now (at most a request's worth), and a line saying how many were
     /// dropped for want of room, if any were.
-    fn take(&self) -> Vec<ShippedLine> {
+    pub(crate) fn take(&self) -> Vec<ShippedLine> {
         let mut pending = self.lock();
         let dropped = self.dropped.swap(0, Ordering::Relaxed);
         if dropped > 0 {
@@ -86,7 +93,7 @@ impl AttemptLog {
     }
 
     /// Puts lines that could not be sent back in front of the newer ones.
-    fn put_back(&self, lines: Vec<ShippedLine>) {
+    pub(crate) fn put_back(&self, lines: Vec<ShippedLine>) {
         let mut pending = self.lock();
         let newer = std::mem::replace(&mut *pending, lines);
         pending.extend(newer);
@@ -122,65 +129,14 @@ impl LogShipper {
         log
     }
 
-    /// Ships what an ended attempt still holds (a few tries), and stops capturing it.
-    pub(crate) async fn close(&self, shared: &Shared, attempt_id: i64) {
-        let Some(log) = self.lock().remove(&attempt_id) else {
-            return;
-        };
-        for _ in 0..3 {
-            let lines = log.take();
-            if lines.is_empty() {
-                return;
-            }
-            if !ship(shared, &log, lines).await {
-                tokio::time::sleep(SHIP_EVERY).await;
-            }
-        }
+    /// Stops capturing an attempt's log: what it still holds, to ship once more.
+    pub(crate) fn close(&self, attempt_id: i64) -> Option<Arc<AttemptLog>> {
+        self.lock().remove(&attempt_id)
     }
 
-    /// Ships the waiting lines of every open attempt, until the executor stops.
-    pub(crate) async fn run(shared: Arc<Shared>) {
-        let mut tick = tokio::time::interval(SHIP_EVERY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let open: Vec<Arc<AttemptLog>> = shared.logs.lock().values().cloned().collect();
-            for log in open {
-                let lines = log.take();
-                if !lines.is_empty() {
-                    ship(&shared, &log, lines).await;
-                }
-            }
-        }
-    }
-}
-
-/// Sends one attempt's lines; puts them back when no node took them (not when one refused
-/// them for good). True when they were taken.
-async fn ship(shared: &Shared, log: &AttemptLog, lines: Vec<ShippedLine>) -> bool {
-    let batch = LogBatch {
-        executor_id: shared.id.executor_id.clone(),
-        attempts: vec![AttemptLines {
-            attempt_id: log.attempt_id,
-            lines,
-        }],
-    };
-    match shared
-        .call_once::<_, serde_json::Value>(admin_paths::LOGS, &batch, &log.report_to)
-        .await
-    {
-        Ok(_) => true,
-        Err(e) if e.permanent => {
-            tracing::debug!(attempt_id = log.attempt_id, error = %e.message, "log lines refused");
-            true
-        }
-        Err(_) => {
-            let LogBatch { mut attempts, .. } = batch;
-            if let Some(back) = attempts.pop() {
-                log.put_back(back.lines);
-            }
-            false
-        }
+    /// The attempts being captured.
+    pub(crate) fn open_logs(&self) -> Vec<Arc<AttemptLog>> {
+        self.lock().values().cloned().collect()
     }
 }
 
