@@ -1,7 +1,8 @@
 //! Run-history retention in the store, the same body on Postgres, MySQL/MariaDB and SQLite:
 //! only finished runs in scope are deleted, with their attempts, a bounded batch at a time;
 //! running runs, other partitions, dead letters and jobs with their own rule are left alone
-//! unless the scope names them.
+//! unless the scope names them. And the attempts' log lines: kept once each, within their
+//! caps, and deleted with their runs.
 #![allow(
     clippy::unwrap_used,
     reason = "a test fails loudly on any unexpected error"
@@ -13,8 +14,8 @@ mod support;
 use std::sync::Arc;
 
 use carillon_server::store::{
-    AttemptEnd, ClaimOutcome, JobHistoryRule, JobWrite, NewAttempt, PurgeScope, PurgeStates,
-    Purged, RunFilter, Store, run_state,
+    AttemptEnd, ClaimOutcome, JobHistoryRule, JobWrite, LogCaps, NewAttempt, NewLogLine,
+    PurgeScope, PurgeStates, Purged, RunFilter, Store, TRUNCATED_LINE, run_state,
 };
 use support::db::TestDb;
 use support::records::{claim, job_write};
@@ -22,17 +23,26 @@ use support::records::{claim, job_write};
 for_engine!(
     postgres,
     Postgres,
-    [only_finished_runs_in_scope_are_deleted_with_their_attempts]
+    [
+        only_finished_runs_in_scope_are_deleted_with_their_attempts,
+        log_lines_are_kept_once_within_their_caps
+    ]
 );
 for_engine!(
     mysql,
     Mysql,
-    [only_finished_runs_in_scope_are_deleted_with_their_attempts]
+    [
+        only_finished_runs_in_scope_are_deleted_with_their_attempts,
+        log_lines_are_kept_once_within_their_caps
+    ]
 );
 for_engine!(
     sqlite,
     Sqlite,
-    [only_finished_runs_in_scope_are_deleted_with_their_attempts]
+    [
+        only_finished_runs_in_scope_are_deleted_with_their_attempts,
+        log_lines_are_kept_once_within_their_caps
+    ]
 );
 
 fn job(name: &str, keep_ms: Option<i64>, max_runs: Option<i64>) -> JobWrite {
@@ -155,6 +165,27 @@ async fn only_finished_runs_in_scope_are_deleted_with_their_attempts(db: TestDb)
         .unwrap()[0]
         .run_id;
 
+    // Log lines of a run to delete and of the running run, which stays.
+    let line = |n: i64| NewLogLine {
+        line_no: n,
+        at_ms: now,
+        level: "INFO".into(),
+        message: format!("line {n}"),
+    };
+    let caps = LogCaps {
+        max_lines: 100,
+        max_bytes: 10_000,
+    };
+    let first_attempt = store.attempts_of_run(plain[0]).await.unwrap()[0].attempt_id;
+    let running_attempt = store.attempts_of_run(running).await.unwrap()[0].attempt_id;
+    for (attempt, run) in [(first_attempt, plain[0]), (running_attempt, running)] {
+        let kept = store
+            .attempt_logs_append(attempt, run, &[line(1), line(2)], caps)
+            .await
+            .unwrap();
+        assert_eq!(kept.stored, 2);
+    }
+
     let later = store.now_ms().await.unwrap() + 60_000;
     // What a node's global pass deletes: finished, not dead letters, jobs without a rule.
     let global = PurgeScope {
@@ -194,6 +225,22 @@ async fn only_finished_runs_in_scope_are_deleted_with_their_attempts(db: TestDb)
         assert!(!exists(&store, *run).await, "run {run} deleted");
         assert!(store.attempts_of_run(*run).await.unwrap().is_empty());
     }
+    assert!(
+        store
+            .attempt_logs_page(first_attempt, 0, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a deleted run's log lines go with it"
+    );
+    assert_eq!(
+        store
+            .attempt_logs_page(running_attempt, 0, 10)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
     // The running run, the dead letter and the job with its own rule are untouched.
     assert!(exists(&store, running).await);
     assert_eq!(store.attempts_of_run(running).await.unwrap().len(), 1);
@@ -253,4 +300,64 @@ async fn only_finished_runs_in_scope_are_deleted_with_their_attempts(db: TestDb)
     };
     drain(&store, &everything, 1).await;
     assert!(exists(&store, running).await);
+}
+
+async fn log_lines_are_kept_once_within_their_caps(db: TestDb) {
+    let store = owned(&db).await;
+    store
+        .job_insert(1, 0, &job("talker", None, None), true)
+        .await
+        .unwrap();
+    let now = store.now_ms().await.unwrap();
+    let run = runs(&store, 1, &[now - 1_000], now - 1_000).await[0];
+    let attempt = store.attempts_of_run(run).await.unwrap()[0].attempt_id;
+    let line = |n: i64, text: &str| NewLogLine {
+        line_no: n,
+        at_ms: now + n,
+        level: "INFO".into(),
+        message: text.into(),
+    };
+    let caps = LogCaps {
+        max_lines: 4,
+        max_bytes: 40,
+    };
+    let first = [line(1, "one"), line(2, "two émoji 🎉"), line(3, "three")];
+    let kept = store
+        .attempt_logs_append(attempt, run, &first, caps)
+        .await
+        .unwrap();
+    assert_eq!((kept.stored, kept.dropped), (3, 0));
+    // The same batch again (its answer was lost): stored once.
+    let again = store
+        .attempt_logs_append(attempt, run, &first, caps)
+        .await
+        .unwrap();
+    assert_eq!(again.stored, 0);
+    // Past the caps (4 lines, 40 bytes): dropped, and the log says so in its last line.
+    let more = [line(4, "four"), line(5, "five"), line(6, "six")];
+    let capped = store
+        .attempt_logs_append(attempt, run, &more, caps)
+        .await
+        .unwrap();
+    assert_eq!((capped.stored, capped.dropped), (1, 2));
+    let page = store.attempt_logs_page(attempt, 0, 100).await.unwrap();
+    let numbers: Vec<i64> = page.iter().map(|l| l.line_no).collect();
+    assert_eq!(numbers, [1, 2, 3, 4, TRUNCATED_LINE]);
+    assert_eq!(
+        page[1].message, "two émoji 🎉",
+        "text comes back byte for byte"
+    );
+    assert!(page[4].message.contains("truncated"), "{:?}", page[4]);
+    // Paged by line number.
+    let after = store.attempt_logs_page(attempt, 2, 2).await.unwrap();
+    let numbers: Vec<i64> = after.iter().map(|l| l.line_no).collect();
+    assert_eq!(numbers, [3, 4]);
+    // A line that would pass the bytes cap is dropped even under the lines cap.
+    let other = store.attempts_of_run(run).await.unwrap()[0].attempt_id + 1_000;
+    let big = [line(1, &"x".repeat(41))];
+    let refused = store
+        .attempt_logs_append(other, run, &big, caps)
+        .await
+        .unwrap();
+    assert_eq!((refused.stored, refused.dropped), (0, 1));
 }

@@ -18,6 +18,8 @@ struct Dialect {
     numbered_params: bool,
     /// What makes an `INSERT` into `runs` skip a row whose (job, instant) is taken.
     ignore_duplicate_run: &'static str,
+    /// The type a `CAST` to a 64-bit integer names (`SUM` is `DECIMAL` on MySQL).
+    bigint: &'static str,
 }
 
 /// PostgreSQL's `{now}`, as a literal for the statements written for PostgreSQL alone
@@ -40,6 +42,7 @@ impl Dialect {
                 from_dual: "",
                 numbered_params: true,
                 ignore_duplicate_run: "ON CONFLICT (job_id, scheduled_at_ms) DO NOTHING",
+                bigint: "BIGINT",
             },
             Backend::Mysql => Dialect {
                 // sqlx sets the session time zone to UTC, so this round trip is exact.
@@ -49,6 +52,7 @@ impl Dialect {
                 numbered_params: false,
                 // A no-op update; unlike INSERT IGNORE it does not hide other errors.
                 ignore_duplicate_run: "ON DUPLICATE KEY UPDATE job_id = job_id",
+                bigint: "SIGNED",
             },
             Backend::Sqlite => Dialect {
                 now_ms: "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
@@ -57,6 +61,7 @@ impl Dialect {
                 from_dual: "",
                 numbered_params: false,
                 ignore_duplicate_run: "ON CONFLICT (job_id, scheduled_at_ms) DO NOTHING",
+                bigint: "INTEGER",
             },
         }
     }
@@ -66,7 +71,8 @@ impl Dialect {
             .replace("{now}", self.now_ms)
             .replace("{for_update}", self.for_update)
             .replace("{from_dual}", self.from_dual)
-            .replace("{ignore_duplicate_run}", self.ignore_duplicate_run);
+            .replace("{ignore_duplicate_run}", self.ignore_duplicate_run)
+            .replace("{bigint}", self.bigint);
         if !self.numbered_params {
             return text.into();
         }
@@ -464,7 +470,8 @@ queries! {
             AND e.heartbeat_at_ms >= COALESCE(a.seen_at_ms, a.dispatched_at_ms) + ?)) LIMIT ?";
 
     // An attempt's stored log: lines and bytes, the truncation marker left out.
-    attempt_logs_size = "SELECT COUNT(*), COALESCE(SUM(LENGTH(message)), 0) FROM attempt_logs \
+    attempt_logs_size = "SELECT COUNT(*), CAST(COALESCE(SUM(LENGTH(message)), 0) AS {bigint}) \
+        FROM attempt_logs \
         WHERE attempt_id = ? AND line_no < ?";
     attempt_logs_page = "SELECT attempt_id, line_no, at_ms, level, message FROM attempt_logs \
         WHERE attempt_id = ? AND line_no > ? ORDER BY line_no LIMIT ?";
