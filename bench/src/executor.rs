@@ -1,6 +1,8 @@
 //! The fast executor: answers every dispatch at once with a direct result (`200`), so the
 //! figures measure Carillon, not a handler. It verifies each dispatch's signature as a real
-//! executor must, and records when each scheduled instant arrived.
+//! executor must, and records when each scheduled instant arrived. With `--log-lines N`, each
+//! attempt's handler "logs" N lines, shipped to the nodes as the SDK ships them: every 300 ms,
+//! every waiting line in one request.
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -13,8 +15,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use carillon_protocol::{
-    BatchItemReply, DirectResult, Dispatch, DispatchBatch, DispatchBatchReply, Heartbeat, Outcome,
-    PROTOCOL_VERSION, SIGNATURE_HEADER, TIMESTAMP_HEADER, admin_paths, executor_paths, verify,
+    AttemptLines, BatchItemReply, DirectResult, Dispatch, DispatchBatch, DispatchBatchReply,
+    Heartbeat, LogBatch, LogBatchAccepted, Outcome, PROTOCOL_VERSION, SIGNATURE_HEADER,
+    ShippedLine, TIMESTAMP_HEADER, admin_paths, executor_paths, verify,
 };
 use serde_json::json;
 
@@ -32,6 +35,19 @@ pub(crate) struct Receipt {
 struct Shared {
     secret: String,
     receipts: Mutex<Vec<Receipt>>,
+    log_lines: usize,
+    /// Lines waiting to be shipped.
+    logs: Mutex<Vec<AttemptLines>>,
+    shipped: Mutex<LogFigures>,
+}
+
+/// What the log shipping did.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct LogFigures {
+    pub(crate) lines: u64,
+    pub(crate) stored: u64,
+    pub(crate) dropped: u64,
+    pub(crate) failed_requests: u64,
 }
 
 /// A running fast executor.
@@ -44,11 +60,25 @@ pub(crate) struct FastExecutor {
 impl FastExecutor {
     /// Serves on a loopback port, registers with the cluster and heartbeats until the process
     /// ends.
-    pub(crate) async fn start(cluster: &Cluster, batch: bool) -> anyhow::Result<FastExecutor> {
+    pub(crate) async fn start(
+        cluster: &Cluster,
+        batch: bool,
+        log_lines: usize,
+    ) -> anyhow::Result<FastExecutor> {
         let shared = Arc::new(Shared {
             secret: cluster.dispatch_secret.clone(),
             receipts: Mutex::new(Vec::with_capacity(1 << 20)),
+            log_lines,
+            logs: Mutex::new(Vec::new()),
+            shipped: Mutex::new(LogFigures::default()),
         });
+        if log_lines > 0 {
+            tokio::spawn(ship_logs(
+                Arc::clone(&shared),
+                cluster.urls(),
+                cluster.executor_token.clone(),
+            ));
+        }
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let address = format!("http://{}", listener.local_addr()?);
         let app = axum::Router::new()
@@ -106,6 +136,15 @@ impl FastExecutor {
         Ok(accepted["heartbeat_interval_ms"].as_u64().unwrap_or(1_000))
     }
 
+    /// What the log shipping did so far.
+    pub(crate) fn log_figures(&self) -> LogFigures {
+        *self
+            .shared
+            .shipped
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Every receipt so far.
     pub(crate) fn receipts(&self) -> Vec<Receipt> {
         self.shared
@@ -141,6 +180,104 @@ fn record(shared: &Shared, dispatches: &[Dispatch], received_ms: i64) {
             scheduled_ms: crate::cluster::parse_rfc3339_ms(&dispatch.scheduled_at).unwrap_or(0),
             received_ms,
         });
+    }
+    drop(receipts);
+    if shared.log_lines > 0 {
+        let mut logs = shared.logs.lock().unwrap_or_else(PoisonError::into_inner);
+        for dispatch in dispatches {
+            let lines = (1..=shared.log_lines as u64)
+                .map(|line| ShippedLine {
+                    line,
+                    at_ms: received_ms,
+                    level: "INFO".to_owned(),
+                    message: format!(
+                        "step {line} of run {} for job {}: processed 120 rows in 3 ms",
+                        dispatch.run_id, dispatch.job
+                    ),
+                })
+                .collect();
+            logs.push(AttemptLines {
+                attempt_id: dispatch.attempt_id,
+                lines,
+            });
+        }
+    }
+}
+
+/// Every 300 ms, every waiting line, in requests of at most [`LINES_PER_REQUEST`] lines (the
+/// SDK sends at most 1,000 lines of an attempt in one; a request must stay under the node's
+/// 2 MiB).
+async fn ship_logs(shared: Arc<Shared>, urls: Vec<String>, token: String) {
+    const LINES_PER_REQUEST: usize = 5_000;
+    let client = reqwest::Client::new();
+    let mut next = 0usize;
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut waiting =
+            std::mem::take(&mut *shared.logs.lock().unwrap_or_else(PoisonError::into_inner));
+        while !waiting.is_empty() {
+            let mut attempts = Vec::new();
+            let mut lines = 0usize;
+            while let Some(a) = waiting.pop() {
+                lines += a.lines.len();
+                attempts.push(a);
+                if lines >= LINES_PER_REQUEST {
+                    break;
+                }
+            }
+            next = (next + 1) % urls.len().max(1);
+            let batch = LogBatch {
+                executor_id: "bench-executor".to_owned(),
+                attempts,
+            };
+            let accepted = send_logs(&client, &urls[next], &token, &batch).await;
+            let mut figures = shared
+                .shipped
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            figures.lines += lines as u64;
+            match accepted {
+                Some(a) => {
+                    figures.stored += a.stored;
+                    figures.dropped += a.dropped;
+                }
+                None => figures.failed_requests += 1,
+            }
+        }
+    }
+}
+
+async fn send_logs(
+    client: &reqwest::Client,
+    url: &str,
+    token: &str,
+    batch: &LogBatch,
+) -> Option<LogBatchAccepted> {
+    let sent = client
+        .post(format!("{url}{}", admin_paths::LOGS))
+        .bearer_auth(token)
+        .timeout(Duration::from_secs(30))
+        .json(batch)
+        .send()
+        .await;
+    match sent {
+        Ok(r) if r.status().is_success() => r.json::<LogBatchAccepted>().await.ok(),
+        Ok(r) => {
+            let status = r.status();
+            let body: String = r
+                .text()
+                .await
+                .unwrap_or_default()
+                .chars()
+                .take(300)
+                .collect();
+            eprintln!("log batch refused: {status} {body}");
+            None
+        }
+        Err(e) => {
+            eprintln!("log batch not sent: {e}");
+            None
+        }
     }
 }
 

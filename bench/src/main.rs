@@ -35,6 +35,10 @@ struct Cli {
     /// The executor does not offer `dispatch-batch`: one request per attempt.
     #[arg(long, global = true)]
     no_batch: bool,
+    /// Every handler logs this many lines per attempt, shipped to the nodes as the SDK ships
+    /// them (every 300 ms, in one request).
+    #[arg(long, global = true, default_value_t = 0)]
+    log_lines: usize,
     /// The nodes keep finished runs this long (`10m`, `1d`, `forever`), looking every second;
     /// default: the server's default (30 days).
     #[arg(long, global = true)]
@@ -134,6 +138,7 @@ async fn main() -> anyhow::Result<()> {
         database_url: cli.database_url,
         carillon,
         batch: !cli.no_batch,
+        log_lines: cli.log_lines,
         extra_env: cli
             .retention
             .as_deref()

@@ -23,6 +23,8 @@ pub(crate) struct Common {
     pub(crate) carillon: PathBuf,
     /// The fast executor offers `dispatch-batch`.
     pub(crate) batch: bool,
+    /// Lines each attempt's handler logs (`--log-lines`).
+    pub(crate) log_lines: usize,
     /// More settings for every node (`--retention`).
     pub(crate) extra_env: Vec<(String, String)>,
 }
@@ -96,8 +98,9 @@ pub(crate) async fn throughput(common: &Common, load: &Load) -> anyhow::Result<R
         crate::history::insert_backlog(&cluster, backlog, partitions).await?;
         report_backlog_insert(backlog, inserted_at.elapsed());
     }
-    let executor = FastExecutor::start(&cluster, common.batch).await?;
+    let executor = FastExecutor::start(&cluster, common.batch, common.log_lines).await?;
     let mut report = Report::new("throughput");
+    report.add("log_lines_per_attempt", common.log_lines);
     report.add("db", format!("{:?}", common.db).to_lowercase());
     report.add("nodes", nodes);
     if let Some(count) = one_shot {
@@ -211,6 +214,17 @@ pub(crate) async fn throughput(common: &Common, load: &Load) -> anyhow::Result<R
         .map(|(b, a)| format!("{:.0}%", (a - b) as f64 / duration_s as f64))
         .collect();
     report.add("node_cpu", cpu.join(" "));
+    if common.log_lines > 0 {
+        let shipped = executor.log_figures();
+        report.add("log_lines_shipped", shipped.lines);
+        report.add("log_lines_stored", shipped.stored);
+        report.add("log_lines_dropped", shipped.dropped);
+        report.add("log_requests_failed", shipped.failed_requests);
+        report.add(
+            "log_lines_in_db",
+            cluster.count("SELECT COUNT(*) FROM attempt_logs").await?,
+        );
+    }
     report.add_delivery(&d);
     if let Some(at_t0) = backlog_at_t0 {
         let left = crate::history::backlog_left(&cluster).await?;
@@ -242,7 +256,7 @@ fn report_backlog_insert(runs: u64, took: Duration) {
 pub(crate) async fn failover(common: &Common, jobs: usize) -> anyhow::Result<Report> {
     let mut cluster = new_cluster(common).await?;
     cluster.start_nodes(3).await?;
-    let executor = FastExecutor::start(&cluster, common.batch).await?;
+    let executor = FastExecutor::start(&cluster, common.batch, common.log_lines).await?;
     let docs = (0..jobs).map(|i| every_second(i, "catch_up")).collect();
     let ids = cluster.create_jobs(docs, 16).await?;
     let partitions = cluster

@@ -145,7 +145,7 @@ async fn drained(executor: &FastExecutor, ids: &[i64], deadline_ms: i64) -> i64 
 pub(crate) async fn tasks(common: &Common, load: &TaskLoad) -> anyhow::Result<Report> {
     let mut cluster = new_cluster(common).await?;
     cluster.start_nodes(load.nodes).await?;
-    let executor = FastExecutor::start(&cluster, common.batch).await?;
+    let executor = FastExecutor::start(&cluster, common.batch, common.log_lines).await?;
     let mut report = Report::new("tasks");
     report.add("db", format!("{:?}", common.db).to_lowercase());
     report.add("nodes", load.nodes);

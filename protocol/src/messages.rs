@@ -219,13 +219,18 @@ pub struct ShippedLine {
 }
 
 /// The answer to a [`LogBatch`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LogBatchAccepted {
     /// Lines stored now (a line sent again is not counted).
     pub stored: u64,
-    /// Lines past the attempt's caps, dropped; the log ends with a line saying so.
+    /// Lines dropped: past their attempt's caps (its log ends with a line saying so), of an
+    /// attempt that no longer exists, or refused.
     pub dropped: u64,
+    /// Attempts that are neither pending nor the sender's: their lines were refused, and
+    /// sending them again changes nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<i64>,
 }
 
 /// `POST {executor}/carillon/v1/cancel` (admin node → executor, signed).

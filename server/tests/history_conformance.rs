@@ -178,13 +178,12 @@ async fn only_finished_runs_in_scope_are_deleted_with_their_attempts(db: TestDb)
     };
     let first_attempt = store.attempts_of_run(plain[0]).await.unwrap()[0].attempt_id;
     let running_attempt = store.attempts_of_run(running).await.unwrap()[0].attempt_id;
-    for (attempt, run) in [(first_attempt, plain[0]), (running_attempt, running)] {
-        let kept = store
-            .attempt_logs_append(attempt, run, &[line(1), line(2)], caps)
-            .await
-            .unwrap();
-        assert_eq!(kept.stored, 2);
-    }
+    let both = [
+        (first_attempt, vec![line(1), line(2)]),
+        (running_attempt, vec![line(1), line(2)]),
+    ];
+    let kept = store.attempt_logs_append("e1", &both, caps).await.unwrap();
+    assert_eq!(kept.stored, 4);
 
     let later = store.now_ms().await.unwrap() + 60_000;
     // What a node's global pass deletes: finished, not dead letters, jobs without a rule.
@@ -309,8 +308,9 @@ async fn log_lines_are_kept_once_within_their_caps(db: TestDb) {
         .await
         .unwrap();
     let now = store.now_ms().await.unwrap();
-    let run = runs(&store, 1, &[now - 1_000], now - 1_000).await[0];
-    let attempt = store.attempts_of_run(run).await.unwrap()[0].attempt_id;
+    let ran = runs(&store, 1, &[now - 2_000, now - 1_000], now - 1_000).await;
+    let attempt = store.attempts_of_run(ran[0]).await.unwrap()[0].attempt_id;
+    let other = store.attempts_of_run(ran[1]).await.unwrap()[0].attempt_id;
     let line = |n: i64, text: &str| NewLogLine {
         line_no: n,
         at_ms: now + n,
@@ -321,25 +321,27 @@ async fn log_lines_are_kept_once_within_their_caps(db: TestDb) {
         max_lines: 4,
         max_bytes: 40,
     };
-    let first = [line(1, "one"), line(2, "two émoji 🎉"), line(3, "three")];
+    let first = vec![line(1, "one"), line(2, "two émoji 🎉"), line(3, "three")];
     let kept = store
-        .attempt_logs_append(attempt, run, &first, caps)
+        .attempt_logs_append("e1", &[(attempt, first.clone())], caps)
         .await
         .unwrap();
     assert_eq!((kept.stored, kept.dropped), (3, 0));
     // The same batch again (its answer was lost): stored once.
     let again = store
-        .attempt_logs_append(attempt, run, &first, caps)
+        .attempt_logs_append("e1", &[(attempt, first)], caps)
         .await
         .unwrap();
     assert_eq!(again.stored, 0);
-    // Past the caps (4 lines, 40 bytes): dropped, and the log says so in its last line.
-    let more = [line(4, "four"), line(5, "five"), line(6, "six")];
+    // Past the caps (4 lines, 40 bytes): dropped, and the log says so in its last line; in
+    // the same batch, a line of another attempt that would pass its bytes cap alone.
+    let more = vec![line(4, "four"), line(5, "five"), line(6, "six")];
+    let big = vec![line(1, &"x".repeat(41))];
     let capped = store
-        .attempt_logs_append(attempt, run, &more, caps)
+        .attempt_logs_append("e1", &[(attempt, more), (other, big)], caps)
         .await
         .unwrap();
-    assert_eq!((capped.stored, capped.dropped), (1, 2));
+    assert_eq!((capped.stored, capped.dropped), (1, 3));
     let page = store.attempt_logs_page(attempt, 0, 100).await.unwrap();
     let numbers: Vec<i64> = page.iter().map(|l| l.line_no).collect();
     assert_eq!(numbers, [1, 2, 3, 4, TRUNCATED_LINE]);
@@ -348,16 +350,26 @@ async fn log_lines_are_kept_once_within_their_caps(db: TestDb) {
         "text comes back byte for byte"
     );
     assert!(page[4].message.contains("truncated"), "{:?}", page[4]);
+    let other_page = store.attempt_logs_page(other, 0, 100).await.unwrap();
+    assert_eq!(other_page.len(), 1, "only the marker: {other_page:?}");
     // Paged by line number.
     let after = store.attempt_logs_page(attempt, 2, 2).await.unwrap();
     let numbers: Vec<i64> = after.iter().map(|l| l.line_no).collect();
     assert_eq!(numbers, [3, 4]);
-    // A line that would pass the bytes cap is dropped even under the lines cap.
-    let other = store.attempts_of_run(run).await.unwrap()[0].attempt_id + 1_000;
-    let big = [line(1, &"x".repeat(41))];
-    let refused = store
-        .attempt_logs_append(other, run, &big, caps)
+    // Another executor's attempt is refused; an attempt that does not exist is dropped.
+    let foreign = store
+        .attempt_logs_append(
+            "e2",
+            &[
+                (other, vec![line(2, "mine?")]),
+                (other + 1_000, vec![line(1, "gone")]),
+            ],
+            caps,
+        )
         .await
         .unwrap();
-    assert_eq!((refused.stored, refused.dropped), (0, 1));
+    assert_eq!(
+        (foreign.stored, foreign.dropped, foreign.refused),
+        (0, 2, vec![other])
+    );
 }

@@ -22,8 +22,7 @@ const MAX_LINE_BYTES: usize = 8 * 1024;
 /// Stores the lines of a batch within each attempt's caps.
 #[utoipa::path(post, operation_id = "appendAttemptLogs", path = "/executors/logs", tag = "executor protocol", request_body = LogBatch,
     responses(
-        (status = 200, description = "Stored (a line sent again is stored once)", body = LogBatchAccepted),
-        (status = 409, description = "An attempt was not dispatched to this executor", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "Stored (a line sent again is stored once); `refused` names the attempts that are not this executor's", body = LogBatchAccepted),
     ))]
 pub(super) async fn append(
     State(state): State<ApiState>,
@@ -31,45 +30,33 @@ pub(super) async fn append(
     super::body::JsonBody(batch): super::body::JsonBody<LogBatch>,
 ) -> Result<Json<LogBatchAccepted>, ApiError> {
     check_scope(&state, &principal, &batch.executor_id).await?;
-    let mut accepted = LogBatchAccepted {
-        stored: 0,
-        dropped: 0,
-    };
-    for attempt_lines in batch.attempts {
-        let Some(attempt) = state.store.attempt_get(attempt_lines.attempt_id).await? else {
-            // Deleted with its run by retention: nothing to keep the lines for.
-            accepted.dropped += attempt_lines.lines.len() as u64;
-            continue;
-        };
-        // As with results, lines can arrive before the node records the dispatch as
-        // accepted: while the attempt is still pending, the sender is the executor that took it.
-        if attempt.executor_id.as_deref() != Some(batch.executor_id.as_str())
-            && attempt.state != attempt_state::PENDING
-        {
-            return Err(ApiError::Conflict(format!(
-                "attempt {} was not dispatched to executor {}",
-                attempt.attempt_id, batch.executor_id
-            )));
-        }
-        let lines: Vec<NewLogLine> = attempt_lines
-            .lines
-            .into_iter()
-            .filter(|l| l.line >= 1)
-            .map(|l| NewLogLine {
-                line_no: i64::try_from(l.line).unwrap_or(TRUNCATED_LINE),
-                at_ms: l.at_ms,
-                level: level_of(&l.level),
-                message: cut(l.message, MAX_LINE_BYTES),
-            })
-            .collect();
-        let appended = state
-            .store
-            .attempt_logs_append(attempt.attempt_id, attempt.run_id, &lines, state.log_caps)
-            .await?;
-        accepted.stored += appended.stored;
-        accepted.dropped += appended.dropped;
-    }
-    Ok(Json(accepted))
+    let lines: Vec<(i64, Vec<NewLogLine>)> = batch
+        .attempts
+        .into_iter()
+        .map(|attempt| {
+            let lines = attempt
+                .lines
+                .into_iter()
+                .filter(|l| l.line >= 1)
+                .map(|l| NewLogLine {
+                    line_no: i64::try_from(l.line).unwrap_or(TRUNCATED_LINE),
+                    at_ms: l.at_ms,
+                    level: level_of(&l.level),
+                    message: cut(l.message, MAX_LINE_BYTES),
+                })
+                .collect();
+            (attempt.attempt_id, lines)
+        })
+        .collect();
+    let appended = state
+        .store
+        .attempt_logs_append(&batch.executor_id, &lines, state.log_caps)
+        .await?;
+    Ok(Json(LogBatchAccepted {
+        stored: appended.stored,
+        dropped: appended.dropped,
+        refused: appended.refused,
+    }))
 }
 
 /// A level as stored: one of the five, upper case.

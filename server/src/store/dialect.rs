@@ -469,10 +469,14 @@ queries! {
         OR (e.protocol = 'carillon' \
             AND e.heartbeat_at_ms >= COALESCE(a.seen_at_ms, a.dispatched_at_ms) + ?)) LIMIT ?";
 
-    // An attempt's stored log: lines and bytes, the truncation marker left out.
-    attempt_logs_size = "SELECT COUNT(*), CAST(COALESCE(SUM(LENGTH(message)), 0) AS {bigint}) \
-        FROM attempt_logs \
-        WHERE attempt_id = ? AND line_no < ?";
+    // Whose the attempts of a log batch are; `{partitions}` is a list of attempt ids.
+    attempt_logs_owners = "SELECT attempt_id, run_id, executor_id, state FROM attempts \
+        WHERE attempt_id IN ({partitions})";
+    // What their logs hold: lines, bytes and the last line number, the truncation marker
+    // left out.
+    attempt_logs_sizes = "SELECT attempt_id, COUNT(*), \
+        CAST(COALESCE(SUM(LENGTH(message)), 0) AS {bigint}), MAX(line_no) FROM attempt_logs \
+        WHERE attempt_id IN ({partitions}) AND line_no < ? GROUP BY attempt_id";
     attempt_logs_page = "SELECT attempt_id, line_no, at_ms, level, message FROM attempt_logs \
         WHERE attempt_id = ? AND line_no > ? ORDER BY line_no LIMIT ?";
 

@@ -32,10 +32,12 @@ pub struct LogCaps {
 }
 
 /// What an append kept.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LogAppend {
     /// New lines stored (a line sent again is not counted).
     pub stored: u64,
-    /// Lines past the caps, dropped.
+    /// Lines dropped: past the caps, of attempts that no longer exist, or refused.
     pub dropped: u64,
+    /// Attempts that are neither pending nor the sender's: their lines were refused.
+    pub refused: Vec<i64>,
 }

@@ -397,13 +397,14 @@ impl<T: ClusterStore + JobStore + DispatchStore + HistoryStore + PolicyStore + T
 /// deletes them with the runs).
 #[async_trait]
 pub trait LogStore: Send + Sync + std::fmt::Debug + 'static {
-    /// Stores an attempt's lines within `caps` (lines already stored are skipped); past the
-    /// caps, lines are dropped and a marker line ([`TRUNCATED_LINE`]) says so.
+    /// Stores the lines executor `executor_id` shipped, by attempt, within `caps` (lines
+    /// already stored are skipped); past the caps, lines are dropped and a marker line
+    /// ([`TRUNCATED_LINE`]) says so. Lines of an attempt that is neither pending nor the
+    /// executor's are refused.
     async fn attempt_logs_append(
         &self,
-        attempt_id: i64,
-        run_id: i64,
-        lines: &[NewLogLine],
+        executor_id: &str,
+        batch: &[(i64, Vec<NewLogLine>)],
         caps: LogCaps,
     ) -> Result<LogAppend, Error>;
 

@@ -48,6 +48,7 @@ use super::{
     PartitionRecord, PolicyStore, PoolOptions,
 };
 use bulk::JobAdvance;
+use logs::LOG_ROWS_PER_INSERT;
 
 /// The embedded migrations, with sqlx's own locking off: `migrate` takes a lock that works on
 /// every backend and checks that it was granted.
