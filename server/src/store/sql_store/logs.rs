@@ -2,9 +2,10 @@
 //! caps (three statements a batch, whatever its size), and reading them a page at a time.
 
 /// Implements it for one backend's store; `$ignore` starts an insert that skips a line
-/// already stored, `$on_conflict` ends it.
+/// already stored, `$on_conflict` ends it, and `$relaxed` (when not empty) lets the batch's
+/// transaction commit without waiting for its flush to disk.
 macro_rules! log_store {
-    ($store:ident, $db:ty, $ignore:literal, $on_conflict:literal) => {
+    ($store:ident, $db:ty, $ignore:literal, $on_conflict:literal, $relaxed:literal) => {
         #[async_trait]
         impl LogStore for $store {
             async fn attempt_logs_append(
@@ -98,6 +99,17 @@ macro_rules! log_store {
                         ));
                     }
                 }
+                if rows.is_empty() && markers.is_empty() {
+                    return Ok(outcome);
+                }
+                // One transaction, so one commit, per batch. Log lines are not worth an fsync
+                // that the fire path's commits would queue behind: on PostgreSQL this commit
+                // does not wait for its flush (a crash of the database loses at most the last
+                // fraction of a second of lines, never a run).
+                let mut tx = self.begin_write().await?;
+                if !$relaxed.is_empty() {
+                    sqlx::query::<$db>($relaxed).execute(&mut *tx).await?;
+                }
                 for (kept, is_marker) in [(&rows, false), (&markers, true)] {
                     for chunk in kept.chunks(LOG_ROWS_PER_INSERT) {
                         let mut insert = sqlx::QueryBuilder::<$db>::new(concat!(
@@ -113,13 +125,14 @@ macro_rules! log_store {
                                 .push_bind(line.message.clone());
                         });
                         insert.push($on_conflict);
-                        let inserted = insert.build().execute(&self.pool).await?.rows_affected();
+                        let inserted = insert.build().execute(&mut *tx).await?.rows_affected();
                         // A marker is no line of the executor's.
                         if !is_marker {
                             outcome.stored += inserted;
                         }
                     }
                 }
+                tx.commit().await?;
                 Ok(outcome)
             }
 

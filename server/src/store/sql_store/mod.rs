@@ -315,15 +315,17 @@ logs::log_store!(
     PostgresStore,
     Postgres,
     "INSERT",
-    " ON CONFLICT (attempt_id, line_no) DO NOTHING"
+    " ON CONFLICT (attempt_id, line_no) DO NOTHING",
+    "SET LOCAL synchronous_commit TO OFF"
 );
 // INSERT IGNORE counts only the rows it inserted (a no-op ON DUPLICATE KEY UPDATE counts the
 // duplicates too, as sqlx connects); the other errors it would hide cannot come from these
 // rows: integers, a level of five letters, and valid UTF-8 cut to 8 KiB in a TEXT.
-logs::log_store!(MysqlStore, MySql, "INSERT IGNORE", "");
+logs::log_store!(MysqlStore, MySql, "INSERT IGNORE", "", "");
 logs::log_store!(
     SqliteStore,
     Sqlite,
     "INSERT",
-    " ON CONFLICT (attempt_id, line_no) DO NOTHING"
+    " ON CONFLICT (attempt_id, line_no) DO NOTHING",
+    ""
 );
