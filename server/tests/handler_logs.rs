@@ -8,13 +8,13 @@
 
 mod support;
 
-use std::process::Command;
 use std::time::Duration;
 
 use carillon_executor::{Executor, JobContext, JobError, job};
 use reqwest::Method;
 use serde_json::{Value, json};
-use support::node::{Solo, TOKEN};
+use support::cli::carillon;
+use support::node::Solo;
 use support::wait_for;
 use tokio_util::sync::CancellationToken;
 
@@ -118,22 +118,6 @@ fn messages(page: &Value) -> Vec<String> {
         .collect()
 }
 
-fn cli(node: &Solo, args: &[&str]) -> (bool, String, String) {
-    let home = tempfile::tempdir().unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_carillon"))
-        .args(args)
-        .env("CARILLON_URL", node.url(""))
-        .env("CARILLON_TOKEN", TOKEN)
-        .env("XDG_DATA_HOME", home.path())
-        .output()
-        .unwrap();
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handler_logs_are_kept_paged_capped_and_followed() {
     tracing_subscriber::fmt()
@@ -233,21 +217,7 @@ async fn handler_logs_are_kept_paged_capped_and_followed() {
     );
     let (ok, followed, stderr) = tokio::task::spawn_blocking({
         let url = node.url("");
-        move || {
-            let home = tempfile::tempdir().unwrap();
-            let output = Command::new(env!("CARGO_BIN_EXE_carillon"))
-                .args(["runs", "logs", &run.to_string(), "-f"])
-                .env("CARILLON_URL", url)
-                .env("CARILLON_TOKEN", TOKEN)
-                .env("XDG_DATA_HOME", home.path())
-                .output()
-                .unwrap();
-            (
-                output.status.success(),
-                String::from_utf8_lossy(&output.stdout).into_owned(),
-                String::from_utf8_lossy(&output.stderr).into_owned(),
-            )
-        }
+        move || carillon(&url, &["runs", "logs", &run.to_string(), "-f"])
     })
     .await
     .unwrap();
@@ -266,7 +236,10 @@ async fn handler_logs_are_kept_paged_capped_and_followed() {
     );
 
     // Without -f: what there is, as JSON lines with -o json.
-    let (ok, json_lines, stderr) = cli(&node, &["runs", "logs", &run.to_string(), "-o", "json"]);
+    let (ok, json_lines, stderr) = carillon(
+        &node.url(""),
+        &["runs", "logs", &run.to_string(), "-o", "json"],
+    );
     assert!(ok, "{stderr}");
     let first: Value = serde_json::from_str(json_lines.lines().next().unwrap()).unwrap();
     assert_eq!(first["message"], "from a spawned task");

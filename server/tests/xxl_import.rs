@@ -9,19 +9,17 @@
 
 mod support;
 
-use std::process::Command;
-
 use reqwest::Method;
 use serde_json::{Value, json};
+use support::cli::carillon;
 use support::db::{Engine, TestDb};
-use support::node::{Solo, TOKEN};
+use support::node::Solo;
 
 const SCHEMA: &str = include_str!("xxl/schema_2_4.sql");
 const FIXTURE: &str = include_str!("xxl/fixture.sql");
 
 /// Runs `carillon import xxl-job --from URL <extra>`; returns success, stdout, stderr.
 fn import(node: &Solo, from: &str, extra: &[&str]) -> (bool, String, String) {
-    let home = tempfile::tempdir().unwrap();
     let mut args = vec![
         "import",
         "xxl-job",
@@ -33,18 +31,7 @@ fn import(node: &Solo, from: &str, extra: &[&str]) -> (bool, String, String) {
         "Asia/Shanghai",
     ];
     args.extend(extra);
-    let output = Command::new(env!("CARGO_BIN_EXE_carillon"))
-        .args(&args)
-        .env("CARILLON_URL", node.url(""))
-        .env("CARILLON_TOKEN", TOKEN)
-        .env("XDG_DATA_HOME", home.path())
-        .output()
-        .unwrap();
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
+    carillon(&node.url(""), &args)
 }
 
 fn import_json(node: &Solo, from: &str, extra: &[&str]) -> Value {

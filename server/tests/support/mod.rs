@@ -6,6 +6,7 @@
     reason = "each test binary uses a different part of this private support code"
 )]
 
+pub mod cli;
 pub mod db;
 pub mod executor;
 pub mod node;
