@@ -35,6 +35,8 @@ pub(crate) struct Identity {
     pub(crate) capacity: u32,
     pub(crate) token: String,
     pub(crate) secret: String,
+    /// Handlers' log lines are captured and shipped to the nodes (`logs.rs`).
+    pub(crate) capture_logs: bool,
 }
 
 /// A failed call to the admin nodes; `permanent` when retrying cannot help.

@@ -214,11 +214,13 @@ fn start(shared: &Arc<Shared>, dispatch: Dispatch) -> Result<(), (StatusCode, St
             // In a task of its own, so a handler that panics fails its attempt (and ends the
             // record of its work) instead of leaving it running for ever; what it logs is
             // captured into the attempt's log.
-            let log = task_shared.logs.open(attempt_id, &report_to);
-            let mut handler = tokio::spawn(crate::logs::capturing(
-                log,
-                (job.run)(ctx).instrument(tracing::Span::current()),
-            ));
+            let run = (job.run)(ctx).instrument(tracing::Span::current());
+            let mut handler = if task_shared.id.capture_logs {
+                let log = task_shared.logs.open(attempt_id, &report_to);
+                tokio::spawn(crate::logs::capturing(log, run))
+            } else {
+                tokio::spawn(run)
+            };
             let result = tokio::select! {
                 joined = &mut handler => Some(joined.unwrap_or_else(|e| {
                     Err(format!("the handler panicked: {e}"))

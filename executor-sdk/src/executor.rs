@@ -54,6 +54,7 @@ pub struct ExecutorBuilder {
     tls: Option<carillon_tls::ServerTls>,
     /// Trust for admin nodes reached over `https://`, beside the system's roots.
     admin_ca: Option<std::path::PathBuf>,
+    capture_logs: bool,
 }
 
 impl ExecutorBuilder {
@@ -139,6 +140,16 @@ impl ExecutorBuilder {
         self.executor_id = Some(id.into());
         self
     }
+    /// Whether what handlers log (INFO and above) is captured and shipped to the nodes, for
+    /// the run's live log (default: yes). Capture runs each handler under a subscriber that
+    /// forwards to yours; turn it off if your subscriber must be found by downcasting
+    /// (`Dispatch::downcast_ref`, as OpenTelemetry's context lookup does), which it cannot
+    /// forward.
+    pub fn capture_handler_logs(mut self, capture: bool) -> Self {
+        self.capture_logs = capture;
+        self
+    }
+
     /// How long a stop waits for in-flight attempts (default 30 s).
     pub fn drain_timeout(mut self, timeout: Duration) -> Self {
         self.drain_timeout = timeout;
@@ -217,6 +228,7 @@ impl ExecutorBuilder {
             capacity: self.capacity,
             token: self.executor_token,
             secret: self.dispatch_secret,
+            capture_logs: self.capture_logs,
         };
         let shared = Arc::new(Shared::new(identity, http, jobs));
         Ok(Executor {
@@ -254,6 +266,7 @@ impl Executor {
             drain_timeout: Duration::from_secs(30),
             tls: None,
             admin_ca: None,
+            capture_logs: true,
         }
     }
 

@@ -6,7 +6,12 @@
 //!
 //! Capture is one process-wide [`Dispatch`] that the attempt's task runs under; which attempt
 //! an event belongs to is a task-local. Work a handler spawns onto other tasks is not captured
-//! unless it runs under [`JobContext::in_attempt`](crate::JobContext::in_attempt).
+//! unless it runs under [`JobContext::in_attempt`](crate::JobContext::in_attempt). What the
+//! forwarding cannot carry: a downcast of the current dispatcher to the application's
+//! subscriber type (`Dispatch::downcast_ref`, which `tracing` offers only for a concrete
+//! type) finds nothing inside a handler;
+//! [`capture_handler_logs(false)`](crate::ExecutorBuilder::capture_handler_logs) turns
+//! capture off for applications that need it.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;

@@ -34,11 +34,12 @@ async fn endpoints(node: &Solo) -> Vec<(String, String)> {
     all
 }
 
-const EXECUTOR_ENDPOINTS: [&str; 4] = [
+const EXECUTOR_ENDPOINTS: [&str; 5] = [
     "/api/v1/executors/register",
     "/api/v1/executors/heartbeat",
     "/api/v1/executors/results",
     "/api/v1/executors/deregister",
+    "/api/v1/executors/logs",
 ];
 
 async fn status(
@@ -172,6 +173,17 @@ async fn each_token_opens_exactly_what_it_should() {
     assert_eq!(
         status(&node, "POST", heartbeat, Some(BILLING), Some(beat("etl-1"))).await,
         StatusCode::FORBIDDEN
+    );
+    let lines = |id: &str| json!({"executor_id": id, "attempts": []});
+    let logs = "/api/v1/executors/logs";
+    assert_eq!(
+        status(&node, "POST", logs, Some(BILLING), Some(lines("billing-1"))).await,
+        StatusCode::OK
+    );
+    assert_eq!(
+        status(&node, "POST", logs, Some(BILLING), Some(lines("etl-1"))).await,
+        StatusCode::FORBIDDEN,
+        "an app token ships logs for its own app's executors only"
     );
     let leave = json!({"executor_id": "etl-1"});
     assert_eq!(

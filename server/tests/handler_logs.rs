@@ -48,13 +48,14 @@ async fn drip(ctx: JobContext) -> Result<&'static str, JobError> {
     Ok("dripped")
 }
 
-async fn start_executor(node: &Solo) -> CancellationToken {
+async fn start_executor(node: &Solo, app: &str, capture: bool) -> CancellationToken {
     let executor = Executor::builder()
-        .app("logs")
+        .app(app)
         .admin_urls([node.url("")])
         .executor_token(EXECUTOR_TOKEN)
         .dispatch_secret(SECRET)
-        .executor_id("logs-1")
+        .executor_id(format!("{app}-1"))
+        .capture_handler_logs(capture)
         .build()
         .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -74,7 +75,11 @@ async fn start_executor(node: &Solo) -> CancellationToken {
 }
 
 async fn trigger(node: &Solo, name: &str, handler: &str, args: Value) -> i64 {
-    let job = json!({ "name": name, "app": "logs", "handler": handler, "schedule": { "manual": true }, "args": args });
+    trigger_in(node, "logs", name, handler, args).await
+}
+
+async fn trigger_in(node: &Solo, app: &str, name: &str, handler: &str, args: Value) -> i64 {
+    let job = json!({ "name": name, "app": app, "handler": handler, "schedule": { "manual": true }, "args": args });
     let (status, job) = node.call(Method::POST, "/api/v1/jobs", Some(job)).await;
     assert_eq!(status, 201, "{job}");
     let (_, run) = node
@@ -133,7 +138,7 @@ async fn handler_logs_are_kept_paged_capped_and_followed() {
         ];
     })
     .await;
-    let stop = start_executor(&node).await;
+    let stop = start_executor(&node, "logs", true).await;
 
     // Every line, in order, with its fields, complete once the run has ended.
     let run = trigger(&node, "talk", "talk", json!(3)).await;
@@ -244,5 +249,14 @@ async fn handler_logs_are_kept_paged_capped_and_followed() {
     let first: Value = serde_json::from_str(json_lines.lines().next().unwrap()).unwrap();
     assert_eq!(first["message"], "from a spawned task");
     assert_eq!(first["line"], 1);
+
+    // An executor built with capture off ships nothing.
+    let quiet = start_executor(&node, "quiet", false).await;
+    let run = trigger_in(&node, "quiet", "quiet-talk", "talk", json!(3)).await;
+    assert_eq!(ended(&node, run).await["state"], "succeeded");
+    let page = logs(&node, run, "").await;
+    assert!(page["lines"].as_array().unwrap().is_empty(), "{page}");
+    assert_eq!(page["done"], true);
+    quiet.cancel();
     stop.cancel();
 }
