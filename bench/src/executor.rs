@@ -185,7 +185,7 @@ fn record(shared: &Shared, dispatches: &[Dispatch], received_ms: i64) {
     if shared.log_lines > 0 {
         let mut logs = shared.logs.lock().unwrap_or_else(PoisonError::into_inner);
         for dispatch in dispatches {
-            let lines = (1..=shared.log_lines as u64)
+            let lines = (1..=shared.log_lines as i64)
                 .map(|line| ShippedLine {
                     line,
                     at_ms: received_ms,

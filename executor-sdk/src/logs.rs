@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -44,7 +44,7 @@ tokio::task_local! {
 pub(crate) struct AttemptLog {
     attempt_id: i64,
     report_to: Vec<String>,
-    next_line: AtomicU64,
+    next_line: AtomicI64,
     pending: Mutex<Vec<ShippedLine>>,
     dropped: AtomicU64,
 }
@@ -126,7 +126,7 @@ impl LogShipper {
         let log = Arc::new(AttemptLog {
             attempt_id,
             report_to: report_to.to_vec(),
-            next_line: AtomicU64::new(1),
+            next_line: AtomicI64::new(1),
             pending: Mutex::new(Vec::new()),
             dropped: AtomicU64::new(0),
         });

@@ -209,7 +209,8 @@ pub struct AttemptLines {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ShippedLine {
     /// From 1, in the order the handler logged.
-    pub line: u64,
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    pub line: i64,
     /// When it was logged (epoch milliseconds).
     pub at_ms: i64,
     /// `ERROR`, `WARN`, `INFO`, `DEBUG` or `TRACE`.

@@ -23,6 +23,7 @@ const MAX_LINE_BYTES: usize = 8 * 1024;
 #[utoipa::path(post, operation_id = "appendAttemptLogs", path = "/executors/logs", tag = "executor protocol", request_body = LogBatch,
     responses(
         (status = 200, description = "Stored (a line sent again is stored once); `refused` names the attempts that are not this executor's", body = LogBatchAccepted),
+        (status = 400, description = "A line number below 1", body = Problem, content_type = "application/problem+json"),
     ))]
 pub(super) async fn append(
     State(state): State<ApiState>,
@@ -30,24 +31,25 @@ pub(super) async fn append(
     super::body::JsonBody(batch): super::body::JsonBody<LogBatch>,
 ) -> Result<Json<LogBatchAccepted>, ApiError> {
     check_scope(&state, &principal, &batch.executor_id).await?;
-    let lines: Vec<(i64, Vec<NewLogLine>)> = batch
-        .attempts
-        .into_iter()
-        .map(|attempt| {
-            let lines = attempt
-                .lines
-                .into_iter()
-                .filter(|l| l.line >= 1)
-                .map(|l| NewLogLine {
-                    line_no: i64::try_from(l.line).unwrap_or(TRUNCATED_LINE),
-                    at_ms: l.at_ms,
-                    level: level_of(&l.level),
-                    message: cut(l.message, MAX_LINE_BYTES),
-                })
-                .collect();
-            (attempt.attempt_id, lines)
-        })
-        .collect();
+    let mut lines: Vec<(i64, Vec<NewLogLine>)> = Vec::with_capacity(batch.attempts.len());
+    for (i, attempt) in batch.attempts.into_iter().enumerate() {
+        let mut kept = Vec::with_capacity(attempt.lines.len());
+        for (j, line) in attempt.lines.into_iter().enumerate() {
+            if !(1..TRUNCATED_LINE).contains(&line.line) {
+                return Err(ApiError::invalid(
+                    &format!("attempts[{i}].lines[{j}].line"),
+                    format!("{} is outside 1..{TRUNCATED_LINE}", line.line),
+                ));
+            }
+            kept.push(NewLogLine {
+                line_no: line.line,
+                at_ms: line.at_ms,
+                level: level_of(&line.level),
+                message: cut(line.message, MAX_LINE_BYTES),
+            });
+        }
+        lines.push((attempt.attempt_id, kept));
+    }
     let appended = state
         .store
         .attempt_logs_append(&batch.executor_id, &lines, state.log_caps)
