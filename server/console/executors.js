@@ -11,7 +11,7 @@ export async function viewExecutors(ctx) {
   const updated = h('span', { class: 'muted small' });
   const appsBody = h('div', { testid: 'apps' });
   const errorEl = h('div', { class: 'alert error', role: 'alert', testid: 'executors-error' });
-  const cols = [{ label: 'Executor' }, { label: 'App' }, { label: 'Health' }, { label: 'State' }, { label: 'Address' }, { label: 'Weight', num: true }, { label: 'In flight / capacity', num: true }, { label: 'Handlers' }, { label: 'Last heartbeat' }, { label: 'Actions' }];
+  const cols = [{ label: 'Executor' }, { label: 'App' }, { label: 'Health' }, { label: 'State' }, { label: 'Protocol' }, { label: 'Address' }, { label: 'Weight', num: true }, { label: 'In flight / capacity', num: true }, { label: 'Handlers' }, { label: 'Last heartbeat' }, { label: 'Actions' }];
   const t = table(cols, 'executors-table');
   t.table.setAttribute('aria-label', 'Executors');
   append(ctx.root, [
@@ -56,10 +56,11 @@ export async function viewExecutors(ctx) {
           h('code', { text: e.app }),
           e.healthy ? badge('healthy') : badge('unhealthy'),
           badge(e.state),
+          e.protocol === 'xxl' ? h('span', { title: 'an XXL-JOB executor: it runs any handler of its app it has', text: 'XXL-JOB' }) : 'Carillon',
           h('code', { text: e.address }),
           String(e.weight),
           `${e.in_flight} / ${e.capacity}`,
-          (e.handlers || []).join(', ') || '—',
+          e.protocol === 'xxl' ? h('span', { class: 'muted', text: 'any (not listed by XXL-JOB)' }) : (e.handlers || []).join(', ') || '—',
           timeEl(e.last_heartbeat_at, { rel: true }),
           h('div', null, h('div', { class: 'actions' }, button), rowError),
         ], { dataset: { executorId: e.id } });
