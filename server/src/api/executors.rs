@@ -81,7 +81,7 @@ pub(super) async fn register(
         ));
     }
     ident("executor_id", &registration.executor_id, 64)?;
-    if registration.executor_id.starts_with("xxl-") {
+    if executor_protocol::is_xxl_id(&registration.executor_id) {
         return Err(ApiError::invalid(
             "executor_id",
             "ids starting xxl- are kept for XXL-JOB executors",

@@ -14,7 +14,7 @@ use super::error::Problem;
 use super::executors::check_scope;
 use super::params::{IdParam, QueryParams};
 use super::{ApiError, ApiState, rfc3339};
-use crate::store::{AttemptRecord, NewLogLine, TRUNCATED_LINE, attempt_state};
+use crate::store::{AttemptRecord, NewLogLine, TRUNCATED_LINE, attempt_state, executor_protocol};
 
 /// The longest line kept, in bytes: longer ones are cut (at a character boundary).
 const MAX_LINE_BYTES: usize = 8 * 1024;
@@ -196,7 +196,7 @@ pub(super) async fn page(
     let mut page = if attempt
         .executor_id
         .as_deref()
-        .is_some_and(|e| e.starts_with("xxl-"))
+        .is_some_and(executor_protocol::is_xxl_id)
     {
         from_executor(&state, &attempt, after, limit).await?
     } else {

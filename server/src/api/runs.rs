@@ -9,7 +9,6 @@ use super::error::Problem;
 use super::paging;
 use super::params::{IdParam, QueryParams};
 use super::{ApiError, ApiState, rfc3339};
-use crate::dispatch::xxl::xxl_job_id;
 use crate::store::{AttemptRecord, DEAD_LETTER_STATES, RunFilter, RunRecord, run_state};
 
 /// A run as the API shows it.
@@ -393,14 +392,10 @@ pub(super) async fn cancel_run(state: &ApiState, run: &RunRecord) -> Result<bool
             .iter()
             .find(|e| Some(&e.executor_id) == attempt.executor_id.as_ref())
         {
-            if e.is_xxl() {
-                state
-                    .dispatch
-                    .xxl_kill(&e.address, xxl_job_id(attempt.job_id))
-                    .await;
-            } else {
-                state.dispatch.cancel(&e.address, attempt.attempt_id).await;
-            }
+            state
+                .dispatch
+                .stop(e, attempt.attempt_id, attempt.job_id)
+                .await;
         }
     }
     Ok(true)

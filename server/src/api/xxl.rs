@@ -20,6 +20,7 @@ use tracing::{debug, info, warn};
 use super::ApiState;
 use super::auth::constant_time_eq;
 use super::executors::ident;
+use crate::dispatch::balancer::fnv;
 use crate::dispatch::finish::{Ending, finish_attempt_by};
 use crate::dispatch::xxl::{TOKEN_HEADER, XxlReturn};
 use crate::secret::Secret;
@@ -99,12 +100,8 @@ fn authorised<'a>(state: &'a ApiState, headers: &HeaderMap) -> Result<&'a XxlSet
 /// The executor id of an XXL-JOB executor: one per app and address, as XXL-JOB keys its
 /// registry.
 pub fn xxl_executor_id(app: &str, address: &str) -> String {
-    let hash = format!("{app}|{address}")
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
-    format!("xxl-{hash:016x}")
+    let hash = fnv(&format!("{app}|{address}"));
+    format!("{}{hash:016x}", executor_protocol::XXL_ID_PREFIX)
 }
 
 /// The registry parameter checked: the app and the address to dispatch to.
@@ -249,7 +246,7 @@ async fn end_attempt(state: &ApiState, param: CallbackParam) -> Result<(), crate
     };
     // Only attempts given to XXL-JOB executors: the shared token must not end Carillon
     // executors' work.
-    if !executor_id.starts_with("xxl-") {
+    if !executor_protocol::is_xxl_id(&executor_id) {
         warn!(log_id = param.log_id, executor = %executor_id, "XXL-JOB callback for an attempt of a Carillon executor; ignored");
         return Ok(());
     }

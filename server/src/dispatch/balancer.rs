@@ -198,7 +198,8 @@ fn by_address(candidates: &[Candidate<'_>]) -> Vec<usize> {
     order
 }
 
-fn fnv(text: &str) -> u64 {
+/// FNV-1a of `text`: stable across processes and releases, unlike std's hasher.
+pub(crate) fn fnv(text: &str) -> u64 {
     text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })

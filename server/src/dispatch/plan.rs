@@ -63,8 +63,6 @@ impl DueCursor {
     }
 }
 
-/// An attempt ready to offer: the request, the executors to try in order, and the job's
-/// policy (for its timeout and retries).
 /// An executor an offer may go to.
 #[derive(Debug, Clone)]
 pub(super) struct Target {
@@ -74,6 +72,8 @@ pub(super) struct Target {
     pub(super) xxl: bool,
 }
 
+/// An attempt ready to offer: the request, the executors to try in order, and the job's
+/// policy (for its timeout and retries).
 #[derive(Debug)]
 pub(super) struct Offer {
     pub(super) attempt: AttemptRecord,

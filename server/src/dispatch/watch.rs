@@ -7,7 +7,6 @@ use tracing::info;
 
 use super::finish::{Ending, finish_attempt};
 use super::fleet::Fleet;
-use super::xxl::xxl_job_id;
 use super::{Dispatcher, millis};
 use crate::store;
 
@@ -60,17 +59,10 @@ impl Dispatcher {
                 error,
             )
             .await?;
-            match fleet.healthy(attempt.executor_id.as_deref()) {
-                // XXL-JOB executors stop work by job, queued runs of it included.
-                Some(e) if e.is_xxl() => {
-                    self.client
-                        .xxl_kill(&e.address, xxl_job_id(attempt.job_id))
-                        .await;
-                }
-                Some(e) => {
-                    self.client.cancel(&e.address, attempt.attempt_id).await;
-                }
-                None => {}
+            if let Some(executor) = fleet.healthy(attempt.executor_id.as_deref()) {
+                self.client
+                    .stop(executor, attempt.attempt_id, attempt.job_id)
+                    .await;
             }
         }
         Ok(())

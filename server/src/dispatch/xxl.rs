@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::client::{Delivery, DispatchClient, NotTaken};
 use crate::jobs::{Balance, Overlap};
+use crate::store::ExecutorRecord;
 
 /// The header XXL-JOB's admin and executors authenticate each other with.
 pub const TOKEN_HEADER: &str = "XXL-JOB-ACCESS-TOKEN";
@@ -222,6 +223,17 @@ impl DispatchClient {
                 describe(&answer)
             )),
             Err((not_taken, why)) => Delivery::TryAnother(not_taken, why),
+        }
+    }
+
+    /// Asks `executor` to stop an attempt of job `job_id`, in its protocol: a signed cancel,
+    /// or for an XXL-JOB executor (whose beats carry nothing back) `/kill` of the job's work,
+    /// running and queued. Best effort.
+    pub async fn stop(&self, executor: &ExecutorRecord, attempt_id: i64, job_id: i64) {
+        if executor.is_xxl() {
+            self.xxl_kill(&executor.address, xxl_job_id(job_id)).await;
+        } else {
+            self.cancel(&executor.address, attempt_id).await;
         }
     }
 

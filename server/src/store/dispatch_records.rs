@@ -44,6 +44,13 @@ pub struct ExecutorRecord {
 pub mod executor_protocol {
     pub const CARILLON: &str = "carillon";
     pub const XXL: &str = "xxl";
+    /// What the id of every XXL-JOB executor starts with; Carillon executors may not take it.
+    pub const XXL_ID_PREFIX: &str = "xxl-";
+
+    /// Whether `executor_id` names an XXL-JOB executor.
+    pub fn is_xxl_id(executor_id: &str) -> bool {
+        executor_id.starts_with(XXL_ID_PREFIX)
+    }
 }
 
 /// The handler name an executor registers to take every handler of its app: XXL-JOB
