@@ -90,6 +90,8 @@ impl Drop for Node {
 pub(crate) struct Cluster {
     pub(crate) db: Db,
     pub(crate) database_url: String,
+    /// What the nodes connect to: `database_url`, or it through a pooler.
+    nodes_url: String,
     pub(crate) executor_token: String,
     pub(crate) dispatch_secret: String,
     pub(crate) nodes: Vec<Node>,
@@ -105,7 +107,8 @@ impl Cluster {
         db: Db,
         carillon: PathBuf,
         database_url: Option<String>,
-        extra_env: Vec<(String, String)>,
+        pooler_port: Option<u16>,
+        mut extra_env: Vec<(String, String)>,
     ) -> anyhow::Result<Cluster> {
         let dir = std::env::temp_dir().join(format!("carillon-bench-{}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
@@ -113,9 +116,18 @@ impl Cluster {
             Some(url) => url,
             None => fresh_database(db, &dir).await?,
         };
+        let nodes_url = match pooler_port {
+            None => database_url.clone(),
+            Some(port) => {
+                anyhow::ensure!(db == Db::Postgres, "--pooler-port is for PostgreSQL");
+                extra_env.push(("CARILLON_DATABASE_POOLER".into(), "transaction".into()));
+                through_port(&database_url, port)?
+            }
+        };
         Ok(Cluster {
             db,
             database_url,
+            nodes_url,
             executor_token: EXECUTOR_TOKEN.to_owned(),
             dispatch_secret: DISPATCH_SECRET.to_owned(),
             nodes: Vec::new(),
@@ -143,7 +155,7 @@ impl Cluster {
             }
             command
                 .arg("server")
-                .env("CARILLON_DATABASE_URL", &self.database_url)
+                .env("CARILLON_DATABASE_URL", &self.nodes_url)
                 .env("CARILLON_LISTEN", format!("127.0.0.1:{port}"))
                 .env("CARILLON_NODE_ID", &id)
                 .env("CARILLON_DATA_DIR", &data_dir)
@@ -335,6 +347,17 @@ fn free_port() -> anyhow::Result<u16> {
 }
 
 /// Drops and creates the bench database on the machine's server (or a new SQLite file).
+/// `url` with its port replaced by `port`: the same server's database, through a pooler on
+/// the same host.
+fn through_port(url: &str, port: u16) -> anyhow::Result<String> {
+    let (scheme, rest) = url.split_once("://").context("a database URL")?;
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let host = authority
+        .rsplit_once(':')
+        .map_or(authority, |(host, _)| host);
+    Ok(format!("{scheme}://{host}:{port}/{path}"))
+}
+
 async fn fresh_database(db: Db, dir: &Path) -> anyhow::Result<String> {
     match db {
         Db::Sqlite => Ok(format!("sqlite://{}", dir.join("bench.db").display())),

@@ -43,6 +43,11 @@ struct Cli {
     /// default: the server's default (30 days).
     #[arg(long, global = true)]
     retention: Option<String>,
+    /// The nodes reach the database (PostgreSQL) through a pooler in transaction mode that
+    /// listens on 127.0.0.1 at this port (pgbouncer in front of the server the bench uses),
+    /// with `database.pooler = "transaction"`; the bench itself reads the database directly.
+    #[arg(long, global = true)]
+    pooler_port: Option<u16>,
     /// Also set this in the nodes' environment (`KEY=VALUE`, repeatable), e.g.
     /// `CARILLON_CONFIG=tuned.toml` to measure a setting without a rebuild.
     #[arg(long, global = true, value_parser = parse_node_env)]
@@ -136,6 +141,7 @@ async fn main() -> anyhow::Result<()> {
     let common = Common {
         db: cli.db,
         database_url: cli.database_url,
+        pooler_port: cli.pooler_port,
         carillon,
         batch: !cli.no_batch,
         log_lines: cli.log_lines,

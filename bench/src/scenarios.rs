@@ -20,6 +20,8 @@ use crate::stats::{Report, delivery};
 pub(crate) struct Common {
     pub(crate) db: Db,
     pub(crate) database_url: Option<String>,
+    /// The nodes connect through a transaction pooler on this port (`--pooler-port`).
+    pub(crate) pooler_port: Option<u16>,
     pub(crate) carillon: PathBuf,
     /// The fast executor offers `dispatch-batch`.
     pub(crate) batch: bool,
@@ -56,6 +58,7 @@ pub(crate) async fn new_cluster(common: &Common) -> anyhow::Result<Cluster> {
         common.db,
         common.carillon.clone(),
         common.database_url.clone(),
+        common.pooler_port,
         common.extra_env.clone(),
     )
     .await
@@ -466,6 +469,7 @@ async fn insert_jobs(
         max_connections: 16,
         acquire_timeout: Duration::from_secs(30),
         statement_timeout: Duration::from_secs(30),
+        transaction_pooler: false,
     };
     let store = store::connect(&url, &options).await?;
     const ZONES: [&str; 6] = [

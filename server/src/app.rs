@@ -16,7 +16,7 @@ use tracing::{info, warn};
 use crate::api::{self, ApiState};
 use crate::clock::ClusterClock;
 use crate::cluster::{Coordinator, CoordinatorError, LocalView};
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, Pooler};
 use crate::data_dir::{DataDir, DataDirError};
 use crate::dispatch::Dispatcher;
 use crate::dispatch::client::DispatchClient;
@@ -127,6 +127,7 @@ impl Application {
             max_connections: db.max_connections,
             acquire_timeout: Duration::from_millis(db.acquire_timeout_ms),
             statement_timeout: Duration::from_millis(db.statement_timeout_ms),
+            transaction_pooler: db.pooler == Pooler::Transaction,
         };
         // Leases get their own small pool, so a busy API never delays a renewal, with timeouts
         // well inside the node lease, so a lost database is noticed before the lease runs out.
@@ -135,6 +136,7 @@ impl Application {
             max_connections: 2,
             acquire_timeout: api_pool.acquire_timeout.min(lease_budget),
             statement_timeout: api_pool.statement_timeout.min(lease_budget),
+            transaction_pooler: api_pool.transaction_pooler,
         };
         let connect = |options: PoolOptions| {
             let url = url.clone();

@@ -21,6 +21,7 @@ use support::records::{claim, ended_claim, job_write, shard};
 macro_rules! conformance {
     ($($test:ident),* $(,)?) => {
         for_engine!(postgres, Postgres, [$($test),*]);
+        behind_pgbouncer!([$($test),*]);
         for_engine!(mysql, Mysql, [$($test),*]);
         for_engine!(sqlite, Sqlite, [$($test),*]);
     };

@@ -53,6 +53,7 @@ impl Cluster {
             max_connections: 2,
             acquire_timeout: Duration::from_secs(5),
             statement_timeout: Duration::from_secs(5),
+            transaction_pooler: false,
         };
         let db_clock = carillon_server::store::connect(&url, &options)
             .await

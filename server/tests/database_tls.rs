@@ -22,6 +22,7 @@ async fn connect(url: &str) -> Result<(), String> {
         max_connections: 1,
         acquire_timeout: Duration::from_secs(10),
         statement_timeout: Duration::from_secs(10),
+        transaction_pooler: false,
     };
     let parsed = DatabaseUrl::parse(url).map_err(|e| e.to_string())?;
     let store = store::connect(&parsed, &options)

@@ -28,6 +28,10 @@ for_engine!(
         log_lines_are_kept_once_within_their_caps
     ]
 );
+behind_pgbouncer!([
+    only_finished_runs_in_scope_are_deleted_with_their_attempts,
+    log_lines_are_kept_once_within_their_caps
+]);
 for_engine!(
     mysql,
     Mysql,

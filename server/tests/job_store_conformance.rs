@@ -20,6 +20,7 @@ use support::records::{ended_claim, shard};
 macro_rules! conformance {
     ($($test:ident),* $(,)?) => {
         for_engine!(postgres, Postgres, [$($test),*]);
+        behind_pgbouncer!([$($test),*]);
         for_engine!(mysql, Mysql, [$($test),*]);
         for_engine!(sqlite, Sqlite, [$($test),*]);
     };

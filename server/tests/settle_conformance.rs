@@ -16,6 +16,7 @@ use support::records::{claim, job_write};
 macro_rules! conformance {
     ($($test:ident),* $(,)?) => {
         for_engine!(postgres, Postgres, [$($test),*]);
+        behind_pgbouncer!([$($test),*]);
         for_engine!(mysql, Mysql, [$($test),*]);
         for_engine!(sqlite, Sqlite, [$($test),*]);
     };

@@ -19,6 +19,7 @@ use support::db::TestDb;
 macro_rules! conformance {
     ($($test:ident),* $(,)?) => {
         for_engine!(postgres, Postgres, [$($test),*]);
+        behind_pgbouncer!([$($test),*]);
         for_engine!(mysql, Mysql, [$($test),*]);
         for_engine!(sqlite, Sqlite, [$($test),*]);
     };

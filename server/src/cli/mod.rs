@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
 use crate::app::Application;
-use crate::config::{Config, ConfigError, LogFormat, Secret};
+use crate::config::{Config, ConfigError, LogFormat, Pooler, Secret};
 use crate::data_dir::DataDir;
 use crate::jobs::{AlertFormat, KeepFor};
 use crate::store::{self, DatabaseUrl, PoolOptions};
@@ -99,6 +99,10 @@ struct CommonArgs {
     /// postgres://…, mysql://… (MariaDB too) or sqlite://…; default: SQLite in the data dir.
     #[arg(long, env = "CARILLON_DATABASE_URL", hide_env_values = true)]
     database_url: Option<String>,
+    /// `transaction` when the database is reached through a pooler in transaction mode
+    /// (pgbouncer's `pool_mode = transaction`).
+    #[arg(long, env = "CARILLON_DATABASE_POOLER", value_enum)]
+    database_pooler: Option<Pooler>,
     /// Where the node keeps its id, its generated admin token and its default SQLite file.
     #[arg(long, env = "CARILLON_DATA_DIR")]
     data_dir: Option<PathBuf>,
@@ -230,6 +234,7 @@ impl CommonArgs {
         if let Some(url) = self.database_url {
             config.database.url = Some(Secret::new(url));
         }
+        set(&mut config.database.pooler, self.database_pooler);
         set(&mut config.data_dir, self.data_dir.map(Some));
         set(&mut config.log.format, self.log_format);
         set(&mut config.log.filter, self.log);
@@ -437,6 +442,7 @@ async fn migrate(config: Config) -> ExitCode {
             acquire_timeout: std::time::Duration::from_millis(config.database.acquire_timeout_ms),
             // DDL on a large table may take long: no statement limit beyond the default.
             statement_timeout: std::time::Duration::from_secs(600),
+            transaction_pooler: config.database.pooler == Pooler::Transaction,
         };
         let store = store::connect(&url, &options)
             .await

@@ -209,6 +209,20 @@ pub struct DatabaseConfig {
     pub max_connections: u32,
     pub acquire_timeout_ms: u64,
     pub statement_timeout_ms: u64,
+    /// What stands between the nodes and the database: `none`, or `transaction` for a pooler
+    /// in transaction mode (pgbouncer's `pool_mode = transaction`; PostgreSQL only).
+    pub pooler: Pooler,
+}
+
+/// See `DatabaseConfig::pooler`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Pooler {
+    /// Direct connections, or a pooler in session mode.
+    #[default]
+    None,
+    /// A pooler that hands out a server connection per transaction.
+    Transaction,
 }
 
 impl Default for DatabaseConfig {
@@ -219,6 +233,7 @@ impl Default for DatabaseConfig {
             max_connections: 10,
             acquire_timeout_ms: 2_000,
             statement_timeout_ms: 2_000,
+            pooler: Pooler::None,
         }
     }
 }
@@ -444,6 +459,27 @@ mod tests {
         assert_eq!(config.cluster.heartbeat_ms, 200);
         assert_eq!(config.cluster.leader_lease_ms, 4_000);
         assert_eq!(config.http.listen.port(), 9001);
+    }
+
+    #[test]
+    fn a_transaction_pooler_is_for_postgres_only() {
+        let config = parse(
+            "[database]\nurl = \"postgres://carillon@pgbouncer:6432/carillon\"\npooler = \"transaction\"\n",
+        )
+        .unwrap();
+        assert_eq!(config.database.pooler, Pooler::Transaction);
+        let err =
+            parse("[database]\nurl = \"mysql://root@db/carillon\"\npooler = \"transaction\"\n")
+                .unwrap_err()
+                .to_string();
+        assert!(
+            err.contains("database.pooler") && err.contains("postgres://"),
+            "{err}"
+        );
+        let err = parse("[database]\npooler = \"session\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("session"), "{err}");
     }
 
     #[test]

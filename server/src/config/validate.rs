@@ -55,6 +55,17 @@ impl Config {
         if db.statement_timeout_ms == 0 {
             return Err(invalid("database.statement_timeout_ms", "must be above 0"));
         }
+        let postgres = db.url.as_ref().is_some_and(|url| {
+            let url = url.expose();
+            url.starts_with("postgres://") || url.starts_with("postgresql://")
+        });
+        if db.pooler == super::Pooler::Transaction && !postgres {
+            return Err(invalid(
+                "database.pooler",
+                "\"transaction\" is for PostgreSQL behind a pooler such as pgbouncer: \
+                 database.url must then be a postgres:// URL",
+            ));
+        }
         if let Some(token) = &self.auth.admin_token {
             validate_token(token.expose())?;
         }

@@ -3,7 +3,7 @@
 /// What can go wrong in the storage layer.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("database error: {0}")]
+    #[error("database error: {0}{hint}", hint = pooler_hint(.0))]
     Database(#[from] sqlx::Error),
     #[error("applying migrations failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
@@ -13,6 +13,8 @@ pub enum Error {
     MigrationInterrupted { what: String, detail: String },
     #[error("unsupported database url {url}: expected postgres://, mysql:// or sqlite:")]
     UnsupportedUrl { url: String },
+    #[error("the database cannot be used as it is: {reason}")]
+    UnsuitableDatabase { reason: String },
     #[error("invalid database url {url}: {reason}")]
     InvalidUrl { url: String, reason: String },
     #[error("fenced: this node's leader term {term} is no longer current")]
@@ -26,6 +28,21 @@ pub enum Error {
     /// A stored document (a calendar's definition) no longer reads as this version expects.
     #[error("{what} is unreadable: {reason}")]
     Unreadable { what: String, reason: String },
+}
+
+/// What a pooler in transaction mode answers when the nodes do not know it is there: a refused
+/// startup option, or the named prepared statements of another server connection.
+fn pooler_hint(err: &sqlx::Error) -> &'static str {
+    let said = err.to_string();
+    let pooler = said.contains("unsupported startup parameter")
+        || (said.contains("prepared statement \"sqlx_s_")
+            && (said.contains("does not exist") || said.contains("already exists")));
+    if pooler {
+        " (is the database reached through a pooler in transaction mode, such as pgbouncer? \
+         then set database.pooler = \"transaction\")"
+    } else {
+        ""
+    }
 }
 
 impl Error {

@@ -54,6 +54,9 @@ pub struct PoolOptions {
     pub acquire_timeout: Duration,
     /// Server-side limit on one statement (and on lock waits), where the backend supports it.
     pub statement_timeout: Duration,
+    /// PostgreSQL reached through a pooler in transaction mode (pgbouncer): every statement
+    /// runs in a transaction, unnamed, with the settings set per transaction (`pg_pool`).
+    pub transaction_pooler: bool,
 }
 
 /// Nodes, the leader lease and partitions.

@@ -36,5 +36,8 @@ mod cluster_restart;
 mod database_outage;
 mod delivery_faults;
 mod executor_faults;
+mod galera_faults;
 mod job_races;
 mod leader_faults;
+mod pooler_faults;
+mod primary_failover;

@@ -53,6 +53,9 @@ pub struct TestDb {
     name: String,
     admin_url: String,
     _dir: Option<tempfile::TempDir>,
+    /// The stores of this database connect through this pgbouncer, in transaction mode;
+    /// the test's own reads and scripts go straight to the server.
+    behind: Option<super::pgbouncer::Pgbouncer>,
 }
 
 const BACKENDS_VAR: &str = "CARILLON_TEST_BACKENDS";
@@ -119,6 +122,7 @@ impl TestDb {
                 name: String::new(),
                 admin_url: String::new(),
                 _dir: Some(dir),
+                behind: None,
             });
         }
         let admin_url = engine.admin_url();
@@ -148,16 +152,36 @@ impl TestDb {
             name,
             admin_url,
             _dir: None,
+            behind: None,
         })
+    }
+
+    /// A new empty PostgreSQL database whose stores connect through a pgbouncer of the
+    /// test's own, in transaction mode, with 4 server connections.
+    pub async fn create_behind_pgbouncer() -> Option<TestDb> {
+        let mut db = Self::create(Engine::Postgres).await?;
+        let port = db
+            .admin_url
+            .rsplit_once('/')
+            .and_then(|(base, _)| base.rsplit_once(':'))
+            .and_then(|(_, port)| port.parse().ok())
+            .expect("a port in the PostgreSQL URL");
+        db.behind = Some(super::pgbouncer::Pgbouncer::start(port, 4).await);
+        Some(db)
     }
 
     /// A store on this database (not migrated).
     pub async fn store(&self) -> Arc<dyn Store> {
-        let url = DatabaseUrl::parse(&self.url).expect("test url");
+        let url = match &self.behind {
+            Some(bouncer) => bouncer.url_through(&self.url),
+            None => self.url.clone(),
+        };
+        let url = DatabaseUrl::parse(&url).expect("test url");
         let options = PoolOptions {
             max_connections: 10,
             acquire_timeout: Duration::from_secs(10),
             statement_timeout: Duration::from_secs(10),
+            transaction_pooler: self.behind.is_some(),
         };
         store::connect(&url, &options).await.expect("connect")
     }
@@ -347,6 +371,18 @@ pub async fn fetch_rows<T: AnyRow>(
     query: &str,
     binds: &[i64],
 ) -> Vec<T> {
+    try_fetch_rows(engine, url, query, binds)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// `fetch_rows`, or what the database answered instead.
+pub async fn try_fetch_rows<T: AnyRow>(
+    engine: Engine,
+    url: &str,
+    query: &str,
+    binds: &[i64],
+) -> Result<Vec<T>, String> {
     let query = match engine {
         Engine::Postgres => {
             let mut out = String::new();
@@ -367,14 +403,16 @@ pub async fn fetch_rows<T: AnyRow>(
     let sql = AssertSqlSafe(query);
     macro_rules! run {
         ($conn:ty) => {{
-            let mut c = <$conn>::connect(url).await.expect("connect");
+            let mut c = <$conn>::connect(url)
+                .await
+                .map_err(|e| format!("connecting to {url}: {e}"))?;
             let mut q = sqlx::query_as::<_, T>(sql);
             for b in binds {
                 q = q.bind(*b);
             }
             q.fetch_all(&mut c)
                 .await
-                .unwrap_or_else(|e| panic!("{what}: {e}"))
+                .map_err(|e| format!("{what}: {e}"))
         }};
     }
     match engine {

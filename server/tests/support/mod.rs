@@ -9,7 +9,10 @@
 pub mod cli;
 pub mod db;
 pub mod executor;
+pub mod galera;
+pub mod haproxy;
 pub mod node;
+pub mod pgbouncer;
 pub mod pki;
 pub mod private_server;
 pub mod proxy;
@@ -66,6 +69,27 @@ macro_rules! for_engine {
                         super::$test,
                     )
                     .await;
+                }
+            )*
+        }
+    };
+}
+
+/// Instantiates each named test body (an `async fn(TestDb)`) once more on PostgreSQL, its
+/// stores connected through pgbouncer in transaction mode (`TestDb::create_behind_pgbouncer`),
+/// in a module `postgres_pgbouncer`; ignored by a plain `cargo test` (it needs pgbouncer,
+/// which `.ci/run` installs).
+#[macro_export]
+macro_rules! behind_pgbouncer {
+    ([$($test:ident),* $(,)?]) => {
+        mod postgres_pgbouncer {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[ignore = "needs pgbouncer (Debian's package; .ci/run installs it)"]
+                async fn $test() {
+                    if let Some(db) = $crate::support::db::TestDb::create_behind_pgbouncer().await {
+                        super::$test(db).await;
+                    }
                 }
             )*
         }

@@ -330,6 +330,116 @@ impl PrivateServer {
         std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
     }
 
+    /// A hot standby of this PostgreSQL server, streaming from it (`pg_basebackup -R`) through
+    /// `link_port` (this server's port, or a proxy's in front of it that a test can cut), on a
+    /// port of its own. With `synchronous`, this server waits for it at every commit
+    /// (`synchronous_standby_names = '*'`, `synchronous_commit = on`).
+    pub async fn start_replica(&self, synchronous: bool, link_port: u16) -> PrivateServer {
+        assert_eq!(self.engine, Engine::Postgres, "replicas are for PostgreSQL");
+        let dir = tempfile::tempdir().expect("temp dir");
+        if is_root() {
+            run(
+                Command::new("chown").arg("postgres").arg(dir.path()),
+                "chown",
+            );
+        }
+        let basebackup = postgres_bin("pg_basebackup").expect("pg_basebackup");
+        run(
+            as_postgres(&basebackup)
+                .args([
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &link_port.to_string(),
+                    "-U",
+                    "postgres",
+                ])
+                .arg("-D")
+                .arg(dir.path().join("data"))
+                .args(["-R", "-X", "stream", "-c", "fast"]),
+            "pg_basebackup",
+        );
+        let mut replica = PrivateServer {
+            engine: Engine::Postgres,
+            port: free_port(),
+            dir,
+            child: None,
+            tls: None,
+        };
+        replica.boot().await;
+        if synchronous {
+            self.admin_execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
+                .await;
+            self.admin_execute("SELECT pg_reload_conf()").await;
+        }
+        // Streaming before the test goes on.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let streaming: Vec<(i64,)> = super::db::fetch_rows(
+                Engine::Postgres,
+                &self.admin_url(),
+                "SELECT COUNT(*) FROM pg_stat_replication WHERE state = 'streaming'",
+                &[],
+            )
+            .await;
+            if streaming.first().is_some_and(|r| r.0 > 0) {
+                return replica;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the replica did not start streaming"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn admin_execute(&self, statement: &str) {
+        use sqlx::{Connection, Executor};
+        let mut c = sqlx::PgConnection::connect(&self.admin_url())
+            .await
+            .expect("connect");
+        c.execute(sqlx::AssertSqlSafe(statement.to_owned()))
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+
+    /// Promotes this standby to a primary (`pg_ctl promote`, as Patroni does) and waits until
+    /// it takes writes.
+    pub async fn promote(&self) {
+        let pg_ctl = postgres_bin("pg_ctl").expect("pg_ctl");
+        run(
+            as_postgres(&pg_ctl)
+                .arg("-D")
+                .arg(self.data())
+                .args(["-w", "promote"]),
+            "pg_ctl promote",
+        );
+    }
+
+    /// Kills the server as a lost machine would: `kill -9` of the postmaster and of every
+    /// process it started, no shutdown of any kind.
+    pub fn kill9(&mut self) {
+        match self.engine {
+            Engine::Postgres => {
+                let pid = std::fs::read_to_string(self.data().join("postmaster.pid"))
+                    .expect("postmaster.pid");
+                let pid = pid.lines().next().expect("a pid").trim().to_owned();
+                let children = Command::new("pgrep")
+                    .args(["-P", &pid])
+                    .output()
+                    .expect("pgrep");
+                let mut pids = vec![pid];
+                pids.extend(
+                    String::from_utf8_lossy(&children.stdout)
+                        .split_whitespace()
+                        .map(str::to_owned),
+                );
+                let _ = Command::new("kill").arg("-9").args(&pids).status();
+            }
+            _ => self.crash(),
+        }
+    }
+
     /// Stops the server the way a crash does (PostgreSQL's immediate shutdown, which skips the
     /// checkpoint and recovers at the next start; `kill -9` for MariaDB), then starts it again
     /// after `down`.

@@ -22,7 +22,7 @@ macro_rules! attempt_end_store {
             /// Ends one attempt inside the caller's transaction.
             async fn attempt_end_in(
                 &self,
-                tx: &mut sqlx::Transaction<'static, $db>,
+                tx: &mut Tx<$db>,
                 attempt_id: i64,
                 end: &AttemptEnd,
             ) -> Result<AttemptEnded, Error> {

@@ -61,7 +61,7 @@ impl PostgresStore {
     /// Advances the claim's jobs in one statement.
     pub(super) async fn advance_jobs(
         &self,
-        tx: &mut Transaction<'static, Postgres>,
+        tx: &mut PgTx,
         rows: &[JobAdvance],
     ) -> Result<(), Error> {
         if rows.is_empty() {
@@ -81,7 +81,7 @@ impl PostgresStore {
     /// Inserts the claimed runs in one statement and returns those inserted `running`.
     pub(super) async fn insert_claimed_runs(
         &self,
-        tx: &mut Transaction<'static, Postgres>,
+        tx: &mut PgTx,
         node_id: &str,
         claims: &[&RunClaim],
     ) -> Result<Vec<StartedRun>, Error> {
@@ -125,7 +125,7 @@ impl PostgresStore {
     /// Inserts first attempts in one statement.
     pub(super) async fn insert_first_attempts(
         &self,
-        tx: &mut Transaction<'static, Postgres>,
+        tx: &mut PgTx,
         attempts: &[FirstAttempt<'_>],
     ) -> Result<(), Error> {
         if attempts.is_empty() {
@@ -215,7 +215,7 @@ macro_rules! values_bulk_store {
             /// Advances the claim's jobs, a statement per chunk.
             pub(super) async fn advance_jobs(
                 &self,
-                tx: &mut Transaction<'static, $db>,
+                tx: &mut Tx<$db>,
                 rows: &[JobAdvance],
             ) -> Result<(), Error> {
                 for chunk in rows.chunks(RUN_ROWS_PER_INSERT) {
@@ -230,7 +230,7 @@ macro_rules! values_bulk_store {
             /// `running` (on a backend with `RETURNING`; MySQL starts none in the claim).
             pub(super) async fn insert_claimed_runs(
                 &self,
-                tx: &mut Transaction<'static, $db>,
+                tx: &mut Tx<$db>,
                 node_id: &str,
                 claims: &[&RunClaim],
             ) -> Result<Vec<StartedRun>, Error> {
@@ -243,7 +243,7 @@ macro_rules! values_bulk_store {
 
             async fn insert_claimed_chunk(
                 &self,
-                tx: &mut Transaction<'static, $db>,
+                tx: &mut Tx<$db>,
                 node_id: &str,
                 claims: &[&RunClaim],
             ) -> Result<Vec<StartedRun>, Error> {
@@ -291,7 +291,7 @@ macro_rules! values_bulk_store {
             /// Inserts first attempts, a statement per chunk.
             pub(super) async fn insert_first_attempts(
                 &self,
-                tx: &mut Transaction<'static, $db>,
+                tx: &mut Tx<$db>,
                 attempts: &[FirstAttempt<'_>],
             ) -> Result<(), Error> {
                 let now: &str = &self.q.now_expr;

@@ -98,7 +98,7 @@ macro_rules! claim_store {
             /// the runs in multi-row `INSERT`s.
             async fn claim_set_based(
                 &self,
-                tx: &mut Transaction<'static, $db>,
+                tx: &mut Tx<$db>,
                 node_id: &str,
                 claims: &[RunClaim],
                 outcomes: &mut [Option<ClaimOutcome>],
@@ -202,7 +202,7 @@ macro_rules! claim_store {
             /// The state and message of a claimed run under the job's overlap rule.
             async fn overlap_decision(
                 &self,
-                tx: &mut Transaction<'static, $db>,
+                tx: &mut Tx<$db>,
                 claim: &RunClaim,
             ) -> Result<(&'static str, Option<String>), Error> {
                 // A calendar's skip stands whatever the overlap rule.

@@ -4,7 +4,7 @@
 macro_rules! cluster_store {
     ($store:ident, $db:ty, $backend:expr) => {
         impl $store {
-            fn from_pool(pool: sqlx::Pool<$db>) -> Self {
+            fn from_pool(pool: Db<$db>) -> Self {
                 Self {
                     pool,
                     q: Arc::new(Queries::for_backend($backend)),
@@ -21,10 +21,7 @@ macro_rules! cluster_store {
                 }))
             }
 
-            async fn leader_lock(
-                &self,
-                tx: &mut Transaction<'static, $db>,
-            ) -> Result<LeaderRecord, Error> {
+            async fn leader_lock(&self, tx: &mut Tx<$db>) -> Result<LeaderRecord, Error> {
                 Ok(
                     sqlx::query_as::<$db, LeaderRecord>(sql(&self.q.leader_lock))
                         .fetch_one(&mut **tx)
@@ -37,7 +34,7 @@ macro_rules! cluster_store {
             /// otherwise two such transactions can deadlock.
             async fn node_release_everything(
                 &self,
-                tx: &mut Transaction<'static, $db>,
+                tx: &mut Tx<$db>,
                 node_id: &str,
             ) -> Result<(), Error> {
                 self.leader_lock(tx).await?;

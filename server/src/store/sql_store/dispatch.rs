@@ -45,7 +45,7 @@ macro_rules! dispatch_store {
             /// Runs a [`GuardedUpdate`] in `tx`, binding `bind` to the update when given;
             /// returns the run ids of exactly the rows it moved.
             async fn run_guarded_update(
-                tx: &mut Transaction<'static, $db>,
+                tx: &mut Tx<$db>,
                 statements: &GuardedUpdate,
                 bind: Option<&str>,
             ) -> Result<Vec<i64>, Error> {

@@ -6,7 +6,8 @@
 //! the same migration side by side and left it half applied. Every backend therefore takes a
 //! lock of ours, checks that it was granted, and only then runs the migrator (with sqlx's
 //! locking off) on the same connection:
-//! - PostgreSQL: a session advisory lock (`pg_try_advisory_lock`);
+//! - PostgreSQL: a transaction advisory lock (`pg_try_advisory_xact_lock`) in the one
+//!   transaction that applies every migration, which works behind a pooler in transaction mode;
 //! - MySQL/MariaDB: a named lock (`GET_LOCK(name, 0)`, granted only when it answers 1);
 //! - SQLite: an exclusive lock on a file beside the database (nodes on one machine).
 //!
@@ -24,12 +25,13 @@ use std::time::Duration;
 
 use sqlx::migrate::{Migration, Migrator};
 use sqlx::mysql::{MySqlConnection, MySqlDatabaseError, MySqlPool};
-use sqlx::postgres::PgPool;
+use sqlx::postgres::PgConnection;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
 use sqlx::{AssertSqlSafe, Connection, Executor};
 use tokio::time::Instant;
 
 use super::super::Error;
+use super::pg_pool::PgDb;
 
 /// How long a node waits for another node's migrations before it gives up.
 const LOCK_WAIT: Duration = Duration::from_secs(600);
@@ -85,32 +87,53 @@ impl LockWait {
     }
 }
 
-pub(super) async fn postgres(pool: &PgPool, migrator: &Migrator) -> Result<(), Error> {
-    // A connection of its own, closed at the end (which releases the lock on any path), with
-    // no statement timeout: a migration that carries data may take long.
-    let mut conn = pool.acquire().await?.detach();
-    conn.execute("SET statement_timeout = 0").await?;
-    conn.execute("SET lock_timeout = 0").await?;
+pub(super) async fn postgres(db: &PgDb, migrator: &Migrator) -> Result<(), Error> {
+    // A connection of its own, closed at the end. Everything happens in one transaction, so
+    // that nothing outlives it on the server connection (behind a pooler in transaction mode
+    // the server connection goes to other clients next): the lock is a transaction lock,
+    // released at its end on any path; the settings are `SET LOCAL`, with no statement
+    // timeout (a migration that carries data may take long); each migration is a savepoint
+    // of it (PostgreSQL's DDL is transactional); and sqlx's named statements are deallocated
+    // before it ends.
+    let mut conn = PgConnection::connect_with(&db.pool().connect_options()).await?;
     let mut wait = LockWait::new("PostgreSQL");
-    loop {
-        let (granted,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_lock($1)")
-            .bind(PG_LOCK_KEY)
-            .fetch_one(&mut conn)
+    let applied = loop {
+        let mut tx = conn.begin().await?;
+        tx.execute("DEALLOCATE ALL; SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0")
             .await?;
-        if granted {
-            break;
+        let (granted,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_xact_lock($1)")
+            .bind(PG_LOCK_KEY)
+            .persistent(false)
+            .fetch_one(&mut *tx)
+            .await?;
+        if !granted {
+            tx.rollback().await?;
+            wait.refused().await?;
+            continue;
         }
-        wait.refused().await?;
-    }
-    // `run_direct`: `run` on a connection trips the "Acquire is not general enough" error.
-    let applied = migrator.run_direct(None, &mut conn, false).await;
-    // Closing the session releases the lock, whatever happened.
+        // `run_direct`: `run` on a connection trips the "Acquire is not general enough" error.
+        let applied = migrator.run_direct(None, &mut *tx, false).await;
+        break match applied {
+            Ok(()) => {
+                tx.execute("DEALLOCATE ALL").await?;
+                tx.commit().await.map_err(Error::from)
+            }
+            Err(err) => Err(err.into()),
+        };
+    };
     let _ = conn.close().await;
-    Ok(applied?)
+    applied
 }
 
-pub(super) async fn mysql(pool: &MySqlPool, migrator: &Migrator) -> Result<(), Error> {
+pub(super) async fn mysql(
+    pool: &MySqlPool,
+    migrator: &Migrator,
+    galera: bool,
+) -> Result<(), Error> {
     let mut conn = pool.acquire().await?.detach();
+    if galera {
+        return galera_migrate(conn, migrator).await;
+    }
     let mut wait = LockWait::new("MySQL");
     loop {
         // 1: granted; 0: held by another session; NULL: an error.
@@ -131,6 +154,67 @@ pub(super) async fn mysql(pool: &MySqlPool, migrator: &Migrator) -> Result<(), E
     .await;
     let _ = conn.close().await;
     applied
+}
+
+/// How long the Galera migration lock is held before another node may take it: a node killed
+/// while migrating holds it that long.
+const GALERA_LOCK_MS: i64 = 120_000;
+
+/// Galera does not replicate `GET_LOCK`: each member would grant it. The lock is a row of an
+/// InnoDB table instead, which certification makes one node's: of two nodes taking it through
+/// different members at once, one commit fails and that node waits.
+async fn galera_migrate(mut conn: MySqlConnection, migrator: &Migrator) -> Result<(), Error> {
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS carillon_migration_lock (id INT NOT NULL PRIMARY KEY, \
+         holder VARCHAR(64) NOT NULL, expires_at_ms BIGINT NOT NULL) ENGINE = InnoDB",
+    )
+    .await?;
+    let holder = crate::data_dir::random_hex(16).map_err(|e| Error::MigrationLock {
+        reason: format!("naming this node's lock: {e}"),
+    })?;
+    let now = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
+    let take = format!(
+        "INSERT INTO carillon_migration_lock (id, holder, expires_at_ms) VALUES (1, ?, {now} + ?) \
+         ON DUPLICATE KEY UPDATE \
+         holder = IF(expires_at_ms < {now}, VALUES(holder), holder), \
+         expires_at_ms = IF(holder = VALUES(holder), VALUES(expires_at_ms), expires_at_ms)"
+    );
+    let mut wait = LockWait::new("Galera");
+    loop {
+        let took = sqlx::query(AssertSqlSafe(take.clone()))
+            .bind(&holder)
+            .bind(GALERA_LOCK_MS)
+            .execute(&mut conn)
+            .await
+            .map_err(Error::from);
+        match took {
+            // Another node's take certified first: read who holds it.
+            Err(err) if !err.is_transient() => return Err(err),
+            _ => {}
+        }
+        let held: Option<(String,)> =
+            sqlx::query_as("SELECT holder FROM carillon_migration_lock WHERE id = 1")
+                .fetch_optional(&mut conn)
+                .await?;
+        if held.is_some_and(|(h,)| h == holder) {
+            break;
+        }
+        wait.refused().await?;
+    }
+    let applied = async {
+        mysql_resume_interrupted(&mut conn, migrator).await?;
+        migrator.run_direct(None, &mut conn, false).await?;
+        Ok::<(), Error>(())
+    }
+    .await;
+    let released = sqlx::query("DELETE FROM carillon_migration_lock WHERE id = 1 AND holder = ?")
+        .bind(&holder)
+        .execute(&mut conn)
+        .await;
+    let _ = conn.close().await;
+    applied?;
+    released?;
+    Ok(())
 }
 
 pub(super) async fn sqlite(

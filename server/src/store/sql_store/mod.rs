@@ -9,10 +9,12 @@ mod bulk;
 mod claim;
 mod cluster;
 mod dispatch;
+mod galera;
 mod history;
 mod jobs;
 mod logs;
 mod migrate;
+mod pg_pool;
 mod policies;
 mod tasks;
 
@@ -23,12 +25,12 @@ use std::sync::{Arc, LazyLock};
 use async_trait::async_trait;
 use sqlx::migrate::Migrator;
 use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, Postgres};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, Postgres};
 use sqlx::sqlite::{
     Sqlite, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteSynchronous,
 };
-use sqlx::{AssertSqlSafe, Executor, Transaction};
+use sqlx::{AssertSqlSafe, Connection, Executor, Transaction};
 
 use super::dialect::Queries;
 use super::dispatch_records::{
@@ -49,6 +51,7 @@ use super::{
 };
 use bulk::JobAdvance;
 use logs::LOG_ROWS_PER_INSERT;
+use pg_pool::{PgDb, PgTx};
 
 /// The embedded migrations, with sqlx's own locking off: `migrate` takes a lock that works on
 /// every backend and checks that it was granted.
@@ -95,6 +98,27 @@ fn like_prefix(prefix: &str) -> String {
     pattern.push('%');
     pattern
 }
+
+/// The connections and the write transaction of each backend: sqlx's own, but PostgreSQL's
+/// run their statements unnamed and in transactions behind a pooler (see `pg_pool`).
+trait Connections {
+    type Db;
+    type Tx;
+}
+impl Connections for Postgres {
+    type Db = PgDb;
+    type Tx = PgTx;
+}
+impl Connections for MySql {
+    type Db = MySqlPool;
+    type Tx = Transaction<'static, MySql>;
+}
+impl Connections for Sqlite {
+    type Db = SqlitePool;
+    type Tx = Transaction<'static, Sqlite>;
+}
+type Db<DB> = <DB as Connections>::Db;
+type Tx<DB> = <DB as Connections>::Tx;
 
 /// Rows per multi-row run insert: 9 parameters each.
 const RUN_ROWS_PER_INSERT: usize = 500;
@@ -158,38 +182,49 @@ fn invalid_url(url: &DatabaseUrl, err: sqlx::Error) -> Error {
 /// PostgreSQL.
 #[derive(Debug, Clone)]
 pub(super) struct PostgresStore {
-    pool: PgPool,
+    pool: PgDb,
     q: Arc<Queries>,
 }
 
 impl PostgresStore {
     pub(super) async fn connect(url: &DatabaseUrl, options: &PoolOptions) -> Result<Self, Error> {
         let timeout_ms = options.statement_timeout.as_millis().to_string();
-        let connect = PgConnectOptions::from_str(url.expose())
-            .map_err(|e| invalid_url(url, e))?
-            .options([
-                ("statement_timeout", timeout_ms.as_str()),
-                ("lock_timeout", timeout_ms.as_str()),
-                // Generic plans, made once the first executions are done, ignore which values
-                // are rare: with thousands of pending runs a generic plan of the queue queries
-                // scanned far more rows than the one made with the values (the cluster tests
-                // stopped keeping up, and 512 run starts took 11 s at 3,000 fires/s).
-                ("plan_cache_mode", "force_custom_plan"),
-                // The fire path's tables are read from memory, not from disk: with the default
-                // cost of a random read (4.0) the planner chose a sequential scan of `jobs` for
-                // the claim's advance of 500 of its 10,000 rows (12.5 ms against 1.3 ms by its
-                // key) and of `attempts` for the settle's update of 8,192 attempts by id.
-                ("random_page_cost", "1.1"),
-            ]);
+        let settings = [
+            ("statement_timeout", timeout_ms.as_str()),
+            ("lock_timeout", timeout_ms.as_str()),
+            // Generic plans, made once the first executions are done, ignore which values
+            // are rare: with thousands of pending runs a generic plan of the queue queries
+            // scanned far more rows than the one made with the values (the cluster tests
+            // stopped keeping up, and 512 run starts took 11 s at 3,000 fires/s). Unnamed
+            // statements, as behind a pooler, are always planned with their values.
+            ("plan_cache_mode", "force_custom_plan"),
+            // The fire path's tables are read from memory, not from disk: with the default
+            // cost of a random read (4.0) the planner chose a sequential scan of `jobs` for
+            // the claim's advance of 500 of its 10,000 rows (12.5 ms against 1.3 ms by its
+            // key) and of `attempts` for the settle's update of 8,192 attempts by id.
+            ("random_page_cost", "1.1"),
+        ];
+        let mut connect =
+            PgConnectOptions::from_str(url.expose()).map_err(|e| invalid_url(url, e))?;
+        connect = if options.transaction_pooler {
+            // Startup parameters pgbouncer does not know are refused at connection start
+            // (sqlx sends `extra_float_digits`, for text floats, which it does not read);
+            // settings passed there would stay on a server connection other clients use, so
+            // each transaction sets them instead.
+            connect.extra_float_digits(None)
+        } else {
+            connect.options(settings)
+        };
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
             .connect_with(connect)
             .await?;
-        Ok(Self::from_pool(pool))
+        let db = PgDb::new(pool, options.transaction_pooler, &settings);
+        Ok(Self::from_pool(db))
     }
 
-    async fn begin_write(&self) -> Result<Transaction<'static, Postgres>, Error> {
+    async fn begin_write(&self) -> Result<PgTx, Error> {
         Ok(self.pool.begin().await?)
     }
 
@@ -209,6 +244,15 @@ impl MysqlStore {
     pub(super) async fn connect(url: &DatabaseUrl, options: &PoolOptions) -> Result<Self, Error> {
         let connect =
             MySqlConnectOptions::from_str(url.expose()).map_err(|e| invalid_url(url, e))?;
+        let galera = {
+            let mut conn = sqlx::MySqlConnection::connect_with(&connect).await?;
+            let member = galera::is_member(&mut conn).await?;
+            if member {
+                galera::check_settings(&mut conn).await?;
+            }
+            let _ = conn.close().await;
+            member
+        };
         // InnoDB counts lock waits in whole seconds; at least one.
         let lock_wait_s = options.statement_timeout.as_secs().max(1);
         let pool = MySqlPoolOptions::new()
@@ -222,6 +266,10 @@ impl MysqlStore {
                     // compare-and-set); REPEATABLE READ's gap locks would only add deadlocks.
                     conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
                         .await?;
+                    if galera {
+                        // Reads wait for what other members committed first (`galera`).
+                        conn.execute("SET SESSION wsrep_sync_wait = 1").await?;
+                    }
                     Ok(())
                 })
             })
@@ -235,7 +283,12 @@ impl MysqlStore {
     }
 
     async fn migrate_schema(&self) -> Result<(), Error> {
-        migrate::mysql(&self.pool, &MYSQL_MIGRATOR).await
+        let galera = galera::is_member(&mut *self.pool.acquire().await?).await?;
+        migrate::mysql(&self.pool, &MYSQL_MIGRATOR, galera).await?;
+        if galera {
+            galera::check_tables(&self.pool).await?;
+        }
+        Ok(())
     }
 }
 

@@ -67,7 +67,7 @@ macro_rules! task_store {
             /// The tasks holding `keys`, read in `tx`.
             async fn tasks_by_keys(
                 &self,
-                tx: &mut Transaction<'static, $db>,
+                tx: &mut Tx<$db>,
                 keys: &[&str],
             ) -> Result<Vec<TaskRecord>, Error> {
                 let mut found = Vec::with_capacity(keys.len());
@@ -96,7 +96,7 @@ macro_rules! task_store {
             /// Moves the tasks of `ids` still pending to `fired`; the ids it moved.
             async fn mark_fired(
                 &self,
-                tx: &mut Transaction<'static, $db>,
+                tx: &mut Tx<$db>,
                 ids: &[i64],
             ) -> Result<Vec<i64>, Error> {
                 let Some(update) = with_partitions(&self.q.tasks_mark_fired, ids) else {
@@ -132,7 +132,7 @@ macro_rules! task_store {
                 tasks: &[TaskWrite],
             ) -> Result<Vec<Enqueued>, Error> {
                 let mut tx = self.begin_write().await?;
-                self.insert_tasks(&mut tx, sorted).await?;
+                self.insert_tasks(&mut *tx, sorted).await?;
                 let keys: Vec<&str> = sorted.iter().filter_map(|t| t.key.as_deref()).collect();
                 let mut holders: HashMap<String, TaskRecord> = self
                     .tasks_by_keys(&mut tx, &keys)
@@ -163,7 +163,7 @@ macro_rules! task_store {
                     if again.is_empty() {
                         break;
                     }
-                    self.insert_tasks(&mut tx, &again).await?;
+                    self.insert_tasks(&mut *tx, &again).await?;
                     let keys: Vec<&str> =
                         again.iter().filter_map(|t| t.key.as_deref()).collect();
                     for holder in self.tasks_by_keys(&mut tx, &keys).await? {
@@ -222,8 +222,7 @@ macro_rules! task_store {
                 let one_statement =
                     $backend == Backend::Postgres || tasks.len() <= TASK_ROWS_PER_INSERT;
                 if one_statement && tasks.iter().all(|t| t.key.is_none()) {
-                    let mut conn = self.pool.acquire().await?;
-                    self.insert_tasks(&mut conn, tasks).await?;
+                    self.insert_tasks_alone(tasks).await?;
                     return Ok(tasks.iter().map(|t| Enqueued::Created(t.task_id)).collect());
                 }
                 // Rows in key order: two batches sharing keys lock them in the same order.
@@ -403,10 +402,15 @@ macro_rules! task_store {
 }
 
 impl PostgresStore {
+    /// Inserts a batch of tasks in one statement, outside a transaction.
+    async fn insert_tasks_alone(&self, tasks: &[TaskWrite]) -> Result<(), Error> {
+        self.insert_tasks(&self.pool, tasks).await
+    }
+
     /// Inserts a batch of tasks in one statement.
-    async fn insert_tasks(
+    async fn insert_tasks<'c>(
         &self,
-        conn: &mut sqlx::PgConnection,
+        conn: impl sqlx::Executor<'c, Database = Postgres>,
         tasks: &[TaskWrite],
     ) -> Result<(), Error> {
         let ints = |pick: fn(&TaskWrite) -> i64| tasks.iter().map(pick).collect::<Vec<i64>>();
@@ -426,7 +430,7 @@ impl PostgresStore {
             .bind(texts(|t| &t.policy_json))
             .bind(ints(|t| t.priority))
             .bind(ints(|t| t.due_at_ms))
-            .execute(&mut *conn)
+            .execute(conn)
             .await?;
         Ok(())
     }
@@ -434,7 +438,7 @@ impl PostgresStore {
     /// Inserts the fired tasks' runs `running` in one statement; their ids by job id.
     async fn insert_task_runs(
         &self,
-        tx: &mut Transaction<'static, Postgres>,
+        tx: &mut PgTx,
         node_id: &str,
         due: &[(&DueTask, i64)],
     ) -> Result<HashMap<i64, i64>, Error> {
@@ -456,6 +460,12 @@ impl PostgresStore {
 macro_rules! values_task_writes {
     ($store:ident, $db:ty, $backend:expr) => {
         impl $store {
+            /// Inserts a batch of tasks, a statement per chunk, outside a transaction.
+            async fn insert_tasks_alone(&self, tasks: &[TaskWrite]) -> Result<(), Error> {
+                let mut conn = self.pool.acquire().await?;
+                self.insert_tasks(&mut conn, tasks).await
+            }
+
             /// Inserts a batch of tasks, a statement per chunk.
             async fn insert_tasks(
                 &self,
@@ -496,7 +506,7 @@ macro_rules! values_task_writes {
             /// Inserts the fired tasks' runs `running`; their ids by job id.
             async fn insert_task_runs(
                 &self,
-                tx: &mut Transaction<'static, $db>,
+                tx: &mut Tx<$db>,
                 node_id: &str,
                 due: &[(&DueTask, i64)],
             ) -> Result<HashMap<i64, i64>, Error> {
