@@ -227,6 +227,9 @@ struct ServerArgs {
     /// Pause between two retention batches.
     #[arg(long, env = "CARILLON_RETENTION_PAUSE_MS")]
     retention_pause_ms: Option<u64>,
+    /// PostgreSQL: deliver nothing before the standbys have it (`true` by default).
+    #[arg(long, env = "CARILLON_WAIT_FOR_STANDBYS")]
+    wait_for_standbys: Option<bool>,
 }
 
 impl CommonArgs {
@@ -337,6 +340,10 @@ impl ServerArgs {
         set(&mut r.interval_ms, self.retention_interval_ms);
         set(&mut r.batch, self.retention_batch);
         set(&mut r.pause_ms, self.retention_pause_ms);
+        set(
+            &mut config.database.wait_for_standbys,
+            self.wait_for_standbys,
+        );
     }
 }
 

@@ -212,6 +212,10 @@ pub struct DatabaseConfig {
     /// What stands between the nodes and the database: `none`, or `transaction` for a pooler
     /// in transaction mode (pgbouncer's `pool_mode = transaction`; PostgreSQL only).
     pub pooler: Pooler,
+    /// PostgreSQL: deliver nothing before every standby (streaming, or holding a physical
+    /// replication slot) has it, so that a failover to an asynchronous standby cannot fire an
+    /// instant twice (`dispatch/standbys.rs`).
+    pub wait_for_standbys: bool,
 }
 
 /// See `DatabaseConfig::pooler`.
@@ -234,6 +238,7 @@ impl Default for DatabaseConfig {
             acquire_timeout_ms: 2_000,
             statement_timeout_ms: 2_000,
             pooler: Pooler::None,
+            wait_for_standbys: true,
         }
     }
 }
@@ -385,6 +390,7 @@ impl Config {
             deliver_ahead: crate::dispatch::deliver_ahead(Duration::from_millis(
                 self.scheduler.claim_ahead_ms,
             )),
+            wait_for_standbys: self.database.wait_for_standbys,
             ..crate::dispatch::DispatchSettings::default()
         }
     }

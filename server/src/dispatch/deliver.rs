@@ -52,6 +52,10 @@ impl Dispatcher {
                 self.settings.batch,
             )
             .await?;
+        if !due.is_empty() && !self.standbys_have_it().await? {
+            // Read again next pass, once the standbys have them.
+            return Ok(());
+        }
         self.due_cursor(|c| c.advance(&due, self.settings.batch));
         self.settling.skip_settling(read, &mut due);
         let due_count = due.len();

@@ -28,6 +28,7 @@ pub mod networks;
 mod plan;
 mod settle;
 pub mod sharding;
+mod standbys;
 mod start;
 mod watch;
 pub mod xxl;
@@ -69,6 +70,8 @@ pub struct DispatchSettings {
     /// Attempts due this soon are planned now and delivered at their instant (the scheduler
     /// claims runs as long ahead).
     pub deliver_ahead: Duration,
+    /// Deliver nothing before the database's standbys have it (`standbys`).
+    pub wait_for_standbys: bool,
 }
 
 impl Default for DispatchSettings {
@@ -79,6 +82,7 @@ impl Default for DispatchSettings {
             no_executor_grace: Duration::from_secs(30),
             batch: 32_768,
             deliver_ahead: deliver_ahead(crate::scheduler::DEFAULT_CLAIM_AHEAD),
+            wait_for_standbys: true,
         }
     }
 }
@@ -110,6 +114,7 @@ pub struct Dispatcher {
     due_cursor: std::sync::Mutex<DueCursor>,
     settling: Arc<Settling>,
     observer: Observer,
+    standby_wait: std::sync::Mutex<standbys::StandbyWait>,
 }
 
 impl Dispatcher {
@@ -136,6 +141,7 @@ impl Dispatcher {
             due_cursor: std::sync::Mutex::new(DueCursor::new()),
             settling: Settling::new(),
             observer,
+            standby_wait: std::sync::Mutex::new(standbys::StandbyWait::default()),
         }
     }
 

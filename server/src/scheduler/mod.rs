@@ -11,6 +11,7 @@
 //! instant advances in the same transaction, so the next owner resumes exactly after it.
 
 pub mod backfill;
+mod failover;
 mod load;
 pub mod misfire;
 mod policies;
@@ -141,6 +142,8 @@ pub struct Scheduler {
     awaiting_end: HashMap<i64, i64>,
     /// Jobs past their bounds, `(job_id, version)`, to be marked `done`.
     exhausted: Vec<(i64, i64)>,
+    /// The database's timeline as last read (PostgreSQL; see `failover`).
+    timeline: Option<String>,
 }
 
 impl Scheduler {
@@ -172,6 +175,7 @@ impl Scheduler {
             calendars: policies::Calendars::default(),
             awaiting_end: HashMap::new(),
             exhausted: Vec::new(),
+            timeline: None,
         }
     }
 
@@ -187,6 +191,19 @@ impl Scheduler {
         // first reading can move it by minutes) must not postpone them.
         let mut next_poll = tokio::time::Instant::now();
         loop {
+            match self.follow_timeline().await {
+                // Loaded again at once.
+                Ok(true) => next_poll = tokio::time::Instant::now(),
+                Ok(false) => {}
+                Err(err) => {
+                    warn!(error = %err, "reading the database's timeline failed; retrying");
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                    }
+                    continue;
+                }
+            }
             if tokio::time::Instant::now() >= next_poll {
                 next_poll = tokio::time::Instant::now() + self.settings.poll_interval;
                 if let Err(err) = self.follow_cluster(self.clock.now_ms()).await {

@@ -387,13 +387,46 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
 /// Method names are noun first (`leader_try_acquire`, `partitions_apply`) so related calls sort
 /// together.
 pub trait Store:
-    ClusterStore + JobStore + DispatchStore + HistoryStore + PolicyStore + TaskStore + LogStore
+    ClusterStore
+    + JobStore
+    + DispatchStore
+    + HistoryStore
+    + PolicyStore
+    + TaskStore
+    + LogStore
+    + StandbyStore
 {
 }
 
-impl<T: ClusterStore + JobStore + DispatchStore + HistoryStore + PolicyStore + TaskStore + LogStore>
-    Store for T
+impl<
+    T: ClusterStore
+        + JobStore
+        + DispatchStore
+        + HistoryStore
+        + PolicyStore
+        + TaskStore
+        + LogStore
+        + StandbyStore,
+> Store for T
 {
+}
+
+/// The standbys a failover could promote (PostgreSQL streaming replication), so that nothing
+/// is delivered before they have it: an asynchronous standby promoted without a run it was
+/// never sent would fire that run's instant again.
+#[async_trait]
+pub trait StandbyStore: Send + Sync + std::fmt::Debug + 'static {
+    /// Where the database's log ends now (PostgreSQL: `pg_current_wal_lsn()`), or `None` where
+    /// there are no standbys to wait for (MySQL, where Galera is synchronous, and SQLite).
+    async fn log_position(&self) -> Result<Option<String>, Error>;
+
+    /// The standbys that have not yet flushed the log up to `position`: those streaming, and
+    /// those with a physical replication slot, streaming or not. Empty when all have it.
+    async fn standbys_behind(&self, position: &str) -> Result<Vec<String>, Error>;
+
+    /// The timeline the database writes on (PostgreSQL; a promoted standby starts a new one),
+    /// or `None` where failovers are not seen this way (MySQL, SQLite).
+    async fn timeline(&self) -> Result<Option<String>, Error>;
 }
 
 /// The lines handlers log while attempts run, kept with their runs (`history_delete_runs`

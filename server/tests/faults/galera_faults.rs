@@ -41,7 +41,7 @@ async fn galera_nodes_on_different_members_fire_each_instant_once_through_member
     let failover_ms =
         epoch_ms(&alone.leader.clone().unwrap().acquired_at).max(killed_at) - killed_at;
     let took_over_ms = db.now_ms().await - killed_at;
-    galera.restart(1).await;
+    let transfer = galera.restart(1).await;
     cluster.restart(2).await;
     cluster.settled(0, &["n1", "n2", "n3"]).await;
     let back_ms = db.now_ms().await - killed_at;
@@ -69,11 +69,19 @@ async fn galera_nodes_on_different_members_fire_each_instant_once_through_member
     let runs = runs(&db, &jobs, from, to).await;
     let verdict = Verdict::of(&runs, &each_at(&jobs, &instants(from, to, 1_000)));
     let twice = runs_succeeded_twice(&db, &jobs, from, to).await;
+    // When the latest run was due, from the first kill: which fault it rode out.
+    let latest_due = runs
+        .iter()
+        .filter(|r| r.lateness_ms().is_some())
+        .max_by_key(|r| r.lateness_ms())
+        .map_or(0, |r| r.scheduled_at_ms - killed_at);
     figures!(
         "{scenario}: {JOBS} jobs every second; member and node killed: leader after \
-         {failover_ms} ms, n1 alone after {took_over_ms} ms, all back after {back_ms} ms; \
-         member cut off: its node's partitions moved after {moved_ms} ms; max lateness {} ms; \
-         {}; attempts succeeded twice {}",
+         {failover_ms} ms, n1 alone after {took_over_ms} ms, all back after {back_ms} ms (the member by {transfer}); \
+         member cut off ({} ms after the kill): its node's partitions moved after {moved_ms} ms; \
+         max lateness {} ms (due {latest_due} ms after the kill); {}; attempts succeeded \
+         twice {}",
+        isolated_at - killed_at,
         max_lateness_ms(&runs),
         verdict.figures(),
         twice.len()

@@ -35,7 +35,7 @@ struct Failover {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs haproxy (Debian's package; .ci/run installs it)"]
 async fn postgres_a_synchronous_standby_promoted_loses_and_repeats_nothing() {
-    let failover = primary_dies(true).await;
+    let failover = primary_dies(true, true).await;
     failover
         .verdict
         .assert_exactly_once(&failover.scenario, true);
@@ -52,23 +52,45 @@ async fn postgres_a_synchronous_standby_promoted_loses_and_repeats_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs haproxy (Debian's package; .ci/run installs it)"]
 async fn postgres_a_lagging_asynchronous_standby_promoted_never_fires_an_instant_twice() {
-    let failover = primary_dies(false).await;
+    let failover = primary_dies(false, true).await;
     assert!(
-        failover.fired_twice.is_empty(),
-        "{}: instants fired twice {:?}",
+        failover.fired_twice.is_empty() && failover.lost_after_running.is_empty(),
+        "{}: instants fired twice {:?}, ran but lost {:?}",
         failover.scenario,
-        failover.fired_twice
+        failover.fired_twice,
+        failover.lost_after_running
+    );
+    failover
+        .verdict
+        .assert_exactly_once(&failover.scenario, true);
+}
+
+/// What `database.wait_for_standbys` prevents: without it, the runs delivered while the
+/// standby lagged are lost with the primary, and their instants are fired again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs haproxy (Debian's package; .ci/run installs it)"]
+async fn postgres_without_waiting_for_standbys_a_lagging_standby_promoted_fires_instants_twice() {
+    let failover = primary_dies(false, false).await;
+    assert!(
+        !failover.fired_twice.is_empty() && !failover.lost_after_running.is_empty(),
+        "{}: nothing fired twice: the scenario did not make the standby lag",
+        failover.scenario
     );
 }
 
-async fn primary_dies(synchronous: bool) -> Failover {
+async fn primary_dies(synchronous: bool, wait_for_standbys: bool) -> Failover {
     let _turn = one_at_a_time().await;
     let scenario = format!(
-        "primary killed, {} standby promoted behind HAProxy (Postgres)",
+        "primary killed, {} standby promoted behind HAProxy{} (Postgres)",
         if synchronous {
             "synchronous"
         } else {
             "lagging asynchronous"
+        },
+        if wait_for_standbys {
+            ""
+        } else {
+            ", nodes not waiting for standbys"
         }
     );
     let mut primary = PrivateServer::start(Engine::Postgres)
@@ -83,7 +105,11 @@ async fn primary_dies(synchronous: bool) -> Failover {
         node_url: haproxy.url_through(&primary.url()),
         test_url: primary.url(),
     };
-    let mut cluster = Cluster::start(&db, 2, |_| {}).await;
+    let mut cluster = Cluster::start(&db, 2, |spec| {
+        spec.extra_env
+            .push(("CARILLON_WAIT_FOR_STANDBYS", wait_for_standbys.to_string()));
+    })
+    .await;
     let executor = cluster.executor(0, "py-1", &["--capacity", "64"]);
     let (jobs, from) = cluster.ticking(0, 40).await;
     db.sleep_until(from + 2_000).await;
@@ -130,9 +156,13 @@ async fn primary_dies(synchronous: bool) -> Failover {
     let verdict = Verdict::of(&runs, &expected);
     let succeeded_twice = runs_succeeded_twice(&db, &jobs, from, to).await.len();
 
-    // The executor's side: which run ids it ran for each instant.
+    // The executor's side: which run ids it ran for each instant, and how often each run.
     let mut ran: BTreeMap<(i64, i64), Vec<i64>> = BTreeMap::new();
+    let mut attempts_of: BTreeMap<i64, usize> = BTreeMap::new();
     for entry in executor.log().await {
+        if let Some(run) = entry.get("run_id").and_then(Value::as_i64) {
+            *attempts_of.entry(run).or_default() += 1;
+        }
         let field = |name: &str| entry.get(name).and_then(Value::as_i64);
         let at = entry
             .get("scheduled_at")
@@ -165,10 +195,14 @@ async fn primary_dies(synchronous: bool) -> Failover {
         .filter(|(_, runs)| runs.iter().any(|run| !stored.contains(run)))
         .map(|(key, _)| *key)
         .collect();
+    // A run delivered again: its outcome was stored on the old primary only, so the new one
+    // saw it in flight, and failed it over to an executor again.
+    let delivered_again = attempts_of.values().filter(|n| **n > 1).count();
     figures!(
         "{scenario}: down {} ms until promoted, every job firing again {recovered_ms} ms \
          after; max lateness {} ms; {}; attempts succeeded twice {succeeded_twice}; instants \
-         the executor ran twice {}; ran but lost by the failover {}",
+         the executor ran twice {}; ran but lost by the failover {}; runs delivered again \
+         {delivered_again}",
         promoted_at - killed_at,
         max_lateness_ms(&runs),
         verdict.figures(),

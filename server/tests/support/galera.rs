@@ -245,11 +245,21 @@ impl GaleraCluster {
         }
     }
 
-    /// Starts member `i` again (after `kill9`); it rejoins and catches up.
-    pub async fn restart(&mut self, i: usize) {
+    /// Starts member `i` again (after `kill9`); it rejoins and catches up. Returns how: `IST`
+    /// (the writes it missed, from a member's cache) or `SST` (a whole copy, during which the
+    /// donor's rsync blocks its writes).
+    pub async fn restart(&mut self, i: usize) -> &'static str {
+        let before = self.log(i).len();
         self.spawn(i, false);
         let size = self.members.len();
         self.wait_synced(i, size).await;
+        let log = self.log(i);
+        let since = log.get(before..).unwrap_or("");
+        if since.contains("SST succeeded") || since.contains("SST complete") {
+            "SST"
+        } else {
+            "IST"
+        }
     }
 
     /// Cuts member `i` off the others' group communication: it becomes a non-primary

@@ -356,7 +356,8 @@ impl PrivateServer {
                 ])
                 .arg("-D")
                 .arg(dir.path().join("data"))
-                .args(["-R", "-X", "stream", "-c", "fast"]),
+                // A physical replication slot, as Patroni keeps for each member.
+                .args(["-R", "-X", "stream", "-c", "fast", "-C", "-S", "standby"]),
             "pg_basebackup",
         );
         let mut replica = PrivateServer {

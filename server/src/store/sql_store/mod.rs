@@ -16,6 +16,7 @@ mod logs;
 mod migrate;
 mod pg_pool;
 mod policies;
+mod standbys;
 mod tasks;
 
 use std::collections::HashMap;
@@ -47,7 +48,7 @@ use super::policy_records::{BackfillRecord, BackfillStep, CalendarRecord};
 use super::{
     Backend, ClusterMeta, ClusterStore, DatabaseUrl, DispatchStore, Error, HistoryStore, JobStore,
     LeaderFence, LeaderRecord, LogStore, NodeList, NodeRecord, NodeRegistration, PartitionChange,
-    PartitionRecord, PolicyStore, PoolOptions,
+    PartitionRecord, PolicyStore, PoolOptions, StandbyStore,
 };
 use bulk::JobAdvance;
 use logs::LOG_ROWS_PER_INSERT;
