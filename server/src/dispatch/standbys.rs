@@ -23,8 +23,10 @@ use crate::store;
 /// How long one delivery pass waits for the standbys before it gives up its turn (the
 /// attempts stay due and the next pass reads them again).
 const WAIT_PER_PASS: Duration = Duration::from_millis(500);
-/// How often the standbys are asked while waiting.
-const POLL: Duration = Duration::from_millis(2);
+/// How often the standbys are asked while waiting: at first (a healthy standby flushes within
+/// milliseconds), and at most, for one that lags.
+const POLL_FIRST: Duration = Duration::from_millis(2);
+const POLL_MOST: Duration = Duration::from_millis(50);
 /// How often a node that keeps waiting says so.
 const SAY_EVERY: Duration = Duration::from_secs(10);
 
@@ -45,6 +47,7 @@ impl Dispatcher {
             return Ok(true);
         };
         let began = Instant::now();
+        let mut poll = POLL_FIRST;
         loop {
             let behind = self.store.standbys_behind(&position).await?;
             if behind.is_empty() {
@@ -55,7 +58,8 @@ impl Dispatcher {
                 self.note_standby_wait(Some(&behind));
                 return Ok(false);
             }
-            tokio::time::sleep(POLL).await;
+            tokio::time::sleep(poll).await;
+            poll = (poll * 2).min(POLL_MOST);
         }
     }
 

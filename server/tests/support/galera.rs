@@ -33,6 +33,8 @@ struct Member {
 pub struct GaleraCluster {
     dir: tempfile::TempDir,
     members: Vec<Member>,
+    /// More `mariadbd` options for every member.
+    extra: Vec<String>,
 }
 
 fn free_port() -> u16 {
@@ -51,6 +53,11 @@ impl GaleraCluster {
     /// Bootstraps a cluster of `size` members, each with an empty database `test`, and waits
     /// until every member is synced in one primary component.
     pub async fn start(size: usize) -> GaleraCluster {
+        Self::start_with(size, &[]).await
+    }
+
+    /// `start`, with more `mariadbd` options for every member.
+    pub async fn start_with(size: usize, extra: &[&str]) -> GaleraCluster {
         assert!(
             Path::new(PROVIDER).exists() && Path::new("/usr/bin/wsrep_sst_rsync").exists(),
             "the Galera tests need Debian's galera-4, mariadb-server and rsync (.ci/run \
@@ -67,7 +74,11 @@ impl GaleraCluster {
                 child: None,
             })
             .collect();
-        let mut cluster = GaleraCluster { dir, members };
+        let mut cluster = GaleraCluster {
+            dir,
+            members,
+            extra: extra.iter().map(|a| (*a).to_owned()).collect(),
+        };
         let user = cluster.user();
         for member in &cluster.members {
             let output = Command::new("mariadb-install-db")
@@ -106,13 +117,61 @@ impl GaleraCluster {
         if is_root() { "mysql" } else { "" }
     }
 
+    /// What the member's InnoDB holds, as `uuid:seqno`: `mariadbd --wsrep-recover`, as the
+    /// systemd unit's `galera_recovery` runs before it starts a member that crashed (its
+    /// `grastate.dat` then says -1), so that it rejoins by IST instead of a full copy.
+    fn recovered_position(&self, i: usize) -> Option<String> {
+        let log = self.dir.path().join(format!("m{i}.recover.log"));
+        let mut command = Command::new("/usr/sbin/mariadbd");
+        command
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", self.members[i].data.display()))
+            .arg(format!("--log-error={}", log.display()))
+            .arg(format!(
+                "--socket={}",
+                self.dir.path().join(format!("m{i}.recover.sock")).display()
+            ))
+            .args([
+                "--wsrep-sst-method=rsync",
+                "--wsrep-cluster-address=gcomm://",
+                "--wsrep-recover",
+                "--wsrep-on=ON",
+                "--binlog-format=ROW",
+                "--innodb-autoinc-lock-mode=2",
+                "--skip-networking",
+            ])
+            .arg(format!("--wsrep-provider={PROVIDER}"));
+        if !self.user().is_empty() {
+            command.arg(format!("--user={}", self.user()));
+        }
+        let status = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .ok()?;
+        if !status.success() {
+            return None;
+        }
+        let text = std::fs::read_to_string(&log).ok()?;
+        text.lines()
+            .filter_map(|l| l.split("Recovered position: ").nth(1))
+            .map(|p| p.trim().to_owned())
+            .next_back()
+    }
+
     fn spawn(&mut self, i: usize, bootstrap: bool) {
+        self.spawn_at(i, bootstrap, None);
+    }
+
+    fn spawn_at(&mut self, i: usize, bootstrap: bool, position: Option<String>) {
         let addresses: Vec<String> = self
             .members
             .iter()
             .map(|m| format!("127.0.0.1:{}", m.gcomm_port))
             .collect();
         let user = self.user();
+        let extra = self.extra.clone();
         let log_path = self.dir.path().join(format!("m{i}.log"));
         let member = &mut self.members[i];
         let log = std::fs::OpenOptions::new()
@@ -168,6 +227,10 @@ impl GaleraCluster {
         }
         if bootstrap {
             command.arg("--wsrep-new-cluster");
+        }
+        command.args(&extra);
+        if let Some(position) = position {
+            command.arg(format!("--wsrep-start-position={position}"));
         }
         let child = command
             .stdin(Stdio::null())
@@ -250,15 +313,23 @@ impl GaleraCluster {
     /// donor's rsync blocks its writes).
     pub async fn restart(&mut self, i: usize) -> &'static str {
         let before = self.log(i).len();
-        self.spawn(i, false);
+        let position = self.recovered_position(i);
+        self.spawn_at(i, false, position);
         let size = self.members.len();
         self.wait_synced(i, size).await;
+        self.transfer_since(i, before)
+    }
+
+    /// How member `i` caught up, from its log past `before`.
+    fn transfer_since(&self, i: usize, before: usize) -> &'static str {
         let log = self.log(i);
         let since = log.get(before..).unwrap_or("");
-        if since.contains("SST succeeded") || since.contains("SST complete") {
+        if since.contains("Prepared SST request") {
             "SST"
-        } else {
+        } else if since.contains("Prepared IST receiver") {
             "IST"
+        } else {
+            "nothing to transfer"
         }
     }
 
@@ -272,14 +343,16 @@ impl GaleraCluster {
         .await;
     }
 
-    /// Ends `isolate`: it reconnects and catches up.
-    pub async fn rejoin(&self, i: usize) {
+    /// Ends `isolate`: it reconnects and catches up; returns how (see `restart`).
+    pub async fn rejoin(&self, i: usize) -> &'static str {
+        let before = self.log(i).len();
         self.execute(
             i,
             "SET GLOBAL wsrep_provider_options = 'gmcast.isolate = 0'",
         )
         .await;
         self.wait_synced(i, self.members.len()).await;
+        self.transfer_since(i, before)
     }
 }
 
