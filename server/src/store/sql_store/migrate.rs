@@ -169,9 +169,11 @@ async fn galera_migrate(mut conn: MySqlConnection, migrator: &Migrator) -> Resul
          holder VARCHAR(64) NOT NULL, expires_at_ms BIGINT NOT NULL) ENGINE = InnoDB",
     )
     .await?;
-    let holder = crate::data_dir::random_hex(16).map_err(|e| Error::MigrationLock {
+    let mut random = [0u8; 16];
+    getrandom::fill(&mut random).map_err(|e| Error::MigrationLock {
         reason: format!("naming this node's lock: {e}"),
     })?;
+    let holder: String = random.iter().map(|b| format!("{b:02x}")).collect();
     let now = "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)";
     let take = format!(
         "INSERT INTO carillon_migration_lock (id, holder, expires_at_ms) VALUES (1, ?, {now} + ?) \
