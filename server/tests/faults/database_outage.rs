@@ -4,12 +4,11 @@
 
 use std::time::Duration;
 
-use crate::harness::{Cluster, Database, instants, one_at_a_time};
+use crate::harness::{Cluster, Database, firing_again, instants, one_at_a_time};
 use crate::invariants::{Verdict, each_at, max_lateness_ms, runs, runs_succeeded_twice, settle};
 use crate::support::db::Engine;
 use crate::support::private_server::PrivateServer;
 use crate::support::proxy::TcpProxy;
-use crate::support::wait_for;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_the_cluster_rides_out_a_lost_and_a_restarted_database() {
@@ -19,29 +18,6 @@ async fn postgres_the_cluster_rides_out_a_lost_and_a_restarted_database() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_the_cluster_rides_out_a_lost_and_a_restarted_database() {
     the_cluster_rides_out_a_lost_and_a_restarted_database(Engine::Mysql).await;
-}
-
-/// Waits until every job has fired an instant after `after`; returns when, by the database.
-async fn firing_again(db: &Database, jobs: &[i64], after: i64) -> i64 {
-    let listed = crate::harness::id_list(jobs);
-    wait_for(
-        Duration::from_secs(60),
-        "every job to fire again",
-        || async {
-            let behind = db
-                .scalar(
-                    &format!(
-                        "SELECT COUNT(DISTINCT job_id) FROM runs WHERE job_id IN ({listed}) \
-                     AND scheduled_at_ms > ? AND state = 'succeeded'"
-                    ),
-                    &[after],
-                )
-                .await;
-            (behind >= jobs.len() as i64).then_some(())
-        },
-    )
-    .await;
-    db.now_ms().await
 }
 
 async fn the_cluster_rides_out_a_lost_and_a_restarted_database(engine: Engine) {

@@ -10,7 +10,7 @@ use crate::harness::{Cluster, Database, instants, one_at_a_time};
 use crate::invariants::{Verdict, each_at, max_lateness_ms, runs, runs_succeeded_twice, settle};
 use crate::support::db::Engine;
 use crate::support::galera::GaleraCluster;
-use crate::support::node::{NodeProcess, epoch_ms, spawn_carillon};
+use crate::support::node::{NodeProcess, epoch_ms, refused_start};
 
 /// Jobs firing every second.
 const JOBS: usize = 500;
@@ -114,30 +114,7 @@ async fn galera_a_member_without_interleaved_autoinc_locks_is_refused_naming_the
     // MariaDB itself refuses to start a member without `binlog_format = ROW`; this one it
     // starts.
     let galera = GaleraCluster::start_with(1, &["--innodb-autoinc-lock-mode=1"]).await;
-    let home = tempfile::tempdir().unwrap();
-    let log = home.path().join("node.log");
-    let env = [
-        ("CARILLON_DATABASE_URL", galera.url(0)),
-        ("CARILLON_DATA_DIR", home.path().display().to_string()),
-        ("CARILLON_LISTEN", "127.0.0.1:0".to_owned()),
-    ];
-    let mut child = spawn_carillon(&["server"], &env, home.path(), &log);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if tokio::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!(
-                "the node ran on a member with innodb_autoinc_lock_mode 1: {}",
-                std::fs::read_to_string(&log).unwrap()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let said = std::fs::read_to_string(&log).unwrap();
-    assert!(!status.success(), "{said}");
+    let said = refused_start(&galera.url(0)).await;
     assert!(
         said.contains("innodb_autoinc_lock_mode is 1")
             && said.contains("set innodb_autoinc_lock_mode = 2"),

@@ -298,6 +298,29 @@ impl Cluster {
     }
 }
 
+/// Waits until every job has fired an instant after `after`; returns when, by the database.
+pub async fn firing_again(db: &Database, jobs: &[i64], after: i64) -> i64 {
+    let listed = id_list(jobs);
+    wait_for(
+        Duration::from_secs(60),
+        "every job to fire again",
+        || async {
+            let behind = db
+                .scalar(
+                    &format!(
+                        "SELECT COUNT(DISTINCT job_id) FROM runs WHERE job_id IN ({listed}) \
+                     AND scheduled_at_ms > ? AND state = 'succeeded'"
+                    ),
+                    &[after],
+                )
+                .await;
+            (behind >= jobs.len() as i64).then_some(())
+        },
+    )
+    .await;
+    db.now_ms().await
+}
+
 /// A job firing every second with the echo handler (answers at once), retried up to 3 times.
 pub fn every_second(name: &str) -> Value {
     json!({"name": name, "app": "py", "handler": "echo",

@@ -5,13 +5,12 @@
 
 use std::time::Duration;
 
-use crate::harness::{Cluster, Database, instants, one_at_a_time};
+use crate::harness::{Cluster, Database, firing_again, instants, one_at_a_time};
 use crate::invariants::{Verdict, each_at, max_lateness_ms, runs, runs_succeeded_twice, settle};
 use crate::support::db::Engine;
-use crate::support::node::{epoch_ms, spawn_carillon};
+use crate::support::node::{epoch_ms, refused_start};
 use crate::support::pgbouncer::Pgbouncer;
 use crate::support::private_server::PrivateServer;
-use crate::support::wait_for;
 
 /// Server connections pgbouncer may open to the database: the three nodes hold 36 client
 /// connections between them.
@@ -61,25 +60,7 @@ async fn postgres_a_cluster_through_pgbouncer_fires_each_instant_once_through_fa
     let crashed_at = db.now_ms().await;
     server.crash_and_restart(Duration::from_secs(2)).await;
     let restarted_at = db.now_ms().await;
-    let listed = crate::harness::id_list(&jobs);
-    wait_for(
-        Duration::from_secs(60),
-        "every job to fire again",
-        || async {
-            let firing = db
-                .scalar(
-                    &format!(
-                        "SELECT COUNT(DISTINCT job_id) FROM runs WHERE job_id IN ({listed}) \
-                     AND scheduled_at_ms > ? AND state = 'succeeded'"
-                    ),
-                    &[restarted_at],
-                )
-                .await;
-            (firing >= jobs.len() as i64).then_some(())
-        },
-    )
-    .await;
-    let recovered_ms = db.now_ms().await - restarted_at;
+    let recovered_ms = firing_again(&db, &jobs, restarted_at).await - restarted_at;
     cluster.settled(steady, &survivors).await;
 
     let to = (db.now_ms().await / 1_000 + 2) * 1_000;
@@ -123,30 +104,7 @@ async fn postgres_a_node_not_told_of_pgbouncer_stops_naming_the_setting() {
         return;
     };
     let bouncer = Pgbouncer::start(server.port, SERVER_CONNECTIONS).await;
-    let home = tempfile::tempdir().unwrap();
-    let log = home.path().join("node.log");
-    let env = [
-        ("CARILLON_DATABASE_URL", bouncer.url_through(&server.url())),
-        ("CARILLON_DATA_DIR", home.path().display().to_string()),
-        ("CARILLON_LISTEN", "127.0.0.1:0".to_owned()),
-    ];
-    let mut child = spawn_carillon(&["server"], &env, home.path(), &log);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if tokio::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!(
-                "the node kept running through pgbouncer: {}",
-                std::fs::read_to_string(&log).unwrap()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let said = std::fs::read_to_string(&log).unwrap();
-    assert!(!status.success(), "the node ran through pgbouncer: {said}");
+    let said = refused_start(&bouncer.url_through(&server.url())).await;
     assert!(
         said.contains("database.pooler = \"transaction\""),
         "the node did not name the setting: {said}"

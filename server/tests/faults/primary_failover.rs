@@ -11,14 +11,13 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::harness::{Cluster, Database, id_list, instants, one_at_a_time};
+use crate::harness::{Cluster, Database, firing_again, instants, one_at_a_time};
 use crate::invariants::{Verdict, each_at, max_lateness_ms, runs, runs_succeeded_twice, settle};
 use crate::support::db::Engine;
 use crate::support::haproxy::Haproxy;
 use crate::support::node::epoch_ms;
 use crate::support::private_server::PrivateServer;
 use crate::support::proxy::TcpProxy;
-use crate::support::wait_for;
 
 /// What a failover did, from the database and from the executor.
 struct Failover {
@@ -128,25 +127,7 @@ async fn primary_dies(synchronous: bool, wait_for_standbys: bool) -> Failover {
     cluster.db.test_url = standby.url();
     let promoted_at = db.now_ms().await;
 
-    let listed = id_list(&jobs);
-    wait_for(
-        Duration::from_secs(60),
-        "every job to fire again",
-        || async {
-            let firing = db
-                .scalar(
-                    &format!(
-                        "SELECT COUNT(DISTINCT job_id) FROM runs WHERE job_id IN ({listed}) \
-                     AND scheduled_at_ms > ? AND state = 'succeeded'"
-                    ),
-                    &[promoted_at],
-                )
-                .await;
-            (firing >= jobs.len() as i64).then_some(())
-        },
-    )
-    .await;
-    let recovered_ms = db.now_ms().await - promoted_at;
+    let recovered_ms = firing_again(&db, &jobs, promoted_at).await - promoted_at;
     cluster.settled(0, &["n1", "n2"]).await;
 
     let to = (db.now_ms().await / 1_000 + 2) * 1_000;

@@ -16,6 +16,8 @@ use std::time::Duration;
 use sqlx::{Connection, Executor};
 use tokio::time::Instant;
 
+use super::{free_port, is_root};
+
 const PROVIDER: &str = "/usr/lib/galera/libgalera_smm.so";
 const CLUSTER_NAME: &str = "carillon-test";
 
@@ -35,18 +37,6 @@ pub struct GaleraCluster {
     members: Vec<Member>,
     /// More `mariadbd` options for every member.
     extra: Vec<String>,
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    listener.local_addr().expect("port").port()
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
 impl GaleraCluster {

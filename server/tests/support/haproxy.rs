@@ -31,10 +31,7 @@ impl Haproxy {
              installs it)"
         );
         let dir = tempfile::tempdir().expect("temp dir");
-        let port = {
-            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-            listener.local_addr().expect("port").port()
-        };
+        let port = super::free_port();
         let config = format!(
             "global\n\
              \x20   maxconn 2000\n\

@@ -96,6 +96,20 @@ macro_rules! behind_pgbouncer {
     };
 }
 
+/// A loopback port free now, for a server a test starts.
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("port").port()
+}
+
+/// Whether the tests run as root (database servers and pgbouncer then run as their own users).
+pub fn is_root() -> bool {
+    std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
 /// Sends `signal` (`STOP`, `CONT`, `TERM`…) to process `pid`.
 pub fn send_signal(pid: u32, signal: &str) {
     let status = std::process::Command::new("kill")

@@ -122,6 +122,36 @@ pub fn spawn_carillon(args: &[&str], env: &[(&str, String)], home: &Path, log: &
     command.spawn().expect("spawn carillon")
 }
 
+/// Starts a node on `database_url` that must refuse to start; returns what it logged, once it
+/// has stopped with a failure (the test fails if it runs on for 30 s, or stops with success).
+pub async fn refused_start(database_url: &str) -> String {
+    let home = tempfile::tempdir().expect("temp dir");
+    let log = home.path().join("node.log");
+    let env = [
+        ("CARILLON_DATABASE_URL", database_url.to_owned()),
+        ("CARILLON_DATA_DIR", home.path().display().to_string()),
+        ("CARILLON_LISTEN", "127.0.0.1:0".to_owned()),
+    ];
+    let mut child = spawn_carillon(&["server"], &env, home.path(), &log);
+    let said = || std::fs::read_to_string(&log).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().expect("the node's status") {
+            assert!(
+                !status.success(),
+                "the node stopped with success: {}",
+                said()
+            );
+            return said();
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the node kept running: {}", said());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Waits until the node logs the address it listens on.
 pub async fn wait_for_listen_address(child: &mut Child, log: &Path) -> SocketAddr {
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::{free_port, is_root};
+
 const PGBOUNCER: &str = "/usr/sbin/pgbouncer";
 
 #[derive(Debug)]
@@ -18,13 +20,6 @@ pub struct Pgbouncer {
     pub port: u16,
     dir: tempfile::TempDir,
     child: Child,
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
 impl Pgbouncer {
@@ -37,10 +32,7 @@ impl Pgbouncer {
              installs it)"
         );
         let dir = tempfile::tempdir().expect("temp dir");
-        let port = {
-            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-            listener.local_addr().expect("port").port()
-        };
+        let port = free_port();
         let path = |name: &str| dir.path().join(name).display().to_string();
         std::fs::write(path("users.txt"), "\"postgres\" \"\"\n").expect("users.txt");
         let config = format!(

@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::db::Engine;
+use super::{free_port, is_root};
 
 #[derive(Debug)]
 pub struct PrivateServer {
@@ -34,18 +35,6 @@ fn postgres_bin(name: &str) -> Option<PathBuf> {
         .collect();
     found.sort();
     found.pop()
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    listener.local_addr().expect("port").port()
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
 /// Runs a PostgreSQL tool as the `postgres` user when we are root (PostgreSQL refuses root).
