@@ -206,41 +206,46 @@ macro_rules! dispatch_store {
                 else {
                     return Ok(0);
                 };
-                let mut tx = self.begin_write().await?;
-                // Only runs still pending start (a cancelled one stays cancelled), and only the
-                // starter whose statement moved a run to `running` adds its attempts.
-                let pending: std::collections::HashSet<i64> =
-                    Self::run_guarded_update(&mut tx, &start, None)
-                        .await?
-                        .into_iter()
-                        .collect();
-                if pending.is_empty() {
-                    tx.rollback().await?;
-                    return Ok(0);
-                }
-                let starting: Vec<FirstAttempt<'_>> = runs
-                    .iter()
-                    .filter(|(run, _)| pending.contains(&run.run_id))
-                    .flat_map(|(run, attempts)| {
-                        attempts.iter().map(move |a| FirstAttempt {
-                            run_id: run.run_id,
-                            job_id: run.job_id,
-                            partition_id: run.partition_id,
-                            priority: run.priority,
-                            shard_index: a.shard_index,
-                            shard_total: a.shard_total,
-                            args_json: &a.args_json,
-                            not_before_ms: run.scheduled_at_ms.saturating_add(a.delay_ms),
-                            executor_id: a.prefer_executor_id.as_deref(),
+                // A transaction that lost a deadlock (on Galera, certification) is tried again.
+                let start = &start;
+                retry_transient(|| async move {
+                    let mut tx = self.begin_write().await?;
+                    // Only runs still pending start (a cancelled one stays cancelled), and only
+                    // the starter whose statement moved a run to `running` adds its attempts.
+                    let pending: std::collections::HashSet<i64> =
+                        Self::run_guarded_update(&mut tx, start, None)
+                            .await?
+                            .into_iter()
+                            .collect();
+                    if pending.is_empty() {
+                        tx.rollback().await?;
+                        return Ok(0);
+                    }
+                    let starting: Vec<FirstAttempt<'_>> = runs
+                        .iter()
+                        .filter(|(run, _)| pending.contains(&run.run_id))
+                        .flat_map(|(run, attempts)| {
+                            attempts.iter().map(move |a| FirstAttempt {
+                                run_id: run.run_id,
+                                job_id: run.job_id,
+                                partition_id: run.partition_id,
+                                priority: run.priority,
+                                shard_index: a.shard_index,
+                                shard_total: a.shard_total,
+                                args_json: &a.args_json,
+                                not_before_ms: run.scheduled_at_ms.saturating_add(a.delay_ms),
+                                executor_id: a.prefer_executor_id.as_deref(),
+                            })
                         })
-                    })
-                    .collect();
-                self.insert_first_attempts(&mut tx, &starting).await?;
-                tx.commit().await?;
-                Ok(runs
-                    .iter()
-                    .filter(|(run, _)| pending.contains(&run.run_id))
-                    .count())
+                        .collect();
+                    self.insert_first_attempts(&mut tx, &starting).await?;
+                    tx.commit().await?;
+                    Ok(runs
+                        .iter()
+                        .filter(|(run, _)| pending.contains(&run.run_id))
+                        .count())
+                })
+                .await
             }
 
             async fn run_end(
