@@ -71,6 +71,12 @@ fn node_gauges(state: &ApiState, out: &mut String) {
     );
     gauge(
         out,
+        "carillon_deliveries_held_for_standbys_seconds",
+        "How long this node's deliveries have waited for a PostgreSQL standby to catch up (database.wait_for_standbys); 0 when they are not waiting.",
+        view.standby_wait().as_secs_f64(),
+    );
+    gauge(
+        out,
         "carillon_clock_offset_seconds",
         "The database clock minus this machine's, as last measured.",
         state.clock.offset_ms() as f64 / 1_000.0,

@@ -35,6 +35,8 @@ pub struct LocalView {
     state: Mutex<ViewState>,
     /// Running jobs the scheduler holds in memory (for the API and the benchmark).
     jobs_held: AtomicUsize,
+    /// Since when the dispatcher's deliveries have waited for the database's standbys.
+    standby_wait_since: Mutex<Option<Instant>>,
 }
 
 impl LocalView {
@@ -43,7 +45,24 @@ impl LocalView {
             node_id,
             state: Mutex::new(ViewState::default()),
             jobs_held: AtomicUsize::new(0),
+            standby_wait_since: Mutex::new(None),
         }
+    }
+
+    /// The dispatcher's deliveries wait for standbys since `since`, or no longer (`None`).
+    pub fn set_standby_wait(&self, since: Option<Instant>) {
+        if let Ok(mut wait) = self.standby_wait_since.lock() {
+            *wait = since;
+        }
+    }
+
+    /// How long deliveries have waited for standbys so far; zero when they are not waiting.
+    pub fn standby_wait(&self) -> std::time::Duration {
+        self.standby_wait_since
+            .lock()
+            .ok()
+            .and_then(|wait| *wait)
+            .map_or(std::time::Duration::ZERO, |since| since.elapsed())
     }
 
     pub fn set_jobs_held(&self, count: usize) {

@@ -69,10 +69,13 @@ impl Dispatcher {
         };
         let Some(behind) = behind else {
             *wait = StandbyWait::default();
+            self.view.set_standby_wait(None);
             return;
         };
         let now = Instant::now();
         let since = *wait.since.get_or_insert(now);
+        self.view
+            .set_standby_wait(Some(tokio::time::Instant::from_std(since)));
         if wait
             .said
             .is_none_or(|said| now.duration_since(said) >= SAY_EVERY)

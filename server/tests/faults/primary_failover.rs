@@ -15,7 +15,7 @@ use crate::harness::{Cluster, Database, firing_again, instants, one_at_a_time};
 use crate::invariants::{Verdict, each_at, max_lateness_ms, runs, runs_succeeded_twice, settle};
 use crate::support::db::Engine;
 use crate::support::haproxy::Haproxy;
-use crate::support::node::epoch_ms;
+use crate::support::node::{NodeProcess, TOKEN, epoch_ms};
 use crate::support::private_server::PrivateServer;
 use crate::support::proxy::TcpProxy;
 
@@ -29,6 +29,8 @@ struct Failover {
     fired_twice: Vec<(i64, i64)>,
     /// `(job, instant)`s the executor ran whose run the new primary does not have.
     lost_after_running: Vec<(i64, i64)>,
+    /// `carillon_deliveries_held_for_standbys_seconds` of a node while the standby lagged.
+    held_for_standbys_s: Option<f64>,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -62,6 +64,12 @@ async fn postgres_a_lagging_asynchronous_standby_promoted_never_fires_an_instant
     failover
         .verdict
         .assert_exactly_once(&failover.scenario, true);
+    let held = failover.held_for_standbys_s.unwrap();
+    assert!(
+        held > 0.0,
+        "{}: the metric did not show deliveries held for the lagging standby ({held} s)",
+        failover.scenario
+    );
 }
 
 /// What `database.wait_for_standbys` prevents: without it, the runs delivered while the
@@ -75,6 +83,23 @@ async fn postgres_without_waiting_for_standbys_a_lagging_standby_promoted_fires_
         "{}: nothing fired twice: the scenario did not make the standby lag",
         failover.scenario
     );
+}
+
+/// `carillon_deliveries_held_for_standbys_seconds` as `node` reports it now.
+async fn held_for_standbys(node: &NodeProcess) -> f64 {
+    let text = reqwest::Client::new()
+        .get(node.url("/metrics"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|line| line.strip_prefix("carillon_deliveries_held_for_standbys_seconds "))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no carillon_deliveries_held_for_standbys_seconds in:\n{text}"))
 }
 
 async fn primary_dies(synchronous: bool, wait_for_standbys: bool) -> Failover {
@@ -113,10 +138,13 @@ async fn primary_dies(synchronous: bool, wait_for_standbys: bool) -> Failover {
     let (jobs, from) = cluster.ticking(0, 40).await;
     db.sleep_until(from + 2_000).await;
 
+    let mut held_for_standbys_s = None;
     if !synchronous {
         // The standby falls behind: its link to the primary is cut for the last two seconds.
         link.cut();
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        held_for_standbys_s = Some(held_for_standbys(&cluster.nodes[0]).await);
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let killed_at = db.now_ms().await;
     primary.kill9();
@@ -183,14 +211,17 @@ async fn primary_dies(synchronous: bool, wait_for_standbys: bool) -> Failover {
         "{scenario}: down {} ms until promoted, every job firing again {recovered_ms} ms \
          after; max lateness {} ms; {}; attempts succeeded twice {succeeded_twice}; instants \
          the executor ran twice {}; ran but lost by the failover {}; runs delivered again \
-         {delivered_again}",
+         {delivered_again}; deliveries held for the standby {} s (1.5 s \
+         into its lag)",
         promoted_at - killed_at,
         max_lateness_ms(&runs),
         verdict.figures(),
         fired_twice.len(),
-        lost_after_running.len()
+        lost_after_running.len(),
+        held_for_standbys_s.map_or("-".to_owned(), |held| format!("{held:.2}"))
     );
     Failover {
+        held_for_standbys_s,
         scenario,
         verdict,
         succeeded_twice,
