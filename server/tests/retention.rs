@@ -182,15 +182,7 @@ async fn retention_deletes_what_the_rules_no_longer_keep(db: TestDb) {
     assert!(dead.iter().all(|r| r["state"] == "failed"), "{dead:?}");
     assert!(capped_runs.iter().all(|r| r["state"] == "succeeded"));
 
-    let metrics = reqwest::Client::new()
-        .get(node.url("/metrics"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = node.metrics().await;
     let deleted_runs = metric(&metrics, "carillon_history_deleted_total{table=\"runs\"}").unwrap();
     let deleted_attempts = metric(
         &metrics,

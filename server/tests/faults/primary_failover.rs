@@ -15,7 +15,7 @@ use crate::harness::{Cluster, Database, firing_again, instants, one_at_a_time};
 use crate::invariants::{Verdict, each_at, max_lateness_ms, runs, runs_succeeded_twice, settle};
 use crate::support::db::Engine;
 use crate::support::haproxy::Haproxy;
-use crate::support::node::{NodeProcess, TOKEN, epoch_ms};
+use crate::support::node::{NodeProcess, epoch_ms};
 use crate::support::private_server::PrivateServer;
 use crate::support::proxy::TcpProxy;
 
@@ -87,15 +87,7 @@ async fn postgres_without_waiting_for_standbys_a_lagging_standby_promoted_fires_
 
 /// `carillon_deliveries_held_for_standbys_seconds` as `node` reports it now.
 async fn held_for_standbys(node: &NodeProcess) -> f64 {
-    let text = reqwest::Client::new()
-        .get(node.url("/metrics"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = node.metrics().await;
     text.lines()
         .find_map(|line| line.strip_prefix("carillon_deliveries_held_for_standbys_seconds "))
         .and_then(|value| value.trim().parse().ok())

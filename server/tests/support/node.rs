@@ -333,6 +333,19 @@ impl NodeProcess {
     }
 
     /// `GET /api/v1/cluster` on this node; `None` if it does not answer.
+    /// `/metrics` in the text format, read with the admin token.
+    pub async fn metrics(&self) -> String {
+        self.client
+            .get(self.url("/metrics"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("the metrics")
+    }
+
     pub async fn cluster(&self) -> Option<ClusterSnapshot> {
         let response = self
             .client
