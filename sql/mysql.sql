@@ -126,7 +126,8 @@ CREATE TABLE runs (
     created_at_ms BIGINT NOT NULL,
     started_at_ms BIGINT NULL,
     finished_at_ms BIGINT NULL,
-    message TEXT NULL
+    message TEXT NULL,
+    input_json TEXT NULL
 );
 CREATE UNIQUE INDEX runs_job_instant_idx ON runs (job_id, scheduled_at_ms);
 CREATE INDEX runs_state_idx ON runs (state, partition_id);
@@ -238,3 +239,14 @@ CREATE TABLE attempt_logs (
     PRIMARY KEY (attempt_id, line_no)
 );
 CREATE INDEX attempt_logs_run_idx ON attempt_logs (run_id);
+
+-- Child runs: the run each parent run triggered, once per child job, created in the
+-- transaction that ended the parent.
+CREATE TABLE child_runs (
+    parent_run_id BIGINT NOT NULL,
+    child_job_id BIGINT NOT NULL,
+    child_run_id BIGINT NOT NULL,
+    created_at_ms BIGINT NOT NULL,
+    PRIMARY KEY (parent_run_id, child_job_id)
+);
+CREATE INDEX child_runs_child_idx ON child_runs (child_run_id);

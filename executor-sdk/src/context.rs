@@ -70,6 +70,17 @@ impl JobContext {
             .map_err(|e| JobError::new(format!("arguments do not fit: {e}")))
     }
 
+    /// The run's input as `T`, when it has one: a child job's run is given its parent's
+    /// `{"parent": {"run_id", "job_id", "job", "state", "output"}}`.
+    pub fn input<T: DeserializeOwned>(&self) -> Result<Option<T>, JobError> {
+        self.dispatch
+            .input
+            .clone()
+            .map(serde_json::from_value)
+            .transpose()
+            .map_err(|e| JobError::new(format!("the input does not fit: {e}")))
+    }
+
     /// True once the run was cancelled (or the executor is stopping hard).
     pub fn is_cancelled(&self) -> bool {
         self.cancel.is_cancelled()

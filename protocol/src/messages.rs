@@ -112,6 +112,11 @@ pub struct Dispatch {
     /// handler again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effect_key: Option<String>,
+    /// What the run was given beside the job's arguments: a child job's run has
+    /// `{"parent": {"run_id", "job_id", "job", "state", "output"}}`. Absent for a run of the
+    /// job's own schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -181,6 +181,7 @@ async fn create_declared_job(
         jitter_ms: None,
         calendars: Vec::new(),
         pause_after_failures: None,
+        children: Default::default(),
         description: None,
         start: true,
     };

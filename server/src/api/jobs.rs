@@ -235,6 +235,7 @@ pub(super) async fn create(
         check_fires(&state, &definition)?;
     }
     super::calendars::check_named(&state, &definition).await?;
+    super::children::check(&state, None, &definition.policy.children).await?;
     let record = insert(&state, &definition, start).await?;
     let mut headers = HeaderMap::new();
     if let Ok(location) = HeaderValue::from_str(&format!("/api/v1/jobs/{}", record.job_id)) {
@@ -408,6 +409,7 @@ pub(super) async fn update(
         check_fires(&state, &definition)?;
     }
     super::calendars::check_named(&state, &definition).await?;
+    super::children::check(&state, Some(id), &definition.policy.children).await?;
     let updated = state
         .store
         .job_update(id, record.version, &write_of(&definition))
@@ -422,11 +424,13 @@ pub(super) async fn update(
 
 /// Deletes a job; its runs stay in the log.
 #[utoipa::path(delete, operation_id = "deleteJob", path = "/jobs/{id}", tag = "jobs", params(("id" = i64, Path, description = "The job's id")),
-    responses((status = 204, description = "Deleted")))]
+    responses((status = 204, description = "Deleted"),
+        (status = 409, description = "Another job names it as a child", body = Problem, content_type = "application/problem+json")))]
 pub(super) async fn delete(
     State(state): State<ApiState>,
     IdParam(id): IdParam,
 ) -> Result<StatusCode, ApiError> {
+    super::children::check_unused(&state, id).await?;
     if state.store.job_delete(id).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {

@@ -4,6 +4,7 @@ mod auth;
 mod backfills;
 mod body;
 mod calendars;
+mod children;
 mod cluster;
 mod console;
 mod error;

@@ -22,7 +22,7 @@ pub(super) struct RunView {
     /// The task this run fired, for a task's run.
     task_id: Option<i64>,
     scheduled_at: Option<String>,
-    /// `schedule`, `misfire` or `manual`.
+    /// `schedule`, `misfire`, `manual`, `backfill`, `task` or `child`.
     trigger: String,
     state: String,
     priority: i64,
@@ -131,6 +131,19 @@ pub(super) struct RunDetail {
     #[serde(flatten)]
     run: RunView,
     attempts: Vec<AttemptView>,
+    /// What the run was given beside its job's arguments (a child run: its parent's run,
+    /// state and output).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input: Option<serde_json::Value>,
+    /// The runs of child jobs this run triggered when it ended.
+    children: Vec<ChildRunView>,
+}
+
+/// A run a parent run triggered.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct ChildRunView {
+    job_id: i64,
+    run_id: i64,
 }
 
 /// The query of a run listing.
@@ -306,9 +319,23 @@ pub(super) async fn get(
     let job_name = crate::store::job_of_run(&*state.store, run.job_id)
         .await?
         .map(|j| j.name);
+    let input = state
+        .store
+        .run_input(id)
+        .await?
+        .and_then(|i| serde_json::from_str(&i).ok());
+    let children = state
+        .store
+        .child_runs_of_run(id)
+        .await?
+        .into_iter()
+        .map(|(job_id, run_id)| ChildRunView { job_id, run_id })
+        .collect();
     Ok(Json(RunDetail {
         run: RunView::of(run, job_name),
         attempts: attempts.into_iter().map(AttemptView::from).collect(),
+        input,
+        children,
     }))
 }
 

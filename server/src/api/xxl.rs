@@ -222,7 +222,8 @@ async fn callback(
     for param in params {
         if let Err(e) = end_attempt(&state, param).await {
             warn!(error = %e, "an XXL-JOB callback could not be stored");
-            // XXL-JOB executors keep a callback that failed and send it again.
+            // XXL-JOB's own executors keep a callback that failed and send it again (pyxxl
+            // does not).
             return Json(XxlReturn::fail(
                 "the callback could not be stored; try again",
             ));
@@ -242,6 +243,11 @@ async fn end_attempt(state: &ApiState, param: CallbackParam) -> Result<(), crate
         return Ok(());
     };
     let Some(executor_id) = attempt.executor_id.clone() else {
+        warn!(
+            log_id = param.log_id,
+            state = %attempt.state,
+            "XXL-JOB callback for an attempt given to no executor; ignored"
+        );
         return Ok(());
     };
     // Only attempts given to XXL-JOB executors: the shared token must not end Carillon

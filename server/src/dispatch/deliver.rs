@@ -74,7 +74,13 @@ impl Dispatcher {
         for due in due {
             let job = jobs.get(&due.attempt.job_id).and_then(Option::as_ref);
             let planned = self
-                .plan(&due.attempt, due.scheduled_at_ms, job, &mut fleet)
+                .plan(
+                    &due.attempt,
+                    due.scheduled_at_ms,
+                    due.input_json.as_deref(),
+                    job,
+                    &mut fleet,
+                )
                 .await?;
             match planned {
                 // Offers under a delivery guarantee other than at-least-once are marked before
@@ -281,7 +287,10 @@ async fn deliver_from(
         // An effect-once offer names its executor before it goes: only that executor's
         // record can answer for the work, so an offer made again (this node died before
         // recording the answer, or got none) goes there first.
-        if effect_once {
+        // So is an offer to an XXL-JOB executor: its callback names only the attempt, and
+        // can come back before this node records the answer to `/run`; the callback then
+        // finds the executor it came from.
+        if effect_once || target.xxl {
             store
                 .attempt_prefer(offer.attempt.attempt_id, executor_id)
                 .await?;

@@ -115,6 +115,7 @@ impl Dispatcher {
         &self,
         attempt: &AttemptRecord,
         scheduled_at_ms: i64,
+        input_json: Option<&str>,
         job: Option<&JobRecord>,
         fleet: &mut Fleet,
     ) -> Result<Option<Offer>, store::Error> {
@@ -215,6 +216,7 @@ impl Dispatcher {
             scheduled_at: crate::clock::rfc3339(scheduled_at_ms).unwrap_or_default(),
             timeout_ms: policy.timeout_ms,
             report_to: self.report_to.clone(),
+            input: input_json.and_then(|i| serde_json::from_str(i).ok()),
             effect_key: (policy.delivery == Delivery::ExactlyOnceEffect).then(|| {
                 let tries = attempt.attempt_no - attempt.lost_before;
                 format!("{}:{}:{tries}", attempt.run_id, attempt.shard_index)

@@ -28,7 +28,8 @@ pub(super) struct Ended {
     pub(super) job_id: i64,
     pub(super) end: AttemptEnd,
     /// The executor, when this is a plain success: the run's only shard, no output, and a
-    /// job that queues nothing behind it (so nothing else changes when it ends).
+    /// job that queues nothing behind it and has no children (so nothing else changes when
+    /// it ends).
     pub(super) simple_success: Option<String>,
 }
 
@@ -99,7 +100,8 @@ pub(super) async fn settle(
         && end.error.is_none()
         && end.retry_after_ms.is_none()
         && attempt.shard_total == 1
-        && offer.policy.overlap != Overlap::Queue;
+        && offer.policy.overlap != Overlap::Queue
+        && offer.policy.children.is_empty();
     Some(Ok(Some(Ended {
         attempt_id: attempt.attempt_id,
         run_id: attempt.run_id,

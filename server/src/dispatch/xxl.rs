@@ -313,6 +313,7 @@ mod tests {
             timeout_ms: Some(1_500),
             report_to: Vec::new(),
             effect_key: None,
+            input: None,
         };
         let trigger = trigger_of(&dispatch, Overlap::Skip, 1_700_000_000_000);
         assert_eq!(trigger.executor_params, "region=eu");

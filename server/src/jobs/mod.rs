@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 pub use history::{JobHistory, KeepFor, RetentionConfig};
 pub use policy::{
-    AlertFormat, Backoff, Balance, Bounds, Delivery, JobAlerts, JobPolicy, Misfire, Overlap, Retry,
+    AlertFormat, Backoff, Balance, Bounds, Children, Delivery, JobAlerts, JobPolicy, Misfire, Overlap, Retry,
     Sharding, jitter_delay_ms,
 };
 
@@ -122,6 +122,9 @@ pub struct JobInput {
     /// Stop the job after this many failed runs in a row, and alert.
     #[serde(default)]
     pub pause_after_failures: Option<u32>,
+    /// Jobs to run when a run of this job ends (by id), per outcome.
+    #[serde(default)]
+    pub children: Children,
     /// Free text for the people who run the job (what it does, who to call).
     #[serde(default)]
     pub description: Option<String>,
@@ -176,6 +179,8 @@ pub struct JobPatch {
     /// `null` never pauses the job.
     #[serde(default, deserialize_with = "present")]
     pub pause_after_failures: Option<Option<u32>>,
+    /// The whole set of children (`{}` for none).
+    pub children: Option<Children>,
     /// `null` removes the description.
     #[serde(default, deserialize_with = "present")]
     pub description: Option<Option<String>>,
@@ -231,6 +236,7 @@ impl JobInput {
                 jitter_ms: self.jitter_ms,
                 calendars: self.calendars,
                 pause_after_failures: self.pause_after_failures,
+                children: self.children,
                 description: self.description,
             },
         };
@@ -269,6 +275,7 @@ impl JobPatch {
             p.jitter_ms => self.jitter_ms,
             p.pause_after_failures => self.pause_after_failures,
             p.description => self.description,
+            p.children => self.children,
         );
         if let Some(timeout) = self.timeout_ms {
             p.timeout_ms = timeout;

@@ -114,6 +114,39 @@ pub struct Sharding {
     pub count: Option<u32>,
 }
 
+/// Jobs to run when a run of this job ends, by how it ended (XXL-JOB's child jobs), by job
+/// id. A child run is created once per parent run, in the transaction that ends the parent,
+/// with the parent's run id, state and output as its input. A cancelled or skipped run
+/// triggers none.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct Children {
+    /// After a run succeeded.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub on_success: Vec<i64>,
+    /// After a run failed, or found no executor.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub on_failure: Vec<i64>,
+    /// After a run succeeded or failed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub always: Vec<i64>,
+}
+
+impl Children {
+    pub fn is_empty(&self) -> bool {
+        self.on_success.is_empty() && self.on_failure.is_empty() && self.always.is_empty()
+    }
+
+    /// `(list, child job id)` of every child named, in the order written.
+    pub fn named(&self) -> impl Iterator<Item = (&'static str, i64)> + '_ {
+        self.on_success
+            .iter()
+            .map(|id| ("on_success", *id))
+            .chain(self.on_failure.iter().map(|id| ("on_failure", *id)))
+            .chain(self.always.iter().map(|id| ("always", *id)))
+    }
+}
+
 /// Everything about a job but what and when. Read from storage only (users write its fields
 /// through `JobInput`/`JobPatch`), so a field a newer node added is ignored, not refused.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -152,6 +185,9 @@ pub struct JobPolicy {
     /// Stop the job after this many failed runs in a row, and alert.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pause_after_failures: Option<u32>,
+    /// Jobs to run when a run of this job ends.
+    #[serde(skip_serializing_if = "Children::is_empty")]
+    pub children: Children,
     /// Free text for the people who run the job. Kept with the policy (one JSON column), not
     /// read by the scheduler.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -249,6 +285,7 @@ impl Default for JobPolicy {
             jitter_ms: None,
             calendars: Vec::new(),
             pause_after_failures: None,
+            children: Children::default(),
             description: None,
         }
     }

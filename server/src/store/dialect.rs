@@ -416,7 +416,7 @@ queries! {
         attempt_no, priority, args_json, state, created_at_ms, not_before_ms, avoid_executor_id, \
         executor_id, dispatched_at_ms, deadline_ms, finished_at_ms, output, error, \
         lost_before FROM attempts WHERE attempt_id = ? {for_update}";
-    run_lock = "SELECT run_id FROM runs WHERE run_id = ? {for_update}";
+    run_lock = "SELECT node_id FROM runs WHERE run_id = ? {for_update}";
     attempts_of_run = "SELECT attempt_id, run_id, job_id, partition_id, shard_index, \
         shard_total, attempt_no, priority, args_json, state, created_at_ms, not_before_ms, \
         avoid_executor_id, executor_id, dispatched_at_ms, deadline_ms, finished_at_ms, output, \
@@ -450,8 +450,8 @@ queries! {
     attempts_due = "SELECT a.attempt_id, a.run_id, a.job_id, a.partition_id, a.shard_index, a.shard_total, \
         a.attempt_no, a.priority, a.args_json, a.state, a.created_at_ms, a.not_before_ms, \
         a.avoid_executor_id, a.executor_id, a.dispatched_at_ms, a.deadline_ms, \
-        a.finished_at_ms, a.output, a.error, a.lost_before, r.scheduled_at_ms FROM attempts a JOIN runs r ON \
-        r.run_id = a.run_id WHERE a.state = 'pending' AND a.partition_id IN ({partitions}) AND \
+        a.finished_at_ms, a.output, a.error, a.lost_before, r.scheduled_at_ms, r.input_json FROM attempts a \
+        JOIN runs r ON r.run_id = a.run_id WHERE a.state = 'pending' AND a.partition_id IN ({partitions}) AND \
         a.not_before_ms <= ? AND (a.not_before_ms > ? OR (a.not_before_ms = ? \
         AND a.attempt_id > ?)) ORDER BY a.not_before_ms, a.attempt_id LIMIT ?";
     attempts_expired = "SELECT attempt_id, run_id, job_id, partition_id, shard_index, shard_total, attempt_no, \
@@ -486,6 +486,27 @@ queries! {
     run_by_instant = "SELECT run_id, job_id, scheduled_at_ms, partition_id, epoch, node_id, \
         trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, message \
         FROM runs WHERE job_id = ? AND scheduled_at_ms = ?";
+
+    // Child jobs (`sql_store/follow_ups.rs`). `{partitions}`: the jobs of runs that ended; only
+    // a policy that names children has the key.
+    parents_with_children = "SELECT job_id, name, policy_json FROM jobs \
+        WHERE job_id IN ({partitions}) AND policy_json LIKE '%\"children\"%'";
+    // `{partitions}`: child job ids, locked in id order: follow-ups of one child job take
+    // their instants one transaction at a time.
+    child_jobs_lock = "SELECT job_id, partition_id, policy_json FROM jobs \
+        WHERE job_id IN ({partitions}) ORDER BY job_id {for_update}";
+    child_run_insert = "INSERT INTO runs (job_id, scheduled_at_ms, partition_id, epoch, \
+        node_id, trigger_kind, state, priority, created_at_ms, input_json) \
+        SELECT ?, ?, ?, 0, ?, 'child', 'pending', ?, {now}, ? {from_dual} \
+        WHERE NOT EXISTS (SELECT 1 FROM runs WHERE job_id = ? AND scheduled_at_ms = ?)";
+    run_id_at_instant = "SELECT run_id FROM runs WHERE job_id = ? AND scheduled_at_ms = ?";
+    child_run_record = "INSERT INTO child_runs (parent_run_id, child_job_id, child_run_id, \
+        created_at_ms) VALUES (?, ?, ?, {now})";
+    child_runs_of_run = "SELECT child_job_id, child_run_id FROM child_runs \
+        WHERE parent_run_id = ? ORDER BY child_job_id";
+    run_input = "SELECT input_json FROM runs WHERE run_id = ?";
+    jobs_with_children = "SELECT job_id, name, policy_json FROM jobs \
+        WHERE policy_json LIKE '%\"children\"%'";
 
     task_ids_lock = "SELECT next_id FROM id_blocks WHERE name = 'tasks' {for_update}";
     task_ids_advance = "UPDATE id_blocks SET next_id = next_id + ? WHERE name = 'tasks'";

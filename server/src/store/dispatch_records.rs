@@ -141,6 +141,9 @@ pub struct DueAttempt {
     #[sqlx(flatten)]
     pub attempt: AttemptRecord,
     pub scheduled_at_ms: i64,
+    /// The run's input (a child run's: its parent's run, state and output), JSON.
+    #[sqlx(default)]
+    pub input_json: Option<String>,
 }
 
 /// The states of an attempt.

@@ -28,12 +28,17 @@ pub struct JobRecord {
 impl JobRecord {
     /// The priority in the stored policy (5 when it cannot be read).
     pub fn policy_priority(&self) -> i32 {
-        serde_json::from_str::<serde_json::Value>(&self.policy_json)
-            .ok()
-            .and_then(|p| p.get("priority").and_then(serde_json::Value::as_i64))
-            .and_then(|p| i32::try_from(p).ok())
-            .unwrap_or(5)
+        policy_priority(&self.policy_json)
     }
+}
+
+/// The priority in a stored policy (5 when it cannot be read).
+pub(super) fn policy_priority(policy_json: &str) -> i32 {
+    serde_json::from_str::<serde_json::Value>(policy_json)
+        .ok()
+        .and_then(|p| p.get("priority").and_then(serde_json::Value::as_i64))
+        .and_then(|p| i32::try_from(p).ok())
+        .unwrap_or(5)
 }
 
 /// What a node needs of a job to schedule it: no name, target or arguments, which the

@@ -4,6 +4,7 @@
 //! and liveness comparison is made with the database's clock (`now_ms` columns computed in SQL),
 //! never with a node's clock.
 
+mod child_records;
 mod cluster_records;
 mod dialect;
 mod dispatch_records;
@@ -21,6 +22,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+pub use child_records::{
+    CHILD_OUTPUT_CAP, ChildStore, EndedRun, child_outcome, policy_children, run_output, triggered_lists,
+};
 pub use cluster_records::{
     ClusterMeta, LeaderFence, LeaderRecord, NodeList, NodeRecord, NodeRegistration,
     PartitionChange, PartitionRecord,
@@ -344,7 +348,8 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
     }
 
     /// Ends attempts that `executor_id` answered at once with success, each the only shard of
-    /// its run, with no output, of a job that queues nothing behind it: the attempts and their
+    /// its run, with no output, of a job that queues nothing behind it and has no children
+    /// (whose runs this does not create: `attempts_end` does): the attempts and their
     /// runs end `succeeded` in two statements (one transaction) whatever their number. An
     /// attempt no longer unfinished is left alone, and so is its run. Returns how many runs
     /// ended.
@@ -395,6 +400,7 @@ pub trait Store:
     + TaskStore
     + LogStore
     + StandbyStore
+    + ChildStore
 {
 }
 
@@ -406,7 +412,8 @@ impl<
         + PolicyStore
         + TaskStore
         + LogStore
-        + StandbyStore,
+        + StandbyStore
+        + ChildStore,
 > Store for T
 {
 }

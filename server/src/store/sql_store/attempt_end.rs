@@ -12,19 +12,27 @@ macro_rules! attempt_end_store {
             ) -> Result<Vec<AttemptEnded>, Error> {
                 let mut tx = self.begin_write().await?;
                 let mut ended = Vec::with_capacity(ends.len());
+                let mut runs_ended = Vec::new();
                 for (attempt_id, end) in ends {
-                    ended.push(self.attempt_end_in(&mut tx, *attempt_id, end).await?);
+                    ended.push(
+                        self.attempt_end_in(&mut tx, *attempt_id, end, &mut runs_ended)
+                            .await?,
+                    );
                 }
+                // The children of the runs that ended, in the same commit: once each.
+                self.follow_ups_in(&mut tx, &runs_ended).await?;
                 tx.commit().await?;
                 Ok(ended)
             }
 
-            /// Ends one attempt inside the caller's transaction.
+            /// Ends one attempt inside the caller's transaction; a run that ends with it is
+            /// added to `runs_ended`.
             async fn attempt_end_in(
                 &self,
                 tx: &mut Tx<$db>,
                 attempt_id: i64,
                 end: &AttemptEnd,
+                runs_ended: &mut Vec<EndedRun>,
             ) -> Result<AttemptEnded, Error> {
                 let Some(attempt) = sqlx::query_as::<$db, AttemptRecord>(sql(&self.q.attempt_lock))
                     .bind(attempt_id)
@@ -79,19 +87,24 @@ macro_rules! attempt_end_store {
                 // The run ends when every shard's latest attempt has ended. Its row is locked
                 // first: two shards ending at once would otherwise each see the other still
                 // running (neither committed), and the run would never end.
-                sqlx::query::<$db>(sql(&self.q.run_lock))
+                let node_id: String = sqlx::query_scalar::<$db, String>(sql(&self.q.run_lock))
                     .bind(attempt.run_id)
-                    .execute(&mut **tx)
-                    .await?;
+                    .fetch_optional(&mut **tx)
+                    .await?
+                    .unwrap_or_default();
                 let attempts = sqlx::query_as::<$db, AttemptRecord>(sql(&self.q.attempts_of_run))
                     .bind(attempt.run_id)
                     .fetch_all(&mut **tx)
                     .await?;
-                let mut latest: std::collections::BTreeMap<i64, &str> =
+                let mut latest_attempts: std::collections::BTreeMap<i64, &AttemptRecord> =
                     std::collections::BTreeMap::new();
                 for a in &attempts {
-                    latest.insert(a.shard_index, a.state.as_str());
+                    latest_attempts.insert(a.shard_index, a);
                 }
+                let latest: std::collections::BTreeMap<i64, &str> = latest_attempts
+                    .iter()
+                    .map(|(shard, a)| (*shard, a.state.as_str()))
+                    .collect();
                 let unfinished = latest
                     .values()
                     .any(|s| *s == attempt_state::PENDING || *s == attempt_state::RUNNING);
@@ -126,6 +139,18 @@ macro_rules! attempt_end_store {
                     // changes nothing more.
                     return Ok(AttemptEnded::AlreadyEnded);
                 }
+                runs_ended.push(EndedRun {
+                    run_id: attempt.run_id,
+                    job_id: attempt.job_id,
+                    node_id,
+                    state: state.to_owned(),
+                    output: run_output(
+                        &latest_attempts
+                            .iter()
+                            .map(|(shard, a)| (*shard, a.output.as_deref()))
+                            .collect::<Vec<_>>(),
+                    ),
+                });
                 // A run queued behind this one (overlap `queue`) may start now.
                 let queued = sqlx::query_scalar::<$db, i64>(sql(&self.q.run_next_queued))
                     .bind(attempt.job_id)

@@ -254,13 +254,25 @@ macro_rules! dispatch_store {
                 state: &str,
                 message: Option<&str>,
             ) -> Result<bool, Error> {
-                let ended = sqlx::query::<$db>(sql(&self.q.run_end))
-                    .bind(state)
-                    .bind(message)
-                    .bind(run_id)
-                    .execute(&self.pool)
-                    .await?;
-                Ok(ended.rows_affected() == 1)
+                retry_transient(|| async {
+                    let mut tx = self.begin_write().await?;
+                    let ended = sqlx::query::<$db>(sql(&self.q.run_end))
+                        .bind(state)
+                        .bind(message)
+                        .bind(run_id)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                    // A run that found no executor triggers its job's `on_failure` children.
+                    if ended == 1
+                        && let Some(run) = self.ended_run_in(&mut tx, run_id, state).await?
+                    {
+                        self.follow_ups_in(&mut tx, &[run]).await?;
+                    }
+                    tx.commit().await?;
+                    Ok(ended == 1)
+                })
+                .await
             }
 
             async fn run_end_with_attempts(
@@ -294,6 +306,9 @@ macro_rules! dispatch_store {
                     .bind(run_id)
                     .execute(&mut *tx)
                     .await?;
+                if let Some(run) = self.ended_run_in(&mut tx, run_id, state).await? {
+                    self.follow_ups_in(&mut tx, &[run]).await?;
+                }
                 tx.commit().await?;
                 Ok(Some(running))
             }

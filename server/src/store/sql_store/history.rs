@@ -139,6 +139,13 @@ macro_rules! history_store {
                 )))
                 .execute(&mut *tx)
                 .await?;
+                // And the record of the child runs they triggered (the children stay).
+                sqlx::query::<$db>(AssertSqlSafe(format!(
+                    "DELETE FROM child_runs WHERE parent_run_id IN ({list}) AND NOT EXISTS \
+                     (SELECT 1 FROM runs WHERE runs.run_id = child_runs.parent_run_id)"
+                )))
+                .execute(&mut *tx)
+                .await?;
                 tx.commit().await?;
                 Ok(Purged { runs, attempts })
             }

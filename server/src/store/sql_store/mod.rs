@@ -9,6 +9,7 @@ mod bulk;
 mod claim;
 mod cluster;
 mod dispatch;
+mod follow_ups;
 mod galera;
 mod history;
 mod jobs;
@@ -39,9 +40,10 @@ use super::dispatch_records::{
     ExecutorRegistration, LateRun, MinuteCount, NewAttempt, RunFilter, attempt_state,
 };
 use super::history_records::{FINISHED_STATES, JobHistoryRule, PurgeScope, PurgeStep, Purged};
+use super::child_records::{ChildStore, EndedRun, policy_children, run_output, triggered_lists};
 use super::job_records::{
     ClaimOutcome, JobChanges, JobFilter, JobKey, JobOrder, JobRecord, JobWrite, OverlapRule,
-    RunClaim, RunRecord, ScheduledJob, job_state, run_state,
+    RunClaim, RunRecord, ScheduledJob, job_state, policy_priority, run_state,
 };
 use super::log_records::{LogAppend, LogCaps, LogLine, NewLogLine, TRUNCATED_LINE};
 use super::policy_records::{BackfillRecord, BackfillStep, CalendarRecord};
@@ -359,6 +361,9 @@ dispatch::dispatch_store!(SqliteStore, Sqlite, Backend::Sqlite);
 attempt_end::attempt_end_store!(PostgresStore, Postgres);
 attempt_end::attempt_end_store!(MysqlStore, MySql);
 attempt_end::attempt_end_store!(SqliteStore, Sqlite);
+follow_ups::follow_ups_store!(PostgresStore, Postgres);
+follow_ups::follow_ups_store!(MysqlStore, MySql);
+follow_ups::follow_ups_store!(SqliteStore, Sqlite);
 history::history_store!(PostgresStore, Postgres);
 history::history_store!(MysqlStore, MySql);
 history::history_store!(SqliteStore, Sqlite);

@@ -1,0 +1,155 @@
+//! Child jobs as the store sees them: which outcome of a run triggers which list of a job's
+//! children (read from the stored policy, whose typed owner is `jobs::Children`), the runs
+//! that ended in a transaction, and the input a child run is given.
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use super::Error;
+
+/// What the API reads of child jobs; the child runs themselves are created by the write
+/// transactions that end their parents.
+#[async_trait]
+pub trait ChildStore: Send + Sync + std::fmt::Debug + 'static {
+    /// `(child job id, child run id)` of the runs `run_id` triggered, by child job.
+    async fn child_runs_of_run(&self, run_id: i64) -> Result<Vec<(i64, i64)>, Error>;
+
+    /// A run's input (JSON), if it has one.
+    async fn run_input(&self, run_id: i64) -> Result<Option<String>, Error>;
+
+    /// `(job id, name, policy)` of every job whose policy names children.
+    async fn jobs_with_children(&self) -> Result<Vec<(i64, String, String)>, Error>;
+}
+
+/// The lists of `policy.children`, by outcome.
+pub mod child_outcome {
+    pub const ON_SUCCESS: &str = "on_success";
+    pub const ON_FAILURE: &str = "on_failure";
+    pub const ALWAYS: &str = "always";
+    pub const ALL: [&str; 3] = [ON_SUCCESS, ON_FAILURE, ALWAYS];
+}
+
+/// Largest parent output passed on to a child (serialised); a larger one is left out and the
+/// input says so.
+pub const CHILD_OUTPUT_CAP: usize = 1 << 20;
+
+/// The lists of children a run ending in `run_state` triggers: none for a run that was
+/// cancelled or skipped (it did not run to an outcome).
+pub fn triggered_lists(run_state: &str) -> &'static [&'static str] {
+    match run_state {
+        "succeeded" => &[child_outcome::ON_SUCCESS, child_outcome::ALWAYS],
+        "failed" | "no_executor" => &[child_outcome::ON_FAILURE, child_outcome::ALWAYS],
+        _ => &[],
+    }
+}
+
+/// `(list, child job id)` for every child a stored policy names, in the order written.
+pub fn policy_children(policy_json: &str) -> Vec<(&'static str, i64)> {
+    let Ok(policy) = serde_json::from_str::<Value>(policy_json) else {
+        return Vec::new();
+    };
+    let Some(children) = policy.get("children") else {
+        return Vec::new();
+    };
+    child_outcome::ALL
+        .iter()
+        .flat_map(|list| {
+            children
+                .get(*list)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_i64)
+                .map(move |id| (*list, id))
+        })
+        .collect()
+}
+
+/// A run that ended in a write transaction, for its job's children.
+#[derive(Debug, Clone)]
+pub struct EndedRun {
+    pub run_id: i64,
+    pub job_id: i64,
+    /// The node that created it; its children are recorded as created by the same node.
+    pub node_id: String,
+    pub state: String,
+    /// What its executors answered: the only shard's output, or every shard's in order.
+    pub output: Option<Value>,
+}
+
+impl EndedRun {
+    /// The input of a child run of this run, whose job is named `job`.
+    pub fn child_input(&self, job: &str) -> String {
+        let output = self.output.clone().unwrap_or(Value::Null);
+        let too_big = serde_json::to_string(&output).map_or(0, |s| s.len()) > CHILD_OUTPUT_CAP;
+        let mut parent = json!({
+            "run_id": self.run_id,
+            "job_id": self.job_id,
+            "job": job,
+            "state": self.state,
+            "output": if too_big { Value::Null } else { output },
+        });
+        if too_big {
+            parent["output_left_out"] =
+                json!(format!("the output was larger than {CHILD_OUTPUT_CAP} bytes"));
+        }
+        json!({ "parent": parent }).to_string()
+    }
+}
+
+/// The output of a run from its shards' latest outputs (`(shard, output text)`), each read as
+/// JSON where it is (an executor's answer is JSON text), else as a string.
+pub fn run_output(shards: &[(i64, Option<&str>)]) -> Option<Value> {
+    let read = |o: Option<&str>| {
+        o.map(|text| serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned())))
+    };
+    match shards {
+        [] => None,
+        [(_, only)] => read(*only),
+        many => Some(Value::Array(
+            many.iter()
+                .map(|(_, o)| read(*o).unwrap_or(Value::Null))
+                .collect(),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_policy_names_its_children_by_list() {
+        let policy = r#"{"priority":5,"children":{"on_success":[3,4],"always":[9]}}"#;
+        assert_eq!(
+            policy_children(policy),
+            vec![("on_success", 3), ("on_success", 4), ("always", 9)]
+        );
+        assert!(policy_children(r#"{"priority":5}"#).is_empty());
+        assert!(policy_children("not json").is_empty());
+    }
+
+    #[test]
+    fn cancelled_and_skipped_runs_trigger_nothing() {
+        assert_eq!(triggered_lists("succeeded"), ["on_success", "always"]);
+        assert_eq!(triggered_lists("no_executor"), ["on_failure", "always"]);
+        assert!(triggered_lists("cancelled").is_empty());
+        assert!(triggered_lists("skipped").is_empty());
+    }
+
+    #[test]
+    fn an_output_past_the_cap_is_left_out_and_said() {
+        let big = EndedRun {
+            run_id: 1,
+            job_id: 2,
+            node_id: "n".into(),
+            state: "succeeded".into(),
+            output: Some(Value::String("x".repeat(CHILD_OUTPUT_CAP + 1))),
+        };
+        let input: Value = serde_json::from_str(&big.child_input("a")).unwrap();
+        assert_eq!(input["parent"]["output"], Value::Null);
+        assert!(input["parent"]["output_left_out"].is_string());
+        let shards = run_output(&[(0, Some("{\"n\":1}")), (1, None), (2, Some("plain"))]);
+        assert_eq!(shards, Some(json!([{"n": 1}, null, "plain"])));
+    }
+}

@@ -1,0 +1,182 @@
+//! Child jobs on the three backends: the runs a run's ending triggers, created in the same
+//! transaction as the ending, so no node can die between the two; and what the API reads of
+//! them.
+
+/// Implements it for one backend's store; see `super` for the arguments.
+macro_rules! follow_ups_store {
+    ($store:ident, $db:ty) => {
+        impl $store {
+            /// Creates, inside the caller's transaction, the child runs of the runs `ended`
+            /// there: one per (run, child job), in the child's partition, pending, with the
+            /// parent's run, state and output as input. Returns how many were created.
+            async fn follow_ups_in(
+                &self,
+                tx: &mut Tx<$db>,
+                ended: &[EndedRun],
+            ) -> Result<usize, Error> {
+                let mut job_ids: Vec<i64> = ended
+                    .iter()
+                    .filter(|r| r.job_id > 0 && !triggered_lists(&r.state).is_empty())
+                    .map(|r| r.job_id)
+                    .collect();
+                job_ids.sort_unstable();
+                job_ids.dedup();
+                let Some(parents) = with_partitions(&self.q.parents_with_children, &job_ids)
+                else {
+                    return Ok(0);
+                };
+                let parents: Vec<(i64, String, String)> = sqlx::query_as::<$db, _>(parents)
+                    .fetch_all(&mut **tx)
+                    .await?;
+                // (child job, index of the parent run in `ended`)
+                let mut wanted: Vec<(i64, usize)> = Vec::new();
+                for (i, run) in ended.iter().enumerate() {
+                    let Some((_, _, policy)) = parents.iter().find(|p| p.0 == run.job_id) else {
+                        continue;
+                    };
+                    let lists = triggered_lists(&run.state);
+                    let mut children: Vec<i64> = policy_children(policy)
+                        .into_iter()
+                        .filter(|(list, _)| lists.contains(list))
+                        .map(|(_, id)| id)
+                        .collect();
+                    // A child named in two lists that both apply runs once.
+                    children.sort_unstable();
+                    children.dedup();
+                    wanted.extend(children.into_iter().map(|c| (c, i)));
+                }
+                let mut child_ids: Vec<i64> = wanted.iter().map(|(c, _)| *c).collect();
+                child_ids.sort_unstable();
+                child_ids.dedup();
+                let Some(lock) = with_partitions(&self.q.child_jobs_lock, &child_ids) else {
+                    return Ok(0);
+                };
+                let children: Vec<(i64, i64, String)> = sqlx::query_as::<$db, _>(lock)
+                    .fetch_all(&mut **tx)
+                    .await?;
+                wanted.sort_by_key(|(child, i)| (*child, ended[*i].run_id));
+                let now: i64 = sqlx::query_scalar::<$db, i64>(sql(&self.q.now))
+                    .fetch_one(&mut **tx)
+                    .await?;
+                let mut next_free: HashMap<i64, i64> = HashMap::new();
+                let mut created = 0;
+                for (child, i) in wanted {
+                    let parent = &ended[i];
+                    let Some((_, partition_id, policy)) = children.iter().find(|j| j.0 == child)
+                    else {
+                        // Deleted since the parent's policy named it (a deletion of a job
+                        // that is a child is refused; this is the race with it).
+                        tracing::warn!(
+                            parent_run = parent.run_id,
+                            child_job = child,
+                            "a child job is gone; its run is not created"
+                        );
+                        continue;
+                    };
+                    let name = parents
+                        .iter()
+                        .find(|p| p.0 == parent.job_id)
+                        .map_or("", |p| p.1.as_str());
+                    let input = parent.child_input(name);
+                    // Two children of one job in one millisecond take the next free one.
+                    let from = next_free.get(&child).copied().unwrap_or(now);
+                    let mut at = None;
+                    for candidate in from..from + 1_000 {
+                        let inserted = sqlx::query::<$db>(sql(&self.q.child_run_insert))
+                            .bind(child)
+                            .bind(candidate)
+                            .bind(*partition_id)
+                            .bind(parent.node_id.as_str())
+                            .bind(i64::from(policy_priority(policy)))
+                            .bind(&input)
+                            .bind(child)
+                            .bind(candidate)
+                            .execute(&mut **tx)
+                            .await?
+                            .rows_affected();
+                        if inserted == 1 {
+                            at = Some(candidate);
+                            break;
+                        }
+                    }
+                    let Some(at) = at else {
+                        return Err(Error::Conflict {
+                            what: format!("every millisecond of a second for job {child}"),
+                        });
+                    };
+                    next_free.insert(child, at + 1);
+                    let child_run: i64 =
+                        sqlx::query_scalar::<$db, i64>(sql(&self.q.run_id_at_instant))
+                            .bind(child)
+                            .bind(at)
+                            .fetch_one(&mut **tx)
+                            .await?;
+                    sqlx::query::<$db>(sql(&self.q.child_run_record))
+                        .bind(parent.run_id)
+                        .bind(child)
+                        .bind(child_run)
+                        .execute(&mut **tx)
+                        .await?;
+                    created += 1;
+                }
+                Ok(created)
+            }
+
+            /// The run `run_id` as it ended in this transaction, for [`Self::follow_ups_in`],
+            /// when its state triggers children.
+            async fn ended_run_in(
+                &self,
+                tx: &mut Tx<$db>,
+                run_id: i64,
+                state: &str,
+            ) -> Result<Option<EndedRun>, Error> {
+                if triggered_lists(state).is_empty() {
+                    return Ok(None);
+                }
+                let run = sqlx::query_as::<$db, RunRecord>(sql(&self.q.run_get))
+                    .bind(run_id)
+                    .fetch_optional(&mut **tx)
+                    .await?;
+                Ok(run.map(|r| EndedRun {
+                    run_id,
+                    job_id: r.job_id,
+                    node_id: r.node_id,
+                    state: state.to_owned(),
+                    output: None,
+                }))
+            }
+        }
+
+        #[async_trait]
+        impl ChildStore for $store {
+            async fn child_runs_of_run(&self, run_id: i64) -> Result<Vec<(i64, i64)>, Error> {
+                Ok(
+                    sqlx::query_as::<$db, (i64, i64)>(sql(&self.q.child_runs_of_run))
+                        .bind(run_id)
+                        .fetch_all(&self.pool)
+                        .await?,
+                )
+            }
+
+            async fn run_input(&self, run_id: i64) -> Result<Option<String>, Error> {
+                Ok(sqlx::query_scalar::<$db, Option<String>>(sql(&self.q.run_input))
+                    .bind(run_id)
+                    .fetch_optional(&self.pool)
+                    .await?
+                    .flatten())
+            }
+
+            async fn jobs_with_children(&self) -> Result<Vec<(i64, String, String)>, Error> {
+                Ok(
+                    sqlx::query_as::<$db, (i64, String, String)>(sql(
+                        &self.q.jobs_with_children,
+                    ))
+                    .fetch_all(&self.pool)
+                    .await?,
+                )
+            }
+        }
+    };
+}
+
+pub(super) use follow_ups_store;
