@@ -51,7 +51,12 @@ async fn family(store: &Arc<dyn Store>) {
         .job_insert(PARENT, 0, &with_policy("parent", &policy), true)
         .await
         .unwrap();
-    for (id, partition) in [(ON_SUCCESS, 0), (ON_SUCCESS_TOO, 1), (ON_FAILURE, 0), (ALWAYS, 2)] {
+    for (id, partition) in [
+        (ON_SUCCESS, 0),
+        (ON_SUCCESS_TOO, 1),
+        (ON_FAILURE, 0),
+        (ALWAYS, 2),
+    ] {
         store
             .job_insert(id, partition, &job_write(&format!("child-{id}")), false)
             .await
@@ -253,11 +258,7 @@ async fn a_run_without_an_executor_triggers_its_failure_children_and_a_cancelled
                 .unwrap(),
             vec![ClaimOutcome::Claimed]
         );
-        let run = store
-            .runs_of_job(PARENT, None, 1)
-            .await
-            .unwrap()
-            .remove(0);
+        let run = store.runs_of_job(PARENT, None, 1).await.unwrap().remove(0);
         let ended = match how {
             "no_executor" => store
                 .run_end(run.run_id, run_state::NO_EXECUTOR, Some("nowhere"))

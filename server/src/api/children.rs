@@ -12,11 +12,12 @@ use crate::store::policy_children;
 /// Most children a job may name, over its three lists.
 const MAX_CHILDREN: usize = 100;
 
-/// Refuses `children` of the job `job_id` (`None` for a job not created yet), naming the
-/// field and the jobs at fault.
+/// Refuses `children` of the job `job_id` (`None` for a job not created yet) named `name`,
+/// naming the field and the jobs at fault.
 pub(super) async fn check(
     state: &ApiState,
     job_id: Option<i64>,
+    name: &str,
     children: &Children,
 ) -> Result<(), ApiError> {
     let named: Vec<(&'static str, i64)> = children.named().collect();
@@ -58,12 +59,16 @@ pub(super) async fn check(
     };
     let mut graph: HashMap<i64, Vec<i64>> = HashMap::new();
     let mut names: HashMap<i64, String> = found;
+    names.insert(job_id, name.to_owned());
     for (parent, name, policy) in state.store.jobs_with_children().await? {
         names.insert(parent, name);
         if parent != job_id {
             graph.insert(
                 parent,
-                policy_children(&policy).into_iter().map(|(_, c)| c).collect(),
+                policy_children(&policy)
+                    .into_iter()
+                    .map(|(_, c)| c)
+                    .collect(),
             );
         }
     }

@@ -235,7 +235,7 @@ pub(super) async fn create(
         check_fires(&state, &definition)?;
     }
     super::calendars::check_named(&state, &definition).await?;
-    super::children::check(&state, None, &definition.policy.children).await?;
+    super::children::check(&state, None, &definition.name, &definition.policy.children).await?;
     let record = insert(&state, &definition, start).await?;
     let mut headers = HeaderMap::new();
     if let Ok(location) = HeaderValue::from_str(&format!("/api/v1/jobs/{}", record.job_id)) {
@@ -409,7 +409,13 @@ pub(super) async fn update(
         check_fires(&state, &definition)?;
     }
     super::calendars::check_named(&state, &definition).await?;
-    super::children::check(&state, Some(id), &definition.policy.children).await?;
+    super::children::check(
+        &state,
+        Some(id),
+        &definition.name,
+        &definition.policy.children,
+    )
+    .await?;
     let updated = state
         .store
         .job_update(id, record.version, &write_of(&definition))

@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 
 pub use history::{JobHistory, KeepFor, RetentionConfig};
 pub use policy::{
-    AlertFormat, Backoff, Balance, Bounds, Children, Delivery, JobAlerts, JobPolicy, Misfire, Overlap, Retry,
-    Sharding, jitter_delay_ms,
+    AlertFormat, Backoff, Balance, Bounds, Children, Delivery, JobAlerts, JobPolicy, Misfire,
+    Overlap, Retry, Sharding, jitter_delay_ms,
 };
 
 use crate::schedule::{Schedule, ScheduleError, ScheduleSpec, Window, parse_instant, parse_zone};

@@ -90,8 +90,9 @@ impl EndedRun {
             "output": if too_big { Value::Null } else { output },
         });
         if too_big {
-            parent["output_left_out"] =
-                json!(format!("the output was larger than {CHILD_OUTPUT_CAP} bytes"));
+            parent["output_left_out"] = json!(format!(
+                "the output was larger than {CHILD_OUTPUT_CAP} bytes"
+            ));
         }
         json!({ "parent": parent }).to_string()
     }

@@ -150,7 +150,7 @@ class Handler(BaseHTTPRequestHandler):
             log.append({"attempt_id": msg["attempt_id"], "run_id": msg["run_id"], "handler": msg["handler"],
                         "args": msg["args"], "shard": msg["shard"], "attempt": msg["attempt"],
                         "job_id": msg["job_id"], "scheduled_at": msg["scheduled_at"],
-                        "received_ms": now_ms()})
+                        "input": msg.get("input"), "received_ms": now_ms()})
         handler = msg["handler"]
         if handler == "echo":
             return self.reply(200, {"outcome": "succeeded", "output": {"args": msg["args"], "shard": msg["shard"], "by": args.id,
@@ -159,6 +159,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(200, {"outcome": "failed", "error": "failed on " + args.id})
         if handler == "flaky":
             return self.reply(200, {"outcome": "succeeded", "output": {"by": args.id}})
+        if handler == "quiet":  # a plain success: no output
+            return self.reply(200, {"outcome": "succeeded"})
         if handler == "slow" and args.hang:
             with lock:  # listed as in flight by heartbeats, like any stuck handler
                 running[msg["attempt_id"]] = threading.Event()
@@ -178,7 +180,7 @@ server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
 port = server.server_address[1]
 registration = {"protocol": 1, "executor_id": args.id, "app": args.app,
                 "address": f"http://127.0.0.1:{port}", "weight": args.weight, "capacity": args.capacity,
-                "handlers": [{"name": n, "description": "python"} for n in ("echo", "slow", "fail", "flaky")]}
+                "handlers": [{"name": n, "description": "python"} for n in ("echo", "slow", "fail", "flaky", "quiet")]}
 accepted = call("/api/v1/executors/register", registration)
 
 

@@ -21,8 +21,7 @@ macro_rules! follow_ups_store {
                     .collect();
                 job_ids.sort_unstable();
                 job_ids.dedup();
-                let Some(parents) = with_partitions(&self.q.parents_with_children, &job_ids)
-                else {
+                let Some(parents) = with_partitions(&self.q.parents_with_children, &job_ids) else {
                     return Ok(0);
                 };
                 let parents: Vec<(i64, String, String)> = sqlx::query_as::<$db, _>(parents)
@@ -51,9 +50,8 @@ macro_rules! follow_ups_store {
                 let Some(lock) = with_partitions(&self.q.child_jobs_lock, &child_ids) else {
                     return Ok(0);
                 };
-                let children: Vec<(i64, i64, String)> = sqlx::query_as::<$db, _>(lock)
-                    .fetch_all(&mut **tx)
-                    .await?;
+                let children: Vec<(i64, i64, String)> =
+                    sqlx::query_as::<$db, _>(lock).fetch_all(&mut **tx).await?;
                 wanted.sort_by_key(|(child, i)| (*child, ended[*i].run_id));
                 let now: i64 = sqlx::query_scalar::<$db, i64>(sql(&self.q.now))
                     .fetch_one(&mut **tx)
@@ -159,20 +157,20 @@ macro_rules! follow_ups_store {
             }
 
             async fn run_input(&self, run_id: i64) -> Result<Option<String>, Error> {
-                Ok(sqlx::query_scalar::<$db, Option<String>>(sql(&self.q.run_input))
-                    .bind(run_id)
-                    .fetch_optional(&self.pool)
-                    .await?
-                    .flatten())
+                Ok(
+                    sqlx::query_scalar::<$db, Option<String>>(sql(&self.q.run_input))
+                        .bind(run_id)
+                        .fetch_optional(&self.pool)
+                        .await?
+                        .flatten(),
+                )
             }
 
             async fn jobs_with_children(&self) -> Result<Vec<(i64, String, String)>, Error> {
                 Ok(
-                    sqlx::query_as::<$db, (i64, String, String)>(sql(
-                        &self.q.jobs_with_children,
-                    ))
-                    .fetch_all(&self.pool)
-                    .await?,
+                    sqlx::query_as::<$db, (i64, String, String)>(sql(&self.q.jobs_with_children))
+                        .fetch_all(&self.pool)
+                        .await?,
                 )
             }
         }

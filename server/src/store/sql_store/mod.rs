@@ -34,13 +34,13 @@ use sqlx::sqlite::{
 };
 use sqlx::{AssertSqlSafe, Connection, Executor, Transaction};
 
+use super::child_records::{ChildStore, EndedRun, policy_children, run_output, triggered_lists};
 use super::dialect::Queries;
 use super::dispatch_records::{
     AttemptEnd, AttemptEnded, AttemptRecord, DueAttempt, ExecutorList, ExecutorRecord,
     ExecutorRegistration, LateRun, MinuteCount, NewAttempt, RunFilter, attempt_state,
 };
 use super::history_records::{FINISHED_STATES, JobHistoryRule, PurgeScope, PurgeStep, Purged};
-use super::child_records::{ChildStore, EndedRun, policy_children, run_output, triggered_lists};
 use super::job_records::{
     ClaimOutcome, JobChanges, JobFilter, JobKey, JobOrder, JobRecord, JobWrite, OverlapRule,
     RunClaim, RunRecord, ScheduledJob, job_state, policy_priority, run_state,
