@@ -31,6 +31,7 @@ mod support;
 mod harness;
 mod invariants;
 
+mod child_job_faults;
 mod clock_skew;
 mod cluster_restart;
 mod database_outage;
