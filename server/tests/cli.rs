@@ -338,3 +338,81 @@ async fn the_cli_enqueues_lists_shows_and_cancels_tasks() {
     let all = cli.json(&["tasks", "ls"]);
     assert_eq!(all["items"].as_array().unwrap().len(), 1, "{all}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_names_children_by_name_and_the_flags_by_id() {
+    let node = Solo::start(|_| {}).await;
+    let cli = Cli {
+        node: &node,
+        home: tempfile::tempdir().unwrap(),
+    };
+    // `extract` names jobs the file creates after it.
+    let yaml = cli.home.path().join("etl.yaml");
+    std::fs::write(
+        &yaml,
+        r#"
+jobs:
+  - name: extract
+    app: etl
+    handler: extract
+    schedule: { cron: "0 0 2 * * ?" }
+    children:
+      on_success: [load]
+      on_failure: [alert]
+  - name: load
+    app: etl
+    handler: load
+    schedule: { manual: true }
+  - name: alert
+    app: etl
+    handler: page
+    schedule: { manual: true }
+"#,
+    )
+    .unwrap();
+    let first = cli.json(&["apply", "-f", yaml.to_str().unwrap()]);
+    let actions: Vec<&Value> = (0..3).map(|i| &first["jobs"][i]["action"]).collect();
+    assert_eq!(actions, ["created", "created", "created"], "{first}");
+    let id_of = |i: usize| first["jobs"][i]["id"].clone();
+    let extract = cli.json(&["jobs", "get", &id_of(0).to_string()]);
+    assert_eq!(
+        extract["children"],
+        serde_json::json!({"on_success": [id_of(1)], "on_failure": [id_of(2)]}),
+        "{extract}"
+    );
+    let second = cli.json(&["apply", "-f", yaml.to_str().unwrap()]);
+    for i in 0..3 {
+        assert_eq!(second["jobs"][i]["action"], "unchanged", "{second}");
+    }
+
+    // A child nobody has is named, and nothing is written.
+    let bad = cli.home.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "jobs:\n  - name: report\n    app: etl\n    handler: report\n    schedule: { manual: true }\n    children: { always: [nowhere] }\n",
+    )
+    .unwrap();
+    let (ok, _, stderr) = cli.run(&["apply", "-f", bad.to_str().unwrap()]);
+    assert!(!ok && stderr.contains("\"nowhere\""), "{stderr}");
+    assert_eq!(
+        cli.json(&["jobs", "ls"])["jobs"].as_array().unwrap().len(),
+        3
+    );
+
+    // The flags name children by id; a circle is refused, naming it.
+    let load = id_of(1).to_string();
+    let alert = id_of(2).to_string();
+    let edited = cli.json(&["jobs", "edit", &load, "--child-always", &alert]);
+    assert_eq!(
+        edited["children"],
+        serde_json::json!({"always": [id_of(2)]})
+    );
+    let (ok, _, stderr) = cli.run(&[
+        "jobs",
+        "edit",
+        &alert,
+        "--child-on-success",
+        &id_of(0).to_string(),
+    ]);
+    assert!(!ok && stderr.contains("circle"), "{stderr}");
+}

@@ -1,10 +1,12 @@
 //! `carillon apply FILE`: jobs written in a YAML, TOML or JSON file, made true on the server.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use reqwest::Method;
 use serde_json::{Value, json};
 
+use super::apply_children;
 use super::client::ApiTarget;
 use super::commands::{CommandError, Output, encode, read_document, show};
 use crate::jobs::{JobDefinition, JobInput};
@@ -35,28 +37,76 @@ pub(super) async fn apply(
             })?;
     let mut desired = Vec::with_capacity(jobs.len());
     for (index, job) in jobs.into_iter().enumerate() {
-        let input: JobInput = serde_json::from_value(job.clone())
+        let input: JobInput = serde_json::from_value(apply_children::with_stand_ins(&job))
             .map_err(|e| bad(format!("job {}: {e}", index + 1)))?;
         let start = job.get("start").and_then(Value::as_bool);
         let definition = input
             .into_definition()
             .map_err(|e| bad(format!("job {}: {e}", index + 1)))?;
-        desired.push((job, start, definition));
+        desired.push((job, start, definition.name));
     }
+    // The server's jobs of the file's names and of the children it names by name.
+    let mut existing: HashMap<String, Value> = HashMap::new();
+    let mut wanted: Vec<String> = desired.iter().map(|(_, _, name)| name.clone()).collect();
+    wanted.extend(
+        desired
+            .iter()
+            .flat_map(|(job, _, _)| apply_children::names(job)),
+    );
+    for name in wanted {
+        if !existing.contains_key(&name)
+            && let Some(job) = job_named(api, &name).await?
+        {
+            existing.insert(name, job);
+        }
+    }
+    let in_file: Vec<&str> = desired.iter().map(|(_, _, name)| name.as_str()).collect();
+    for (index, (job, _, _)) in desired.iter().enumerate() {
+        for child in apply_children::names(job) {
+            if !in_file.contains(&child.as_str()) && !existing.contains_key(&child) {
+                return Err(bad(format!(
+                    "job {}: no job named {child:?} (a child) in the file or on the server",
+                    index + 1
+                )));
+            }
+        }
+    }
+    // Jobs not there yet are created first (without children: those they name may not exist
+    // yet); then every job is made to match the file, children by id.
+    let mut created: Vec<String> = Vec::new();
+    for (job, _, name) in &desired {
+        if !existing.contains_key(name) {
+            let made = api
+                .call(
+                    Method::POST,
+                    "/api/v1/jobs",
+                    Some(&apply_children::without(job)),
+                )
+                .await?;
+            existing.insert(name.clone(), made);
+            created.push(name.clone());
+        }
+    }
+    let ids: HashMap<String, Value> = existing
+        .iter()
+        .map(|(name, job)| (name.clone(), job["id"].clone()))
+        .collect();
     let mut report = Vec::new();
-    for (job, start, definition) in desired {
-        let name = definition.name.clone();
-        let found = api
-            .call(
-                Method::GET,
-                &format!("/api/v1/jobs?name={}&limit=1000", encode(&name)),
-                None,
-            )
-            .await?;
-        let existing = found["jobs"]
-            .as_array()
-            .and_then(|list| list.iter().find(|j| j["name"] == json!(name)).cloned());
-        let (id, action) = reconcile(api, &job, start, &definition, existing, false).await?;
+    for (job, start, name) in desired {
+        let job =
+            apply_children::by_id(&job, &ids).map_err(|e| bad(format!("job {name:?}: {e}")))?;
+        let input: JobInput =
+            serde_json::from_value(job.clone()).map_err(|e| bad(format!("job {name:?}: {e}")))?;
+        let definition = input
+            .into_definition()
+            .map_err(|e| bad(format!("job {name:?}: {e}")))?;
+        let current = existing.get(&name).cloned();
+        let (id, action) = reconcile(api, &job, start, &definition, current, false).await?;
+        let action = if created.contains(&name) {
+            "created"
+        } else {
+            action
+        };
         report.push(json!({ "name": name, "id": id, "action": action }));
     }
     show(
@@ -66,6 +116,20 @@ pub(super) async fn apply(
         &[("NAME", "/name"), ("ID", "/id"), ("ACTION", "/action")],
     );
     Ok(())
+}
+
+/// The server's job named `name`, if there is one.
+async fn job_named(api: &ApiTarget, name: &str) -> Result<Option<Value>, CommandError> {
+    let found = api
+        .call(
+            Method::GET,
+            &format!("/api/v1/jobs?name={}&limit=1000", encode(name)),
+            None,
+        )
+        .await?;
+    Ok(found["jobs"]
+        .as_array()
+        .and_then(|list| list.iter().find(|j| j["name"] == json!(name)).cloned()))
 }
 
 /// Makes one job of the server (`existing`, as the API shows it, or none) match `job` (its
@@ -162,6 +226,7 @@ fn patch_of(definition: &JobDefinition) -> Value {
         ("alerts", Value::Null),
         ("history", Value::Null),
         ("calendars", json!([])),
+        ("children", json!({})),
     ] {
         if patch.get(key).is_none() {
             patch[key] = cleared;

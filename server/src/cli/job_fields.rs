@@ -44,6 +44,16 @@ pub(crate) struct JobFields {
     /// An exclusion calendar by name (repeat for several; replaces the job's list).
     #[arg(long = "calendar")]
     calendars: Vec<String>,
+    /// A job (by id) to run after each run of this one succeeds; repeat for several. The three
+    /// `--child-*` flags together replace the job's children.
+    #[arg(long = "child-on-success")]
+    child_on_success: Vec<i64>,
+    /// A job (by id) to run after each run of this one fails or finds no executor.
+    #[arg(long = "child-on-failure")]
+    child_on_failure: Vec<i64>,
+    /// A job (by id) to run after each run of this one succeeds or fails.
+    #[arg(long = "child-always")]
+    child_always: Vec<i64>,
     /// Stop the job after this many failed runs in a row, and alert.
     #[arg(long)]
     pause_after_failures: Option<u32>,
@@ -106,6 +116,19 @@ impl JobFields {
         }
         if !self.calendars.is_empty() {
             base["calendars"] = json!(self.calendars);
+        }
+        let children = [
+            ("on_success", &self.child_on_success),
+            ("on_failure", &self.child_on_failure),
+            ("always", &self.child_always),
+        ];
+        if children.iter().any(|(_, ids)| !ids.is_empty()) {
+            base["children"] = children
+                .iter()
+                .filter(|(_, ids)| !ids.is_empty())
+                .map(|(list, ids)| ((*list).to_owned(), json!(ids)))
+                .collect::<serde_json::Map<String, Value>>()
+                .into();
         }
         if let Some(failures) = self.pause_after_failures {
             base["pause_after_failures"] = json!(failures);

@@ -4,6 +4,7 @@
 //! override the config file.
 
 mod apply;
+mod apply_children;
 mod client;
 mod commands;
 mod import;
