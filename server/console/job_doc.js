@@ -1,3 +1,5 @@
+import { childrenDoc } from './job_policies.js';
+
 // The job document that the create/edit form fills in and the job page shows (docFromJob),
 // the choices of its option fields, and the time zones the form offers.
 
@@ -54,6 +56,7 @@ export function docFromJob(job) {
     jitter_ms: job.jitter_ms ?? null,
     calendars: job.calendars || [],
     pause_after_failures: job.pause_after_failures ?? null,
+    children: childrenDoc(job.children),
   };
 }
 

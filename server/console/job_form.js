@@ -26,7 +26,7 @@ export async function viewJobForm(ctx, id) {
     name: '', app: '', handler: '', schedule: { cron: '' }, timezone: browserZone(), args: null,
     balance: 'round_robin', retry: { max_attempts: 1, backoff: 'fixed', initial_delay_ms: 1000, max_delay_ms: 60000 },
     timeout_ms: null, misfire: 'fire_once', catch_up_window_ms: 3600000, overlap: 'allow', priority: 5, sharding: {}, alerts: null,
-    bounds: null, jitter_ms: null, calendars: [], pause_after_failures: null,
+    bounds: null, jitter_ms: null, calendars: [], pause_after_failures: null, children: {},
   };
   const sched = scheduleOf(start.schedule);
 

@@ -2,7 +2,7 @@
 
 import { ApiError, api, query, enc, rememberJob, forgetJob } from './api.js';
 import { h, append, clear, replace, fillError, flash, act } from './dom.js';
-import { fmtDuration, timeEl, durationBetween, prettyJson, scheduleEl, badge } from './format.js';
+import { fmtDuration, timeEl, durationBetween, prettyJson, scheduleEl, badge, jobLink } from './format.js';
 import { table, row, emptyRow, Pager } from './tables.js';
 import { pageHead, keepFocus, setTitle, focusHeading } from './view.js';
 import { docFromJob } from './job_doc.js';
@@ -83,6 +83,7 @@ export async function viewJob(ctx, id) {
       ['Bounds', boundsText(d.bounds, job.fired)],
       ['Jitter', d.jitter_ms ? `up to ${fmtDuration(d.jitter_ms)}` : 'none'],
       ['Calendars', d.calendars.length ? d.calendars.join(', ') : 'none'],
+      ['Children', childrenEl(d.children)],
       ['Pause after', d.pause_after_failures ? `${d.pause_after_failures} failed runs in a row` : 'never'],
       ['Alerts', d.alerts ? [h('code', { text: d.alerts.webhook }), ` (${d.alerts.format}, late after ${fmtDuration(d.alerts.late_after_ms)})`] : 'none'],
       ['Arguments', job.args === null || job.args === undefined ? h('span', { class: 'muted', text: 'null' }) : h('pre', { text: prettyJson(job.args) })],
@@ -158,4 +159,14 @@ function boundsText(bounds, fired) {
   if (bounds.not_after) parts.push(`not after ${bounds.not_after}`);
   if (bounds.max_runs) parts.push(`${fired ?? 0} of ${bounds.max_runs} runs fired`);
   return parts.join('; ');
+}
+
+/** A job's children by list, each a link to its job. */
+function childrenEl(children) {
+  const lists = [['on_success', 'on success'], ['on_failure', 'on failure'], ['always', 'always']]
+    .filter(([list]) => children[list] && children[list].length);
+  if (!lists.length) return h('span', { class: 'muted', text: 'none' });
+  return h('ul', { class: 'plain', testid: 'job-children' }, lists.map(([list, label]) => h('li', null,
+    h('span', { class: 'muted', text: `${label}: ` }),
+    children[list].flatMap((id, i) => (i ? [', ', jobLink(id)] : [jobLink(id)])))));
 }

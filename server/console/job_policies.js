@@ -1,6 +1,6 @@
-// The schedule policies of the job form: bounds, jitter, exclusion calendars and pausing
-// after failures. Builds their controls and fields, reads them into the job document, and
-// gives the preview what it needs to show skipped and delayed instants.
+// The schedule policies of the job form: bounds, jitter, exclusion calendars, pausing after
+// failures and child jobs. Builds their controls and fields, reads them into the job
+// document, and gives the preview what it needs to show skipped and delayed instants.
 
 import { api } from './api.js';
 import { h, replace, field } from './dom.js';
@@ -16,6 +16,10 @@ export function policyFields(start) {
     calendars: h('input', { type: 'text', id: 'job-calendars', value: (start.calendars || []).join(', '), list: 'job-calendar-list', autocomplete: 'off', spellcheck: 'false', placeholder: 'holidays, weekends' }),
     pauseAfter: h('input', { type: 'number', id: 'job-pause-after', min: '1', max: '1000', step: '1', value: start.pause_after_failures ? String(start.pause_after_failures) : '', placeholder: 'never' }),
   };
+  const children = start.children || {};
+  for (const [key, list] of CHILD_FIELDS) {
+    c[key] = h('input', { type: 'text', id: `job-${key}`, value: (children[list] || []).join(', '), autocomplete: 'off', spellcheck: 'false', inputmode: 'numeric', placeholder: 'none' });
+  }
   const calendarList = h('datalist', { id: 'job-calendar-list' });
   api('GET', '/calendars').then((res) => {
     replace(calendarList, (res.calendars || []).map((cal) => h('option', { value: cal.name })));
@@ -27,14 +31,22 @@ export function policyFields(start) {
     jitter: field('Jitter (ms)', c.jitter, { hint: 'Each run delayed by up to this, fixed per instant' }),
     calendars: field('Exclusion calendars', c.calendars, { hint: 'Names, comma separated: their instants are skipped', wide: true }),
     pauseAfter: field('Pause after failures', c.pauseAfter, { hint: 'Stop the job after this many failed runs in a row' }),
+    childOnSuccess: field('Children on success', c.childOnSuccess, { hint: 'Job ids, comma separated: run after each run that succeeds' }),
+    childOnFailure: field('Children on failure', c.childOnFailure, { hint: 'Run after each run that fails or finds no executor' }),
+    childAlways: field('Children always', c.childAlways, { hint: 'Run after each run that succeeds or fails' }),
   };
   const fieldset = h('fieldset', null, h('legend', { text: 'Policies' }),
-    h('div', { class: 'form-grid' }, f.notBefore, f.notAfter, f.maxRuns, f.jitter, f.pauseAfter, f.calendars), calendarList);
+    h('div', { class: 'form-grid' }, f.notBefore, f.notAfter, f.maxRuns, f.jitter, f.pauseAfter, f.calendars,
+      f.childOnSuccess, f.childOnFailure, f.childAlways), calendarList);
   const fieldOf = {
     bounds: 'notBefore', 'bounds.not_before': 'notBefore', 'bounds.not_after': 'notAfter', 'bounds.max_runs': 'maxRuns',
     jitter_ms: 'jitter', calendars: 'calendars', pause_after_failures: 'pauseAfter',
   };
   for (let i = 0; i < 16; i += 1) fieldOf[`calendars[${i}]`] = 'calendars';
+  fieldOf.children = 'childOnSuccess';
+  for (const [key, list] of CHILD_FIELDS) {
+    for (let i = 0; i < 100; i += 1) fieldOf[`children.${list}[${i}]`] = key;
+  }
 
   /** The policies as the job document holds them; `num` reads a number field or fails it. */
   function read(num) {
@@ -48,6 +60,7 @@ export function policyFields(start) {
       jitter_ms: num('jitter', c.jitter, { min: 1, max: 7 * 24 * 3600000, optional: true }) ?? null,
       calendars: c.calendars.value.split(',').map((s) => s.trim()).filter(Boolean),
       pause_after_failures: num('pauseAfter', c.pauseAfter, { min: 1, max: 1000, optional: true }) ?? null,
+      children: childrenDoc(Object.fromEntries(CHILD_FIELDS.map(([key, list]) => [list, idsOf(c[key].value)]))),
     };
   }
 
@@ -77,4 +90,21 @@ export function instantNote(instant) {
   if (instant.skipped) return h('span', { class: 'pv-note muted', testid: 'preview-skipped', text: `skipped: ${instant.skipped}` });
   if (instant.due) return h('span', { class: 'pv-note muted', text: `runs at ${instant.due.replace('T', ' ').replace(/\.000Z$/, ' Z')}` });
   return null;
+}
+
+/** The form's child job fields and the list of `children` each fills. */
+const CHILD_FIELDS = [['childOnSuccess', 'on_success'], ['childOnFailure', 'on_failure'], ['childAlways', 'always']];
+
+/** Job ids typed comma separated; what is not a number is kept as typed, for the server to name. */
+function idsOf(text) {
+  return text.split(',').map((s) => s.trim()).filter(Boolean).map((s) => (/^-?\d+$/.test(s) ? Number(s) : s));
+}
+
+/** `children` as the job document holds it: the non-empty lists, in one order. */
+export function childrenDoc(children) {
+  const doc = {};
+  for (const [, list] of CHILD_FIELDS) {
+    if (children && children[list] && children[list].length) doc[list] = children[list];
+  }
+  return doc;
 }

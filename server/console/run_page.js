@@ -82,6 +82,16 @@ export async function viewRun(ctx, id) {
       ['Partition / epoch', `${run.partition} / ${run.epoch}`],
       ['Message', run.message ? h('pre', { testid: 'run-message', text: run.message }) : h('span', { class: 'muted', text: 'none' })],
     ];
+    const parent = run.input && run.input.parent;
+    if (parent) {
+      items.push(['Parent run', [runLink(parent.run_id), h('span', { class: 'muted', text: ` of ` }), jobLink(parent.job_id), ` (${parent.state})`]]);
+    }
+    if (run.input !== null && run.input !== undefined) {
+      items.push(['Input', h('pre', { testid: 'run-input', text: prettyJson(run.input) })]);
+    }
+    if (run.children && run.children.length) {
+      items.push(['Child runs', h('ul', { class: 'plain', testid: 'run-children' }, run.children.map((c) => h('li', null, runLink(c.run_id), ' of ', jobLink(c.job_id))))]);
+    }
     replace(fields, h('dl', { class: 'props' }, items.flatMap(([k, v]) => [h('dt', { text: k }), h('dd', null, v)])));
     renderAttempts();
   }
@@ -135,4 +145,8 @@ export async function viewRun(ctx, id) {
       keepFocus(head, render);
     }
   }, 2000);
+}
+
+function runLink(id) {
+  return h('a', { href: `#/runs/${enc(id)}`, text: `run ${id}` });
 }

@@ -21,6 +21,8 @@ const SUFFIX = `${Date.now().toString(36)}${Math.random().toString(36).slice(2, 
 const ECHO_JOB = `console-echo-${SUFFIX}`;
 const FAIL_JOB = `console-fail-${SUFFIX}`;
 const LOG_JOB = `console-log-${SUFFIX}`;
+const PARENT_JOB = `console-parent-${SUFFIX}`;
+const CHILD_JOB = `console-child-${SUFFIX}`;
 
 const results = [];
 const createdJobs = new Map(); // name -> id, for the clean-up
@@ -384,6 +386,33 @@ async function main() {
       }
     });
 
+    await step('3c. a child job: the parent lists it, the child\'s run links its parent and shows its input', page, async () => {
+      const child = await apiJson('POST', '/jobs', { name: CHILD_JOB, app: APP, handler: 'echo', schedule: { manual: true } });
+      createdJobs.set(CHILD_JOB, String(child.id));
+      const parent = await apiJson('POST', '/jobs', { name: PARENT_JOB, app: APP, handler: 'echo', schedule: { manual: true }, args: { region: 'eu' }, children: { on_success: [child.id] } });
+      createdJobs.set(PARENT_JOB, String(parent.id));
+      await page.evaluate((id) => { location.hash = `#/jobs/${id}`; }, String(parent.id));
+      await waitHeading(page, PARENT_JOB);
+      const listed = page.getByTestId('job-children');
+      await waitFor(async () => (await listed.innerText({ timeout: 2_000 })).includes(CHILD_JOB), 10_000, 'the parent\'s page naming its child');
+      const run = await apiJson('POST', `/jobs/${parent.id}/trigger`);
+      await page.evaluate((id) => { location.hash = `#/runs/${id}`; }, String(run.id));
+      await waitHeading(page, `Run ${run.id}`);
+      const children = page.getByTestId('run-children');
+      await waitFor(async () => (await children.count()) === 1, 15_000, 'the parent run listing its child run');
+      await children.getByRole('link', { name: /^run \d+$/ }).first().click();
+      const input = page.getByTestId('run-input');
+      await waitFor(async () => (await input.count()) === 1, 10_000, 'the child run\'s input');
+      const text = await input.innerText();
+      check(text.includes(`"run_id": ${run.id}`) && text.includes('"region": "eu"'), `the input names the parent run and its output: ${text}`);
+      await page.getByRole('link', { name: `run ${run.id}` }).waitFor({ state: 'visible', timeout: 5_000 });
+      await shot(page, 'child-run');
+      for (const name of [PARENT_JOB, CHILD_JOB]) {
+        check(await apiCall('DELETE', `/jobs/${createdJobs.get(name)}`) === 204, `job ${name} could not be deleted`);
+        createdJobs.delete(name);
+      }
+    });
+
     await step('4. search finds exactly the two jobs; stop and delete both', page, async () => {
       await openNav(page, 'Jobs');
       await page.getByLabel('Search jobs').fill(SUFFIX);
@@ -414,7 +443,7 @@ async function main() {
   } finally {
     // Never leave jobs firing every second behind, whatever failed: those known by id, and
     // any other of this run's (found by name, in case a step failed before reading the id).
-    for (const name of [ECHO_JOB, FAIL_JOB, LOG_JOB]) {
+    for (const name of [ECHO_JOB, FAIL_JOB, LOG_JOB, PARENT_JOB, CHILD_JOB]) {
       if (createdJobs.has(name)) continue;
       try {
         const res = await fetch(`${BASE}/api/v1/jobs?name=${encodeURIComponent(name)}&limit=10`, { headers: { Authorization: `Bearer ${TOKEN}` } });
