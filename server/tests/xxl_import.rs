@@ -150,7 +150,6 @@ async fn xxl_job_jobs_come_across_exactly_and_idempotently() {
         "Nightly invoices",
         "Author: ana",
         "Alarm e-mail: ops@example.com",
-        "XXL-JOB child jobs: 3",
         "Imported from XXL-JOB job 1 (Billing)",
     ] {
         assert!(
@@ -158,6 +157,12 @@ async fn xxl_job_jobs_come_across_exactly_and_idempotently() {
             "{part:?} missing from {description:?}"
         );
     }
+    // XXL-JOB's child job 3 runs after each success of job 1, named by its Carillon id.
+    assert_eq!(
+        invoices["children"],
+        json!({ "on_success": [report["id"]] }),
+        "{invoices}"
+    );
     assert_eq!(ledger["schedule"], json!({ "every": "30s" }));
     assert_eq!(ledger["sharding"]["broadcast"], true);
     assert_eq!(ledger["overlap"], "skip");

@@ -54,9 +54,37 @@ pub(super) async fn import(
             reason: e.to_string(),
         })?;
     let plan = map_all(&source.groups, &source.jobs, &options);
+    // Jobs not there yet are created first, so that child jobs have ids when their parents
+    // are made to match (children by Carillon id).
+    let mut existing: HashMap<i64, Value> = HashMap::new();
+    let mut created: Vec<i64> = Vec::new();
+    for mapped in &plan {
+        let Some(document) = &mapped.document else {
+            continue;
+        };
+        if let Some(job) = existing_job(api, mapped.xxl_id).await? {
+            existing.insert(mapped.xxl_id, job);
+        } else if !args.dry_run && mapped.definition().is_some() {
+            let mut create = document.clone();
+            create["start"] = json!(mapped.start);
+            let made = api
+                .call(Method::POST, "/api/v1/jobs", Some(&create))
+                .await?;
+            existing.insert(mapped.xxl_id, made);
+            created.push(mapped.xxl_id);
+        }
+    }
+    let ids: HashMap<i64, Value> = existing
+        .iter()
+        .map(|(xxl, job)| (*xxl, job["id"].clone()))
+        .collect();
     let mut rows = Vec::with_capacity(plan.len());
     for mapped in &plan {
-        rows.push(carry(api, mapped, args.dry_run).await?);
+        let mut row = carry(api, mapped, &existing, &ids, args.dry_run).await?;
+        if created.contains(&mapped.xxl_id) {
+            row["action"] = json!("created");
+        }
+        rows.push(row);
     }
     let count = |action: &str| rows.iter().filter(|r| r["action"] == action).count();
     let summary = format!(
@@ -93,25 +121,9 @@ pub(super) async fn import(
     Ok(())
 }
 
-/// One XXL-JOB job made true on the server (or, in a dry run, what would be done).
-async fn carry(api: &ApiTarget, mapped: &Mapped, dry_run: bool) -> Result<Value, CommandError> {
-    let mut row = json!({
-        "xxl_id": mapped.xxl_id,
-        "name": mapped.name,
-        "id": null,
-        "start": mapped.start,
-        "notes": mapped.notes.join("; "),
-    });
-    let (Some(document), Some(definition)) = (&mapped.document, mapped.definition()) else {
-        row["action"] = json!("not importable");
-        row["notes"] = json!(mapped.not_importable.clone().unwrap_or_default());
-        return Ok(row);
-    };
-    row["app"] = document["app"].clone();
-    row["handler"] = document["handler"].clone();
-    row["schedule"] = document["schedule"].clone();
-    row["document"] = document.clone();
-    let prefix = name_prefix(mapped.xxl_id);
+/// The server's job imported from XXL-JOB job `xxl_id`, if there is one.
+async fn existing_job(api: &ApiTarget, xxl_id: i64) -> Result<Option<Value>, CommandError> {
+    let prefix = name_prefix(xxl_id);
     let found = api
         .call(
             Method::GET,
@@ -119,11 +131,69 @@ async fn carry(api: &ApiTarget, mapped: &Mapped, dry_run: bool) -> Result<Value,
             None,
         )
         .await?;
-    let existing = found["jobs"].as_array().and_then(|list| {
+    Ok(found["jobs"].as_array().and_then(|list| {
         list.iter()
             .find(|j| j["name"].as_str().is_some_and(|n| n.starts_with(&prefix)))
             .cloned()
+    }))
+}
+
+/// One XXL-JOB job made true on the server (or, in a dry run, what would be done), its child
+/// jobs named by the Carillon ids of `ids` (XXL-JOB id → Carillon id).
+async fn carry(
+    api: &ApiTarget,
+    mapped: &Mapped,
+    existing: &HashMap<i64, Value>,
+    ids: &HashMap<i64, Value>,
+    dry_run: bool,
+) -> Result<Value, CommandError> {
+    let mut row = json!({
+        "xxl_id": mapped.xxl_id,
+        "name": mapped.name,
+        "id": null,
+        "start": mapped.start,
+        "notes": mapped.notes.join("; "),
     });
+    let (Some(document), Some(_)) = (&mapped.document, mapped.definition()) else {
+        row["action"] = json!("not importable");
+        row["notes"] = json!(mapped.not_importable.clone().unwrap_or_default());
+        return Ok(row);
+    };
+    let mut document = document.clone();
+    let (known, unknown): (Vec<i64>, Vec<i64>) =
+        mapped.children.iter().partition(|c| ids.contains_key(c));
+    if !known.is_empty() {
+        document["children"] =
+            json!({"on_success": known.iter().map(|c| ids[c].clone()).collect::<Vec<_>>()});
+    }
+    if !unknown.is_empty() {
+        let list = unknown
+            .iter()
+            .map(i64::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let why = if dry_run {
+            "set when imported"
+        } else {
+            "not imported; left out"
+        };
+        row["notes"] = json!(format!(
+            "{}; child jobs {list} {why}",
+            mapped.notes.join("; ")
+        ));
+    }
+    let definition = serde_json::from_value::<crate::jobs::JobInput>(document.clone())
+        .ok()
+        .and_then(|input| input.into_definition().ok())
+        .ok_or_else(|| CommandError::Flag {
+            flag: "from",
+            reason: format!("XXL-JOB job {}: its children do not fit", mapped.xxl_id),
+        })?;
+    row["app"] = document["app"].clone();
+    row["handler"] = document["handler"].clone();
+    row["schedule"] = document["schedule"].clone();
+    row["document"] = document.clone();
+    let existing = existing.get(&mapped.xxl_id).cloned();
     let mut create = document.clone();
     create["start"] = json!(mapped.start);
     let (id, action) = reconcile(

@@ -63,6 +63,9 @@ pub struct Mapped {
     pub notes: Vec<String>,
     /// Why the job does not come across.
     pub not_importable: Option<String>,
+    /// XXL-JOB ids of the jobs to run after each of its runs that succeeds (its child jobs):
+    /// set as `children.on_success` once those jobs have Carillon ids.
+    pub children: Vec<i64>,
 }
 
 impl Mapped {
@@ -112,6 +115,11 @@ fn map_job(group: Option<&XxlGroup>, job: &XxlJob, options: &MappingOptions) -> 
         start: false,
         notes: Vec::new(),
         not_importable: None,
+        children: job
+            .child_jobid
+            .split(',')
+            .filter_map(|c| c.trim().parse().ok())
+            .collect(),
     };
     match document_of(group, job, options, &mut mapped.notes) {
         Ok((document, start)) => {
@@ -215,11 +223,13 @@ fn document_of(
         .map(str::trim)
         .filter(|c| !c.is_empty())
         .collect();
+    if let Some(bad) = children.iter().find(|c| c.parse::<i64>().is_err()) {
+        notes.push(format!("child job {bad:?} is not an XXL-JOB id; left out"));
+    }
     if !children.is_empty() {
-        let list = children.join(",");
-        description.push(format!("XXL-JOB child jobs: {list}"));
         notes.push(format!(
-            "child jobs {list} kept in the description, not triggered (Carillon has no child jobs yet)"
+            "child jobs {} run after each success, as in XXL-JOB (children.on_success)",
+            children.join(",")
         ));
     }
     description.push(format!(
@@ -328,10 +338,7 @@ mod tests {
             description.contains("Alarm e-mail: ops@example.com"),
             "{description}"
         );
-        assert!(
-            description.contains("XXL-JOB child jobs: 8,9"),
-            "{description}"
-        );
+        assert_eq!(mapped.children, vec![8, 9]);
         assert_eq!(mapped.notes.len(), 2, "{:?}", mapped.notes);
     }
 
