@@ -214,6 +214,20 @@ async fn each_run_of_a_parent_triggers_its_children_once_with_its_output(db: Tes
         json!(parent_runs[&broken]),
         "{child}"
     );
+
+    // Its re-run is given the same input.
+    let (status, again) = node
+        .call(
+            Method::POST,
+            &format!("/api/v1/runs/{child_run}/rerun"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 202, "{again}");
+    let (_, again) = node
+        .call(Method::GET, &format!("/api/v1/runs/{}", again["id"]), None)
+        .await;
+    assert_eq!(again["input"], child["input"], "{again}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

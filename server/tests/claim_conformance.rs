@@ -249,7 +249,7 @@ async fn a_claim_of_an_instant_a_manual_run_holds_advances_the_job_only(db: Test
     let store = db.store_owning_partition_0().await;
     let record = store.job_insert(1, 0, &job_write("a"), true).await.unwrap();
     let manual = store
-        .run_insert_manual(&record, "n1", "no_executor", Some("by hand"))
+        .run_insert_manual(&record, "n1", "no_executor", Some("by hand"), None)
         .await
         .unwrap();
     let at = manual.scheduled_at_ms;
@@ -520,7 +520,7 @@ async fn a_starting_claim_inserts_its_run_running_with_one_attempt_of_the_jobs_a
         .await
         .unwrap();
     let manual = store
-        .run_insert_manual(&held, "n1", run_state::PENDING, None)
+        .run_insert_manual(&held, "n1", run_state::PENDING, None, None)
         .await
         .unwrap();
     let at = store.now_ms().await.unwrap() + 60_000;

@@ -348,11 +348,11 @@ async fn manual_runs_take_a_free_millisecond(db: TestDb) {
     let store = db.migrated_store().await;
     let record = store.job_insert(1, 0, &job("a"), false).await.unwrap();
     let first = store
-        .run_insert_manual(&record, "n1", "no_executor", Some("m"))
+        .run_insert_manual(&record, "n1", "no_executor", Some("m"), None)
         .await
         .unwrap();
     let second = store
-        .run_insert_manual(&record, "n1", "no_executor", None)
+        .run_insert_manual(&record, "n1", "no_executor", None, None)
         .await
         .unwrap();
     assert_ne!(first.scheduled_at_ms, second.scheduled_at_ms);

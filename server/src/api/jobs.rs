@@ -505,7 +505,13 @@ pub(super) async fn trigger(
     let record = load(&state, id).await?;
     let run = state
         .store
-        .run_insert_manual(&record, state.view.node_id(), run_state::PENDING, None)
+        .run_insert_manual(
+            &record,
+            state.view.node_id(),
+            run_state::PENDING,
+            None,
+            None,
+        )
         .await?;
     Ok((
         StatusCode::ACCEPTED,

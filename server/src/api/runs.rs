@@ -362,6 +362,8 @@ pub(super) async fn rerun(
         .await?
         .ok_or_else(|| ApiError::missing(format!("job {} of run {id}", run.job_id)))?;
     let message = format!("re-run of run {id}");
+    // A child run's re-run is given its parent's run and output again.
+    let input = state.store.run_input(id).await?;
     let again = state
         .store
         .run_insert_manual(
@@ -369,6 +371,7 @@ pub(super) async fn rerun(
             state.view.node_id(),
             run_state::PENDING,
             Some(&message),
+            input.as_deref(),
         )
         .await?;
     Ok((

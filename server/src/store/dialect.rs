@@ -278,6 +278,11 @@ queries! {
         SELECT ?, ?, ?, ?, ?, ?, ?, ?, {now}, NULL, \
         CASE WHEN ? = 1 THEN {now} ELSE NULL END, ? {from_dual} \
         WHERE NOT EXISTS (SELECT 1 FROM runs WHERE job_id = ? AND scheduled_at_ms = ?)";
+    run_insert_manual = "INSERT INTO runs (job_id, scheduled_at_ms, partition_id, epoch, node_id, \
+        trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, message, \
+        input_json) SELECT ?, ?, ?, ?, ?, ?, ?, ?, {now}, NULL, \
+        CASE WHEN ? = 1 THEN {now} ELSE NULL END, ?, ? {from_dual} \
+        WHERE NOT EXISTS (SELECT 1 FROM runs WHERE job_id = ? AND scheduled_at_ms = ?)";
     runs_of_job = "SELECT run_id, job_id, scheduled_at_ms, partition_id, epoch, node_id, \
         trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, message \
         FROM runs WHERE job_id = ? AND (? IS NULL OR run_id < ?) ORDER BY run_id DESC LIMIT ?";

@@ -195,13 +195,15 @@ pub trait JobStore: Send + Sync + std::fmt::Debug + 'static {
         claims: &[RunClaim],
     ) -> Result<Vec<ClaimOutcome>, Error>;
 
-    /// A run now, outside the schedule (`trigger`), in `state`.
+    /// A run now, outside the schedule (`trigger`), in `state`, with `input` (a re-run of a
+    /// child run is given its parent's again).
     async fn run_insert_manual(
         &self,
         job: &JobRecord,
         node_id: &str,
         state: &str,
         message: Option<&str>,
+        input: Option<&str>,
     ) -> Result<RunRecord, Error>;
 
     /// A job's runs, newest first, before `before_run_id`.

@@ -281,12 +281,13 @@ macro_rules! job_store {
                 node_id: &str,
                 state: &str,
                 message: Option<&str>,
+                input: Option<&str>,
             ) -> Result<RunRecord, Error> {
                 let now = self.now_ms().await?;
                 let finished = i64::from(!run_state::UNFINISHED.contains(&state));
                 // Two triggers in one millisecond take the next free millisecond.
                 for at in now..now + 1_000 {
-                    let inserted = sqlx::query::<$db>(sql(&self.q.run_insert))
+                    let inserted = sqlx::query::<$db>(sql(&self.q.run_insert_manual))
                         .bind(job.job_id)
                         .bind(at)
                         .bind(job.partition_id)
@@ -297,6 +298,7 @@ macro_rules! job_store {
                         .bind(i64::from(job.policy_priority()))
                         .bind(finished)
                         .bind(message)
+                        .bind(input)
                         .bind(job.job_id)
                         .bind(at)
                         .execute(&self.pool)
