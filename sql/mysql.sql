@@ -96,7 +96,8 @@ CREATE TABLE jobs (
     history_keep_ms BIGINT NULL,
     history_max_runs BIGINT NULL,
     -- Scheduled instants fired so far (bounds.max_runs counts them).
-    fired_count BIGINT NOT NULL DEFAULT 0
+    fired_count BIGINT NOT NULL DEFAULT 0,
+    kind VARCHAR(16) NOT NULL DEFAULT 'job'
 );
 CREATE UNIQUE INDEX jobs_name_idx ON jobs (name);
 CREATE INDEX jobs_partition_idx ON jobs (partition_id, state);
@@ -250,3 +251,32 @@ CREATE TABLE child_runs (
     PRIMARY KEY (parent_run_id, child_job_id)
 );
 CREATE INDEX child_runs_child_idx ON child_runs (child_run_id);
+
+-- Workflows: a definition per workflow (its steps, each a job, and what each needs), copied
+-- into each workflow run when it starts; each step of a run, unique per (workflow run, step).
+CREATE TABLE workflow_definitions (
+    workflow_id BIGINT NOT NULL PRIMARY KEY,
+    definition_json TEXT NOT NULL,
+    updated_at_ms BIGINT NOT NULL
+);
+
+CREATE TABLE workflow_runs (
+    run_id BIGINT NOT NULL PRIMARY KEY,
+    workflow_id BIGINT NOT NULL,
+    definition_json TEXT NOT NULL,
+    params_json TEXT NOT NULL,
+    rerun_of BIGINT NULL,
+    created_at_ms BIGINT NOT NULL
+);
+CREATE INDEX workflow_runs_workflow_idx ON workflow_runs (workflow_id, run_id);
+
+CREATE TABLE step_runs (
+    workflow_run_id BIGINT NOT NULL,
+    step_name VARCHAR(128) NOT NULL,
+    state VARCHAR(16) NOT NULL,
+    run_id BIGINT NULL,
+    output_json TEXT NULL,
+    updated_at_ms BIGINT NOT NULL,
+    PRIMARY KEY (workflow_run_id, step_name)
+);
+CREATE INDEX step_runs_run_idx ON step_runs (run_id);

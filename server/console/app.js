@@ -15,6 +15,7 @@ import { viewJob } from './job_page.js';
 import { viewRuns } from './runs.js';
 import { viewRun } from './run_page.js';
 import { viewExecutors } from './executors.js';
+import { viewWorkflows, viewWorkflow, viewWorkflowRun } from './workflows.js';
 
 const RETURN_KEY = 'carillon.console.return';
 
@@ -86,6 +87,7 @@ function renderLogin(message) {
 const NAV = [
   ['dashboard', 'Dashboard'],
   ['jobs', 'Jobs'],
+  ['workflows', 'Workflows'],
   ['runs', 'Runs'],
   ['executors', 'Executors'],
 ];
@@ -116,6 +118,9 @@ const ROUTES = [
   [/^\/jobs\/new$/, 'jobs', (ctx) => viewJobForm(ctx, null)],
   [/^\/jobs\/(\d+)$/, 'jobs', (ctx, m) => viewJob(ctx, m[1])],
   [/^\/jobs\/(\d+)\/edit$/, 'jobs', (ctx, m) => viewJobForm(ctx, m[1])],
+  [/^\/workflows$/, 'workflows', (ctx) => viewWorkflows(ctx)],
+  [/^\/workflows\/(\d+)$/, 'workflows', (ctx, m) => viewWorkflow(ctx, m[1])],
+  [/^\/workflow-runs\/(\d+)$/, 'workflows', (ctx, m) => viewWorkflowRun(ctx, m[1])],
   [/^\/runs$/, 'runs', (ctx) => viewRuns(ctx)],
   [/^\/runs\/(\d+)$/, 'runs', (ctx, m) => viewRun(ctx, m[1])],
   [/^\/executors$/, 'executors', (ctx) => viewExecutors(ctx)],

@@ -21,3 +21,4 @@ pub mod secret;
 pub mod store;
 pub mod tasks;
 pub mod telemetry;
+pub mod workflows;

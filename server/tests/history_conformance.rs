@@ -53,6 +53,7 @@ fn job(name: &str, keep_ms: Option<i64>, max_runs: Option<i64>) -> JobWrite {
     JobWrite {
         history_keep_ms: keep_ms,
         history_max_runs: max_runs,
+        kind: "job",
         ..job_write(name)
     }
 }

@@ -49,6 +49,7 @@ fn job(name: &str) -> JobWrite {
         policy_json: r#"{"priority":7}"#.into(),
         history_keep_ms: None,
         history_max_runs: None,
+        kind: "job",
     }
 }
 

@@ -54,7 +54,7 @@ pub(super) struct JobView {
     fired: i64,
 }
 
-fn definition_of(record: &JobRecord) -> Result<JobDefinition, ApiError> {
+pub(super) fn definition_of(record: &JobRecord) -> Result<JobDefinition, ApiError> {
     let unreadable = |what: &str, err: serde_json::Error| {
         ApiError::Store(store::Error::Database(sqlx::Error::Decode(
             format!("job {} has an unreadable {what}: {err}", record.job_id).into(),
@@ -72,7 +72,7 @@ fn definition_of(record: &JobRecord) -> Result<JobDefinition, ApiError> {
     })
 }
 
-fn write_of(definition: &JobDefinition) -> JobWrite {
+pub(super) fn write_of(definition: &JobDefinition) -> JobWrite {
     // Serialising our own plain data types cannot fail.
     let json = |value: serde_json::Result<String>| value.unwrap_or_else(|_| "null".to_owned());
     JobWrite {
@@ -93,6 +93,7 @@ fn write_of(definition: &JobDefinition) -> JobWrite {
             .history
             .and_then(|h| h.max_runs)
             .map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
+        kind: store::job_kind::JOB,
     }
 }
 
@@ -145,7 +146,7 @@ fn view_of(state: &ApiState, record: JobRecord) -> Result<JobView, ApiError> {
 }
 
 /// Refuses a schedule with nothing left to fire: a one-shot in the past, a rule that ended.
-fn check_fires(state: &ApiState, definition: &JobDefinition) -> Result<(), ApiError> {
+pub(super) fn check_fires(state: &ApiState, definition: &JobDefinition) -> Result<(), ApiError> {
     let schedule = definition.parsed_schedule()?;
     if schedule.is_manual() {
         return Err(ApiError::invalid(
@@ -186,6 +187,21 @@ pub(super) async fn load(state: &ApiState, id: i64) -> Result<JobRecord, ApiErro
         .ok_or_else(|| ApiError::missing(format!("job {id}")))
 }
 
+/// Refuses to change a workflow, or a workflow's step, through the jobs API.
+pub(super) fn a_job(record: &JobRecord) -> Result<(), ApiError> {
+    match record.kind.as_str() {
+        store::job_kind::WORKFLOW => Err(ApiError::Conflict(format!(
+            "job {} is the workflow {:?}: use /api/v1/workflows/{}",
+            record.job_id, record.name, record.job_id
+        ))),
+        store::job_kind::STEP => Err(ApiError::Conflict(format!(
+            "job {} ({:?}) is a step of a workflow: change the workflow",
+            record.job_id, record.name
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Stores a new job under a freshly drawn id (drawing again if the id is taken); a taken name
 /// is [`store::Error::Conflict`].
 pub(super) async fn insert(
@@ -193,12 +209,20 @@ pub(super) async fn insert(
     definition: &JobDefinition,
     start: bool,
 ) -> Result<JobRecord, store::Error> {
-    let write = write_of(definition);
+    insert_write(state, &write_of(definition), start).await
+}
+
+/// [`insert`] of a row already written out (a workflow's, or a step's).
+pub(super) async fn insert_write(
+    state: &ApiState,
+    write: &JobWrite,
+    start: bool,
+) -> Result<JobRecord, store::Error> {
     let mut attempt = 0;
     loop {
         let id = new_job_id(state.clock.now_ms());
         let partition = partition_of(id, state.partition_count);
-        match state.store.job_insert(id, partition, &write, start).await {
+        match state.store.job_insert(id, partition, write, start).await {
             Err(store::Error::Conflict { what }) if what.starts_with("job id") && attempt < 5 => {
                 attempt += 1;
             }
@@ -310,6 +334,7 @@ pub(super) async fn list(
         _ => JobOrder::NewestFirst,
     };
     let filter = JobFilter {
+        kind: Some(store::job_kind::JOB),
         app: query.app,
         state: query.state,
         name_prefix: query.name,
@@ -388,6 +413,7 @@ pub(super) async fn update(
     JsonBody(patch): JsonBody<JobPatch>,
 ) -> Result<(HeaderMap, Json<JobView>), ApiError> {
     let record = load(&state, id).await?;
+    a_job(&record)?;
     if let Some(expected) = if_match(&headers)?
         && expected != record.version
     {
@@ -436,6 +462,9 @@ pub(super) async fn delete(
     State(state): State<ApiState>,
     IdParam(id): IdParam,
 ) -> Result<StatusCode, ApiError> {
+    if let Some(record) = state.store.job_get(id).await? {
+        a_job(&record)?;
+    }
     super::children::check_unused(&state, id).await?;
     if state.store.job_delete(id).await? {
         Ok(StatusCode::NO_CONTENT)
@@ -452,6 +481,7 @@ pub(super) async fn start(
     IdParam(id): IdParam,
 ) -> Result<Json<JobView>, ApiError> {
     let record = load(&state, id).await?;
+    a_job(&record)?;
     if record.state != job_state::RUNNING {
         let definition = definition_of(&record)?;
         check_fires(&state, &definition)?;
@@ -503,6 +533,7 @@ pub(super) async fn trigger(
     IdParam(id): IdParam,
 ) -> Result<(StatusCode, Json<RunView>), ApiError> {
     let record = load(&state, id).await?;
+    a_job(&record)?;
     let run = state
         .store
         .run_insert_manual(

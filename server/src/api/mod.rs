@@ -21,6 +21,7 @@ mod runs;
 mod schedules;
 mod stats;
 mod tasks;
+mod workflows;
 pub mod xxl;
 
 use std::sync::Arc;
@@ -100,6 +101,18 @@ fn routes_with(
         .routes(routes!(schedules::preview))
         .routes(routes!(calendars::list))
         .routes(routes!(calendars::get, calendars::put, calendars::delete))
+        .routes(routes!(workflows::list, workflows::create))
+        .routes(routes!(
+            workflows::get,
+            workflows::update,
+            workflows::delete
+        ))
+        .routes(routes!(workflows::start))
+        .routes(routes!(workflows::stop))
+        .routes(routes!(workflows::trigger))
+        .routes(routes!(workflows::runs))
+        .routes(routes!(workflows::run_get))
+        .routes(routes!(workflows::run_cancel))
         .routes(routes!(runs::list))
         .routes(routes!(runs::get))
         .routes(routes!(runs::cancel))

@@ -28,6 +28,7 @@ use super::error::Problem;
     security(("bearer" = [])),
     tags(
         (name = "jobs", description = "Cron, RRULE, interval and one-shot jobs"),
+        (name = "workflows", description = "DAGs of steps with a schedule, and their runs"),
         (name = "runs", description = "Run logs, cancellation, dead letters and re-runs"),
         (name = "tasks", description = "Delayed one-shot tasks, enqueued by the batch"),
         (name = "schedules", description = "Schedule checking and preview"),

@@ -413,8 +413,20 @@ pub(super) async fn cancel_run(state: &ApiState, run: &RunRecord) -> Result<bool
     state
         .observer
         .run_ended(run.run_id, run.job_id, run_state::CANCELLED, None);
-    // Tell the executors; an executor that misses this learns it from its next heartbeat
-    // (an XXL-JOB executor, whose beats carry nothing back, is told to `/kill` the job).
+    stop_attempts(state, running).await?;
+    Ok(true)
+}
+
+/// Tells the executors of `running` attempts (just cancelled) to stop them; an executor that
+/// misses this learns it from its next heartbeat (an XXL-JOB executor, whose beats carry
+/// nothing back, is told to `/kill` the job).
+pub(super) async fn stop_attempts(
+    state: &ApiState,
+    running: Vec<crate::store::AttemptRecord>,
+) -> Result<(), ApiError> {
+    if running.is_empty() {
+        return Ok(());
+    }
     let executors = state.store.executors_list(None).await?;
     for attempt in running {
         if let Some(e) = executors
@@ -428,5 +440,5 @@ pub(super) async fn cancel_run(state: &ApiState, run: &RunRecord) -> Result<bool
                 .await;
         }
     }
-    Ok(true)
+    Ok(())
 }

@@ -25,16 +25,24 @@ pub(super) async fn apply(
         path: file.to_owned(),
         reason,
     };
-    let jobs =
-        document
-            .get("jobs")
-            .and_then(Value::as_array)
-            .cloned()
-            .or_else(|| document.as_array().cloned())
-            .ok_or_else(|| {
-                bad("expected a list of jobs (`[[jobs]]` in TOML, `jobs:` in YAML, or a JSON array)"
-                .to_owned())
-            })?;
+    let workflows: Vec<Value> = document
+        .get("workflows")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let jobs = document
+        .get("jobs")
+        .and_then(Value::as_array)
+        .cloned()
+        .or_else(|| document.as_array().cloned())
+        .or_else(|| (!workflows.is_empty()).then(Vec::new))
+        .ok_or_else(|| {
+            bad(
+                "expected a list of jobs (`[[jobs]]` in TOML, `jobs:` in YAML, or a JSON array) \
+                 or of workflows (`workflows:`)"
+                    .to_owned(),
+            )
+        })?;
     let mut desired = Vec::with_capacity(jobs.len());
     for (index, job) in jobs.into_iter().enumerate() {
         let input: JobInput = serde_json::from_value(apply_children::with_stand_ins(&job))
@@ -60,7 +68,31 @@ pub(super) async fn apply(
             existing.insert(name, job);
         }
     }
+    // Jobs that the file's workflows name as steps, by name.
+    for workflow in &workflows {
+        for step in workflow["steps"].as_array().into_iter().flatten() {
+            if let Some(name) = step["job"].as_str()
+                && !existing.contains_key(name)
+                && let Some(job) = job_named(api, name).await?
+            {
+                existing.insert(name.to_owned(), job);
+            }
+        }
+    }
     let in_file: Vec<&str> = desired.iter().map(|(_, _, name)| name.as_str()).collect();
+    for (index, workflow) in workflows.iter().enumerate() {
+        for step in workflow["steps"].as_array().into_iter().flatten() {
+            if let Some(name) = step["job"].as_str()
+                && !in_file.contains(&name)
+                && !existing.contains_key(name)
+            {
+                return Err(bad(format!(
+                    "workflow {}: no job named {name:?} (a step) in the file or on the server",
+                    index + 1
+                )));
+            }
+        }
+    }
     for (index, (job, _, _)) in desired.iter().enumerate() {
         for child in apply_children::names(job) {
             if !in_file.contains(&child.as_str()) && !existing.contains_key(&child) {
@@ -108,6 +140,17 @@ pub(super) async fn apply(
             action
         };
         report.push(json!({ "name": name, "id": id, "action": action }));
+    }
+    // Then the workflows, their steps' jobs named by id.
+    for workflow in &workflows {
+        let mut workflow = workflow.clone();
+        for step in workflow["steps"].as_array_mut().into_iter().flatten() {
+            if let Some(name) = step["job"].as_str().map(str::to_owned) {
+                step["job"] = ids.get(&name).cloned().unwrap_or(Value::Null);
+            }
+        }
+        let (applied, action) = super::workflows::apply_one(api, &workflow).await?;
+        report.push(json!({ "name": applied["name"], "id": applied["id"], "action": action }));
     }
     show(
         output,

@@ -14,6 +14,7 @@ mod purge;
 mod run_logs;
 mod table;
 mod tasks;
+mod workflows;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -85,6 +86,9 @@ enum Command {
     /// Delayed tasks: add, ls, get, cancel.
     #[command(subcommand)]
     Tasks(tasks::TasksCommand),
+    /// Workflows (DAGs of steps): ls, get, apply, trigger, start, stop, runs, run, cancel, rm.
+    #[command(subcommand)]
+    Workflows(workflows::WorkflowsCommand),
     /// Bring jobs over from another scheduler: xxl-job.
     #[command(subcommand)]
     Import(import::ImportCommand),
@@ -398,6 +402,7 @@ pub async fn run(cli: Cli) -> ExitCode {
                 Command::Calendars(c) => policies::calendars(&api, output, c).await,
                 Command::Backfill(c) => policies::backfill(&api, output, c).await,
                 Command::Tasks(c) => tasks::tasks(&api, output, c).await,
+                Command::Workflows(c) => workflows::workflows(&api, output, c).await,
                 Command::Import(c) => import::import(&api, output, c).await,
                 Command::Server(_) | Command::Migrate(_) => Ok(()),
             };

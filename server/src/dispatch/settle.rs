@@ -101,7 +101,9 @@ pub(super) async fn settle(
         && end.retry_after_ms.is_none()
         && attempt.shard_total == 1
         && offer.policy.overlap != Overlap::Queue
-        && offer.policy.children.is_empty();
+        && offer.policy.children.is_empty()
+        // A child's or a step's run: a step's end moves its workflow on.
+        && offer.request.input.is_none();
     Some(Ok(Some(Ended {
         attempt_id: attempt.attempt_id,
         run_id: attempt.run_id,

@@ -46,14 +46,25 @@ impl Dispatcher {
         let prepared = began.elapsed();
         let pending_count = pending.len();
         let mut starting = Vec::new();
+        let mut workflows = Vec::new();
         for run in pending {
             let job = jobs.get(&run.job_id).and_then(Option::as_ref);
+            // A workflow's run starts its steps, each a run of its own.
+            if let Some(workflow) = job.filter(|j| j.is_workflow()) {
+                workflows.push((run, workflow.args_json.clone()));
+                continue;
+            }
             if let Some(attempts) = self.start_run(&run, job, &fleet).await? {
                 starting.push((run, attempts));
             }
         }
+        let workflows_started = if workflows.is_empty() {
+            0
+        } else {
+            self.store.workflow_runs_start(&workflows).await?
+        };
         if starting.is_empty() {
-            return Ok(0);
+            return Ok(workflows_started);
         }
         let planned = began.elapsed();
         let started = self.store.runs_start(&starting).await?;
@@ -69,8 +80,8 @@ impl Dispatcher {
                 "slow start pass"
             );
         }
-        debug!(started, "runs started");
-        Ok(started)
+        debug!(started, workflows_started, "runs started");
+        Ok(started + workflows_started)
     }
 
     /// The first attempts of a pending run (one per shard), to be stored; `None` when the run

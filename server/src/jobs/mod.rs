@@ -237,6 +237,7 @@ impl JobInput {
                 calendars: self.calendars,
                 pause_after_failures: self.pause_after_failures,
                 children: self.children,
+                workflow: false,
                 description: self.description,
             },
         };

@@ -188,6 +188,11 @@ pub struct JobPolicy {
     /// Jobs to run when a run of this job ends.
     #[serde(skip_serializing_if = "Children::is_empty")]
     pub children: Children,
+    /// The job is a workflow: its runs run its steps, never a handler of their own, so none
+    /// starts in its claim. Set by the workflows API only.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[schema(ignore)]
+    pub workflow: bool,
     /// Free text for the people who run the job. Kept with the policy (one JSON column), not
     /// read by the scheduler.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -204,7 +209,7 @@ impl JobPolicy {
             broadcast,
             count,
         } = &self.sharding;
-        !split && !broadcast && count.is_none() && self.jitter_ms.is_none()
+        !split && !broadcast && count.is_none() && self.jitter_ms.is_none() && !self.workflow
     }
 }
 
@@ -286,6 +291,7 @@ impl Default for JobPolicy {
             calendars: Vec::new(),
             pause_after_failures: None,
             children: Children::default(),
+            workflow: false,
             description: None,
         }
     }

@@ -98,8 +98,8 @@ macro_rules! jobs_list {
         concat!(
             "SELECT job_id, partition_id, name, app_name, handler_name, schedule_json, \
             timezone, args_json, policy_json, state, version, last_fired_at_ms, created_at_ms, \
-            updated_at_ms, started_at_ms, fired_count FROM jobs \
-            WHERE (? IS NULL OR app_name = ?) AND (? IS NULL OR state = ?) \
+            updated_at_ms, started_at_ms, fired_count, kind FROM jobs \
+            WHERE (? IS NULL OR kind = ?) AND (? IS NULL OR app_name = ?) AND (? IS NULL OR state = ?) \
             AND (? IS NULL OR name LIKE ? ESCAPE '!') \
             AND (? IS NULL OR LOWER(name) LIKE LOWER(?) ESCAPE '!') AND (? IS NULL OR ",
             $after,
@@ -217,12 +217,12 @@ queries! {
     job_insert = "INSERT INTO jobs (job_id, partition_id, name, app_name, handler_name, \
         schedule_json, timezone, args_json, policy_json, history_keep_ms, history_max_runs, \
         state, version, next_fire_at_ms, last_fired_at_ms, created_at_ms, updated_at_ms, \
-        started_at_ms) \
+        started_at_ms, kind) \
         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, NULL, NULL, {now}, {now}, \
-        CASE WHEN ? = 1 THEN {now} ELSE NULL END)";
+        CASE WHEN ? = 1 THEN {now} ELSE NULL END, ?)";
     job_get = "SELECT job_id, partition_id, name, app_name, handler_name, schedule_json, \
         timezone, args_json, policy_json, state, version, last_fired_at_ms, created_at_ms, \
-        updated_at_ms, started_at_ms, fired_count FROM jobs WHERE job_id = ?";
+        updated_at_ms, started_at_ms, fired_count, kind FROM jobs WHERE job_id = ?";
     jobs_by_id_desc = jobs_list!("job_id < ?", "job_id DESC");
     jobs_by_id_asc = jobs_list!("job_id > ?", "job_id");
     jobs_by_name_asc = jobs_list!("name > ?", "name");
@@ -232,7 +232,7 @@ queries! {
         WHERE partition_id = ? AND state = 'running'";
     jobs_get_many = "SELECT job_id, partition_id, name, app_name, handler_name, schedule_json, \
         timezone, args_json, policy_json, state, version, last_fired_at_ms, created_at_ms, \
-        updated_at_ms, started_at_ms, fired_count FROM jobs WHERE job_id IN ({partitions})";
+        updated_at_ms, started_at_ms, fired_count, kind FROM jobs WHERE job_id IN ({partitions})";
     jobs_changed_since = "SELECT job_id, partition_id, name, app_name, handler_name, \
         schedule_json, timezone, args_json, policy_json, state, version, last_fired_at_ms, \
         created_at_ms, updated_at_ms, started_at_ms, fired_count FROM jobs \
@@ -500,9 +500,11 @@ queries! {
     // their instants one transaction at a time.
     child_jobs_lock = "SELECT job_id, partition_id, policy_json FROM jobs \
         WHERE job_id IN ({partitions}) ORDER BY job_id {for_update}";
+    child_job_lock_one = "SELECT job_id, partition_id, policy_json FROM jobs \
+        WHERE job_id = ? {for_update}";
     child_run_insert = "INSERT INTO runs (job_id, scheduled_at_ms, partition_id, epoch, \
         node_id, trigger_kind, state, priority, created_at_ms, input_json) \
-        SELECT ?, ?, ?, 0, ?, 'child', 'pending', ?, {now}, ? {from_dual} \
+        SELECT ?, ?, ?, 0, ?, ?, 'pending', ?, {now}, ? {from_dual} \
         WHERE NOT EXISTS (SELECT 1 FROM runs WHERE job_id = ? AND scheduled_at_ms = ?)";
     run_id_at_instant = "SELECT run_id FROM runs WHERE job_id = ? AND scheduled_at_ms = ?";
     child_run_record = "INSERT INTO child_runs (parent_run_id, child_job_id, child_run_id, \
@@ -512,6 +514,34 @@ queries! {
     run_input = "SELECT input_json FROM runs WHERE run_id = ?";
     jobs_with_children = "SELECT job_id, name, policy_json FROM jobs \
         WHERE policy_json LIKE '%\"children\"%'";
+
+    // Workflows (`sql_store/workflows.rs`).
+    workflow_definition_delete = "DELETE FROM workflow_definitions WHERE workflow_id = ?";
+    workflow_definition_insert = "INSERT INTO workflow_definitions (workflow_id, \
+        definition_json, updated_at_ms) VALUES (?, ?, {now})";
+    workflow_definition_get = "SELECT definition_json FROM workflow_definitions \
+        WHERE workflow_id = ?";
+    run_start_one = "UPDATE runs SET state = 'running', started_at_ms = {now} \
+        WHERE run_id = ? AND state = 'pending'";
+    workflow_run_insert = "INSERT INTO workflow_runs (run_id, workflow_id, definition_json, \
+        params_json, rerun_of, created_at_ms) VALUES (?, ?, ?, ?, ?, {now})";
+    workflow_run_get = "SELECT run_id, workflow_id, definition_json, params_json, rerun_of, \
+        created_at_ms FROM workflow_runs WHERE run_id = ?";
+    step_run_insert = "INSERT INTO step_runs (workflow_run_id, step_name, state, run_id, \
+        output_json, updated_at_ms) VALUES (?, ?, 'waiting', NULL, NULL, {now})";
+    // `{partitions}`: runs that ended.
+    step_runs_of_runs = "SELECT workflow_run_id, step_name, state, run_id, output_json, \
+        updated_at_ms FROM step_runs WHERE run_id IN ({partitions}) AND state = 'running' \
+        ORDER BY workflow_run_id, step_name";
+    step_runs_of_workflow_run = "SELECT workflow_run_id, step_name, state, run_id, \
+        output_json, updated_at_ms FROM step_runs WHERE workflow_run_id = ? ORDER BY step_name";
+    step_run_end = "UPDATE step_runs SET state = ?, output_json = ?, updated_at_ms = {now} \
+        WHERE workflow_run_id = ? AND step_name = ? AND state = 'running'";
+    step_run_unstarted = "UPDATE step_runs SET state = ?, output_json = ?, \
+        updated_at_ms = {now} WHERE workflow_run_id = ? AND step_name = ? AND state = 'waiting'";
+    step_run_started = "UPDATE step_runs SET state = 'running', run_id = ?, \
+        updated_at_ms = {now} WHERE workflow_run_id = ? AND step_name = ? AND state = 'waiting'";
+    step_of_run = "SELECT workflow_run_id, step_name FROM step_runs WHERE run_id = ?";
 
     task_ids_lock = "SELECT next_id FROM id_blocks WHERE name = 'tasks' {for_update}";
     task_ids_advance = "UPDATE id_blocks SET next_id = next_id + ? WHERE name = 'tasks'";

@@ -23,9 +23,17 @@ pub struct JobRecord {
     pub started_at_ms: Option<i64>,
     /// Scheduled instants fired so far (`bounds.max_runs` counts them).
     pub fired_count: i64,
+    /// `job`, `workflow` or `step` (`job_kind`); empty where a listing leaves it out.
+    #[sqlx(default)]
+    pub kind: String,
 }
 
 impl JobRecord {
+    /// A workflow's row: its runs run steps, not a handler.
+    pub fn is_workflow(&self) -> bool {
+        self.kind == super::job_kind::WORKFLOW
+    }
+
     /// The priority in the stored policy (5 when it cannot be read).
     pub fn policy_priority(&self) -> i32 {
         policy_priority(&self.policy_json)
@@ -96,11 +104,15 @@ pub struct JobWrite {
     /// the jobs that have one: how long to keep finished runs (0: forever), how many at most.
     pub history_keep_ms: Option<i64>,
     pub history_max_runs: Option<i64>,
+    /// `job`, `workflow` or `step` (`job_kind`); set when the row is created.
+    pub kind: &'static str,
 }
 
 /// Filters of a job listing, one page in `order` after `after`.
 #[derive(Debug, Clone, Default)]
 pub struct JobFilter {
+    /// Rows of this kind only (`job_kind`); all when `None`.
+    pub kind: Option<&'static str>,
     pub app: Option<String>,
     pub state: Option<String>,
     /// Names starting with this.

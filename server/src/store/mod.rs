@@ -16,6 +16,7 @@ mod policy_records;
 mod sql_store;
 mod task_records;
 mod url;
+mod workflow_records;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,6 +50,7 @@ pub use task_records::{
     Enqueued, TaskFilter, TaskRecord, TaskWrite, TasksFired, task_of_job_id, task_state,
 };
 pub use url::{Backend, DatabaseUrl};
+pub use workflow_records::{StepRunRecord, WorkflowRunRecord, WorkflowStore, job_kind};
 
 /// Connection settings for one pool.
 #[derive(Debug, Clone)]
@@ -404,6 +406,7 @@ pub trait Store:
     + LogStore
     + StandbyStore
     + ChildStore
+    + WorkflowStore
 {
 }
 
@@ -416,7 +419,8 @@ impl<
         + TaskStore
         + LogStore
         + StandbyStore
-        + ChildStore,
+        + ChildStore
+        + WorkflowStore,
 > Store for T
 {
 }

@@ -82,6 +82,7 @@ impl TaskRecord {
             updated_at_ms: self.created_at_ms,
             started_at_ms: None,
             fired_count: 0,
+            kind: super::job_kind::JOB.to_owned(),
         }
     }
 }

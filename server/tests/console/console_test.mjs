@@ -23,6 +23,7 @@ const FAIL_JOB = `console-fail-${SUFFIX}`;
 const LOG_JOB = `console-log-${SUFFIX}`;
 const PARENT_JOB = `console-parent-${SUFFIX}`;
 const CHILD_JOB = `console-child-${SUFFIX}`;
+const WORKFLOW = `console-workflow-${SUFFIX}`;
 
 const results = [];
 const createdJobs = new Map(); // name -> id, for the clean-up
@@ -411,6 +412,31 @@ async function main() {
         check(await apiCall('DELETE', `/jobs/${createdJobs.get(name)}`) === 204, `job ${name} could not be deleted`);
         createdJobs.delete(name);
       }
+    });
+
+    await step('3d. a workflow: its graph, and a run\'s steps coloured by state linking to their runs', page, async () => {
+      const wf = await apiJson('POST', '/workflows', { name: WORKFLOW, schedule: { manual: true }, steps: [
+        { name: 'extract', app: APP, handler: 'echo' },
+        { name: 'load', app: APP, handler: 'echo', needs: ['extract'] },
+        { name: 'check', app: APP, handler: 'fail', needs: ['extract'] },
+      ] });
+      await page.evaluate((id) => { location.hash = `#/workflows/${id}`; }, String(wf.id));
+      await waitHeading(page, WORKFLOW);
+      const graph = page.getByTestId('workflow-graph');
+      await waitFor(async () => (await graph.locator('g.wf-step').count()) === 3, 10_000, 'three steps drawn');
+      check(await graph.locator('path.wf-edge').count() === 2, 'two edges drawn');
+      check(await graph.evaluate((el) => el.namespaceURI) === 'http://www.w3.org/2000/svg', 'the graph is not SVG');
+      await shot(page, 'workflow');
+      const run = await apiJson('POST', `/workflows/${wf.id}/trigger`, {});
+      await page.evaluate((id) => { location.hash = `#/workflow-runs/${id}`; }, String(run.id));
+      await waitHeading(page, `Workflow run ${run.id}`);
+      const stepState = (name) => page.getByTestId('workflow-graph').locator(`g.wf-step[data-step="${name}"]`).getAttribute('data-state');
+      await waitFor(async () => (await stepState('load')) === 'succeeded' && (await stepState('check')) === 'failed', 20_000, 'load succeeded and check failed on the graph');
+      await shot(page, 'workflow-run');
+      await page.getByTestId('workflow-graph').locator('g.wf-step[data-step="load"] a').click();
+      await waitFor(async () => /^#\/runs\/\d+$/.test(await page.evaluate(() => location.hash)), 5_000, 'the step opening its run');
+      await page.getByTestId('run-input').waitFor({ state: 'visible', timeout: 10_000 });
+      check(await apiCall('DELETE', `/workflows/${wf.id}`) === 204, `workflow ${WORKFLOW} could not be deleted`);
     });
 
     await step('4. search finds exactly the two jobs; stop and delete both', page, async () => {

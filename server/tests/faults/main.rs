@@ -42,3 +42,4 @@ mod job_races;
 mod leader_faults;
 mod pooler_faults;
 mod primary_failover;
+mod workflow_faults;

@@ -16,6 +16,7 @@ pub fn job_write(name: &str) -> JobWrite {
         policy_json: "{}".into(),
         history_keep_ms: None,
         history_max_runs: None,
+        kind: "job",
     }
 }
 

@@ -2,14 +2,47 @@
 //! transaction as the ending, so no node can die between the two; and what the API reads of
 //! them.
 
+/// A run that follows another's end (a child job's, a workflow's next step).
+pub(super) struct FollowUp<'a> {
+    pub(super) job_id: i64,
+    pub(super) partition_id: i64,
+    pub(super) priority: i32,
+    /// The node that created the run it follows.
+    pub(super) node_id: &'a str,
+    /// `child` or `step`.
+    pub(super) trigger_kind: &'static str,
+    /// JSON.
+    pub(super) input: &'a str,
+}
+
 /// Implements it for one backend's store; see `super` for the arguments.
 macro_rules! follow_ups_store {
     ($store:ident, $db:ty) => {
         impl $store {
+            /// What follows, inside the caller's transaction, the runs `ended` there: their
+            /// child jobs' runs, and the next steps of the workflow runs they are steps of
+            /// (and so on, when a workflow run ends with them). Returns how many runs it
+            /// created.
+            async fn follow_ups_in(
+                &self,
+                tx: &mut Tx<$db>,
+                ended: &[EndedRun],
+            ) -> Result<usize, Error> {
+                let mut created = 0;
+                let mut batch = ended.to_vec();
+                while !batch.is_empty() {
+                    created += self.children_in(tx, &batch).await?;
+                    let (steps, workflows_ended) = self.steps_ended_in(tx, &batch).await?;
+                    created += steps;
+                    batch = workflows_ended;
+                }
+                Ok(created)
+            }
+
             /// Creates, inside the caller's transaction, the child runs of the runs `ended`
             /// there: one per (run, child job), in the child's partition, pending, with the
             /// parent's run, state and output as input. Returns how many were created.
-            async fn follow_ups_in(
+            async fn children_in(
                 &self,
                 tx: &mut Tx<$db>,
                 ended: &[EndedRun],
@@ -78,37 +111,21 @@ macro_rules! follow_ups_store {
                     let input = parent.child_input(name);
                     // Two children of one job in one millisecond take the next free one.
                     let from = next_free.get(&child).copied().unwrap_or(now);
-                    let mut at = None;
-                    for candidate in from..from + 1_000 {
-                        let inserted = sqlx::query::<$db>(sql(&self.q.child_run_insert))
-                            .bind(child)
-                            .bind(candidate)
-                            .bind(*partition_id)
-                            .bind(parent.node_id.as_str())
-                            .bind(i64::from(policy_priority(policy)))
-                            .bind(&input)
-                            .bind(child)
-                            .bind(candidate)
-                            .execute(&mut **tx)
-                            .await?
-                            .rows_affected();
-                        if inserted == 1 {
-                            at = Some(candidate);
-                            break;
-                        }
-                    }
-                    let Some(at) = at else {
-                        return Err(Error::Conflict {
-                            what: format!("every millisecond of a second for job {child}"),
-                        });
-                    };
+                    let (child_run, at) = self
+                        .follow_up_run_in(
+                            tx,
+                            FollowUp {
+                                job_id: child,
+                                partition_id: *partition_id,
+                                priority: policy_priority(policy),
+                                node_id: &parent.node_id,
+                                trigger_kind: "child",
+                                input: &input,
+                            },
+                            from,
+                        )
+                        .await?;
                     next_free.insert(child, at + 1);
-                    let child_run: i64 =
-                        sqlx::query_scalar::<$db, i64>(sql(&self.q.run_id_at_instant))
-                            .bind(child)
-                            .bind(at)
-                            .fetch_one(&mut **tx)
-                            .await?;
                     sqlx::query::<$db>(sql(&self.q.child_run_record))
                         .bind(parent.run_id)
                         .bind(child)
@@ -120,17 +137,53 @@ macro_rules! follow_ups_store {
                 Ok(created)
             }
 
-            /// The run `run_id` as it ended in this transaction, for [`Self::follow_ups_in`],
-            /// when its state triggers children.
+            /// Inserts a pending run of `run.job_id` at the first free millisecond from
+            /// `from_ms` (the job is locked by the caller, so no other follow-up takes it
+            /// meanwhile); returns its id and instant.
+            async fn follow_up_run_in(
+                &self,
+                tx: &mut Tx<$db>,
+                run: FollowUp<'_>,
+                from_ms: i64,
+            ) -> Result<(i64, i64), Error> {
+                for at in from_ms..from_ms + 1_000 {
+                    let inserted = sqlx::query::<$db>(sql(&self.q.child_run_insert))
+                        .bind(run.job_id)
+                        .bind(at)
+                        .bind(run.partition_id)
+                        .bind(run.node_id)
+                        .bind(run.trigger_kind)
+                        .bind(i64::from(run.priority))
+                        .bind(run.input)
+                        .bind(run.job_id)
+                        .bind(at)
+                        .execute(&mut **tx)
+                        .await?
+                        .rows_affected();
+                    if inserted == 1 {
+                        let run_id: i64 =
+                            sqlx::query_scalar::<$db, i64>(sql(&self.q.run_id_at_instant))
+                                .bind(run.job_id)
+                                .bind(at)
+                                .fetch_one(&mut **tx)
+                                .await?;
+                        return Ok((run_id, at));
+                    }
+                }
+                Err(Error::Conflict {
+                    what: format!("every millisecond of a second for job {}", run.job_id),
+                })
+            }
+
+            /// The run `run_id` as it ended in this transaction, for [`Self::follow_ups_in`]
+            /// (a cancelled run triggers no children, but a cancelled step moves its workflow
+            /// run on).
             async fn ended_run_in(
                 &self,
                 tx: &mut Tx<$db>,
                 run_id: i64,
                 state: &str,
             ) -> Result<Option<EndedRun>, Error> {
-                if triggered_lists(state).is_empty() {
-                    return Ok(None);
-                }
                 let run = sqlx::query_as::<$db, RunRecord>(sql(&self.q.run_get))
                     .bind(run_id)
                     .fetch_optional(&mut **tx)

@@ -139,13 +139,20 @@ macro_rules! history_store {
                 )))
                 .execute(&mut *tx)
                 .await?;
-                // And the record of the child runs they triggered (the children stay).
-                sqlx::query::<$db>(AssertSqlSafe(format!(
-                    "DELETE FROM child_runs WHERE parent_run_id IN ({list}) AND NOT EXISTS \
-                     (SELECT 1 FROM runs WHERE runs.run_id = child_runs.parent_run_id)"
-                )))
-                .execute(&mut *tx)
-                .await?;
+                // And the record of the child runs they triggered (the children stay), and
+                // of the steps of those that were workflow runs (the steps' runs stay).
+                for (table, column) in [
+                    ("child_runs", "parent_run_id"),
+                    ("workflow_runs", "run_id"),
+                    ("step_runs", "workflow_run_id"),
+                ] {
+                    sqlx::query::<$db>(AssertSqlSafe(format!(
+                        "DELETE FROM {table} WHERE {column} IN ({list}) AND NOT EXISTS \
+                         (SELECT 1 FROM runs WHERE runs.run_id = {table}.{column})"
+                    )))
+                    .execute(&mut *tx)
+                    .await?;
+                }
                 tx.commit().await?;
                 Ok(Purged { runs, attempts })
             }

@@ -27,6 +27,7 @@ macro_rules! job_store {
                     .bind(job.history_max_runs)
                     .bind(if start { "running" } else { "stopped" })
                     .bind(i64::from(start))
+                    .bind(job.kind)
                     .execute(&self.pool)
                     .await
                     .map_err(Error::from);
@@ -73,6 +74,8 @@ macro_rules! job_store {
                     JobOrder::NameDescending => &self.q.jobs_by_name_desc,
                 };
                 let query = sqlx::query_as::<$db, JobRecord>(sql(query))
+                    .bind(filter.kind)
+                    .bind(filter.kind)
                     .bind(filter.app.as_deref())
                     .bind(filter.app.as_deref())
                     .bind(filter.state.as_deref())

@@ -19,6 +19,7 @@ mod pg_pool;
 mod policies;
 mod standbys;
 mod tasks;
+mod workflows;
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -34,7 +35,9 @@ use sqlx::sqlite::{
 };
 use sqlx::{AssertSqlSafe, Connection, Executor, Transaction};
 
-use super::child_records::{ChildStore, EndedRun, policy_children, run_output, triggered_lists};
+use super::child_records::{
+    CHILD_OUTPUT_CAP, ChildStore, EndedRun, policy_children, run_output, triggered_lists,
+};
 use super::dialect::Queries;
 use super::dispatch_records::{
     AttemptEnd, AttemptEnded, AttemptRecord, DueAttempt, ExecutorList, ExecutorRecord,
@@ -47,12 +50,15 @@ use super::job_records::{
 };
 use super::log_records::{LogAppend, LogCaps, LogLine, NewLogLine, TRUNCATED_LINE};
 use super::policy_records::{BackfillRecord, BackfillStep, CalendarRecord};
+use super::workflow_records::{StepRunRecord, WorkflowRunRecord, WorkflowStore};
 use super::{
     Backend, ClusterMeta, ClusterStore, DatabaseUrl, DispatchStore, Error, HistoryStore, JobStore,
     LeaderFence, LeaderRecord, LogStore, NodeList, NodeRecord, NodeRegistration, PartitionChange,
     PartitionRecord, PolicyStore, PoolOptions, StandbyStore,
 };
+use crate::workflows::{Definition, advance, step_state};
 use bulk::JobAdvance;
+use follow_ups::FollowUp;
 use logs::LOG_ROWS_PER_INSERT;
 use pg_pool::{PgDb, PgTx};
 
@@ -364,6 +370,9 @@ attempt_end::attempt_end_store!(SqliteStore, Sqlite);
 follow_ups::follow_ups_store!(PostgresStore, Postgres);
 follow_ups::follow_ups_store!(MysqlStore, MySql);
 follow_ups::follow_ups_store!(SqliteStore, Sqlite);
+workflows::workflow_store!(PostgresStore, Postgres);
+workflows::workflow_store!(MysqlStore, MySql);
+workflows::workflow_store!(SqliteStore, Sqlite);
 history::history_store!(PostgresStore, Postgres);
 history::history_store!(MysqlStore, MySql);
 history::history_store!(SqliteStore, Sqlite);

@@ -1,0 +1,607 @@
+//! `/api/v1/workflows`: named DAGs of steps with a schedule (`crate::workflows`), and
+//! `/api/v1/workflow-runs`: a workflow run with each step's state and run. A workflow is kept
+//! as a row of `jobs` of kind `workflow` (its schedule and policies), hidden rows of kind
+//! `step` (the steps with a handler of their own, one set per version) and its definition;
+//! each workflow run pins the definition it started with.
+
+use std::collections::HashMap;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use super::body::JsonBody;
+use super::error::Problem;
+use super::jobs::{check_fires, definition_of, insert_write, load, write_of};
+use super::params::{IdParam, QueryParams};
+use super::runs::{JobRunsQuery, RunList, RunView, page_of, query_state, stop_attempts};
+use super::{ApiError, ApiState};
+use crate::clock::rfc3339;
+use crate::jobs::{JobDefinition, Misfire, Overlap};
+use crate::schedule::ScheduleSpec;
+use crate::store::{self, JobFilter, JobOrder, JobRecord, job_kind, job_state, run_state};
+use crate::workflows::input::{NeedInput, StepInput, WorkflowInput};
+use crate::workflows::{Definition, Need, Step, graph};
+
+/// A workflow as the API shows it.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct WorkflowView {
+    id: i64,
+    name: String,
+    schedule: ScheduleSpec,
+    timezone: String,
+    params: Value,
+    steps: Vec<StepInput>,
+    misfire: Misfire,
+    overlap: Overlap,
+    priority: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<String>,
+    /// `stopped`, `running` or `done`.
+    state: String,
+    version: i64,
+    partition: i64,
+    last_fired_at: Option<String>,
+    created_at: Option<String>,
+    updated_at: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct WorkflowList {
+    workflows: Vec<WorkflowView>,
+}
+
+/// A step of a workflow run.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct StepRunView {
+    name: String,
+    /// `waiting`, `running`, `succeeded`, `failed`, `skipped` or `cancelled`.
+    state: String,
+    /// The job whose run the step is.
+    job_id: i64,
+    needs: Vec<Need>,
+    /// The step's run, once it has one.
+    run_id: Option<i64>,
+    output: Option<Value>,
+    updated_at: Option<String>,
+}
+
+/// A workflow run: the run, the parameters its steps were given, and each step.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct WorkflowRunView {
+    #[serde(flatten)]
+    run: RunView,
+    workflow_id: i64,
+    params: Value,
+    steps: Vec<StepRunView>,
+}
+
+/// `POST /workflows/{id}/trigger`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct TriggerInput {
+    /// Given to every step as `params`, instead of the workflow's own.
+    #[serde(default)]
+    params: Option<Value>,
+}
+
+/// Checks a workflow document whole, before anything is written: the workflow as a job, the
+/// graph, each step's own handler or job.
+async fn checked(state: &ApiState, input: &WorkflowInput) -> Result<JobDefinition, ApiError> {
+    let definition = input.job_definition()?;
+    let needs: Vec<Vec<Need>> = input
+        .steps
+        .iter()
+        .map(|s| s.needs.iter().map(NeedInput::need).collect())
+        .collect();
+    let steps: Vec<(&str, &[Need])> = input
+        .steps
+        .iter()
+        .zip(&needs)
+        .map(|(s, n)| (s.name.as_str(), n.as_slice()))
+        .collect();
+    graph::check(&steps).map_err(|e| ApiError::invalid(&e.field, e.message))?;
+    let mut referenced = Vec::new();
+    for (i, step) in input.steps.iter().enumerate() {
+        if step.own_job(i, &format!("step {}", step.name))?.is_none()
+            && let Some(job) = step.job
+        {
+            referenced.push((i, job));
+        }
+    }
+    let ids: Vec<i64> = referenced.iter().map(|(_, j)| *j).collect();
+    let found: HashMap<i64, JobRecord> = state
+        .store
+        .jobs_get_many(&ids)
+        .await?
+        .into_iter()
+        .map(|j| (j.job_id, j))
+        .collect();
+    for (i, job) in referenced {
+        match found.get(&job) {
+            None => {
+                return Err(ApiError::invalid(
+                    &format!("steps[{i}].job"),
+                    format!("there is no job {job}"),
+                ));
+            }
+            Some(record) if record.kind == job_kind::STEP => {
+                return Err(ApiError::invalid(
+                    &format!("steps[{i}].job"),
+                    format!("job {job} is another workflow's step"),
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(definition)
+}
+
+/// Stores the steps of `input` as version `version` of workflow `workflow` (whose partition
+/// its own steps share): a hidden job per step with a handler of its own, then the definition.
+async fn save_steps(
+    state: &ApiState,
+    workflow: &JobRecord,
+    input: &WorkflowInput,
+) -> Result<(), ApiError> {
+    let mut steps = Vec::with_capacity(input.steps.len());
+    for (i, step) in input.steps.iter().enumerate() {
+        let name = format!(
+            "workflow {} v{} {}",
+            workflow.job_id, workflow.version, step.name
+        );
+        let job_id = match step.own_job(i, &name)? {
+            Some(own) => {
+                let mut write = write_of(&own);
+                write.kind = job_kind::STEP;
+                insert_step_job(state, workflow.partition_id, &write).await?
+            }
+            None => step.job.unwrap_or_default(),
+        };
+        steps.push(Step {
+            name: step.name.clone(),
+            job_id,
+            needs: step.needs.iter().map(NeedInput::need).collect(),
+        });
+    }
+    let definition = serde_json::to_string(&Definition { steps })
+        .map_err(|e| ApiError::invalid("steps", e.to_string()))?;
+    state
+        .store
+        .workflow_save(workflow.job_id, &definition)
+        .await?;
+    Ok(())
+}
+
+/// Stores a step's own job in its workflow's partition under a freshly drawn id (drawing
+/// again if the id is taken: ids drawn in one millisecond differ in 12 random bits).
+async fn insert_step_job(
+    state: &ApiState,
+    partition: i64,
+    write: &store::JobWrite,
+) -> Result<i64, ApiError> {
+    let mut attempt = 0;
+    loop {
+        let id = crate::jobs::new_job_id(state.clock.now_ms());
+        match state.store.job_insert(id, partition, write, false).await {
+            Ok(record) => return Ok(record.job_id),
+            Err(store::Error::Conflict { what }) if what.starts_with("job id") && attempt < 20 => {
+                attempt += 1;
+            }
+            Err(other) => return Err(other.into()),
+        }
+    }
+}
+
+/// Whether `input` (checked into `definition`) is what workflow `record` already is.
+async fn unchanged(
+    state: &ApiState,
+    record: &JobRecord,
+    definition: &JobDefinition,
+    input: &WorkflowInput,
+) -> Result<bool, ApiError> {
+    if definition_of(record)? != *definition {
+        return Ok(false);
+    }
+    let Some(stored) = state.store.workflow_definition(record.job_id).await? else {
+        return Ok(false);
+    };
+    let stored: Definition = serde_json::from_str(&stored).unwrap_or_default();
+    if stored.steps.len() != input.steps.len() {
+        return Ok(false);
+    }
+    let ids: Vec<i64> = stored.steps.iter().map(|s| s.job_id).collect();
+    let jobs: HashMap<i64, JobRecord> = state
+        .store
+        .jobs_get_many(&ids)
+        .await?
+        .into_iter()
+        .map(|j| (j.job_id, j))
+        .collect();
+    for (i, (step, was)) in input.steps.iter().zip(&stored.steps).enumerate() {
+        let needs: Vec<Need> = step.needs.iter().map(NeedInput::need).collect();
+        if step.name != was.name || needs != was.needs {
+            return Ok(false);
+        }
+        let Some(job) = jobs.get(&was.job_id) else {
+            return Ok(false);
+        };
+        let same = match step.own_job(i, &job.name)? {
+            Some(own) => job.kind == job_kind::STEP && definition_of(job)? == own,
+            None => job.kind != job_kind::STEP && step.job == Some(was.job_id),
+        };
+        if !same {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// The view of a workflow's row, with its steps as written.
+async fn view_of(state: &ApiState, record: JobRecord) -> Result<WorkflowView, ApiError> {
+    let job = definition_of(&record)?;
+    let definition: Definition = match state.store.workflow_definition(record.job_id).await? {
+        Some(text) => serde_json::from_str(&text).unwrap_or_default(),
+        None => Definition::default(),
+    };
+    let ids: Vec<i64> = definition.steps.iter().map(|s| s.job_id).collect();
+    let jobs: HashMap<i64, JobRecord> = state
+        .store
+        .jobs_get_many(&ids)
+        .await?
+        .into_iter()
+        .map(|j| (j.job_id, j))
+        .collect();
+    let steps = definition
+        .steps
+        .iter()
+        .map(|step| {
+            let needs = step
+                .needs
+                .iter()
+                .map(|n| NeedInput::Need(n.clone()))
+                .collect();
+            match jobs.get(&step.job_id).filter(|j| j.kind == job_kind::STEP) {
+                Some(own) => {
+                    let own = definition_of(own)?;
+                    Ok(StepInput {
+                        name: step.name.clone(),
+                        job: None,
+                        app: Some(own.app),
+                        handler: Some(own.handler),
+                        args: own.args,
+                        sharding: Some(own.policy.sharding),
+                        balance: Some(own.policy.balance),
+                        retry: Some(own.policy.retry),
+                        timeout_ms: own.policy.timeout_ms,
+                        delivery: Some(own.policy.delivery),
+                        needs,
+                    })
+                }
+                None => Ok(StepInput {
+                    name: step.name.clone(),
+                    job: Some(step.job_id),
+                    app: None,
+                    handler: None,
+                    args: Value::Null,
+                    sharding: None,
+                    balance: None,
+                    retry: None,
+                    timeout_ms: None,
+                    delivery: None,
+                    needs,
+                }),
+            }
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    Ok(WorkflowView {
+        id: record.job_id,
+        name: record.name,
+        schedule: job.schedule,
+        timezone: job.timezone,
+        params: job.args,
+        steps,
+        misfire: job.policy.misfire,
+        overlap: job.policy.overlap,
+        priority: job.policy.priority,
+        description: job.policy.description,
+        state: record.state,
+        version: record.version,
+        partition: record.partition_id,
+        last_fired_at: record.last_fired_at_ms.and_then(rfc3339),
+        created_at: rfc3339(record.created_at_ms),
+        updated_at: rfc3339(record.updated_at_ms),
+    })
+}
+
+/// A workflow's row, or 404 when the id is not a workflow's.
+async fn load_workflow(state: &ApiState, id: i64) -> Result<JobRecord, ApiError> {
+    let record = load(state, id).await?;
+    if record.kind != job_kind::WORKFLOW {
+        return Err(ApiError::missing(format!("workflow {id}")));
+    }
+    Ok(record)
+}
+
+/// Creates a workflow, stopped unless `start` is true.
+#[utoipa::path(post, operation_id = "createWorkflow", path = "/workflows", tag = "workflows", request_body = WorkflowInput,
+    responses(
+        (status = 201, description = "Created", body = WorkflowView),
+        (status = 409, description = "The name is taken", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub(super) async fn create(
+    State(state): State<ApiState>,
+    JsonBody(input): JsonBody<WorkflowInput>,
+) -> Result<(StatusCode, Json<WorkflowView>), ApiError> {
+    let definition = checked(&state, &input).await?;
+    if input.start {
+        check_fires(&state, &definition)?;
+    }
+    super::calendars::check_named(&state, &definition).await?;
+    let mut write = write_of(&definition);
+    write.kind = job_kind::WORKFLOW;
+    // Started only once its steps are stored: a run must find its definition.
+    let mut record = insert_write(&state, &write, false).await?;
+    save_steps(&state, &record, &input).await?;
+    if input.start {
+        record = state
+            .store
+            .job_start(record.job_id)
+            .await?
+            .unwrap_or(record);
+    }
+    Ok((StatusCode::CREATED, Json(view_of(&state, record).await?)))
+}
+
+/// Replaces a workflow's schedule, policies and steps; runs already started keep theirs.
+#[utoipa::path(put, operation_id = "updateWorkflow", path = "/workflows/{id}", tag = "workflows", params(("id" = i64, Path, description = "The workflow's id")), request_body = WorkflowInput,
+    responses((status = 200, description = "The workflow as it is now", body = WorkflowView)))]
+pub(super) async fn update(
+    State(state): State<ApiState>,
+    IdParam(id): IdParam,
+    JsonBody(input): JsonBody<WorkflowInput>,
+) -> Result<Json<WorkflowView>, ApiError> {
+    let record = load_workflow(&state, id).await?;
+    let definition = checked(&state, &input).await?;
+    if record.state == job_state::RUNNING {
+        check_fires(&state, &definition)?;
+    }
+    super::calendars::check_named(&state, &definition).await?;
+    // The same document again changes nothing (no new version, no new steps' jobs).
+    if unchanged(&state, &record, &definition, &input).await? {
+        return Ok(Json(view_of(&state, record).await?));
+    }
+    let mut write = write_of(&definition);
+    write.kind = job_kind::WORKFLOW;
+    let updated = state
+        .store
+        .job_update(id, record.version, &write)
+        .await?
+        .ok_or_else(|| {
+            ApiError::Conflict(format!(
+                "workflow {id} changed while it was being updated; retry"
+            ))
+        })?;
+    save_steps(&state, &updated, &input).await?;
+    Ok(Json(view_of(&state, updated).await?))
+}
+
+/// Lists the workflows, newest first.
+#[utoipa::path(get, operation_id = "listWorkflows", path = "/workflows", tag = "workflows",
+    responses((status = 200, description = "The workflows", body = WorkflowList)))]
+pub(super) async fn list(State(state): State<ApiState>) -> Result<Json<WorkflowList>, ApiError> {
+    let records = state
+        .store
+        .jobs_list(&JobFilter {
+            kind: Some(job_kind::WORKFLOW),
+            order: JobOrder::NewestFirst,
+            limit: 1_000,
+            ..JobFilter::default()
+        })
+        .await?;
+    let mut workflows = Vec::with_capacity(records.len());
+    for record in records {
+        workflows.push(view_of(&state, record).await?);
+    }
+    Ok(Json(WorkflowList { workflows }))
+}
+
+#[utoipa::path(get, operation_id = "getWorkflow", path = "/workflows/{id}", tag = "workflows", params(("id" = i64, Path, description = "The workflow's id")),
+    responses((status = 200, description = "The workflow", body = WorkflowView)))]
+pub(super) async fn get(
+    State(state): State<ApiState>,
+    IdParam(id): IdParam,
+) -> Result<Json<WorkflowView>, ApiError> {
+    let record = load_workflow(&state, id).await?;
+    Ok(Json(view_of(&state, record).await?))
+}
+
+/// Deletes a workflow; its runs stay in the log, and runs in flight finish.
+#[utoipa::path(delete, operation_id = "deleteWorkflow", path = "/workflows/{id}", tag = "workflows", params(("id" = i64, Path, description = "The workflow's id")),
+    responses((status = 204, description = "Deleted")))]
+pub(super) async fn delete(
+    State(state): State<ApiState>,
+    IdParam(id): IdParam,
+) -> Result<StatusCode, ApiError> {
+    load_workflow(&state, id).await?;
+    super::children::check_unused(&state, id).await?;
+    state.store.job_delete(id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Starts a workflow: it fires from its next instant (missed ones follow its misfire policy).
+#[utoipa::path(post, operation_id = "startWorkflow", path = "/workflows/{id}/start", tag = "workflows", params(("id" = i64, Path, description = "The workflow's id")),
+    responses((status = 200, description = "The workflow, running", body = WorkflowView)))]
+pub(super) async fn start(
+    State(state): State<ApiState>,
+    IdParam(id): IdParam,
+) -> Result<Json<WorkflowView>, ApiError> {
+    let record = load_workflow(&state, id).await?;
+    check_fires(&state, &definition_of(&record)?)?;
+    let started = state.store.job_start(id).await?.unwrap_or(record);
+    Ok(Json(view_of(&state, started).await?))
+}
+
+/// Pauses a workflow: no more instants fire; runs in flight finish.
+#[utoipa::path(post, operation_id = "stopWorkflow", path = "/workflows/{id}/stop", tag = "workflows", params(("id" = i64, Path, description = "The workflow's id")),
+    responses((status = 200, description = "The workflow, stopped", body = WorkflowView)))]
+pub(super) async fn stop(
+    State(state): State<ApiState>,
+    IdParam(id): IdParam,
+) -> Result<Json<WorkflowView>, ApiError> {
+    let record = load_workflow(&state, id).await?;
+    let stopped = state.store.job_stop(id).await?.unwrap_or(record);
+    Ok(Json(view_of(&state, stopped).await?))
+}
+
+/// Runs a workflow once now, whatever its state, with `params` for its steps if given.
+#[utoipa::path(post, operation_id = "triggerWorkflow", path = "/workflows/{id}/trigger", tag = "workflows", params(("id" = i64, Path, description = "The workflow's id")), request_body = TriggerInput,
+    responses((status = 202, description = "The workflow's run, pending", body = RunView)))]
+pub(super) async fn trigger(
+    State(state): State<ApiState>,
+    IdParam(id): IdParam,
+    JsonBody(body): JsonBody<TriggerInput>,
+) -> Result<(StatusCode, Json<RunView>), ApiError> {
+    let record = load_workflow(&state, id).await?;
+    let input = body
+        .params
+        .map(|params| serde_json::json!({ "params": params }).to_string());
+    let run = state
+        .store
+        .run_insert_manual(
+            &record,
+            state.view.node_id(),
+            run_state::PENDING,
+            None,
+            input.as_deref(),
+        )
+        .await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(RunView::of(run, Some(record.name))),
+    ))
+}
+
+/// A workflow's runs, one page at a time.
+#[utoipa::path(get, operation_id = "listWorkflowRuns", path = "/workflows/{id}/runs", tag = "workflows", params(("id" = i64, Path, description = "The workflow's id"), JobRunsQuery),
+    responses((status = 200, description = "One page of the workflow's runs", body = RunList)))]
+pub(super) async fn runs(
+    State(state): State<ApiState>,
+    IdParam(id): IdParam,
+    QueryParams(query): QueryParams<JobRunsQuery>,
+) -> Result<Json<RunList>, ApiError> {
+    load_workflow(&state, id).await?;
+    let listing = format!("workflows/{id}/runs");
+    let query = query.of_job(id);
+    let wanted = query_state(&query)?;
+    Ok(Json(
+        page_of(&state, &listing, query, &[wanted.as_str()]).await?,
+    ))
+}
+
+/// A workflow run with each step's state, run and output.
+#[utoipa::path(get, operation_id = "getWorkflowRun", path = "/workflow-runs/{id}", tag = "workflows", params(("id" = i64, Path, description = "The workflow run's id (its run's)")),
+    responses((status = 200, description = "The workflow run", body = WorkflowRunView)))]
+pub(super) async fn run_get(
+    State(state): State<ApiState>,
+    IdParam(id): IdParam,
+) -> Result<Json<WorkflowRunView>, ApiError> {
+    Ok(Json(run_view(&state, id).await?))
+}
+
+async fn run_view(state: &ApiState, id: i64) -> Result<WorkflowRunView, ApiError> {
+    let run = state
+        .store
+        .run_get(id)
+        .await?
+        .ok_or_else(|| ApiError::missing(format!("workflow run {id}")))?;
+    let name = state.store.job_get(run.job_id).await?.map(|j| j.name);
+    let pinned = state.store.workflow_run_get(id).await?;
+    let (params, definition, steps) = match pinned {
+        Some((pinned, steps)) => (
+            serde_json::from_str(&pinned.params_json).unwrap_or(Value::Null),
+            serde_json::from_str::<Definition>(&pinned.definition_json).unwrap_or_default(),
+            steps,
+        ),
+        // Not started yet: the workflow's own definition, every step waiting.
+        None => {
+            let workflow = state
+                .store
+                .job_get(run.job_id)
+                .await?
+                .filter(|j| j.kind == job_kind::WORKFLOW)
+                .ok_or_else(|| ApiError::missing(format!("workflow run {id}")))?;
+            let definition = state
+                .store
+                .workflow_definition(workflow.job_id)
+                .await?
+                .and_then(|d| serde_json::from_str(&d).ok())
+                .unwrap_or_default();
+            (Value::Null, definition, Vec::new())
+        }
+    };
+    let by_name: HashMap<&str, &store::StepRunRecord> =
+        steps.iter().map(|s| (s.step_name.as_str(), s)).collect();
+    let steps = definition
+        .steps
+        .iter()
+        .map(|step| {
+            let row = by_name.get(step.name.as_str());
+            StepRunView {
+                name: step.name.clone(),
+                state: row.map_or("waiting".to_owned(), |r| r.state.clone()),
+                job_id: step.job_id,
+                needs: step.needs.clone(),
+                run_id: row.and_then(|r| r.run_id),
+                output: row
+                    .and_then(|r| r.output_json.as_deref())
+                    .and_then(|o| serde_json::from_str(o).ok()),
+                updated_at: row.and_then(|r| rfc3339(r.updated_at_ms)),
+            }
+        })
+        .collect();
+    Ok(WorkflowRunView {
+        workflow_id: run.job_id,
+        run: RunView::of(run, name),
+        params,
+        steps,
+    })
+}
+
+/// Cancels an unfinished workflow run: its running steps' runs are cancelled (their
+/// executors told to stop) and its waiting steps never run.
+#[utoipa::path(post, operation_id = "cancelWorkflowRun", path = "/workflow-runs/{id}/cancel", tag = "workflows", params(("id" = i64, Path, description = "The workflow run's id")),
+    responses(
+        (status = 200, description = "The workflow run, cancelled", body = WorkflowRunView),
+        (status = 409, description = "The workflow run has already ended", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub(super) async fn run_cancel(
+    State(state): State<ApiState>,
+    IdParam(id): IdParam,
+) -> Result<Json<WorkflowRunView>, ApiError> {
+    let run = state
+        .store
+        .run_get(id)
+        .await?
+        .ok_or_else(|| ApiError::missing(format!("workflow run {id}")))?;
+    let workflow = state.store.job_get(run.job_id).await?;
+    if workflow
+        .as_ref()
+        .is_none_or(|w| w.kind != job_kind::WORKFLOW)
+    {
+        return Err(ApiError::missing(format!("workflow run {id}")));
+    }
+    let Some(running) = state.store.workflow_run_cancel(id).await? else {
+        return Err(ApiError::Conflict(format!(
+            "workflow run {id} has already ended"
+        )));
+    };
+    state
+        .observer
+        .run_ended(id, run.job_id, run_state::CANCELLED, None);
+    stop_attempts(&state, running).await?;
+    Ok(Json(run_view(&state, id).await?))
+}

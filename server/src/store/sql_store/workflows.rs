@@ -1,0 +1,441 @@
+//! Workflows on the three backends: a workflow run starts (its definition pinned, a row per
+//! step, its first steps' runs), and each step run's end moves its workflow run on inside the
+//! transaction that ended it (`follow_ups.rs` calls `steps_ended_in`): the workflow run's row
+//! is locked, the step recorded, and `workflows::advance` says which steps run, which are
+//! skipped, and whether the workflow run ends. So each step's run is created once, and no
+//! node can die between a step's end and what follows it.
+
+/// Implements it for one backend's store; see `super` for the arguments.
+macro_rules! workflow_store {
+    ($store:ident, $db:ty) => {
+        impl $store {
+            /// Records the ends of the step runs among `ended` and moves their workflow runs
+            /// on (in workflow run order); returns how many runs it created and the workflow
+            /// runs that ended.
+            async fn steps_ended_in(
+                &self,
+                tx: &mut Tx<$db>,
+                ended: &[EndedRun],
+            ) -> Result<(usize, Vec<EndedRun>), Error> {
+                let ids: Vec<i64> = ended.iter().map(|r| r.run_id).collect();
+                let Some(query) = with_partitions(&self.q.step_runs_of_runs, &ids) else {
+                    return Ok((0, Vec::new()));
+                };
+                let steps: Vec<StepRunRecord> = sqlx::query_as::<$db, StepRunRecord>(query)
+                    .fetch_all(&mut **tx)
+                    .await?;
+                let mut created = 0;
+                let mut workflows_ended = Vec::new();
+                let mut i = 0;
+                while i < steps.len() {
+                    let workflow_run = steps[i].workflow_run_id;
+                    let node_id: String =
+                        sqlx::query_scalar::<$db, String>(sql(&self.q.run_lock))
+                            .bind(workflow_run)
+                            .fetch_optional(&mut **tx)
+                            .await?
+                            .unwrap_or_default();
+                    while i < steps.len() && steps[i].workflow_run_id == workflow_run {
+                        let step = &steps[i];
+                        if let Some(run) = ended.iter().find(|r| Some(r.run_id) == step.run_id) {
+                            let output = run
+                                .output
+                                .as_ref()
+                                .map(|o| o.to_string())
+                                .filter(|o| o.len() <= CHILD_OUTPUT_CAP);
+                            sqlx::query::<$db>(sql(&self.q.step_run_end))
+                                .bind(step_state::of_run(&run.state))
+                                .bind(output)
+                                .bind(workflow_run)
+                                .bind(&step.step_name)
+                                .execute(&mut **tx)
+                                .await?;
+                        }
+                        i += 1;
+                    }
+                    let (made, over) = self.workflow_advance_in(tx, workflow_run, &node_id).await?;
+                    created += made;
+                    workflows_ended.extend(over);
+                }
+                Ok((created, workflows_ended))
+            }
+
+            /// Moves the workflow run `workflow_run` (locked by the caller) on from its steps'
+            /// states: runs the steps now ready, records the skipped ones, and ends it when no
+            /// step is left. Returns how many runs it created, and itself if it ended.
+            async fn workflow_advance_in(
+                &self,
+                tx: &mut Tx<$db>,
+                workflow_run: i64,
+                node_id: &str,
+            ) -> Result<(usize, Option<EndedRun>), Error> {
+                let Some(pinned) =
+                    sqlx::query_as::<$db, WorkflowRunRecord>(sql(&self.q.workflow_run_get))
+                        .bind(workflow_run)
+                        .fetch_optional(&mut **tx)
+                        .await?
+                else {
+                    return Ok((0, None));
+                };
+                let definition: Definition =
+                    serde_json::from_str(&pinned.definition_json).unwrap_or_default();
+                let params: serde_json::Value =
+                    serde_json::from_str(&pinned.params_json).unwrap_or_default();
+                let mut created = 0;
+                loop {
+                    let steps: Vec<StepRunRecord> =
+                        sqlx::query_as::<$db, StepRunRecord>(sql(&self.q.step_runs_of_workflow_run))
+                            .bind(workflow_run)
+                            .fetch_all(&mut **tx)
+                            .await?;
+                    let states: HashMap<String, String> = steps
+                        .iter()
+                        .map(|s| (s.step_name.clone(), s.state.clone()))
+                        .collect();
+                    let next = advance::next(&definition, &states);
+                    for name in &next.skipped {
+                        sqlx::query::<$db>(sql(&self.q.step_run_unstarted))
+                            .bind(step_state::SKIPPED)
+                            .bind(None::<String>)
+                            .bind(workflow_run)
+                            .bind(name)
+                            .execute(&mut **tx)
+                            .await?;
+                    }
+                    // A step whose job is gone fails at once; the rule then runs again.
+                    let mut failed_now = false;
+                    for name in &next.ready {
+                        let Some(step) = definition.steps.iter().find(|s| &s.name == name) else {
+                            continue;
+                        };
+                        let job: Option<(i64, i64, String)> = sqlx::query_as::<$db, _>(
+                            sql(&self.q.child_job_lock_one),
+                        )
+                        .bind(step.job_id)
+                        .fetch_optional(&mut **tx)
+                        .await?;
+                        let Some((_, partition_id, policy)) = job else {
+                            let why = serde_json::json!(format!("job {} is gone", step.job_id));
+                            sqlx::query::<$db>(sql(&self.q.step_run_unstarted))
+                                .bind(step_state::FAILED)
+                                .bind(Some(why.to_string()))
+                                .bind(workflow_run)
+                                .bind(name)
+                                .execute(&mut **tx)
+                                .await?;
+                            failed_now = true;
+                            continue;
+                        };
+                        let upstream: serde_json::Map<String, serde_json::Value> = step
+                            .needs
+                            .iter()
+                            .filter_map(|need| steps.iter().find(|s| s.step_name == need.step))
+                            .map(|up| {
+                                let output = up
+                                    .output_json
+                                    .as_deref()
+                                    .and_then(|o| serde_json::from_str(o).ok())
+                                    .unwrap_or(serde_json::Value::Null);
+                                (
+                                    up.step_name.clone(),
+                                    serde_json::json!({
+                                        "run_id": up.run_id, "state": up.state, "output": output,
+                                    }),
+                                )
+                            })
+                            .collect();
+                        let input = serde_json::json!({
+                            "workflow": {
+                                "id": pinned.workflow_id,
+                                "run_id": workflow_run,
+                                "step": name,
+                            },
+                            "params": params,
+                            "upstream": upstream,
+                        })
+                        .to_string();
+                        let now: i64 = sqlx::query_scalar::<$db, i64>(sql(&self.q.now))
+                            .fetch_one(&mut **tx)
+                            .await?;
+                        let (run_id, _) = self
+                            .follow_up_run_in(
+                                tx,
+                                FollowUp {
+                                    job_id: step.job_id,
+                                    partition_id,
+                                    priority: policy_priority(&policy),
+                                    node_id,
+                                    trigger_kind: "step",
+                                    input: &input,
+                                },
+                                now,
+                            )
+                            .await?;
+                        sqlx::query::<$db>(sql(&self.q.step_run_started))
+                            .bind(run_id)
+                            .bind(workflow_run)
+                            .bind(name)
+                            .execute(&mut **tx)
+                            .await?;
+                        created += 1;
+                    }
+                    if failed_now {
+                        continue;
+                    }
+                    let Some(state) = next.finished else {
+                        return Ok((created, None));
+                    };
+                    let message = (state != "succeeded").then_some("a step failed or was cancelled");
+                    let ended = sqlx::query::<$db>(sql(&self.q.run_end))
+                        .bind(state)
+                        .bind(message)
+                        .bind(workflow_run)
+                        .execute(&mut **tx)
+                        .await?
+                        .rows_affected();
+                    if ended == 1 {
+                        // A workflow run queued behind this one (overlap `queue`) may start.
+                        let queued = sqlx::query_scalar::<$db, i64>(sql(&self.q.run_next_queued))
+                            .bind(pinned.workflow_id)
+                            .fetch_optional(&mut **tx)
+                            .await?;
+                        if let Some(next) = queued {
+                            sqlx::query::<$db>(sql(&self.q.run_release_queued))
+                                .bind(next)
+                                .execute(&mut **tx)
+                                .await?;
+                        }
+                    }
+                    let over = (ended == 1).then(|| EndedRun {
+                        run_id: workflow_run,
+                        job_id: pinned.workflow_id,
+                        node_id: node_id.to_owned(),
+                        state: state.to_owned(),
+                        output: None,
+                    });
+                    return Ok((created, over));
+                }
+            }
+
+            /// Starts one pending workflow run in its own transaction; false if it was not
+            /// pending.
+            async fn workflow_run_start_once(
+                &self,
+                run: &RunRecord,
+                default_params: &str,
+            ) -> Result<bool, Error> {
+                let mut tx = self.begin_write().await?;
+                let moved = sqlx::query::<$db>(sql(&self.q.run_start_one))
+                    .bind(run.run_id)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                if moved == 0 {
+                    tx.rollback().await?;
+                    return Ok(false);
+                }
+                let definition: Option<String> =
+                    sqlx::query_scalar::<$db, String>(sql(&self.q.workflow_definition_get))
+                        .bind(run.job_id)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                let Some(definition) = definition else {
+                    sqlx::query::<$db>(sql(&self.q.run_end))
+                        .bind("failed")
+                        .bind(Some("the workflow has no definition"))
+                        .bind(run.run_id)
+                        .execute(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                    return Ok(true);
+                };
+                let input: Option<String> =
+                    sqlx::query_scalar::<$db, Option<String>>(sql(&self.q.run_input))
+                        .bind(run.run_id)
+                        .fetch_optional(&mut *tx)
+                        .await?
+                        .flatten();
+                // Parameters given with a trigger, else the workflow's own.
+                let params = input
+                    .as_deref()
+                    .and_then(|i| serde_json::from_str::<serde_json::Value>(i).ok())
+                    .and_then(|i| i.get("params").cloned())
+                    .map_or_else(|| default_params.to_owned(), |p| p.to_string());
+                sqlx::query::<$db>(sql(&self.q.workflow_run_insert))
+                    .bind(run.run_id)
+                    .bind(run.job_id)
+                    .bind(&definition)
+                    .bind(&params)
+                    .bind(None::<i64>)
+                    .execute(&mut *tx)
+                    .await?;
+                let steps: Definition = serde_json::from_str(&definition).unwrap_or_default();
+                for step in &steps.steps {
+                    sqlx::query::<$db>(sql(&self.q.step_run_insert))
+                        .bind(run.run_id)
+                        .bind(&step.name)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                let (_, over) = self
+                    .workflow_advance_in(&mut tx, run.run_id, &run.node_id)
+                    .await?;
+                if let Some(over) = over {
+                    self.follow_ups_in(&mut tx, &[over]).await?;
+                }
+                tx.commit().await?;
+                Ok(true)
+            }
+        }
+
+        #[async_trait]
+        impl WorkflowStore for $store {
+            async fn workflow_save(
+                &self,
+                workflow_id: i64,
+                definition_json: &str,
+            ) -> Result<(), Error> {
+                retry_transient(|| async {
+                    let mut tx = self.begin_write().await?;
+                    sqlx::query::<$db>(sql(&self.q.workflow_definition_delete))
+                        .bind(workflow_id)
+                        .execute(&mut *tx)
+                        .await?;
+                    sqlx::query::<$db>(sql(&self.q.workflow_definition_insert))
+                        .bind(workflow_id)
+                        .bind(definition_json)
+                        .execute(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                    Ok(())
+                })
+                .await
+            }
+
+            async fn workflow_definition(&self, workflow_id: i64) -> Result<Option<String>, Error> {
+                Ok(
+                    sqlx::query_scalar::<$db, String>(sql(&self.q.workflow_definition_get))
+                        .bind(workflow_id)
+                        .fetch_optional(&self.pool)
+                        .await?,
+                )
+            }
+
+            async fn workflow_runs_start(
+                &self,
+                runs: &[(RunRecord, String)],
+            ) -> Result<usize, Error> {
+                let mut started = 0;
+                for (run, params) in runs {
+                    if retry_transient(|| self.workflow_run_start_once(run, params)).await? {
+                        started += 1;
+                    }
+                }
+                Ok(started)
+            }
+
+            async fn workflow_run_get(
+                &self,
+                run_id: i64,
+            ) -> Result<Option<(WorkflowRunRecord, Vec<StepRunRecord>)>, Error> {
+                let Some(pinned) =
+                    sqlx::query_as::<$db, WorkflowRunRecord>(sql(&self.q.workflow_run_get))
+                        .bind(run_id)
+                        .fetch_optional(&self.pool)
+                        .await?
+                else {
+                    return Ok(None);
+                };
+                let steps =
+                    sqlx::query_as::<$db, StepRunRecord>(sql(&self.q.step_runs_of_workflow_run))
+                        .bind(run_id)
+                        .fetch_all(&self.pool)
+                        .await?;
+                Ok(Some((pinned, steps)))
+            }
+
+            async fn step_of_run(&self, run_id: i64) -> Result<Option<(i64, String)>, Error> {
+                Ok(sqlx::query_as::<$db, (i64, String)>(sql(&self.q.step_of_run))
+                    .bind(run_id)
+                    .fetch_optional(&self.pool)
+                    .await?)
+            }
+
+            async fn workflow_run_cancel(
+                &self,
+                run_id: i64,
+            ) -> Result<Option<Vec<AttemptRecord>>, Error> {
+                retry_transient(|| async {
+                    let mut tx = self.begin_write().await?;
+                    sqlx::query_scalar::<$db, String>(sql(&self.q.run_lock))
+                        .bind(run_id)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    let message = "the workflow run was cancelled";
+                    let ended = sqlx::query::<$db>(sql(&self.q.run_end))
+                        .bind(run_state::CANCELLED)
+                        .bind(Some(message))
+                        .bind(run_id)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                    if ended == 0 {
+                        tx.rollback().await?;
+                        return Ok(None);
+                    }
+                    let steps: Vec<StepRunRecord> =
+                        sqlx::query_as::<$db, StepRunRecord>(sql(&self.q.step_runs_of_workflow_run))
+                            .bind(run_id)
+                            .fetch_all(&mut *tx)
+                            .await?;
+                    let mut running = Vec::new();
+                    for step in &steps {
+                        let statement = match (step.state.as_str(), step.run_id) {
+                            (step_state::WAITING, _) => &self.q.step_run_unstarted,
+                            (step_state::RUNNING, Some(step_run)) => {
+                                let cancelled = sqlx::query::<$db>(sql(&self.q.run_end))
+                                    .bind(run_state::CANCELLED)
+                                    .bind(Some(message))
+                                    .bind(step_run)
+                                    .execute(&mut *tx)
+                                    .await?
+                                    .rows_affected();
+                                if cancelled == 1 {
+                                    running.extend(
+                                        sqlx::query_as::<$db, AttemptRecord>(sql(
+                                            &self.q.attempts_of_run,
+                                        ))
+                                        .bind(step_run)
+                                        .fetch_all(&mut *tx)
+                                        .await?
+                                        .into_iter()
+                                        .filter(|a| a.state == attempt_state::RUNNING),
+                                    );
+                                    sqlx::query::<$db>(sql(&self.q.attempts_cancel_of_run))
+                                        .bind(message)
+                                        .bind(step_run)
+                                        .execute(&mut *tx)
+                                        .await?;
+                                }
+                                &self.q.step_run_end
+                            }
+                            _ => continue,
+                        };
+                        sqlx::query::<$db>(sql(statement))
+                            .bind(step_state::CANCELLED)
+                            .bind(None::<String>)
+                            .bind(run_id)
+                            .bind(&step.step_name)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    tx.commit().await?;
+                    Ok(Some(running))
+                })
+                .await
+            }
+        }
+    };
+}
+
+pub(super) use workflow_store;

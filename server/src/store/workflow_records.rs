@@ -1,0 +1,74 @@
+//! Workflows as the store keeps them: a definition per workflow, the definition pinned into
+//! each workflow run, and each step of a run (`step_runs`), moved on by the transactions that
+//! end step runs (`sql_store/workflows.rs`).
+
+use async_trait::async_trait;
+
+use super::{AttemptRecord, Error, RunRecord};
+
+/// What a row of `jobs` is (`jobs.kind`).
+pub mod job_kind {
+    /// A job of the API (`/api/v1/jobs`).
+    pub const JOB: &str = "job";
+    /// A workflow (`/api/v1/workflows`): scheduled like a job, its runs run steps.
+    pub const WORKFLOW: &str = "workflow";
+    /// A workflow step's own handler, arguments and policies: never scheduled, run only as a
+    /// step, listed with its workflow.
+    pub const STEP: &str = "step";
+}
+
+/// A row of `workflow_runs`: the definition a workflow run runs, pinned when it started.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct WorkflowRunRecord {
+    /// The workflow's run (`runs.run_id`).
+    pub run_id: i64,
+    pub workflow_id: i64,
+    pub definition_json: String,
+    /// What every step is given as `params`.
+    pub params_json: String,
+    /// The workflow run this one runs again (its succeeded steps are not run again).
+    pub rerun_of: Option<i64>,
+    pub created_at_ms: i64,
+}
+
+/// A row of `step_runs`: one step of one workflow run.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct StepRunRecord {
+    pub workflow_run_id: i64,
+    pub step_name: String,
+    /// `crate::workflows::step_state`.
+    pub state: String,
+    /// The step's own run, once it has one.
+    pub run_id: Option<i64>,
+    /// What the step's run answered (JSON), once it ended.
+    pub output_json: Option<String>,
+    pub updated_at_ms: i64,
+}
+
+#[async_trait]
+pub trait WorkflowStore: Send + Sync + std::fmt::Debug + 'static {
+    /// Stores (or replaces) a workflow's definition; runs already started keep theirs.
+    async fn workflow_save(&self, workflow_id: i64, definition_json: &str) -> Result<(), Error>;
+
+    async fn workflow_definition(&self, workflow_id: i64) -> Result<Option<String>, Error>;
+
+    /// Starts pending runs of workflows, each in a transaction of its own: the guarded move to
+    /// `running`, the workflow's definition pinned, a `waiting` row per step, and the runs of
+    /// the steps that need nothing. `params` of each is its run's input's `params`, else
+    /// `default_params`. Returns how many started.
+    async fn workflow_runs_start(&self, runs: &[(RunRecord, String)]) -> Result<usize, Error>;
+
+    /// A workflow run's pinned definition and its steps, by step name.
+    async fn workflow_run_get(
+        &self,
+        run_id: i64,
+    ) -> Result<Option<(WorkflowRunRecord, Vec<StepRunRecord>)>, Error>;
+
+    /// The workflow run that `run_id` is a step of, and the step's name.
+    async fn step_of_run(&self, run_id: i64) -> Result<Option<(i64, String)>, Error>;
+
+    /// Cancels an unfinished workflow run: its waiting steps are cancelled, and so are its
+    /// running steps' runs and their attempts; returns the attempts that were running (their
+    /// executors should be told), or `None` when the run was not unfinished.
+    async fn workflow_run_cancel(&self, run_id: i64) -> Result<Option<Vec<AttemptRecord>>, Error>;
+}
