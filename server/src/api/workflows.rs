@@ -540,7 +540,15 @@ async fn run_view(state: &ApiState, id: i64) -> Result<WorkflowRunView, ApiError
                 .await?
                 .and_then(|d| serde_json::from_str(&d).ok())
                 .unwrap_or_default();
-            (Value::Null, definition, Vec::new())
+            // The parameters it will be given: the trigger's, else the workflow's.
+            let params = state
+                .store
+                .run_input(id)
+                .await?
+                .and_then(|i| serde_json::from_str::<Value>(&i).ok())
+                .and_then(|i| i.get("params").cloned())
+                .unwrap_or_else(|| serde_json::from_str(&workflow.args_json).unwrap_or_default());
+            (params, definition, Vec::new())
         }
     };
     let by_name: HashMap<&str, &store::StepRunRecord> =
