@@ -20,6 +20,7 @@ use support::db::TestDb;
 use support::executor::{self, Executor};
 use support::node::{NodeProcess, NodeSpec};
 use support::wait_for;
+use support::webhook::Receiver;
 
 for_engine!(
     postgres,
@@ -81,8 +82,11 @@ fn states(pairs: &[(&str, &str)]) -> HashMap<String, String> {
 
 async fn workflows_run_their_steps_in_order_once_each(db: TestDb) {
     let dir = tempfile::tempdir().unwrap();
+    let alerts = Receiver::start().await;
     let mut spec = NodeSpec::fast("n1", &db.url, dir.path());
     spec.extra_env = executor::node_env();
+    spec.extra_env
+        .push(("CARILLON_ALERTS_CHECK_MS", "200".to_owned()));
     let node = NodeProcess::start(spec).await;
     let e1 = Executor::start_registered(&node, "py", "e1").await;
     let manual = json!({"manual": true});
@@ -223,6 +227,7 @@ async fn workflows_run_their_steps_in_order_once_each(db: TestDb) {
         &node,
         "/api/v1/workflows",
         json!({"name": "unhandled", "schedule": manual,
+        "alerts": {"webhook": alerts.url("/unhandled")},
         "steps": [
           {"name": "x", "app": "py", "handler": "fail"},
           {"name": "y", "app": "py", "handler": "echo", "needs": ["x"]}
@@ -240,6 +245,18 @@ async fn workflows_run_their_steps_in_order_once_each(db: TestDb) {
     assert_eq!(
         step_states(&done),
         states(&[("x", "failed"), ("y", "skipped")])
+    );
+    // The workflow's own webhook hears of its failed run, as a job's does of a job's.
+    let alert = alerts
+        .wait("/unhandled", "the failed workflow run's alert", |b| {
+            b["event"] == "run_failed"
+        })
+        .await;
+    assert_eq!(alert["run"]["id"], run["id"], "{alert}");
+    let metrics = node.metrics().await;
+    assert!(
+        metrics.contains("carillon_workflow_runs_finished_total{state=\"failed\"} 1"),
+        "{metrics}"
     );
 
     // A run in flight keeps the definition it started with; a cancel stops it.

@@ -609,7 +609,7 @@ pub(super) async fn run_cancel(
     };
     state
         .observer
-        .run_ended(id, run.job_id, run_state::CANCELLED, None);
+        .workflow_run_ended(id, run.job_id, run_state::CANCELLED);
     stop_attempts(&state, running).await?;
     Ok(Json(run_view(&state, id).await?))
 }

@@ -176,7 +176,23 @@ impl Dispatcher {
                 }
             }
         };
-        tokio::join!(starting, delivering);
+        // Runs created by follow-ups (a child's, a workflow step's) start at once, and the
+        // workflow runs those ended are counted and alerted on, as any run's end.
+        let followed = async {
+            let events = self.store.follow_up_events();
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    ended = events.next() => {
+                        self.wake.notify_one();
+                        for (run_id, workflow_id, state) in ended {
+                            self.observer.workflow_run_ended(run_id, workflow_id, &state);
+                        }
+                    }
+                }
+            }
+        };
+        tokio::join!(starting, delivering, followed);
         // Answers already received are stored before the dispatcher stops.
         self.settling.wait_all().await;
     }

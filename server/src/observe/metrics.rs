@@ -28,6 +28,8 @@ pub struct NodeMetrics {
     pub runs_finished: LabelledCounter,
     /// Runs this node ended without success for good (`failed`, `no_executor`).
     pub dead_letters: Counter,
+    /// Workflow runs whose end this node stored (or cancelled), by final state.
+    pub workflow_runs_finished: LabelledCounter,
     /// Alerts, by outcome (`delivered`, `failed`, `dropped`).
     pub alerts: LabelledCounter,
     /// Rows of run history this node deleted (retention), by table (`runs`, `attempts`).
@@ -84,6 +86,12 @@ impl NodeMetrics {
                 "state",
                 &["succeeded", "failed", "cancelled", "no_executor"],
             ),
+            workflow_runs_finished: LabelledCounter::new(
+                "carillon_workflow_runs_finished_total",
+                "Workflow runs whose last step's end (or cancel) this node stored, by final state.",
+                "state",
+                &["succeeded", "failed", "cancelled"],
+            ),
             dead_letters: Counter::new(
                 "carillon_dead_letters_total",
                 "Runs this node ended without success for good (failed after their last attempt, or no executor).",
@@ -117,6 +125,7 @@ impl NodeMetrics {
         self.dispatches.render(out);
         self.retries.render(out);
         self.runs_finished.render(out);
+        self.workflow_runs_finished.render(out);
         self.dead_letters.render(out);
         self.alerts.render(out);
         self.history_deleted.render(out);

@@ -74,6 +74,14 @@ impl Observer {
         }
     }
 
+    /// A workflow run ended in `state`: counted as a workflow run and as a run (alerts, and
+    /// pausing after failures, as for a job's run).
+    pub fn workflow_run_ended(&self, run_id: i64, workflow_id: i64, state: &str) {
+        self.metrics.workflow_runs_finished.add(state, 1);
+        let message = (state != "succeeded").then_some("a step failed or was cancelled");
+        self.run_ended(run_id, workflow_id, state, message);
+    }
+
     /// `count` runs ended `succeeded` at once.
     pub fn runs_succeeded(&self, count: u64) {
         self.metrics.runs_finished.add("succeeded", count);

@@ -19,6 +19,58 @@ pub trait ChildStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// `(job id, name, policy)` of every job whose policy names children.
     async fn jobs_with_children(&self) -> Result<Vec<(i64, String, String)>, Error>;
+
+    /// What this store's follow-ups did once committed (runs created, workflow runs ended).
+    fn follow_up_events(&self) -> std::sync::Arc<FollowUpEvents>;
+}
+
+/// What follow-ups did, once their transactions committed: a node wakes its dispatcher for the
+/// runs they created (a child's, a workflow step's), and reports the workflow runs that ended
+/// (their metrics and alerts, as for any run's end).
+#[derive(Debug, Default)]
+pub struct FollowUpEvents {
+    happened: tokio::sync::Notify,
+    /// `(run id, job id, state)` of workflow runs ended, not yet reported.
+    ended: std::sync::Mutex<Vec<(i64, i64, String)>>,
+}
+
+impl FollowUpEvents {
+    /// Records a committed transaction's follow-ups.
+    pub fn note(&self, created: usize, workflows_ended: &[EndedRun]) {
+        if created == 0 && workflows_ended.is_empty() {
+            return;
+        }
+        if !workflows_ended.is_empty() {
+            let mut ended = self
+                .ended
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            ended.extend(
+                workflows_ended
+                    .iter()
+                    .map(|r| (r.run_id, r.job_id, r.state.clone())),
+            );
+        }
+        self.happened.notify_one();
+    }
+
+    /// Waits for follow-ups, then returns the workflow runs ended since the last call.
+    pub async fn next(&self) -> Vec<(i64, i64, String)> {
+        self.happened.notified().await;
+        std::mem::take(
+            &mut *self
+                .ended
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+}
+
+/// What the follow-ups of one transaction did, to note once it commits.
+#[derive(Debug, Default)]
+pub struct FollowedUp {
+    pub created: usize,
+    pub workflows_ended: Vec<EndedRun>,
 }
 
 /// The lists of `policy.children`, by outcome.

@@ -24,8 +24,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 pub use child_records::{
-    CHILD_OUTPUT_CAP, ChildStore, EndedRun, child_outcome, policy_children, run_output,
-    triggered_lists,
+    CHILD_OUTPUT_CAP, ChildStore, EndedRun, FollowUpEvents, FollowedUp, child_outcome,
+    policy_children, run_output, triggered_lists,
 };
 pub use cluster_records::{
     ClusterMeta, LeaderFence, LeaderRecord, NodeList, NodeRecord, NodeRegistration,

@@ -19,9 +19,12 @@ macro_rules! attempt_end_store {
                             .await?,
                     );
                 }
-                // The children of the runs that ended, in the same commit: once each.
-                self.follow_ups_in(&mut tx, &runs_ended).await?;
+                // What follows the runs that ended (children, workflow steps), in the same
+                // commit: once each.
+                let followed = self.follow_ups_in(&mut tx, &runs_ended).await?;
                 tx.commit().await?;
+                self.events
+                    .note(followed.created, &followed.workflows_ended);
                 Ok(ended)
             }
 

@@ -8,6 +8,7 @@ macro_rules! cluster_store {
                 Self {
                     pool,
                     q: Arc::new(Queries::for_backend($backend)),
+                    events: Arc::new(FollowUpEvents::default()),
                 }
             }
 

@@ -264,12 +264,15 @@ macro_rules! dispatch_store {
                         .await?
                         .rows_affected();
                     // A run that found no executor triggers its job's `on_failure` children.
+                    let mut followed = FollowedUp::default();
                     if ended == 1
                         && let Some(run) = self.ended_run_in(&mut tx, run_id, state).await?
                     {
-                        self.follow_ups_in(&mut tx, &[run]).await?;
+                        followed = self.follow_ups_in(&mut tx, &[run]).await?;
                     }
                     tx.commit().await?;
+                    self.events
+                        .note(followed.created, &followed.workflows_ended);
                     Ok(ended == 1)
                 })
                 .await
@@ -306,10 +309,13 @@ macro_rules! dispatch_store {
                     .bind(run_id)
                     .execute(&mut *tx)
                     .await?;
+                let mut followed = FollowedUp::default();
                 if let Some(run) = self.ended_run_in(&mut tx, run_id, state).await? {
-                    self.follow_ups_in(&mut tx, &[run]).await?;
+                    followed = self.follow_ups_in(&mut tx, &[run]).await?;
                 }
                 tx.commit().await?;
+                self.events
+                    .note(followed.created, &followed.workflows_ended);
                 Ok(Some(running))
             }
 

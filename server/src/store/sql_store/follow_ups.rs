@@ -27,16 +27,19 @@ macro_rules! follow_ups_store {
                 &self,
                 tx: &mut Tx<$db>,
                 ended: &[EndedRun],
-            ) -> Result<usize, Error> {
-                let mut created = 0;
+            ) -> Result<FollowedUp, Error> {
+                let mut followed = FollowedUp::default();
                 let mut batch = ended.to_vec();
                 while !batch.is_empty() {
-                    created += self.children_in(tx, &batch).await?;
+                    followed.created += self.children_in(tx, &batch).await?;
                     let (steps, workflows_ended) = self.steps_ended_in(tx, &batch).await?;
-                    created += steps;
+                    followed.created += steps;
+                    followed
+                        .workflows_ended
+                        .extend(workflows_ended.iter().cloned());
                     batch = workflows_ended;
                 }
-                Ok(created)
+                Ok(followed)
             }
 
             /// Creates, inside the caller's transaction, the child runs of the runs `ended`
@@ -217,6 +220,10 @@ macro_rules! follow_ups_store {
                         .await?
                         .flatten(),
                 )
+            }
+
+            fn follow_up_events(&self) -> Arc<FollowUpEvents> {
+                Arc::clone(&self.events)
             }
 
             async fn jobs_with_children(&self) -> Result<Vec<(i64, String, String)>, Error> {

@@ -36,7 +36,8 @@ use sqlx::sqlite::{
 use sqlx::{AssertSqlSafe, Connection, Executor, Transaction};
 
 use super::child_records::{
-    CHILD_OUTPUT_CAP, ChildStore, EndedRun, policy_children, run_output, triggered_lists,
+    CHILD_OUTPUT_CAP, ChildStore, EndedRun, FollowUpEvents, FollowedUp, policy_children,
+    run_output, triggered_lists,
 };
 use super::dialect::Queries;
 use super::dispatch_records::{
@@ -193,6 +194,7 @@ fn invalid_url(url: &DatabaseUrl, err: sqlx::Error) -> Error {
 pub(super) struct PostgresStore {
     pool: PgDb,
     q: Arc<Queries>,
+    events: Arc<FollowUpEvents>,
 }
 
 impl PostgresStore {
@@ -247,6 +249,7 @@ impl PostgresStore {
 pub(super) struct MysqlStore {
     pool: MySqlPool,
     q: Arc<Queries>,
+    events: Arc<FollowUpEvents>,
 }
 
 impl MysqlStore {
@@ -306,6 +309,7 @@ impl MysqlStore {
 pub(super) struct SqliteStore {
     pool: SqlitePool,
     q: Arc<Queries>,
+    events: Arc<FollowUpEvents>,
 }
 
 impl SqliteStore {

@@ -277,13 +277,21 @@ macro_rules! workflow_store {
                         .execute(&mut *tx)
                         .await?;
                 }
-                let (_, over) = self
+                let (created, over) = self
                     .workflow_advance_in(&mut tx, run.run_id, &run.node_id)
                     .await?;
+                let mut followed = FollowedUp {
+                    created,
+                    workflows_ended: Vec::new(),
+                };
                 if let Some(over) = over {
-                    self.follow_ups_in(&mut tx, &[over]).await?;
+                    let after = self.follow_ups_in(&mut tx, std::slice::from_ref(&over)).await?;
+                    followed.created += after.created;
+                    followed.workflows_ended.push(over);
+                    followed.workflows_ended.extend(after.workflows_ended);
                 }
                 tx.commit().await?;
+                self.events.note(followed.created, &followed.workflows_ended);
                 Ok(true)
             }
         }
