@@ -124,6 +124,13 @@ export async function viewWorkflowRun(ctx, id) {
   function render() {
     const unfinished = UNFINISHED.has(run.state);
     const actions = [h('a', { class: 'button', href: `#/workflows/${enc(run.workflow_id)}`, text: 'Workflow' })];
+    if (!unfinished) {
+      actions.unshift(h('button', { type: 'button', class: run.state === 'succeeded' ? '' : 'primary', text: 'Re-run failed steps', onclick: (e) => act(e.currentTarget, async () => {
+        const again = await api('POST', `/workflow-runs/${enc(id)}/rerun`);
+        flash(`Started workflow run ${again.id}`);
+        location.hash = `#/workflow-runs/${enc(again.id)}`;
+      }, actionError) }));
+    }
     if (unfinished) {
       actions.unshift(h('button', { type: 'button', class: 'danger', text: 'Cancel workflow run', onclick: (e) => {
         if (!confirm(`Cancel workflow run ${run.id}? Its running steps are told to stop.`)) return;

@@ -496,8 +496,11 @@ workflows:
         cancelled["params"],
         serde_json::json!({"date": "2026-11-25"})
     );
+    let again = cli.json(&["workflows", "rerun", &run_id]);
+    assert_eq!(again["rerun_of"].to_string(), run_id, "{again}");
+    cli.json(&["workflows", "cancel", &again["id"].to_string()]);
     let runs = cli.json(&["workflows", "runs", &id]);
-    assert_eq!(runs["runs"][0]["id"].to_string(), run_id);
+    assert_eq!(runs["runs"][1]["id"].to_string(), run_id);
     let (ok, _, stderr) = cli.run(&["workflows", "rm", &id]);
     assert!(ok, "{stderr}");
     assert!(

@@ -259,6 +259,59 @@ async fn workflows_run_their_steps_in_order_once_each(db: TestDb) {
         "{metrics}"
     );
 
+    // A re-run of a failed run runs its failed and skipped steps again, not its succeeded ones.
+    let partial = post(
+        &node,
+        "/api/v1/workflows",
+        json!({"name": "partial", "schedule": manual, "params": {"n": 1},
+        "steps": [
+          {"name": "s1", "app": "py", "handler": "echo"},
+          {"name": "s2", "app": "py", "handler": "fail", "needs": ["s1"]},
+          {"name": "s3", "app": "py", "handler": "echo", "needs": ["s2"]}
+        ]}),
+    )
+    .await;
+    let run = post(
+        &node,
+        &format!("/api/v1/workflows/{}/trigger", partial["id"]),
+        json!({"params": {"n": 2}}),
+    )
+    .await;
+    let first = ended(&node, &run["id"]).await;
+    assert_eq!(first["state"], "failed", "{first}");
+    let again = post(
+        &node,
+        &format!("/api/v1/workflow-runs/{}/rerun", run["id"]),
+        json!({}),
+    )
+    .await;
+    assert_eq!(again["rerun_of"], run["id"], "{again}");
+    let second = ended(&node, &again["id"]).await;
+    assert_eq!(
+        step_states(&second),
+        states(&[("s1", "succeeded"), ("s2", "failed"), ("s3", "skipped")])
+    );
+    assert_eq!(second["params"], json!({"n": 2}), "the parameters it had");
+    assert_eq!(
+        second["steps"][0]["run_id"], first["steps"][0]["run_id"],
+        "s1 kept its run"
+    );
+    assert_ne!(
+        second["steps"][1]["run_id"], first["steps"][1]["run_id"],
+        "s2 ran again"
+    );
+    let (status, problem) = node
+        .call(
+            Method::POST,
+            &format!(
+                "/api/v1/workflow-runs/{}/rerun",
+                first["steps"][0]["run_id"]
+            ),
+            None,
+        )
+        .await;
+    assert_eq!(status, 404, "a step's run is no workflow run: {problem}");
+
     // A run in flight keeps the definition it started with; a cancel stops it.
     let slow = post(
         &node,

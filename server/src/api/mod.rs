@@ -113,6 +113,7 @@ fn routes_with(
         .routes(routes!(workflows::runs))
         .routes(routes!(workflows::run_get))
         .routes(routes!(workflows::run_cancel))
+        .routes(routes!(workflows::run_rerun))
         .routes(routes!(runs::list))
         .routes(routes!(runs::get))
         .routes(routes!(runs::cancel))

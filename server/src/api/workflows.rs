@@ -76,6 +76,9 @@ pub(super) struct WorkflowRunView {
     run: RunView,
     workflow_id: i64,
     params: Value,
+    /// The workflow run this one runs again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rerun_of: Option<i64>,
     steps: Vec<StepRunView>,
 }
 
@@ -520,6 +523,7 @@ async fn run_view(state: &ApiState, id: i64) -> Result<WorkflowRunView, ApiError
         .ok_or_else(|| ApiError::missing(format!("workflow run {id}")))?;
     let name = state.store.job_get(run.job_id).await?.map(|j| j.name);
     let pinned = state.store.workflow_run_get(id).await?;
+    let rerun_of = pinned.as_ref().and_then(|(p, _)| p.rerun_of);
     let (params, definition, steps) = match pinned {
         Some((pinned, steps)) => (
             serde_json::from_str(&pinned.params_json).unwrap_or(Value::Null),
@@ -575,8 +579,44 @@ async fn run_view(state: &ApiState, id: i64) -> Result<WorkflowRunView, ApiError
         workflow_id: run.job_id,
         run: RunView::of(run, name),
         params,
+        rerun_of,
         steps,
     })
+}
+
+/// Runs an ended workflow run again, as a new run with the definition and parameters it
+/// had: the steps that succeeded keep their runs and outputs, the others run again.
+#[utoipa::path(post, operation_id = "rerunWorkflowRun", path = "/workflow-runs/{id}/rerun", tag = "workflows", params(("id" = i64, Path, description = "The workflow run's id")),
+    responses(
+        (status = 202, description = "The new workflow run", body = WorkflowRunView),
+        (status = 409, description = "The workflow run has not ended, or its workflow is gone", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub(super) async fn run_rerun(
+    State(state): State<ApiState>,
+    IdParam(id): IdParam,
+) -> Result<(StatusCode, Json<WorkflowRunView>), ApiError> {
+    let run = state
+        .store
+        .run_get(id)
+        .await?
+        .ok_or_else(|| ApiError::missing(format!("workflow run {id}")))?;
+    if run_state::UNFINISHED.contains(&run.state.as_str()) {
+        return Err(ApiError::Conflict(format!(
+            "workflow run {id} is {}: cancel it, or wait for it to end",
+            run.state
+        )));
+    }
+    if state.store.job_get(run.job_id).await?.is_none() {
+        return Err(ApiError::Conflict(format!(
+            "the workflow of run {id} was deleted"
+        )));
+    }
+    let again = state
+        .store
+        .workflow_run_rerun(id, state.view.node_id())
+        .await?
+        .ok_or_else(|| ApiError::missing(format!("workflow run {id}")))?;
+    Ok((StatusCode::ACCEPTED, Json(run_view(&state, again).await?)))
 }
 
 /// Cancels an unfinished workflow run: its running steps' runs are cancelled (their

@@ -86,7 +86,8 @@ enum Command {
     /// Delayed tasks: add, ls, get, cancel.
     #[command(subcommand)]
     Tasks(tasks::TasksCommand),
-    /// Workflows (DAGs of steps): ls, get, apply, trigger, start, stop, runs, run, cancel, rm.
+    /// Workflows (DAGs of steps): ls, get, apply, trigger, start, stop, runs, run, cancel,
+    /// rerun, rm.
     #[command(subcommand)]
     Workflows(workflows::WorkflowsCommand),
     /// Bring jobs over from another scheduler: xxl-job.

@@ -38,6 +38,8 @@ pub(crate) enum WorkflowsCommand {
     Run { run_id: i64 },
     /// Cancel a workflow run: its running steps are told to stop.
     Cancel { run_id: i64 },
+    /// Run an ended workflow run again: its succeeded steps are kept, the others run again.
+    Rerun { run_id: i64 },
     /// Delete a workflow (its runs stay in the log).
     Rm { id: i64 },
 }
@@ -127,14 +129,19 @@ pub(crate) async fn workflows(
                 .await?;
             show(output, &page, Some("runs"), &RUN_COLUMNS);
         }
-        WorkflowsCommand::Run { run_id } | WorkflowsCommand::Cancel { run_id } => {
-            let (method, path) = if matches!(command, WorkflowsCommand::Cancel { .. }) {
-                (
+        WorkflowsCommand::Run { run_id }
+        | WorkflowsCommand::Cancel { run_id }
+        | WorkflowsCommand::Rerun { run_id } => {
+            let (method, path) = match command {
+                WorkflowsCommand::Cancel { .. } => (
                     Method::POST,
                     format!("/api/v1/workflow-runs/{run_id}/cancel"),
-                )
-            } else {
-                (Method::GET, format!("/api/v1/workflow-runs/{run_id}"))
+                ),
+                WorkflowsCommand::Rerun { .. } => (
+                    Method::POST,
+                    format!("/api/v1/workflow-runs/{run_id}/rerun"),
+                ),
+                _ => (Method::GET, format!("/api/v1/workflow-runs/{run_id}")),
             };
             let run = api.call(method, &path, None).await?;
             show(output, &run, Some("steps"), &STEP_COLUMNS);

@@ -542,6 +542,8 @@ queries! {
     step_run_started = "UPDATE step_runs SET state = 'running', run_id = ?, \
         updated_at_ms = {now} WHERE workflow_run_id = ? AND step_name = ? AND state = 'waiting'";
     step_of_run = "SELECT workflow_run_id, step_name FROM step_runs WHERE run_id = ?";
+    step_run_insert_copy = "INSERT INTO step_runs (workflow_run_id, step_name, state, run_id, \
+        output_json, updated_at_ms) VALUES (?, ?, ?, ?, ?, {now})";
 
     task_ids_lock = "SELECT next_id FROM id_blocks WHERE name = 'tasks' {for_update}";
     task_ids_advance = "UPDATE id_blocks SET next_id = next_id + ? WHERE name = 'tasks'";

@@ -67,6 +67,12 @@ pub trait WorkflowStore: Send + Sync + std::fmt::Debug + 'static {
     /// The workflow run that `run_id` is a step of, and the step's name.
     async fn step_of_run(&self, run_id: i64) -> Result<Option<(i64, String)>, Error>;
 
+    /// Runs an ended workflow run again as a new one, with the definition and parameters it
+    /// had: its succeeded steps keep their runs and outputs, the others run again. Returns the
+    /// new run's id; `None` when `run_id` is no started workflow run; a conflict when it has not
+    /// ended.
+    async fn workflow_run_rerun(&self, run_id: i64, node_id: &str) -> Result<Option<i64>, Error>;
+
     /// Cancels an unfinished workflow run: its waiting steps are cancelled, and so are its
     /// running steps' runs and their attempts; returns the attempts that were running (their
     /// executors should be told), or `None` when the run was not unfinished.
