@@ -258,6 +258,17 @@ impl Cluster {
         documents: Vec<Value>,
         concurrency: usize,
     ) -> anyhow::Result<Vec<i64>> {
+        self.create_at("/api/v1/jobs", documents, concurrency).await
+    }
+
+    /// Creates what `documents` describe by `POST` to `path` on the nodes in turn,
+    /// `concurrency` at a time; their ids.
+    pub(crate) async fn create_at(
+        &self,
+        path: &str,
+        documents: Vec<Value>,
+        concurrency: usize,
+    ) -> anyhow::Result<Vec<i64>> {
         let urls = self.urls();
         let client = self.client.clone();
         let mut ids = Vec::with_capacity(documents.len());
@@ -266,7 +277,7 @@ impl Cluster {
         loop {
             while tasks.len() < concurrency {
                 let Some((i, doc)) = iter.next() else { break };
-                let url = format!("{}/api/v1/jobs", urls[i % urls.len()]);
+                let url = format!("{}{path}", urls[i % urls.len()]);
                 let client = client.clone();
                 tasks.spawn(async move {
                     // A `503` says the database could not serve the request and to try again
@@ -287,7 +298,7 @@ impl Cluster {
                             continue;
                         }
                         if status.as_u16() != 201 {
-                            bail!("creating a job: {status} {body}");
+                            bail!("creating at {url}: {status} {body}");
                         }
                         return body["id"].as_i64().context("a created job has an id");
                     }

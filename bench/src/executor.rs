@@ -27,14 +27,24 @@ use crate::cluster::{Cluster, now_ms};
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Receipt {
     pub(crate) job_id: i64,
+    pub(crate) run_id: i64,
     pub(crate) scheduled_ms: i64,
     pub(crate) received_ms: i64,
+}
+
+/// A workflow step's dispatch: its run and the runs of the steps it needed (from its input).
+#[derive(Debug, Clone)]
+pub(crate) struct StepReceipt {
+    pub(crate) run_id: i64,
+    pub(crate) workflow_run_id: i64,
+    pub(crate) upstream_runs: Vec<i64>,
 }
 
 #[derive(Debug)]
 struct Shared {
     secret: String,
     receipts: Mutex<Vec<Receipt>>,
+    steps: Mutex<Vec<StepReceipt>>,
     log_lines: usize,
     /// Lines waiting to be shipped.
     logs: Mutex<Vec<AttemptLines>>,
@@ -68,6 +78,7 @@ impl FastExecutor {
         let shared = Arc::new(Shared {
             secret: cluster.dispatch_secret.clone(),
             receipts: Mutex::new(Vec::with_capacity(1 << 20)),
+            steps: Mutex::new(Vec::new()),
             log_lines,
             logs: Mutex::new(Vec::new()),
             shipped: Mutex::new(LogFigures::default()),
@@ -145,6 +156,15 @@ impl FastExecutor {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Every workflow step's dispatch so far.
+    pub(crate) fn step_receipts(&self) -> Vec<StepReceipt> {
+        self.shared
+            .steps
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// Every receipt so far.
     pub(crate) fn receipts(&self) -> Vec<Receipt> {
         self.shared
@@ -177,11 +197,35 @@ fn record(shared: &Shared, dispatches: &[Dispatch], received_ms: i64) {
     for dispatch in dispatches {
         receipts.push(Receipt {
             job_id: dispatch.job_id,
+            run_id: dispatch.run_id,
             scheduled_ms: crate::cluster::parse_rfc3339_ms(&dispatch.scheduled_at).unwrap_or(0),
             received_ms,
         });
     }
     drop(receipts);
+    let steps: Vec<StepReceipt> = dispatches
+        .iter()
+        .filter_map(|d| {
+            let input = d.input.as_ref()?;
+            let workflow_run_id = input["workflow"]["run_id"].as_i64()?;
+            let upstream_runs = input["upstream"]
+                .as_object()
+                .map(|ups| ups.values().filter_map(|u| u["run_id"].as_i64()).collect())
+                .unwrap_or_default();
+            Some(StepReceipt {
+                run_id: d.run_id,
+                workflow_run_id,
+                upstream_runs,
+            })
+        })
+        .collect();
+    if !steps.is_empty() {
+        shared
+            .steps
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(steps);
+    }
     if shared.log_lines > 0 {
         let mut logs = shared.logs.lock().unwrap_or_else(PoisonError::into_inner);
         for dispatch in dispatches {

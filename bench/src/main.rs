@@ -7,6 +7,7 @@ mod history;
 mod scenarios;
 mod stats;
 mod tasks;
+mod workflows;
 
 use std::path::PathBuf;
 
@@ -114,6 +115,19 @@ enum Scenario {
         #[arg(long, default_value_t = 30)]
         duration: u64,
     },
+    /// Workflows: the wait of each step after the steps it needs, in a 100-step workflow
+    /// (fan-out of 50, fan-in, a chain) run `--dag` times; and `--workflows` of 5 steps each
+    /// firing every minute for `--minutes`: duplicates and missed steps.
+    Workflows {
+        #[arg(long, default_value_t = 1)]
+        nodes: usize,
+        #[arg(long, default_value_t = 10)]
+        dag: usize,
+        #[arg(long, default_value_t = 0)]
+        workflows: usize,
+        #[arg(long, default_value_t = 2)]
+        minutes: u64,
+    },
     /// Many active jobs with a realistic mix of schedules: load time, memory per job, idle CPU.
     Capacity {
         #[arg(long, default_value_t = 100_000)]
@@ -177,6 +191,20 @@ async fn main() -> anyhow::Result<()> {
         }
         Scenario::Failover { jobs } => scenarios::failover(&common, jobs).await?,
         Scenario::Capacity { jobs, nodes } => scenarios::capacity(&common, jobs, nodes).await?,
+        Scenario::Workflows {
+            nodes,
+            dag,
+            workflows,
+            minutes,
+        } => {
+            let load = workflows::WorkflowLoad {
+                nodes,
+                dag_runs: dag,
+                workflows,
+                minutes: minutes.max(1),
+            };
+            workflows::workflows(&common, &load).await?
+        }
         Scenario::Tasks {
             nodes,
             single,

@@ -142,6 +142,7 @@ mod tests {
     fn duplicates_and_misses_are_counted_per_job_and_instant() {
         let r = |job_id, scheduled_ms, received_ms| Receipt {
             job_id,
+            run_id: 0,
             scheduled_ms,
             received_ms,
         };
