@@ -153,9 +153,16 @@ async fn a_run_that_ends_creates_each_child_once_with_its_output(db: TestDb) {
         let runs = runs_of(&store, child).await;
         assert_eq!(runs.len(), 1, "one run of child {child}");
         let run = &runs[0];
+        // One attempt with the child's arguments: it starts with its creation.
         assert_eq!(
             (run.trigger_kind.as_str(), run.state.as_str()),
-            ("child", "pending")
+            ("child", "running")
+        );
+        let attempts = store.attempts_of_run(run.run_id).await.unwrap();
+        assert_eq!(attempts.len(), 1, "{attempts:?}");
+        assert_eq!(
+            (attempts[0].state.as_str(), attempts[0].args_json.as_str()),
+            ("pending", "null")
         );
         assert_eq!(run.partition_id, partition, "in the child's own partition");
         assert_eq!(run.epoch, 0);

@@ -498,9 +498,9 @@ queries! {
         WHERE job_id IN ({partitions}) AND policy_json LIKE '%\"children\"%'";
     // `{partitions}`: child job ids, locked in id order: follow-ups of one child job take
     // their instants one transaction at a time.
-    child_jobs_lock = "SELECT job_id, partition_id, policy_json FROM jobs \
+    child_jobs_lock = "SELECT job_id, partition_id, policy_json, args_json FROM jobs \
         WHERE job_id IN ({partitions}) ORDER BY job_id {for_update}";
-    child_job_lock_one = "SELECT job_id, partition_id, policy_json FROM jobs \
+    child_job_lock_one = "SELECT job_id, partition_id, policy_json, args_json FROM jobs \
         WHERE job_id = ? {for_update}";
     child_run_insert = "INSERT INTO runs (job_id, scheduled_at_ms, partition_id, epoch, \
         node_id, trigger_kind, state, priority, created_at_ms, input_json) \

@@ -13,6 +13,11 @@ pub(super) struct FollowUp<'a> {
     pub(super) trigger_kind: &'static str,
     /// JSON.
     pub(super) input: &'a str,
+    /// The job's arguments and policy (JSON): a run that is one attempt with the job's
+    /// arguments (`JobPolicy::starts_as_one_attempt`) starts here, with its attempt, so no
+    /// start pass (and its commit) stands between a step and the next.
+    pub(super) args_json: &'a str,
+    pub(super) policy_json: &'a str,
 }
 
 /// Implements it for one backend's store; see `super` for the arguments.
@@ -86,7 +91,7 @@ macro_rules! follow_ups_store {
                 let Some(lock) = with_partitions(&self.q.child_jobs_lock, &child_ids) else {
                     return Ok(0);
                 };
-                let children: Vec<(i64, i64, String)> =
+                let children: Vec<(i64, i64, String, String)> =
                     sqlx::query_as::<$db, _>(lock).fetch_all(&mut **tx).await?;
                 wanted.sort_by_key(|(child, i)| (*child, ended[*i].run_id));
                 let now: i64 = sqlx::query_scalar::<$db, i64>(sql(&self.q.now))
@@ -96,7 +101,8 @@ macro_rules! follow_ups_store {
                 let mut created = 0;
                 for (child, i) in wanted {
                     let parent = &ended[i];
-                    let Some((_, partition_id, policy)) = children.iter().find(|j| j.0 == child)
+                    let Some((_, partition_id, policy, args)) =
+                        children.iter().find(|j| j.0 == child)
                     else {
                         // Deleted since the parent's policy named it (a deletion of a job
                         // that is a child is refused; this is the race with it).
@@ -124,6 +130,8 @@ macro_rules! follow_ups_store {
                                 node_id: &parent.node_id,
                                 trigger_kind: "child",
                                 input: &input,
+                                args_json: args,
+                                policy_json: policy,
                             },
                             from,
                         )
@@ -170,6 +178,30 @@ macro_rules! follow_ups_store {
                                 .bind(at)
                                 .fetch_one(&mut **tx)
                                 .await?;
+                        let one_attempt =
+                            serde_json::from_str::<crate::jobs::JobPolicy>(run.policy_json)
+                                .is_ok_and(|p| p.starts_as_one_attempt());
+                        if one_attempt {
+                            sqlx::query::<$db>(sql(&self.q.run_start_one))
+                                .bind(run_id)
+                                .execute(&mut **tx)
+                                .await?;
+                            self.insert_first_attempts(
+                                tx,
+                                &[FirstAttempt {
+                                    run_id,
+                                    job_id: run.job_id,
+                                    partition_id: run.partition_id,
+                                    priority: i64::from(run.priority),
+                                    shard_index: 0,
+                                    shard_total: 1,
+                                    args_json: run.args_json,
+                                    not_before_ms: at,
+                                    executor_id: None,
+                                }],
+                            )
+                            .await?;
+                        }
                         return Ok((run_id, at));
                     }
                 }

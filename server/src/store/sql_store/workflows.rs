@@ -108,13 +108,13 @@ macro_rules! workflow_store {
                         let Some(step) = definition.steps.iter().find(|s| &s.name == name) else {
                             continue;
                         };
-                        let job: Option<(i64, i64, String)> = sqlx::query_as::<$db, _>(
+                        let job: Option<(i64, i64, String, String)> = sqlx::query_as::<$db, _>(
                             sql(&self.q.child_job_lock_one),
                         )
                         .bind(step.job_id)
                         .fetch_optional(&mut **tx)
                         .await?;
-                        let Some((_, partition_id, policy)) = job else {
+                        let Some((_, partition_id, policy, args)) = job else {
                             let why = serde_json::json!(format!("job {} is gone", step.job_id));
                             sqlx::query::<$db>(sql(&self.q.step_run_unstarted))
                                 .bind(step_state::FAILED)
@@ -167,6 +167,8 @@ macro_rules! workflow_store {
                                     node_id,
                                     trigger_kind: "step",
                                     input: &input,
+                                    args_json: &args,
+                                    policy_json: &policy,
                                 },
                                 now,
                             )
@@ -366,9 +368,10 @@ macro_rules! workflow_store {
                         what: format!("workflow run {run_id}, which has not ended"),
                     });
                 }
-                let Some((_, partition_id, policy)) = sqlx::query_as::<$db, (i64, i64, String)>(
-                    sql(&self.q.child_job_lock_one),
-                )
+                let Some((_, partition_id, policy, args)) =
+                    sqlx::query_as::<$db, (i64, i64, String, String)>(sql(
+                        &self.q.child_job_lock_one,
+                    ))
                 .bind(pinned.workflow_id)
                 .fetch_optional(&mut *tx)
                 .await?
@@ -394,6 +397,8 @@ macro_rules! workflow_store {
                             node_id,
                             trigger_kind: "manual",
                             input: &input,
+                            args_json: &args,
+                            policy_json: &policy,
                         },
                         now,
                     )
