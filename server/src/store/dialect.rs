@@ -502,10 +502,11 @@ queries! {
         WHERE job_id IN ({partitions}) ORDER BY job_id {for_update}";
     child_job_lock_one = "SELECT job_id, partition_id, policy_json, args_json FROM jobs \
         WHERE job_id = ? {for_update}";
+    // `pending`, or `running` (with `started_at_ms`) when it starts with its attempt here.
     child_run_insert = "INSERT INTO runs (job_id, scheduled_at_ms, partition_id, epoch, \
-        node_id, trigger_kind, state, priority, created_at_ms, input_json) \
-        SELECT ?, ?, ?, 0, ?, ?, 'pending', ?, {now}, ? {from_dual} \
-        WHERE NOT EXISTS (SELECT 1 FROM runs WHERE job_id = ? AND scheduled_at_ms = ?)";
+        node_id, trigger_kind, state, priority, created_at_ms, started_at_ms, input_json) \
+        SELECT ?, ?, ?, 0, ?, ?, ?, ?, {now}, CASE WHEN ? = 'running' THEN {now} END, ? \
+        {from_dual} WHERE NOT EXISTS (SELECT 1 FROM runs WHERE job_id = ? AND scheduled_at_ms = ?)";
     run_id_at_instant = "SELECT run_id FROM runs WHERE job_id = ? AND scheduled_at_ms = ?";
     child_run_record = "INSERT INTO child_runs (parent_run_id, child_job_id, child_run_id, \
         created_at_ms) VALUES (?, ?, ?, {now})";

@@ -157,6 +157,13 @@ macro_rules! follow_ups_store {
                 run: FollowUp<'_>,
                 from_ms: i64,
             ) -> Result<(i64, i64), Error> {
+                let one_attempt = serde_json::from_str::<crate::jobs::JobPolicy>(run.policy_json)
+                    .is_ok_and(|p| p.starts_as_one_attempt());
+                let state = if one_attempt {
+                    run_state::RUNNING
+                } else {
+                    run_state::PENDING
+                };
                 for at in from_ms..from_ms + 1_000 {
                     let inserted = sqlx::query::<$db>(sql(&self.q.child_run_insert))
                         .bind(run.job_id)
@@ -164,7 +171,9 @@ macro_rules! follow_ups_store {
                         .bind(run.partition_id)
                         .bind(run.node_id)
                         .bind(run.trigger_kind)
+                        .bind(state)
                         .bind(i64::from(run.priority))
+                        .bind(state)
                         .bind(run.input)
                         .bind(run.job_id)
                         .bind(at)
@@ -178,14 +187,7 @@ macro_rules! follow_ups_store {
                                 .bind(at)
                                 .fetch_one(&mut **tx)
                                 .await?;
-                        let one_attempt =
-                            serde_json::from_str::<crate::jobs::JobPolicy>(run.policy_json)
-                                .is_ok_and(|p| p.starts_as_one_attempt());
                         if one_attempt {
-                            sqlx::query::<$db>(sql(&self.q.run_start_one))
-                                .bind(run_id)
-                                .execute(&mut **tx)
-                                .await?;
                             self.insert_first_attempts(
                                 tx,
                                 &[FirstAttempt {
