@@ -559,10 +559,18 @@ pub(super) async fn runs(
     QueryParams(query): QueryParams<JobRunsQuery>,
 ) -> Result<Json<RunList>, ApiError> {
     load(&state, id).await?;
-    let listing = format!("jobs/{id}/runs");
+    Ok(Json(runs_of(&state, "jobs", id, query).await?))
+}
+
+/// One page of the runs of job `id` (a workflow's too), listed under `/{collection}/{id}/runs`.
+pub(super) async fn runs_of(
+    state: &ApiState,
+    collection: &str,
+    id: i64,
+    query: JobRunsQuery,
+) -> Result<RunList, ApiError> {
+    let listing = format!("{collection}/{id}/runs");
     let query = query.of_job(id);
     let wanted = query_state(&query)?;
-    Ok(Json(
-        page_of(&state, &listing, query, &[wanted.as_str()]).await?,
-    ))
+    page_of(state, &listing, query, &[wanted.as_str()]).await
 }

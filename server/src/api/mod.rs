@@ -21,6 +21,7 @@ mod runs;
 mod schedules;
 mod stats;
 mod tasks;
+mod workflow_runs;
 mod workflows;
 pub mod xxl;
 
@@ -111,9 +112,9 @@ fn routes_with(
         .routes(routes!(workflows::stop))
         .routes(routes!(workflows::trigger))
         .routes(routes!(workflows::runs))
-        .routes(routes!(workflows::run_get))
-        .routes(routes!(workflows::run_cancel))
-        .routes(routes!(workflows::run_rerun))
+        .routes(routes!(workflow_runs::get))
+        .routes(routes!(workflow_runs::cancel))
+        .routes(routes!(workflow_runs::rerun))
         .routes(routes!(runs::list))
         .routes(routes!(runs::get))
         .routes(routes!(runs::cancel))

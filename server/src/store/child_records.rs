@@ -124,6 +124,9 @@ pub struct EndedRun {
     pub job_id: i64,
     /// The node that created it; its children are recorded as created by the same node.
     pub node_id: String,
+    /// It may be a workflow's step (it has an input): only such runs are looked up among
+    /// the steps, so ending a plain job's runs costs no statement more.
+    pub may_be_step: bool,
     pub state: String,
     /// What its executors answered: the only shard's output, or every shard's in order.
     pub output: Option<Value>,
@@ -196,6 +199,7 @@ mod tests {
             run_id: 1,
             job_id: 2,
             node_id: "n".into(),
+            may_be_step: false,
             state: "succeeded".into(),
             output: Some(Value::String("x".repeat(CHILD_OUTPUT_CAP + 1))),
         };

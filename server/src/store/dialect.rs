@@ -422,6 +422,11 @@ queries! {
         executor_id, dispatched_at_ms, deadline_ms, finished_at_ms, output, error, \
         lost_before FROM attempts WHERE attempt_id = ? {for_update}";
     run_lock = "SELECT node_id FROM runs WHERE run_id = ? {for_update}";
+    // The same, saying whether the run has an input (only runs that follow another do: a
+    // child's, a step's, whose end may move a workflow on).
+    run_lock_ending = "SELECT node_id, \
+        CAST(CASE WHEN input_json IS NULL THEN 0 ELSE 1 END AS {bigint}) \
+        FROM runs WHERE run_id = ? {for_update}";
     attempts_of_run = "SELECT attempt_id, run_id, job_id, partition_id, shard_index, \
         shard_total, attempt_no, priority, args_json, state, created_at_ms, not_before_ms, \
         avoid_executor_id, executor_id, dispatched_at_ms, deadline_ms, finished_at_ms, output, \
@@ -542,7 +547,6 @@ queries! {
         updated_at_ms = {now} WHERE workflow_run_id = ? AND step_name = ? AND state = 'waiting'";
     step_run_started = "UPDATE step_runs SET state = 'running', run_id = ?, \
         updated_at_ms = {now} WHERE workflow_run_id = ? AND step_name = ? AND state = 'waiting'";
-    step_of_run = "SELECT workflow_run_id, step_name FROM step_runs WHERE run_id = ?";
     step_run_insert_copy = "INSERT INTO step_runs (workflow_run_id, step_name, state, run_id, \
         output_json, updated_at_ms) VALUES (?, ?, ?, ?, ?, {now})";
 

@@ -50,7 +50,7 @@ pub use task_records::{
     Enqueued, TaskFilter, TaskRecord, TaskWrite, TasksFired, task_of_job_id, task_state,
 };
 pub use url::{Backend, DatabaseUrl};
-pub use workflow_records::{StepRunRecord, WorkflowRunRecord, WorkflowStore, job_kind};
+pub use workflow_records::{StepRunRecord, WorkflowRunRecord, WorkflowStore, job_kind, params_of};
 
 /// Connection settings for one pool.
 #[derive(Debug, Clone)]

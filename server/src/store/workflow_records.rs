@@ -45,6 +45,15 @@ pub struct StepRunRecord {
     pub updated_at_ms: i64,
 }
 
+/// The parameters a workflow run's steps are given: the `params` of its run's input (a
+/// trigger's), else the workflow's own (`default_params`, JSON).
+pub fn params_of(run_input: Option<&str>, default_params: &str) -> String {
+    run_input
+        .and_then(|i| serde_json::from_str::<serde_json::Value>(i).ok())
+        .and_then(|i| i.get("params").cloned())
+        .map_or_else(|| default_params.to_owned(), |p| p.to_string())
+}
+
 #[async_trait]
 pub trait WorkflowStore: Send + Sync + std::fmt::Debug + 'static {
     /// Stores (or replaces) a workflow's definition; runs already started keep theirs.
@@ -63,9 +72,6 @@ pub trait WorkflowStore: Send + Sync + std::fmt::Debug + 'static {
         &self,
         run_id: i64,
     ) -> Result<Option<(WorkflowRunRecord, Vec<StepRunRecord>)>, Error>;
-
-    /// The workflow run that `run_id` is a step of, and the step's name.
-    async fn step_of_run(&self, run_id: i64) -> Result<Option<(i64, String)>, Error>;
 
     /// Runs an ended workflow run again as a new one, with the definition and parameters it
     /// had: its succeeded steps keep their runs and outputs, the others run again. Returns the

@@ -90,11 +90,12 @@ macro_rules! attempt_end_store {
                 // The run ends when every shard's latest attempt has ended. Its row is locked
                 // first: two shards ending at once would otherwise each see the other still
                 // running (neither committed), and the run would never end.
-                let node_id: String = sqlx::query_scalar::<$db, String>(sql(&self.q.run_lock))
-                    .bind(attempt.run_id)
-                    .fetch_optional(&mut **tx)
-                    .await?
-                    .unwrap_or_default();
+                let (node_id, has_input): (String, i64) =
+                    sqlx::query_as::<$db, (String, i64)>(sql(&self.q.run_lock_ending))
+                        .bind(attempt.run_id)
+                        .fetch_optional(&mut **tx)
+                        .await?
+                        .unwrap_or_default();
                 let attempts = sqlx::query_as::<$db, AttemptRecord>(sql(&self.q.attempts_of_run))
                     .bind(attempt.run_id)
                     .fetch_all(&mut **tx)
@@ -146,6 +147,7 @@ macro_rules! attempt_end_store {
                     run_id: attempt.run_id,
                     job_id: attempt.job_id,
                     node_id,
+                    may_be_step: has_input == 1,
                     state: state.to_owned(),
                     output: run_output(
                         &latest_attempts
@@ -154,9 +156,15 @@ macro_rules! attempt_end_store {
                             .collect::<Vec<_>>(),
                     ),
                 });
-                // A run queued behind this one (overlap `queue`) may start now.
+                self.release_queued_in(tx, attempt.job_id).await?;
+                Ok(AttemptEnded::RunEnded(state.to_owned()))
+            }
+
+            /// A run of `job_id` queued behind one that just ended (overlap `queue`) may
+            /// start now.
+            async fn release_queued_in(&self, tx: &mut Tx<$db>, job_id: i64) -> Result<(), Error> {
                 let queued = sqlx::query_scalar::<$db, i64>(sql(&self.q.run_next_queued))
-                    .bind(attempt.job_id)
+                    .bind(job_id)
                     .fetch_optional(&mut **tx)
                     .await?;
                 if let Some(next) = queued {
@@ -165,7 +173,7 @@ macro_rules! attempt_end_store {
                         .execute(&mut **tx)
                         .await?;
                 }
-                Ok(AttemptEnded::RunEnded(state.to_owned()))
+                Ok(())
             }
         }
     };

@@ -229,6 +229,7 @@ macro_rules! follow_ups_store {
                     run_id,
                     job_id: r.job_id,
                     node_id: r.node_id,
+                    may_be_step: true,
                     state: state.to_owned(),
                     output: None,
                 }))

@@ -51,7 +51,7 @@ use super::job_records::{
 };
 use super::log_records::{LogAppend, LogCaps, LogLine, NewLogLine, TRUNCATED_LINE};
 use super::policy_records::{BackfillRecord, BackfillStep, CalendarRecord};
-use super::workflow_records::{StepRunRecord, WorkflowRunRecord, WorkflowStore};
+use super::workflow_records::{StepRunRecord, WorkflowRunRecord, WorkflowStore, params_of};
 use super::{
     Backend, ClusterMeta, ClusterStore, DatabaseUrl, DispatchStore, Error, HistoryStore, JobStore,
     LeaderFence, LeaderRecord, LogStore, NodeList, NodeRecord, NodeRegistration, PartitionChange,

@@ -17,7 +17,11 @@ macro_rules! workflow_store {
                 tx: &mut Tx<$db>,
                 ended: &[EndedRun],
             ) -> Result<(usize, Vec<EndedRun>), Error> {
-                let ids: Vec<i64> = ended.iter().map(|r| r.run_id).collect();
+                let ids: Vec<i64> = ended
+                    .iter()
+                    .filter(|r| r.may_be_step)
+                    .map(|r| r.run_id)
+                    .collect();
                 let Some(query) = with_partitions(&self.q.step_runs_of_runs, &ids) else {
                     return Ok((0, Vec::new()));
                 };
@@ -212,27 +216,45 @@ macro_rules! workflow_store {
                         .await?
                         .rows_affected();
                     if ended == 1 {
-                        // A workflow run queued behind this one (overlap `queue`) may start.
-                        let queued = sqlx::query_scalar::<$db, i64>(sql(&self.q.run_next_queued))
-                            .bind(pinned.workflow_id)
-                            .fetch_optional(&mut **tx)
-                            .await?;
-                        if let Some(next) = queued {
-                            sqlx::query::<$db>(sql(&self.q.run_release_queued))
-                                .bind(next)
-                                .execute(&mut **tx)
-                                .await?;
-                        }
+                        self.release_queued_in(tx, pinned.workflow_id).await?;
                     }
                     let over = (ended == 1).then(|| EndedRun {
                         run_id: workflow_run,
                         job_id: pinned.workflow_id,
                         node_id: node_id.to_owned(),
+                        // A workflow may itself be another's step.
+                        may_be_step: true,
                         state: state.to_owned(),
                         output: None,
                     });
                     return Ok((created, over));
                 }
+            }
+
+            /// Runs the first steps of a workflow run just started in `tx` (and what follows
+            /// if it ends at once), commits, and tells the node what the follow-ups did.
+            async fn advance_new_and_commit(
+                &self,
+                mut tx: Tx<$db>,
+                workflow_run: i64,
+                node_id: &str,
+            ) -> Result<(), Error> {
+                let (created, over) = self
+                    .workflow_advance_in(&mut tx, workflow_run, node_id)
+                    .await?;
+                let mut followed = FollowedUp {
+                    created,
+                    workflows_ended: Vec::new(),
+                };
+                if let Some(over) = over {
+                    let after = self.follow_ups_in(&mut tx, std::slice::from_ref(&over)).await?;
+                    followed.created += after.created;
+                    followed.workflows_ended.push(over);
+                    followed.workflows_ended.extend(after.workflows_ended);
+                }
+                tx.commit().await?;
+                self.events.note(followed.created, &followed.workflows_ended);
+                Ok(())
             }
 
             /// Starts one pending workflow run in its own transaction; false if it was not
@@ -273,12 +295,7 @@ macro_rules! workflow_store {
                         .fetch_optional(&mut *tx)
                         .await?
                         .flatten();
-                // Parameters given with a trigger, else the workflow's own.
-                let params = input
-                    .as_deref()
-                    .and_then(|i| serde_json::from_str::<serde_json::Value>(i).ok())
-                    .and_then(|i| i.get("params").cloned())
-                    .map_or_else(|| default_params.to_owned(), |p| p.to_string());
+                let params = params_of(input.as_deref(), default_params);
                 sqlx::query::<$db>(sql(&self.q.workflow_run_insert))
                     .bind(run.run_id)
                     .bind(run.job_id)
@@ -295,21 +312,8 @@ macro_rules! workflow_store {
                         .execute(&mut *tx)
                         .await?;
                 }
-                let (created, over) = self
-                    .workflow_advance_in(&mut tx, run.run_id, &run.node_id)
+                self.advance_new_and_commit(tx, run.run_id, &run.node_id)
                     .await?;
-                let mut followed = FollowedUp {
-                    created,
-                    workflows_ended: Vec::new(),
-                };
-                if let Some(over) = over {
-                    let after = self.follow_ups_in(&mut tx, std::slice::from_ref(&over)).await?;
-                    followed.created += after.created;
-                    followed.workflows_ended.push(over);
-                    followed.workflows_ended.extend(after.workflows_ended);
-                }
-                tx.commit().await?;
-                self.events.note(followed.created, &followed.workflows_ended);
                 Ok(true)
             }
         }
@@ -363,11 +367,7 @@ macro_rules! workflow_store {
                                 .fetch_optional(&mut *tx)
                                 .await?
                                 .flatten();
-                        let params = input
-                            .as_deref()
-                            .and_then(|i| serde_json::from_str::<serde_json::Value>(i).ok())
-                            .and_then(|i| i.get("params").cloned())
-                            .map_or(job.args_json, |p| p.to_string());
+                        let params = params_of(input.as_deref(), &job.args_json);
                         WorkflowRunRecord {
                             run_id,
                             workflow_id: run.job_id,
@@ -452,19 +452,7 @@ macro_rules! workflow_store {
                         .execute(&mut *tx)
                         .await?;
                 }
-                let (created, over) = self.workflow_advance_in(&mut tx, rerun, node_id).await?;
-                let mut followed = FollowedUp {
-                    created,
-                    workflows_ended: Vec::new(),
-                };
-                if let Some(over) = over {
-                    let after = self.follow_ups_in(&mut tx, std::slice::from_ref(&over)).await?;
-                    followed.created += after.created;
-                    followed.workflows_ended.push(over);
-                    followed.workflows_ended.extend(after.workflows_ended);
-                }
-                tx.commit().await?;
-                self.events.note(followed.created, &followed.workflows_ended);
+                self.advance_new_and_commit(tx, rerun, node_id).await?;
                 Ok(Some(rerun))
             }
         }
@@ -541,13 +529,6 @@ macro_rules! workflow_store {
                         .fetch_all(&self.pool)
                         .await?;
                 Ok(Some((pinned, steps)))
-            }
-
-            async fn step_of_run(&self, run_id: i64) -> Result<Option<(i64, String)>, Error> {
-                Ok(sqlx::query_as::<$db, (i64, String)>(sql(&self.q.step_of_run))
-                    .bind(run_id)
-                    .fetch_optional(&self.pool)
-                    .await?)
             }
 
             async fn workflow_run_cancel(

@@ -1,0 +1,195 @@
+//! `/api/v1/workflow-runs/{id}`: a workflow run as it stands (the definition it pinned, each
+//! step's state, run and output), its cancel, and its re-run.
+
+use std::collections::HashMap;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use super::error::Problem;
+use super::params::IdParam;
+use super::runs::{RunView, stop_attempts};
+use super::{ApiError, ApiState};
+use crate::clock::rfc3339;
+use crate::store::{self, job_kind, params_of, run_state};
+use crate::workflows::{Definition, Need};
+
+/// A step of a workflow run.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct StepRunView {
+    name: String,
+    /// `waiting`, `running`, `succeeded`, `failed`, `skipped` or `cancelled`.
+    state: String,
+    /// The job whose run the step is.
+    job_id: i64,
+    needs: Vec<Need>,
+    /// The step's run, once it has one.
+    run_id: Option<i64>,
+    output: Option<Value>,
+    updated_at: Option<String>,
+}
+
+/// A workflow run: the run, the parameters its steps were given, and each step.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct WorkflowRunView {
+    #[serde(flatten)]
+    run: RunView,
+    workflow_id: i64,
+    params: Value,
+    /// The workflow run this one runs again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rerun_of: Option<i64>,
+    steps: Vec<StepRunView>,
+}
+
+/// A workflow run with each step's state, run and output.
+#[utoipa::path(get, operation_id = "getWorkflowRun", path = "/workflow-runs/{id}", tag = "workflows", params(("id" = i64, Path, description = "The workflow run's id (its run's)")),
+    responses((status = 200, description = "The workflow run", body = WorkflowRunView)))]
+pub(super) async fn get(
+    State(state): State<ApiState>,
+    IdParam(id): IdParam,
+) -> Result<Json<WorkflowRunView>, ApiError> {
+    Ok(Json(run_view(&state, id).await?))
+}
+
+async fn run_view(state: &ApiState, id: i64) -> Result<WorkflowRunView, ApiError> {
+    let run = state
+        .store
+        .run_get(id)
+        .await?
+        .ok_or_else(|| ApiError::missing(format!("workflow run {id}")))?;
+    let name = state.store.job_get(run.job_id).await?.map(|j| j.name);
+    let pinned = state.store.workflow_run_get(id).await?;
+    let rerun_of = pinned.as_ref().and_then(|(p, _)| p.rerun_of);
+    let (params, definition, steps) = match pinned {
+        Some((pinned, steps)) => (
+            serde_json::from_str(&pinned.params_json).unwrap_or(Value::Null),
+            serde_json::from_str::<Definition>(&pinned.definition_json).unwrap_or_default(),
+            steps,
+        ),
+        // Not started yet: the workflow's own definition, every step waiting.
+        None => {
+            let workflow = state
+                .store
+                .job_get(run.job_id)
+                .await?
+                .filter(|j| j.kind == job_kind::WORKFLOW)
+                .ok_or_else(|| ApiError::missing(format!("workflow run {id}")))?;
+            let definition = state
+                .store
+                .workflow_definition(workflow.job_id)
+                .await?
+                .and_then(|d| serde_json::from_str(&d).ok())
+                .unwrap_or_default();
+            // The parameters it will be given: the trigger's, else the workflow's.
+            let input = state.store.run_input(id).await?;
+            let params = params_of(input.as_deref(), &workflow.args_json);
+            (
+                serde_json::from_str(&params).unwrap_or(Value::Null),
+                definition,
+                Vec::new(),
+            )
+        }
+    };
+    let by_name: HashMap<&str, &store::StepRunRecord> =
+        steps.iter().map(|s| (s.step_name.as_str(), s)).collect();
+    let steps = definition
+        .steps
+        .iter()
+        .map(|step| {
+            let row = by_name.get(step.name.as_str());
+            StepRunView {
+                name: step.name.clone(),
+                state: row.map_or("waiting".to_owned(), |r| r.state.clone()),
+                job_id: step.job_id,
+                needs: step.needs.clone(),
+                run_id: row.and_then(|r| r.run_id),
+                output: row
+                    .and_then(|r| r.output_json.as_deref())
+                    .and_then(|o| serde_json::from_str(o).ok()),
+                updated_at: row.and_then(|r| rfc3339(r.updated_at_ms)),
+            }
+        })
+        .collect();
+    Ok(WorkflowRunView {
+        workflow_id: run.job_id,
+        run: RunView::of(run, name),
+        params,
+        rerun_of,
+        steps,
+    })
+}
+
+/// Runs an ended workflow run again, as a new run with the definition and parameters it
+/// had: the steps that succeeded keep their runs and outputs, the others run again.
+#[utoipa::path(post, operation_id = "rerunWorkflowRun", path = "/workflow-runs/{id}/rerun", tag = "workflows", params(("id" = i64, Path, description = "The workflow run's id")),
+    responses(
+        (status = 202, description = "The new workflow run", body = WorkflowRunView),
+        (status = 409, description = "The workflow run has not ended, or its workflow is gone", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub(super) async fn rerun(
+    State(state): State<ApiState>,
+    IdParam(id): IdParam,
+) -> Result<(StatusCode, Json<WorkflowRunView>), ApiError> {
+    let run = state
+        .store
+        .run_get(id)
+        .await?
+        .ok_or_else(|| ApiError::missing(format!("workflow run {id}")))?;
+    if run_state::UNFINISHED.contains(&run.state.as_str()) {
+        return Err(ApiError::Conflict(format!(
+            "workflow run {id} is {}: cancel it, or wait for it to end",
+            run.state
+        )));
+    }
+    if state.store.job_get(run.job_id).await?.is_none() {
+        return Err(ApiError::Conflict(format!(
+            "the workflow of run {id} was deleted"
+        )));
+    }
+    let again = state
+        .store
+        .workflow_run_rerun(id, state.view.node_id())
+        .await?
+        .ok_or_else(|| ApiError::missing(format!("workflow run {id}")))?;
+    Ok((StatusCode::ACCEPTED, Json(run_view(&state, again).await?)))
+}
+
+/// Cancels an unfinished workflow run: its running steps' runs are cancelled (their
+/// executors told to stop) and its waiting steps never run.
+#[utoipa::path(post, operation_id = "cancelWorkflowRun", path = "/workflow-runs/{id}/cancel", tag = "workflows", params(("id" = i64, Path, description = "The workflow run's id")),
+    responses(
+        (status = 200, description = "The workflow run, cancelled", body = WorkflowRunView),
+        (status = 409, description = "The workflow run has already ended", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub(super) async fn cancel(
+    State(state): State<ApiState>,
+    IdParam(id): IdParam,
+) -> Result<Json<WorkflowRunView>, ApiError> {
+    let run = state
+        .store
+        .run_get(id)
+        .await?
+        .ok_or_else(|| ApiError::missing(format!("workflow run {id}")))?;
+    let workflow = state.store.job_get(run.job_id).await?;
+    if workflow
+        .as_ref()
+        .is_none_or(|w| w.kind != job_kind::WORKFLOW)
+    {
+        return Err(ApiError::missing(format!("workflow run {id}")));
+    }
+    let Some(running) = state.store.workflow_run_cancel(id).await? else {
+        return Err(ApiError::Conflict(format!(
+            "workflow run {id} has already ended"
+        )));
+    };
+    state
+        .observer
+        .workflow_run_ended(id, run.job_id, run_state::CANCELLED);
+    stop_attempts(&state, running).await?;
+    Ok(Json(run_view(&state, id).await?))
+}
