@@ -116,6 +116,7 @@ fn ended(state: &'static str, output: Option<&str>) -> AttemptEnd {
         executor_id: Some("e1".into()),
         retry_after_ms: None,
         retry_to_same_executor: false,
+        job_has_children: true,
     }
 }
 

@@ -202,6 +202,7 @@ async fn overlap_rules_decide_the_state_of_a_claimed_run(db: TestDb) {
         executor_id: Some("e1".into()),
         retry_after_ms: Some(0),
         retry_to_same_executor: false,
+        job_has_children: false,
     };
     assert_eq!(
         store.attempt_end(attempt, &failed).await.unwrap(),

@@ -102,6 +102,7 @@ async fn runs(store: &Arc<dyn Store>, job_id: i64, at: &[i64], still_running: i6
             executor_id: Some("e1".into()),
             retry_after_ms: None,
             retry_to_same_executor: false,
+            job_has_children: false,
         };
         store.attempt_end(id, &end).await.unwrap();
     }

@@ -437,6 +437,7 @@ async fn finished_runs_are_counted_by_minute_and_late_first_dispatches_found(db:
             executor_id: Some("e1".into()),
             retry_after_ms: None,
             retry_to_same_executor: false,
+            job_has_children: false,
         };
         store.attempt_end(id, &end).await.unwrap();
     }
@@ -533,6 +534,7 @@ async fn shards_ending_at_once_end_their_run(db: TestDb) {
                     executor_id: Some("e1".into()),
                     retry_after_ms: None,
                     retry_to_same_executor: false,
+                    job_has_children: false,
                 };
                 store.attempt_end(id, &end).await.unwrap()
             })

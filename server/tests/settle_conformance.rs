@@ -70,6 +70,7 @@ async fn plain_successes_end_their_runs_but_not_a_run_whose_attempt_ended_elsewh
         executor_id: None,
         retry_after_ms: Some(60_000),
         retry_to_same_executor: false,
+        job_has_children: false,
     };
     assert_eq!(
         store.attempt_end(ids[2].0, &timed_out).await.unwrap(),

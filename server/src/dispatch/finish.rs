@@ -109,6 +109,7 @@ pub fn end_of(
         retry_after_ms,
         // The executor that had a lost attempt of an effect-once run holds its record: the
         // next attempt goes back to it (while it is healthy) instead of avoiding it.
+        job_has_children: !policy.children.is_empty(),
         retry_to_same_executor: policy.delivery == Delivery::ExactlyOnceEffect
             && ending == Ending::Lost,
     }

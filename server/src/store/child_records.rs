@@ -127,6 +127,8 @@ pub struct EndedRun {
     /// It may be a workflow's step (it has an input): only such runs are looked up among
     /// the steps, so ending a plain job's runs costs no statement more.
     pub may_be_step: bool,
+    /// Its job may name children: only such runs' jobs are looked up for them.
+    pub may_have_children: bool,
     pub state: String,
     /// What its executors answered: the only shard's output, or every shard's in order.
     pub output: Option<Value>,
@@ -200,6 +202,7 @@ mod tests {
             job_id: 2,
             node_id: "n".into(),
             may_be_step: false,
+            may_have_children: true,
             state: "succeeded".into(),
             output: Some(Value::String("x".repeat(CHILD_OUTPUT_CAP + 1))),
         };

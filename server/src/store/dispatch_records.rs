@@ -190,6 +190,9 @@ pub struct AttemptEnd {
     /// The retry prefers the executor that had this attempt instead of avoiding it (a lost
     /// attempt of an `exactly_once_effect` run: that executor holds the record of its result).
     pub retry_to_same_executor: bool,
+    /// The job names children (its policy, as the caller read it): only then does the
+    /// ending transaction look for them, a statement that every other ending is spared.
+    pub job_has_children: bool,
 }
 
 /// What finishing an attempt did.

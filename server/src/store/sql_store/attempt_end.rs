@@ -148,6 +148,7 @@ macro_rules! attempt_end_store {
                     job_id: attempt.job_id,
                     node_id,
                     may_be_step: has_input == 1,
+                    may_have_children: end.job_has_children,
                     state: state.to_owned(),
                     output: run_output(
                         &latest_attempts

@@ -57,7 +57,9 @@ macro_rules! follow_ups_store {
             ) -> Result<usize, Error> {
                 let mut job_ids: Vec<i64> = ended
                     .iter()
-                    .filter(|r| r.job_id > 0 && !triggered_lists(&r.state).is_empty())
+                    .filter(|r| {
+                        r.may_have_children && r.job_id > 0 && !triggered_lists(&r.state).is_empty()
+                    })
                     .map(|r| r.job_id)
                     .collect();
                 job_ids.sort_unstable();
@@ -230,6 +232,7 @@ macro_rules! follow_ups_store {
                     job_id: r.job_id,
                     node_id: r.node_id,
                     may_be_step: true,
+                    may_have_children: true,
                     state: state.to_owned(),
                     output: None,
                 }))

@@ -224,6 +224,7 @@ macro_rules! workflow_store {
                         node_id: node_id.to_owned(),
                         // A workflow may itself be another's step.
                         may_be_step: true,
+                        may_have_children: true,
                         state: state.to_owned(),
                         output: None,
                     });
