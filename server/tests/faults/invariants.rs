@@ -55,10 +55,15 @@ pub async fn runs(db: &Database, jobs: &[i64], from: i64, to: i64) -> Vec<RunRow
 }
 
 /// Waits until every job of `jobs` has fired at or past `to` and every run of the window has
-/// finished, or gives up after `limit` (the check then names the unfinished runs).
-pub async fn settle(db: &Database, jobs: &[i64], from: i64, to: i64, limit: Duration) {
+/// finished, or until nothing has moved for `stalled` (the check then names the unfinished
+/// runs). A backlog that drains, however slowly, is waited for (up to [`SETTLE_CAP`]): the
+/// scenarios assert that nothing is lost or doubled, and report lateness as a figure; how
+/// fast two shared cores drain it is not theirs to judge.
+pub async fn settle(db: &Database, jobs: &[i64], from: i64, to: i64, stalled: Duration) {
     let listed = id_list(jobs);
-    let deadline = tokio::time::Instant::now() + limit;
+    let began = tokio::time::Instant::now();
+    let mut deadline = began + stalled;
+    let mut least_left = i64::MAX;
     loop {
         let open = db
             .scalar(
@@ -78,12 +83,20 @@ pub async fn settle(db: &Database, jobs: &[i64], from: i64, to: i64, limit: Dura
                 &[to],
             )
             .await;
-        if (open == 0 && behind == 0) || tokio::time::Instant::now() >= deadline {
+        let now = tokio::time::Instant::now();
+        if open + behind < least_left {
+            least_left = open + behind;
+            deadline = now + stalled;
+        }
+        if least_left == 0 || now >= deadline || now - began >= SETTLE_CAP {
             return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// The longest [`settle`] waits for a backlog that keeps draining.
+const SETTLE_CAP: Duration = Duration::from_secs(300);
 
 /// What a window held, against what was expected.
 #[derive(Debug, Default)]
