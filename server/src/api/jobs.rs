@@ -212,18 +212,30 @@ pub(super) async fn insert(
     insert_write(state, &write_of(definition), start).await
 }
 
-/// [`insert`] of a row already written out (a workflow's, or a step's).
+/// [`insert`] of a row already written out (a workflow's), in the partition its id hashes to.
 pub(super) async fn insert_write(
     state: &ApiState,
     write: &JobWrite,
     start: bool,
 ) -> Result<JobRecord, store::Error> {
+    insert_write_in(state, write, start, None).await
+}
+
+/// [`insert_write`] in `partition` when given (a workflow's step, in its workflow's), else in
+/// the one the id hashes to. Up to 20 ids are drawn: a workflow writes its steps' rows within
+/// a few milliseconds, and only 4,096 ids fall in each.
+pub(super) async fn insert_write_in(
+    state: &ApiState,
+    write: &JobWrite,
+    start: bool,
+    partition: Option<i64>,
+) -> Result<JobRecord, store::Error> {
     let mut attempt = 0;
     loop {
         let id = new_job_id(state.clock.now_ms());
-        let partition = partition_of(id, state.partition_count);
+        let partition = partition.unwrap_or_else(|| partition_of(id, state.partition_count));
         match state.store.job_insert(id, partition, write, start).await {
-            Err(store::Error::Conflict { what }) if what.starts_with("job id") && attempt < 5 => {
+            Err(store::Error::Conflict { what }) if what.starts_with("job id") && attempt < 20 => {
                 attempt += 1;
             }
             other => return other,

@@ -15,14 +15,16 @@ use utoipa::ToSchema;
 
 use super::body::JsonBody;
 use super::error::Problem;
-use super::jobs::{check_fires, definition_of, insert_write, load, runs_of, write_of};
+use super::jobs::{
+    check_fires, definition_of, insert_write, insert_write_in, load, runs_of, write_of,
+};
 use super::params::{IdParam, QueryParams};
 use super::runs::{JobRunsQuery, RunList, RunView};
 use super::{ApiError, ApiState};
 use crate::clock::rfc3339;
 use crate::jobs::{JobDefinition, Misfire, Overlap};
 use crate::schedule::ScheduleSpec;
-use crate::store::{self, JobFilter, JobOrder, JobRecord, job_kind, job_state, run_state};
+use crate::store::{JobFilter, JobOrder, JobRecord, job_kind, job_state, run_state};
 use crate::workflows::input::{NeedInput, StepInput, WorkflowInput};
 use crate::workflows::{Definition, Need, Step, graph};
 
@@ -132,7 +134,9 @@ async fn save_steps(
             Some(own) => {
                 let mut write = write_of(&own);
                 write.kind = job_kind::STEP;
-                insert_step_job(state, workflow.partition_id, &write).await?
+                insert_write_in(state, &write, false, Some(workflow.partition_id))
+                    .await?
+                    .job_id
             }
             None => step.job.unwrap_or_default(),
         };
@@ -149,26 +153,6 @@ async fn save_steps(
         .workflow_save(workflow.job_id, &definition)
         .await?;
     Ok(())
-}
-
-/// Stores a step's own job in its workflow's partition under a freshly drawn id (drawing
-/// again if the id is taken: ids drawn in one millisecond differ in 12 random bits).
-async fn insert_step_job(
-    state: &ApiState,
-    partition: i64,
-    write: &store::JobWrite,
-) -> Result<i64, ApiError> {
-    let mut attempt = 0;
-    loop {
-        let id = crate::jobs::new_job_id(state.clock.now_ms());
-        match state.store.job_insert(id, partition, write, false).await {
-            Ok(record) => return Ok(record.job_id),
-            Err(store::Error::Conflict { what }) if what.starts_with("job id") && attempt < 20 => {
-                attempt += 1;
-            }
-            Err(other) => return Err(other.into()),
-        }
-    }
 }
 
 /// Whether `input` (checked into `definition`) is what workflow `record` already is.

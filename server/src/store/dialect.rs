@@ -513,8 +513,6 @@ queries! {
         SELECT ?, ?, ?, 0, ?, ?, ?, ?, {now}, CASE WHEN ? = 'running' THEN {now} END, ? \
         {from_dual} WHERE NOT EXISTS (SELECT 1 FROM runs WHERE job_id = ? AND scheduled_at_ms = ?)";
     run_id_at_instant = "SELECT run_id FROM runs WHERE job_id = ? AND scheduled_at_ms = ?";
-    child_run_record = "INSERT INTO child_runs (parent_run_id, child_job_id, child_run_id, \
-        created_at_ms) VALUES (?, ?, ?, {now})";
     child_runs_of_run = "SELECT child_job_id, child_run_id FROM child_runs \
         WHERE parent_run_id = ? ORDER BY child_job_id";
     run_input = "SELECT input_json FROM runs WHERE run_id = ?";
@@ -544,8 +542,6 @@ queries! {
     step_run_end = "UPDATE step_runs SET state = ?, output_json = ?, updated_at_ms = {now} \
         WHERE workflow_run_id = ? AND step_name = ? AND state = 'running'";
     step_run_unstarted = "UPDATE step_runs SET state = ?, output_json = ?, \
-        updated_at_ms = {now} WHERE workflow_run_id = ? AND step_name = ? AND state = 'waiting'";
-    step_run_started = "UPDATE step_runs SET state = 'running', run_id = ?, \
         updated_at_ms = {now} WHERE workflow_run_id = ? AND step_name = ? AND state = 'waiting'";
     step_run_insert_copy = "INSERT INTO step_runs (workflow_run_id, step_name, state, run_id, \
         output_json, updated_at_ms) VALUES (?, ?, ?, ?, ?, {now})";

@@ -45,9 +45,11 @@ pub use job_records::{
     RunClaim, RunRecord, ScheduledJob, job_state, run_state,
 };
 pub use log_records::{LogAppend, LogCaps, LogLine, NewLogLine, TRUNCATED_LINE};
-pub use policy_records::{BackfillRecord, BackfillStep, CalendarRecord, backfill_state};
+pub use policy_records::{
+    BackfillRecord, BackfillStep, CalendarRecord, PolicyStore, backfill_state,
+};
 pub use task_records::{
-    Enqueued, TaskFilter, TaskRecord, TaskWrite, TasksFired, task_of_job_id, task_state,
+    Enqueued, TaskFilter, TaskRecord, TaskStore, TaskWrite, TasksFired, task_of_job_id, task_state,
 };
 pub use url::{Backend, DatabaseUrl};
 pub use workflow_records::{StepRunRecord, WorkflowRunRecord, WorkflowStore, job_kind, params_of};
@@ -467,56 +469,6 @@ pub trait LogStore: Send + Sync + std::fmt::Debug + 'static {
     ) -> Result<Vec<LogLine>, Error>;
 }
 
-/// Tasks: delayed one-shot work enqueued in bulk and fired by the owner of its partition. A
-/// task's run carries `job_id = -task_id` (job ids are positive), so the runs' key allows one
-/// run per task.
-#[async_trait]
-pub trait TaskStore: Send + Sync + std::fmt::Debug + 'static {
-    /// Takes `count` task ids for this node to give out: the first of them.
-    async fn task_ids_take(&self, count: i64) -> Result<i64, Error>;
-
-    /// Stores a batch in one transaction; per task, in order: created, or the id of the
-    /// unfinished task that already holds its key. A finished task (cancelled, or its run
-    /// ended) gives its key up to the new one.
-    async fn tasks_enqueue(&self, tasks: &[TaskWrite]) -> Result<Vec<Enqueued>, Error>;
-
-    async fn task_get(&self, task_id: i64) -> Result<Option<TaskRecord>, Error>;
-
-    async fn task_by_key(&self, key: &str) -> Result<Option<TaskRecord>, Error>;
-
-    /// The tasks of `task_ids` that exist, in any order.
-    async fn tasks_get_many(&self, task_ids: &[i64]) -> Result<Vec<TaskRecord>, Error>;
-
-    /// Tasks newest first.
-    async fn tasks_list(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, Error>;
-
-    /// Deletes a task: only while it is `pending` when `only_pending` (so a task that fired
-    /// meanwhile stays), or whatever its state; `false` when nothing was deleted.
-    async fn task_remove(&self, task_id: i64, only_pending: bool) -> Result<bool, Error>;
-
-    /// Deletes up to `limit` tasks of `partitions` that left `pending` before
-    /// `ended_before_ms` and whose run is gone (purged by the run-history rules; a cancelled
-    /// task has none), oldest first; how many it deleted.
-    async fn tasks_purge(
-        &self,
-        partitions: &[i64],
-        ended_before_ms: i64,
-        limit: i64,
-    ) -> Result<u64, Error>;
-
-    /// Fires the window: the pending tasks of `partitions` (`(partition, epoch)`, this node's)
-    /// due by `due_by_ms`, at most `limit`, earliest first. One transaction, fenced by the
-    /// partitions' epochs: each task moves to `fired` and gets its run (`running`, trigger
-    /// `task`) and first attempt, due at the task's instant.
-    async fn tasks_fire(
-        &self,
-        node_id: &str,
-        partitions: &[(i64, i64)],
-        due_by_ms: i64,
-        limit: i64,
-    ) -> Result<TasksFired, Error>;
-}
-
 /// The job a run belongs to: the job itself, or for a task's run (a negative job id) the task
 /// as a one-shot job (`TaskRecord::job_view`). `None` when neither exists any more.
 pub async fn job_of_run(store: &dyn Store, job_id: i64) -> Result<Option<JobRecord>, Error> {
@@ -545,83 +497,6 @@ pub async fn jobs_of_runs(store: &dyn Store, job_ids: &[i64]) -> Result<Vec<JobR
         );
     }
     Ok(found)
-}
-
-/// What the schedule policies keep beyond the job row: bounds ending a job, the run ends a
-/// fixed delay counts from, exclusion calendars, and backfills.
-#[async_trait]
-pub trait PolicyStore: Send + Sync + std::fmt::Debug + 'static {
-    /// Marks a running job `done` (its bounds are past) if it is still at `version`.
-    async fn job_finish(&self, job_id: i64, version: i64) -> Result<bool, Error>;
-
-    /// For each `(job_id, scheduled_at_ms)` that has a run: the run's end, if it has ended.
-    async fn runs_finished_at(
-        &self,
-        runs: &[(i64, i64)],
-    ) -> Result<Vec<(i64, i64, Option<i64>)>, Error>;
-
-    /// Jobs whose policy may name calendar `name` (`(job_id, name, policy_json)`; the caller
-    /// reads each policy to be sure).
-    async fn jobs_naming_calendar(&self, name: &str) -> Result<Vec<(i64, String, String)>, Error>;
-
-    /// A new calendar; [`Error::Conflict`] when the name is taken.
-    async fn calendar_insert(
-        &self,
-        name: &str,
-        definition_json: &str,
-    ) -> Result<CalendarRecord, Error>;
-
-    /// Replaces a calendar's definition (if its version is still `expected_version`, when
-    /// given); `None` when it is gone or at another version.
-    async fn calendar_update(
-        &self,
-        name: &str,
-        definition_json: &str,
-        expected_version: Option<i64>,
-    ) -> Result<Option<CalendarRecord>, Error>;
-
-    async fn calendar_get(&self, name: &str) -> Result<Option<CalendarRecord>, Error>;
-
-    /// Every calendar, by name.
-    async fn calendars_list(&self) -> Result<Vec<CalendarRecord>, Error>;
-
-    async fn calendar_delete(&self, name: &str) -> Result<bool, Error>;
-
-    /// A new running backfill of `[from_ms, to_ms]`.
-    async fn backfill_insert(
-        &self,
-        job_id: i64,
-        partition_id: i64,
-        from_ms: i64,
-        to_ms: i64,
-        max_in_flight: i64,
-    ) -> Result<BackfillRecord, Error>;
-
-    async fn backfill_get(&self, backfill_id: i64) -> Result<Option<BackfillRecord>, Error>;
-
-    /// A job's backfills, newest first.
-    async fn backfills_of_job(&self, job_id: i64, limit: i64)
-    -> Result<Vec<BackfillRecord>, Error>;
-
-    /// The running backfills of these partitions.
-    async fn backfills_running(&self, partitions: &[i64]) -> Result<Vec<BackfillRecord>, Error>;
-
-    /// Stops a running backfill; false when it was not running.
-    async fn backfill_cancel(&self, backfill_id: i64) -> Result<bool, Error>;
-
-    /// A job's unfinished runs (scheduled in `range`, both ends included, when given).
-    async fn runs_unfinished_count(
-        &self,
-        job_id: i64,
-        range: Option<(i64, i64)>,
-    ) -> Result<i64, Error>;
-
-    /// One step of a backfill in one transaction, fenced by the partition's epoch and the
-    /// backfill's cursor: inserts its instants' runs (trigger `backfill`; an instant that has
-    /// a run already keeps it) and moves the cursor. How many runs it inserted, or `None`
-    /// when the fence or the cursor refused it (nothing was written).
-    async fn backfill_step(&self, node_id: &str, step: &BackfillStep)
-    -> Result<Option<u64>, Error>;
 }
 
 /// Run-history retention: deleting finished runs with their attempts, in bounded batches.

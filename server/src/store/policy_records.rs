@@ -1,4 +1,9 @@
-//! Rows and parameters of the schedule policies' tables: exclusion calendars and backfills.
+//! `PolicyStore`, and the rows and parameters of the schedule policies' tables: exclusion
+//! calendars and backfills.
+
+use async_trait::async_trait;
+
+use super::Error;
 
 /// A row of `calendars`. The definition is JSON that only `schedule::calendar` interprets.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -56,4 +61,81 @@ pub struct BackfillStep {
     /// No instant of the range is left: the backfill is `done`.
     pub done: bool,
     pub message: Option<String>,
+}
+
+/// What the schedule policies keep beyond the job row: bounds ending a job, the run ends a
+/// fixed delay counts from, exclusion calendars, and backfills.
+#[async_trait]
+pub trait PolicyStore: Send + Sync + std::fmt::Debug + 'static {
+    /// Marks a running job `done` (its bounds are past) if it is still at `version`.
+    async fn job_finish(&self, job_id: i64, version: i64) -> Result<bool, Error>;
+
+    /// For each `(job_id, scheduled_at_ms)` that has a run: the run's end, if it has ended.
+    async fn runs_finished_at(
+        &self,
+        runs: &[(i64, i64)],
+    ) -> Result<Vec<(i64, i64, Option<i64>)>, Error>;
+
+    /// Jobs whose policy may name calendar `name` (`(job_id, name, policy_json)`; the caller
+    /// reads each policy to be sure).
+    async fn jobs_naming_calendar(&self, name: &str) -> Result<Vec<(i64, String, String)>, Error>;
+
+    /// A new calendar; [`Error::Conflict`] when the name is taken.
+    async fn calendar_insert(
+        &self,
+        name: &str,
+        definition_json: &str,
+    ) -> Result<CalendarRecord, Error>;
+
+    /// Replaces a calendar's definition (if its version is still `expected_version`, when
+    /// given); `None` when it is gone or at another version.
+    async fn calendar_update(
+        &self,
+        name: &str,
+        definition_json: &str,
+        expected_version: Option<i64>,
+    ) -> Result<Option<CalendarRecord>, Error>;
+
+    async fn calendar_get(&self, name: &str) -> Result<Option<CalendarRecord>, Error>;
+
+    /// Every calendar, by name.
+    async fn calendars_list(&self) -> Result<Vec<CalendarRecord>, Error>;
+
+    async fn calendar_delete(&self, name: &str) -> Result<bool, Error>;
+
+    /// A new running backfill of `[from_ms, to_ms]`.
+    async fn backfill_insert(
+        &self,
+        job_id: i64,
+        partition_id: i64,
+        from_ms: i64,
+        to_ms: i64,
+        max_in_flight: i64,
+    ) -> Result<BackfillRecord, Error>;
+
+    async fn backfill_get(&self, backfill_id: i64) -> Result<Option<BackfillRecord>, Error>;
+
+    /// A job's backfills, newest first.
+    async fn backfills_of_job(&self, job_id: i64, limit: i64)
+    -> Result<Vec<BackfillRecord>, Error>;
+
+    /// The running backfills of these partitions.
+    async fn backfills_running(&self, partitions: &[i64]) -> Result<Vec<BackfillRecord>, Error>;
+
+    /// Stops a running backfill; false when it was not running.
+    async fn backfill_cancel(&self, backfill_id: i64) -> Result<bool, Error>;
+
+    /// A job's unfinished runs (scheduled in `range`, both ends included, when given).
+    async fn runs_unfinished_count(
+        &self,
+        job_id: i64,
+        range: Option<(i64, i64)>,
+    ) -> Result<i64, Error>;
+
+    /// One step of a backfill in one transaction, fenced by the partition's epoch and the
+    /// backfill's cursor: inserts its instants' runs (trigger `backfill`; an instant that has
+    /// a run already keeps it) and moves the cursor. How many runs it inserted, or `None`
+    /// when the fence or the cursor refused it (nothing was written).
+    async fn backfill_step(&self, node_id: &str, step: &BackfillStep)
+    -> Result<Option<u64>, Error>;
 }

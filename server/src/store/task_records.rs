@@ -1,6 +1,8 @@
-//! The rows and parameters of `TaskStore`.
+//! `TaskStore`, its rows and parameters.
 
-use super::JobRecord;
+use async_trait::async_trait;
+
+use super::{Error, JobRecord};
 
 /// A task's stored states. A fired task's progress is its run's.
 pub mod task_state {
@@ -115,4 +117,54 @@ pub struct TasksFired {
     pub fired: usize,
     /// Tasks of partitions this node no longer owns at their epoch.
     pub fenced: usize,
+}
+
+/// Tasks: delayed one-shot work enqueued in bulk and fired by the owner of its partition. A
+/// task's run carries `job_id = -task_id` (job ids are positive), so the runs' key allows one
+/// run per task.
+#[async_trait]
+pub trait TaskStore: Send + Sync + std::fmt::Debug + 'static {
+    /// Takes `count` task ids for this node to give out: the first of them.
+    async fn task_ids_take(&self, count: i64) -> Result<i64, Error>;
+
+    /// Stores a batch in one transaction; per task, in order: created, or the id of the
+    /// unfinished task that already holds its key. A finished task (cancelled, or its run
+    /// ended) gives its key up to the new one.
+    async fn tasks_enqueue(&self, tasks: &[TaskWrite]) -> Result<Vec<Enqueued>, Error>;
+
+    async fn task_get(&self, task_id: i64) -> Result<Option<TaskRecord>, Error>;
+
+    async fn task_by_key(&self, key: &str) -> Result<Option<TaskRecord>, Error>;
+
+    /// The tasks of `task_ids` that exist, in any order.
+    async fn tasks_get_many(&self, task_ids: &[i64]) -> Result<Vec<TaskRecord>, Error>;
+
+    /// Tasks newest first.
+    async fn tasks_list(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, Error>;
+
+    /// Deletes a task: only while it is `pending` when `only_pending` (so a task that fired
+    /// meanwhile stays), or whatever its state; `false` when nothing was deleted.
+    async fn task_remove(&self, task_id: i64, only_pending: bool) -> Result<bool, Error>;
+
+    /// Deletes up to `limit` tasks of `partitions` that left `pending` before
+    /// `ended_before_ms` and whose run is gone (purged by the run-history rules; a cancelled
+    /// task has none), oldest first; how many it deleted.
+    async fn tasks_purge(
+        &self,
+        partitions: &[i64],
+        ended_before_ms: i64,
+        limit: i64,
+    ) -> Result<u64, Error>;
+
+    /// Fires the window: the pending tasks of `partitions` (`(partition, epoch)`, this node's)
+    /// due by `due_by_ms`, at most `limit`, earliest first. One transaction, fenced by the
+    /// partitions' epochs: each task moves to `fired` and gets its run (`running`, trigger
+    /// `task`) and first attempt, due at the task's instant.
+    async fn tasks_fire(
+        &self,
+        node_id: &str,
+        partitions: &[(i64, i64)],
+        due_by_ms: i64,
+        limit: i64,
+    ) -> Result<TasksFired, Error>;
 }

@@ -22,7 +22,7 @@ pub(super) struct FollowUp<'a> {
 
 /// Implements it for one backend's store; see `super` for the arguments.
 macro_rules! follow_ups_store {
-    ($store:ident, $db:ty) => {
+    ($store:ident, $db:ty, $backend:expr) => {
         impl $store {
             /// What follows, inside the caller's transaction, the runs `ended` there: their
             /// child jobs' runs, and the next steps of the workflow runs they are steps of
@@ -99,13 +99,11 @@ macro_rules! follow_ups_store {
                 let now: i64 = sqlx::query_scalar::<$db, i64>(sql(&self.q.now))
                     .fetch_one(&mut **tx)
                     .await?;
-                let mut next_free: HashMap<i64, i64> = HashMap::new();
-                let mut created = 0;
+                // (parent run, child job, the child job's row, the child run's input)
+                let mut made = Vec::with_capacity(wanted.len());
                 for (child, i) in wanted {
                     let parent = &ended[i];
-                    let Some((_, partition_id, policy, args)) =
-                        children.iter().find(|j| j.0 == child)
-                    else {
+                    let Some(job) = children.iter().find(|j| j.0 == child) else {
                         // Deleted since the parent's policy named it (a deletion of a job
                         // that is a child is refused; this is the race with it).
                         tracing::warn!(
@@ -119,55 +117,79 @@ macro_rules! follow_ups_store {
                         .iter()
                         .find(|p| p.0 == parent.job_id)
                         .map_or("", |p| p.1.as_str());
-                    let input = parent.child_input(name);
-                    // Two children of one job in one millisecond take the next free one.
-                    let from = next_free.get(&child).copied().unwrap_or(now);
-                    let (child_run, at) = self
-                        .follow_up_run_in(
-                            tx,
-                            FollowUp {
-                                job_id: child,
-                                partition_id: *partition_id,
-                                priority: policy_priority(policy),
-                                node_id: &parent.node_id,
-                                trigger_kind: "child",
-                                input: &input,
-                                args_json: args,
-                                policy_json: policy,
-                            },
-                            from,
-                        )
-                        .await?;
-                    next_free.insert(child, at + 1);
-                    sqlx::query::<$db>(sql(&self.q.child_run_record))
-                        .bind(parent.run_id)
-                        .bind(child)
-                        .bind(child_run)
-                        .execute(&mut **tx)
-                        .await?;
-                    created += 1;
+                    made.push((parent, job, parent.child_input(name)));
                 }
-                Ok(created)
+                let follow_ups: Vec<FollowUp<'_>> = made
+                    .iter()
+                    .map(
+                        |(parent, (child, partition_id, policy, args), input)| FollowUp {
+                            job_id: *child,
+                            partition_id: *partition_id,
+                            priority: policy_priority(policy),
+                            node_id: &parent.node_id,
+                            trigger_kind: "child",
+                            input,
+                            args_json: args,
+                            policy_json: policy,
+                        },
+                    )
+                    .collect();
+                let runs = self.follow_up_runs_in(tx, &follow_ups, now).await?;
+                if runs.is_empty() {
+                    return Ok(0);
+                }
+                let mut record = sqlx::QueryBuilder::<$db>::new(
+                    "INSERT INTO child_runs (parent_run_id, child_job_id, child_run_id, \
+                    created_at_ms) ",
+                );
+                let now_expr: &str = &self.q.now_expr;
+                record.push_values(
+                    made.iter().zip(&runs),
+                    |mut row, ((parent, job, _), run)| {
+                        row.push_bind(parent.run_id)
+                            .push_bind(job.0)
+                            .push_bind(run.0)
+                            .push(now_expr);
+                    },
+                );
+                record.build().execute(&mut **tx).await?;
+                Ok(runs.len())
             }
 
-            /// Inserts a pending run of `run.job_id` at the first free millisecond from
-            /// `from_ms` (the job is locked by the caller, so no other follow-up takes it
-            /// meanwhile); returns its id and instant.
-            async fn follow_up_run_in(
+            /// Inserts the runs `runs`, each at the first free millisecond of its job from
+            /// `now_ms` (the jobs are locked by the caller, so no other follow-up takes one
+            /// meanwhile; two of one job here take consecutive ones), `running` with its
+            /// attempt when it is one attempt with its job's arguments, `pending` otherwise.
+            /// Returns each one's id and instant, in order. A fan-out of 50 costs 50 inserts
+            /// (and, on MySQL, which has no `RETURNING`, 50 reads of the ids) and one insert
+            /// of their attempts.
+            async fn follow_up_runs_in(
                 &self,
                 tx: &mut Tx<$db>,
-                run: FollowUp<'_>,
-                from_ms: i64,
-            ) -> Result<(i64, i64), Error> {
-                let one_attempt = serde_json::from_str::<crate::jobs::JobPolicy>(run.policy_json)
-                    .is_ok_and(|p| p.starts_as_one_attempt());
-                let state = if one_attempt {
-                    run_state::RUNNING
-                } else {
-                    run_state::PENDING
-                };
-                for at in from_ms..from_ms + 1_000 {
-                    let inserted = sqlx::query::<$db>(sql(&self.q.child_run_insert))
+                runs: &[FollowUp<'_>],
+                now_ms: i64,
+            ) -> Result<Vec<(i64, i64)>, Error> {
+                let returning: Option<Arc<str>> = ($backend != Backend::Mysql)
+                    .then(|| format!("{} RETURNING run_id", self.q.child_run_insert).into());
+                let mut next_free: HashMap<i64, i64> = HashMap::new();
+                let mut inserted = Vec::with_capacity(runs.len());
+                let mut firsts = Vec::new();
+                for run in runs {
+                    let one_attempt =
+                        serde_json::from_str::<crate::jobs::JobPolicy>(run.policy_json)
+                            .is_ok_and(|p| p.starts_as_one_attempt());
+                    let state = if one_attempt {
+                        run_state::RUNNING
+                    } else {
+                        run_state::PENDING
+                    };
+                    let from = next_free.get(&run.job_id).copied().unwrap_or(now_ms);
+                    let mut placed = None;
+                    for at in from..from + 1_000 {
+                        let insert = sqlx::query::<$db>(match &returning {
+                            Some(query) => AssertSqlSafe(Arc::clone(query)),
+                            None => sql(&self.q.child_run_insert),
+                        })
                         .bind(run.job_id)
                         .bind(at)
                         .bind(run.partition_id)
@@ -178,40 +200,51 @@ macro_rules! follow_ups_store {
                         .bind(state)
                         .bind(run.input)
                         .bind(run.job_id)
-                        .bind(at)
-                        .execute(&mut **tx)
-                        .await?
-                        .rows_affected();
-                    if inserted == 1 {
-                        let run_id: i64 =
-                            sqlx::query_scalar::<$db, i64>(sql(&self.q.run_id_at_instant))
-                                .bind(run.job_id)
-                                .bind(at)
-                                .fetch_one(&mut **tx)
-                                .await?;
-                        if one_attempt {
-                            self.insert_first_attempts(
-                                tx,
-                                &[FirstAttempt {
-                                    run_id,
-                                    job_id: run.job_id,
-                                    partition_id: run.partition_id,
-                                    priority: i64::from(run.priority),
-                                    shard_index: 0,
-                                    shard_total: 1,
-                                    args_json: run.args_json,
-                                    not_before_ms: at,
-                                    executor_id: None,
-                                }],
+                        .bind(at);
+                        let run_id = if returning.is_some() {
+                            match insert.fetch_optional(&mut **tx).await? {
+                                Some(row) => Some(sqlx::Row::try_get::<i64, _>(&row, 0)?),
+                                None => None,
+                            }
+                        } else if insert.execute(&mut **tx).await?.rows_affected() == 1 {
+                            Some(
+                                sqlx::query_scalar::<$db, i64>(sql(&self.q.run_id_at_instant))
+                                    .bind(run.job_id)
+                                    .bind(at)
+                                    .fetch_one(&mut **tx)
+                                    .await?,
                             )
-                            .await?;
+                        } else {
+                            None
+                        };
+                        if let Some(run_id) = run_id {
+                            placed = Some((run_id, at));
+                            break;
                         }
-                        return Ok((run_id, at));
                     }
+                    let Some((run_id, at)) = placed else {
+                        return Err(Error::Conflict {
+                            what: format!("every millisecond of a second for job {}", run.job_id),
+                        });
+                    };
+                    next_free.insert(run.job_id, at + 1);
+                    if one_attempt {
+                        firsts.push(FirstAttempt {
+                            run_id,
+                            job_id: run.job_id,
+                            partition_id: run.partition_id,
+                            priority: i64::from(run.priority),
+                            shard_index: 0,
+                            shard_total: 1,
+                            args_json: run.args_json,
+                            not_before_ms: at,
+                            executor_id: None,
+                        });
+                    }
+                    inserted.push((run_id, at));
                 }
-                Err(Error::Conflict {
-                    what: format!("every millisecond of a second for job {}", run.job_id),
-                })
+                self.insert_first_attempts(tx, &firsts).await?;
+                Ok(inserted)
             }
 
             /// The run `run_id` as it ended in this transaction, for [`Self::follow_ups_in`]

@@ -19,6 +19,7 @@ mod pg_pool;
 mod policies;
 mod standbys;
 mod tasks;
+mod workflow_rerun;
 mod workflows;
 
 use std::collections::HashMap;
@@ -62,6 +63,7 @@ use bulk::JobAdvance;
 use follow_ups::FollowUp;
 use logs::LOG_ROWS_PER_INSERT;
 use pg_pool::{PgDb, PgTx};
+use workflows::step_input;
 
 /// The embedded migrations, with sqlx's own locking off: `migrate` takes a lock that works on
 /// every backend and checks that it was granted.
@@ -371,12 +373,15 @@ dispatch::dispatch_store!(SqliteStore, Sqlite, Backend::Sqlite);
 attempt_end::attempt_end_store!(PostgresStore, Postgres);
 attempt_end::attempt_end_store!(MysqlStore, MySql);
 attempt_end::attempt_end_store!(SqliteStore, Sqlite);
-follow_ups::follow_ups_store!(PostgresStore, Postgres);
-follow_ups::follow_ups_store!(MysqlStore, MySql);
-follow_ups::follow_ups_store!(SqliteStore, Sqlite);
+follow_ups::follow_ups_store!(PostgresStore, Postgres, Backend::Postgres);
+follow_ups::follow_ups_store!(MysqlStore, MySql, Backend::Mysql);
+follow_ups::follow_ups_store!(SqliteStore, Sqlite, Backend::Sqlite);
 workflows::workflow_store!(PostgresStore, Postgres);
 workflows::workflow_store!(MysqlStore, MySql);
 workflows::workflow_store!(SqliteStore, Sqlite);
+workflow_rerun::workflow_rerun_store!(PostgresStore, Postgres);
+workflow_rerun::workflow_rerun_store!(MysqlStore, MySql);
+workflow_rerun::workflow_rerun_store!(SqliteStore, Sqlite);
 history::history_store!(PostgresStore, Postgres);
 history::history_store!(MysqlStore, MySql);
 history::history_store!(SqliteStore, Sqlite);

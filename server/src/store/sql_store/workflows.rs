@@ -5,6 +5,8 @@
 //! skipped, and whether the workflow run ends. So each step's run is created once, and no
 //! node can die between a step's end and what follows it.
 
+use crate::store::{StepRunRecord, WorkflowRunRecord};
+
 /// Implements it for one backend's store; see `super` for the arguments.
 macro_rules! workflow_store {
     ($store:ident, $db:ty) => {
@@ -33,29 +35,55 @@ macro_rules! workflow_store {
                 let mut i = 0;
                 while i < steps.len() {
                     let workflow_run = steps[i].workflow_run_id;
-                    let node_id: String =
-                        sqlx::query_scalar::<$db, String>(sql(&self.q.run_lock))
-                            .bind(workflow_run)
-                            .fetch_optional(&mut **tx)
-                            .await?
-                            .unwrap_or_default();
+                    let node_id: String = sqlx::query_scalar::<$db, String>(sql(&self.q.run_lock))
+                        .bind(workflow_run)
+                        .fetch_optional(&mut **tx)
+                        .await?
+                        .unwrap_or_default();
+                    // Steps that ended without an output are recorded in one statement per
+                    // state (a fan-in's parts settled together cost one), the others one
+                    // each.
+                    let mut quiet: std::collections::BTreeMap<&str, Vec<&str>> =
+                        std::collections::BTreeMap::new();
                     while i < steps.len() && steps[i].workflow_run_id == workflow_run {
                         let step = &steps[i];
-                        if let Some(run) = ended.iter().find(|r| Some(r.run_id) == step.run_id) {
-                            let output = run
-                                .output
-                                .as_ref()
-                                .map(|o| o.to_string())
-                                .filter(|o| o.len() <= CHILD_OUTPUT_CAP);
-                            sqlx::query::<$db>(sql(&self.q.step_run_end))
-                                .bind(step_state::of_run(&run.state))
-                                .bind(output)
-                                .bind(workflow_run)
-                                .bind(&step.step_name)
-                                .execute(&mut **tx)
-                                .await?;
-                        }
                         i += 1;
+                        let Some(run) = ended.iter().find(|r| Some(r.run_id) == step.run_id) else {
+                            continue;
+                        };
+                        let state = step_state::of_run(&run.state);
+                        let output = run
+                            .output
+                            .as_ref()
+                            .map(|o| o.to_string())
+                            .filter(|o| o.len() <= CHILD_OUTPUT_CAP);
+                        if output.is_none() {
+                            quiet.entry(state).or_default().push(&step.step_name);
+                            continue;
+                        }
+                        sqlx::query::<$db>(sql(&self.q.step_run_end))
+                            .bind(state)
+                            .bind(output)
+                            .bind(workflow_run)
+                            .bind(&step.step_name)
+                            .execute(&mut **tx)
+                            .await?;
+                    }
+                    for (state, names) in quiet {
+                        let mut end =
+                            sqlx::QueryBuilder::<$db>::new("UPDATE step_runs SET state = ");
+                        end.push_bind(state)
+                            .push(", output_json = NULL, updated_at_ms = ")
+                            .push(&*self.q.now_expr)
+                            .push(" WHERE workflow_run_id = ")
+                            .push_bind(workflow_run)
+                            .push(" AND state = 'running' AND step_name IN (");
+                        let mut listed = end.separated(", ");
+                        for name in names {
+                            listed.push_bind(name);
+                        }
+                        end.push(")");
+                        end.build().execute(&mut **tx).await?;
                     }
                     let (made, over) = self.workflow_advance_in(tx, workflow_run, &node_id).await?;
                     created += made;
@@ -88,10 +116,12 @@ macro_rules! workflow_store {
                 let mut created = 0;
                 loop {
                     let steps: Vec<StepRunRecord> =
-                        sqlx::query_as::<$db, StepRunRecord>(sql(&self.q.step_runs_of_workflow_run))
-                            .bind(workflow_run)
-                            .fetch_all(&mut **tx)
-                            .await?;
+                        sqlx::query_as::<$db, StepRunRecord>(sql(&self
+                            .q
+                            .step_runs_of_workflow_run))
+                        .bind(workflow_run)
+                        .fetch_all(&mut **tx)
+                        .await?;
                     let states: HashMap<String, String> = steps
                         .iter()
                         .map(|s| (s.step_name.clone(), s.state.clone()))
@@ -126,15 +156,15 @@ macro_rules! workflow_store {
                     let now: i64 = sqlx::query_scalar::<$db, i64>(sql(&self.q.now))
                         .fetch_one(&mut **tx)
                         .await?;
-                    let mut next_free: HashMap<i64, i64> = HashMap::new();
                     // A step whose job is gone fails at once; the rule then runs again.
                     let mut failed_now = false;
+                    // (step name, its job's row, its run's input)
+                    let mut starting = Vec::with_capacity(next.ready.len());
                     for name in &next.ready {
                         let Some(step) = definition.steps.iter().find(|s| &s.name == name) else {
                             continue;
                         };
-                        let job = jobs.iter().find(|j| j.0 == step.job_id);
-                        let Some((_, partition_id, policy, args)) = job else {
+                        let Some(job) = jobs.iter().find(|j| j.0 == step.job_id) else {
                             let why = serde_json::json!(format!("job {} is gone", step.job_id));
                             sqlx::query::<$db>(sql(&self.q.step_run_unstarted))
                                 .bind(step_state::FAILED)
@@ -146,60 +176,51 @@ macro_rules! workflow_store {
                             failed_now = true;
                             continue;
                         };
-                        let upstream: serde_json::Map<String, serde_json::Value> = step
-                            .needs
-                            .iter()
-                            .filter_map(|need| steps.iter().find(|s| s.step_name == need.step))
-                            .map(|up| {
-                                let output = up
-                                    .output_json
-                                    .as_deref()
-                                    .and_then(|o| serde_json::from_str(o).ok())
-                                    .unwrap_or(serde_json::Value::Null);
-                                (
-                                    up.step_name.clone(),
-                                    serde_json::json!({
-                                        "run_id": up.run_id, "state": up.state, "output": output,
-                                    }),
-                                )
-                            })
-                            .collect();
-                        let input = serde_json::json!({
-                            "workflow": {
-                                "id": pinned.workflow_id,
-                                "run_id": workflow_run,
-                                "step": name,
+                        let input = step_input(&pinned, &params, name, &step.needs, &steps);
+                        starting.push((name, job, input));
+                    }
+                    let follow_ups: Vec<FollowUp<'_>> = starting
+                        .iter()
+                        .map(
+                            |(_, (job_id, partition_id, policy, args), input)| FollowUp {
+                                job_id: *job_id,
+                                partition_id: *partition_id,
+                                priority: policy_priority(policy),
+                                node_id,
+                                trigger_kind: "step",
+                                input,
+                                args_json: args,
+                                policy_json: policy,
                             },
-                            "params": params,
-                            "upstream": upstream,
-                        })
-                        .to_string();
-                        // Two steps of one job in one millisecond take the next free one.
-                        let from = next_free.get(&step.job_id).copied().unwrap_or(now);
-                        let (run_id, at) = self
-                            .follow_up_run_in(
-                                tx,
-                                FollowUp {
-                                    job_id: step.job_id,
-                                    partition_id: *partition_id,
-                                    priority: policy_priority(policy),
-                                    node_id,
-                                    trigger_kind: "step",
-                                    input: &input,
-                                    args_json: args,
-                                    policy_json: policy,
-                                },
-                                from,
-                            )
-                            .await?;
-                        next_free.insert(step.job_id, at + 1);
-                        sqlx::query::<$db>(sql(&self.q.step_run_started))
-                            .bind(run_id)
-                            .bind(workflow_run)
-                            .bind(name)
-                            .execute(&mut **tx)
-                            .await?;
-                        created += 1;
+                        )
+                        .collect();
+                    let runs = self.follow_up_runs_in(tx, &follow_ups, now).await?;
+                    if !runs.is_empty() {
+                        // One statement for the steps started: the run each now has.
+                        let mut started = sqlx::QueryBuilder::<$db>::new(
+                            "UPDATE step_runs SET state = 'running', updated_at_ms = ",
+                        );
+                        started
+                            .push(&*self.q.now_expr)
+                            .push(", run_id = CASE step_name");
+                        for ((name, _, _), (run_id, _)) in starting.iter().zip(&runs) {
+                            started
+                                .push(" WHEN ")
+                                .push_bind(name.as_str())
+                                .push(" THEN ")
+                                .push_bind(*run_id);
+                        }
+                        started
+                            .push(" END WHERE workflow_run_id = ")
+                            .push_bind(workflow_run)
+                            .push(" AND state = 'waiting' AND step_name IN (");
+                        let mut names = started.separated(", ");
+                        for (name, _, _) in &starting {
+                            names.push_bind(name.as_str());
+                        }
+                        started.push(")");
+                        started.build().execute(&mut **tx).await?;
+                        created += runs.len();
                     }
                     if failed_now {
                         continue;
@@ -207,7 +228,8 @@ macro_rules! workflow_store {
                     let Some(state) = next.finished else {
                         return Ok((created, None));
                     };
-                    let message = (state != "succeeded").then_some("a step failed or was cancelled");
+                    let message =
+                        (state != "succeeded").then_some("a step failed or was cancelled");
                     let ended = sqlx::query::<$db>(sql(&self.q.run_end))
                         .bind(state)
                         .bind(message)
@@ -248,13 +270,16 @@ macro_rules! workflow_store {
                     workflows_ended: Vec::new(),
                 };
                 if let Some(over) = over {
-                    let after = self.follow_ups_in(&mut tx, std::slice::from_ref(&over)).await?;
+                    let after = self
+                        .follow_ups_in(&mut tx, std::slice::from_ref(&over))
+                        .await?;
                     followed.created += after.created;
                     followed.workflows_ended.push(over);
                     followed.workflows_ended.extend(after.workflows_ended);
                 }
                 tx.commit().await?;
-                self.events.note(followed.created, &followed.workflows_ended);
+                self.events
+                    .note(followed.created, &followed.workflows_ended);
                 Ok(())
             }
 
@@ -316,145 +341,6 @@ macro_rules! workflow_store {
                 self.advance_new_and_commit(tx, run.run_id, &run.node_id)
                     .await?;
                 Ok(true)
-            }
-        }
-
-        impl $store {
-            async fn workflow_run_rerun_once(
-                &self,
-                run_id: i64,
-                node_id: &str,
-            ) -> Result<Option<i64>, Error> {
-                let mut tx = self.begin_write().await?;
-                let Some(run) = sqlx::query_as::<$db, RunRecord>(sql(&self.q.run_get))
-                    .bind(run_id)
-                    .fetch_optional(&mut *tx)
-                    .await?
-                else {
-                    tx.rollback().await?;
-                    return Ok(None);
-                };
-                let pinned =
-                    sqlx::query_as::<$db, WorkflowRunRecord>(sql(&self.q.workflow_run_get))
-                        .bind(run_id)
-                        .fetch_optional(&mut *tx)
-                        .await?;
-                // A run cancelled before it started has nothing pinned: it runs the workflow's
-                // definition and the parameters it was triggered with (else the workflow's).
-                let pinned = match pinned {
-                    Some(pinned) => pinned,
-                    None => {
-                        let job = sqlx::query_as::<$db, JobRecord>(sql(&self.q.job_get))
-                            .bind(run.job_id)
-                            .fetch_optional(&mut *tx)
-                            .await?
-                            .filter(|j| j.is_workflow());
-                        let definition: Option<String> = match &job {
-                            Some(_) => sqlx::query_scalar::<$db, String>(sql(
-                                &self.q.workflow_definition_get,
-                            ))
-                            .bind(run.job_id)
-                            .fetch_optional(&mut *tx)
-                            .await?,
-                            None => None,
-                        };
-                        let (Some(job), Some(definition)) = (job, definition) else {
-                            tx.rollback().await?;
-                            return Ok(None);
-                        };
-                        let input: Option<String> =
-                            sqlx::query_scalar::<$db, Option<String>>(sql(&self.q.run_input))
-                                .bind(run_id)
-                                .fetch_optional(&mut *tx)
-                                .await?
-                                .flatten();
-                        let params = params_of(input.as_deref(), &job.args_json);
-                        WorkflowRunRecord {
-                            run_id,
-                            workflow_id: run.job_id,
-                            definition_json: definition,
-                            params_json: params,
-                            rerun_of: None,
-                            created_at_ms: run.created_at_ms,
-                        }
-                    }
-                };
-                if run_state::UNFINISHED.contains(&run.state.as_str()) {
-                    tx.rollback().await?;
-                    return Err(Error::Conflict {
-                        what: format!("workflow run {run_id}, which has not ended"),
-                    });
-                }
-                let Some((_, partition_id, policy, args)) =
-                    sqlx::query_as::<$db, (i64, i64, String, String)>(sql(
-                        &self.q.child_job_lock_one,
-                    ))
-                .bind(pinned.workflow_id)
-                .fetch_optional(&mut *tx)
-                .await?
-                else {
-                    tx.rollback().await?;
-                    return Err(Error::Conflict {
-                        what: format!("workflow {}, which was deleted", pinned.workflow_id),
-                    });
-                };
-                let params: serde_json::Value =
-                    serde_json::from_str(&pinned.params_json).unwrap_or_default();
-                let input = serde_json::json!({ "params": params }).to_string();
-                let now: i64 = sqlx::query_scalar::<$db, i64>(sql(&self.q.now))
-                    .fetch_one(&mut *tx)
-                    .await?;
-                let (rerun, _) = self
-                    .follow_up_run_in(
-                        &mut tx,
-                        FollowUp {
-                            job_id: pinned.workflow_id,
-                            partition_id,
-                            priority: policy_priority(&policy),
-                            node_id,
-                            trigger_kind: "manual",
-                            input: &input,
-                            args_json: &args,
-                            policy_json: &policy,
-                        },
-                        now,
-                    )
-                    .await?;
-                // Started here, with the definition it had: no start pass pins another.
-                sqlx::query::<$db>(sql(&self.q.run_start_one))
-                    .bind(rerun)
-                    .execute(&mut *tx)
-                    .await?;
-                sqlx::query::<$db>(sql(&self.q.workflow_run_insert))
-                    .bind(rerun)
-                    .bind(pinned.workflow_id)
-                    .bind(&pinned.definition_json)
-                    .bind(&pinned.params_json)
-                    .bind(Some(run_id))
-                    .execute(&mut *tx)
-                    .await?;
-                let before: Vec<StepRunRecord> =
-                    sqlx::query_as::<$db, StepRunRecord>(sql(&self.q.step_runs_of_workflow_run))
-                        .bind(run_id)
-                        .fetch_all(&mut *tx)
-                        .await?;
-                let definition: Definition =
-                    serde_json::from_str(&pinned.definition_json).unwrap_or_default();
-                for step in &definition.steps {
-                    let kept = before
-                        .iter()
-                        .find(|b| b.step_name == step.name && b.state == step_state::SUCCEEDED);
-                    sqlx::query::<$db>(sql(&self.q.step_run_insert_copy))
-                        .bind(rerun)
-                        .bind(&step.name)
-                        .bind(kept.map_or(step_state::WAITING, |_| step_state::SUCCEEDED))
-                        .bind(kept.and_then(|k| k.run_id))
-                        .bind(kept.and_then(|k| k.output_json.clone()))
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                self.advance_new_and_commit(tx, rerun, node_id).await?;
-                Ok(Some(rerun))
             }
         }
 
@@ -555,10 +441,12 @@ macro_rules! workflow_store {
                         return Ok(None);
                     }
                     let steps: Vec<StepRunRecord> =
-                        sqlx::query_as::<$db, StepRunRecord>(sql(&self.q.step_runs_of_workflow_run))
-                            .bind(run_id)
-                            .fetch_all(&mut *tx)
-                            .await?;
+                        sqlx::query_as::<$db, StepRunRecord>(sql(&self
+                            .q
+                            .step_runs_of_workflow_run))
+                        .bind(run_id)
+                        .fetch_all(&mut *tx)
+                        .await?;
                     let mut running = Vec::new();
                     for step in &steps {
                         let statement = match (step.state.as_str(), step.run_id) {
@@ -573,9 +461,9 @@ macro_rules! workflow_store {
                                     .rows_affected();
                                 if cancelled == 1 {
                                     running.extend(
-                                        sqlx::query_as::<$db, AttemptRecord>(sql(
-                                            &self.q.attempts_of_run,
-                                        ))
+                                        sqlx::query_as::<$db, AttemptRecord>(sql(&self
+                                            .q
+                                            .attempts_of_run))
                                         .bind(step_run)
                                         .fetch_all(&mut *tx)
                                         .await?
@@ -610,3 +498,35 @@ macro_rules! workflow_store {
 }
 
 pub(super) use workflow_store;
+
+/// The input of step `name`'s run in the workflow run `pinned`: the workflow run, its
+/// parameters, and the run, state and output of each step it `needs`.
+pub(super) fn step_input(
+    pinned: &WorkflowRunRecord,
+    params: &serde_json::Value,
+    name: &str,
+    needs: &[crate::workflows::Need],
+    steps: &[StepRunRecord],
+) -> String {
+    let upstream: serde_json::Map<String, serde_json::Value> = needs
+        .iter()
+        .filter_map(|need| steps.iter().find(|s| s.step_name == need.step))
+        .map(|up| {
+            let output = up
+                .output_json
+                .as_deref()
+                .and_then(|o| serde_json::from_str(o).ok())
+                .unwrap_or(serde_json::Value::Null);
+            (
+                up.step_name.clone(),
+                serde_json::json!({ "run_id": up.run_id, "state": up.state, "output": output }),
+            )
+        })
+        .collect();
+    serde_json::json!({
+        "workflow": { "id": pinned.workflow_id, "run_id": pinned.run_id, "step": name },
+        "params": params,
+        "upstream": upstream,
+    })
+    .to_string()
+}
