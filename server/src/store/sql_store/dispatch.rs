@@ -532,7 +532,8 @@ macro_rules! dispatch_store {
                         tx.commit().await?;
                         return Ok(0);
                     };
-                    let runs = sqlx::query::<$db>(finish)
+                    // As text: its ids make it a new statement each time (`rows_as`).
+                    let runs = sqlx::raw_sql(finish)
                         .execute(&mut *tx)
                         .await?
                         .rows_affected();

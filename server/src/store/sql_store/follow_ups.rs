@@ -67,9 +67,8 @@ macro_rules! follow_ups_store {
                 let Some(parents) = with_partitions(&self.q.parents_with_children, &job_ids) else {
                     return Ok(0);
                 };
-                let parents: Vec<(i64, String, String)> = sqlx::query_as::<$db, _>(parents)
-                    .fetch_all(&mut **tx)
-                    .await?;
+                let parents: Vec<(i64, String, String)> =
+                    rows_as(&sqlx::raw_sql(parents).fetch_all(&mut **tx).await?)?;
                 // (child job, index of the parent run in `ended`)
                 let mut wanted: Vec<(i64, usize)> = Vec::new();
                 for (i, run) in ended.iter().enumerate() {
@@ -94,7 +93,7 @@ macro_rules! follow_ups_store {
                     return Ok(0);
                 };
                 let children: Vec<(i64, i64, String, String)> =
-                    sqlx::query_as::<$db, _>(lock).fetch_all(&mut **tx).await?;
+                    rows_as(&sqlx::raw_sql(lock).fetch_all(&mut **tx).await?)?;
                 wanted.sort_by_key(|(child, i)| (*child, ended[*i].run_id));
                 let now: i64 = sqlx::query_scalar::<$db, i64>(sql(&self.q.now))
                     .fetch_one(&mut **tx)

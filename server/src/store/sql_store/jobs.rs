@@ -186,9 +186,7 @@ macro_rules! job_store {
                 let Some(query) = with_partitions(&self.q.jobs_get_many, job_ids) else {
                     return Ok(Vec::new());
                 };
-                Ok(sqlx::query_as::<$db, JobRecord>(query)
-                    .fetch_all(&self.pool)
-                    .await?)
+                rows_as(&sqlx::raw_sql(query).fetch_all(&self.pool).await?)
             }
 
             async fn jobs_import(

@@ -84,6 +84,24 @@ fn sql(query: &Arc<str>) -> AssertSqlSafe<Arc<str>> {
     AssertSqlSafe(Arc::clone(query))
 }
 
+/// `rows` as `T`. For the rows of a statement that binds nothing (its ids written in by
+/// [`with_partitions`]) sent as text, `sqlx::raw_sql`, instead of prepared: its text is new at
+/// almost every call, and prepared it would take a slot of sqlx's statement cache; sqlx
+/// 0.9.0's MySQL driver, the cache full, closes the oldest statement with a packet the server
+/// does not answer and then sends the next command, which Nagle's algorithm (0.9.0 no longer
+/// sets `TCP_NODELAY`) holds for the server's delayed ACK: 40 ms on Linux (bench/README.md,
+/// "Workflows"). As text it is one round trip on every backend.
+fn rows_as<R, T>(rows: &[R]) -> Result<Vec<T>, Error>
+where
+    R: sqlx::Row,
+    T: for<'r> sqlx::FromRow<'r, R>,
+{
+    rows.iter()
+        .map(|row| T::from_row(row))
+        .collect::<Result<Vec<T>, sqlx::Error>>()
+        .map_err(Error::from)
+}
+
 /// A query whose `{partitions}` is replaced by the ids (of partitions, or of any rows), formatted from integers (so safe), or
 /// `None` when there are none.
 fn with_partitions(query: &Arc<str>, partitions: &[i64]) -> Option<AssertSqlSafe<String>> {

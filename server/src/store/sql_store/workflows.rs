@@ -27,9 +27,8 @@ macro_rules! workflow_store {
                 let Some(query) = with_partitions(&self.q.step_runs_of_runs, &ids) else {
                     return Ok((0, Vec::new()));
                 };
-                let steps: Vec<StepRunRecord> = sqlx::query_as::<$db, StepRunRecord>(query)
-                    .fetch_all(&mut **tx)
-                    .await?;
+                let steps: Vec<StepRunRecord> =
+                    rows_as(&sqlx::raw_sql(query).fetch_all(&mut **tx).await?)?;
                 let mut created = 0;
                 let mut workflows_ended = Vec::new();
                 let mut i = 0;
@@ -149,7 +148,7 @@ macro_rules! workflow_store {
                     let jobs: Vec<(i64, i64, String, String)> =
                         match with_partitions(&self.q.child_jobs_lock, &job_ids) {
                             Some(lock) => {
-                                sqlx::query_as::<$db, _>(lock).fetch_all(&mut **tx).await?
+                                rows_as(&sqlx::raw_sql(lock).fetch_all(&mut **tx).await?)?
                             }
                             None => Vec::new(),
                         };
