@@ -157,22 +157,22 @@ async fn primary_dies(synchronous: bool, wait_for_standbys: bool) -> Failover {
     let verdict = Verdict::of(&runs, &expected);
     let succeeded_twice = runs_succeeded_twice(&db, &jobs, from, to).await.len();
 
-    // The executor's side: which run ids it ran for each instant, and how often each run.
+    // The executor's side: which run ids it ran for each instant, and how often each run. A
+    // run is known by its id with its job and instant: a promoted standby that lagged hands
+    // out again the ids the old primary gave the runs it lost, to other instants.
     let mut ran: BTreeMap<(i64, i64), Vec<i64>> = BTreeMap::new();
-    let mut attempts_of: BTreeMap<i64, usize> = BTreeMap::new();
+    let mut attempts_of: BTreeMap<(i64, i64, i64), usize> = BTreeMap::new();
     for entry in executor.log().await {
-        if let Some(run) = entry.get("run_id").and_then(Value::as_i64) {
-            *attempts_of.entry(run).or_default() += 1;
-        }
         let field = |name: &str| entry.get(name).and_then(Value::as_i64);
         let at = entry
             .get("scheduled_at")
             .and_then(Value::as_str)
             .map(|at| epoch_ms(&Some(at.to_owned())));
-        if let (Some(job), Some(at), Some(run)) = (field("job_id"), at, field("run_id"))
-            && jobs.contains(&job)
-            && (from..=to).contains(&at)
-        {
+        let (Some(job), Some(at), Some(run)) = (field("job_id"), at, field("run_id")) else {
+            continue;
+        };
+        *attempts_of.entry((run, job, at)).or_default() += 1;
+        if jobs.contains(&job) && (from..=to).contains(&at) {
             let runs = ran.entry((job, at)).or_default();
             if !runs.contains(&run) {
                 runs.push(run);
@@ -190,10 +190,13 @@ async fn primary_dies(synchronous: bool, wait_for_standbys: bool) -> Failover {
         .filter(|(_, runs)| runs.len() > 1)
         .map(|(key, _)| *key)
         .collect();
-    let stored: std::collections::BTreeSet<i64> = runs.iter().map(|r| r.run_id).collect();
+    let stored: std::collections::BTreeSet<(i64, i64, i64)> = runs
+        .iter()
+        .map(|r| (r.run_id, r.job_id, r.scheduled_at_ms))
+        .collect();
     let lost_after_running: Vec<(i64, i64)> = ran
         .iter()
-        .filter(|(_, runs)| runs.iter().any(|run| !stored.contains(run)))
+        .filter(|((job, at), runs)| runs.iter().any(|run| !stored.contains(&(*run, *job, *at))))
         .map(|(key, _)| *key)
         .collect();
     // A run delivered again: its outcome was stored on the old primary only, so the new one
