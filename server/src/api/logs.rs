@@ -146,11 +146,7 @@ pub(super) async fn page(
     IdParam(id): IdParam,
     QueryParams(query): QueryParams<LogsQuery>,
 ) -> Result<Json<LogPage>, ApiError> {
-    state
-        .store
-        .run_get(id)
-        .await?
-        .ok_or_else(|| ApiError::missing(format!("run {id}")))?;
+    super::runs::load_run(&state, id, "run").await?;
     let limit = query.limit.unwrap_or(500);
     if !(1..=1000).contains(&limit) {
         return Err(ApiError::invalid(

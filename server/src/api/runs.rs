@@ -310,11 +310,7 @@ pub(super) async fn get(
     State(state): State<ApiState>,
     IdParam(id): IdParam,
 ) -> Result<Json<RunDetail>, ApiError> {
-    let run = state
-        .store
-        .run_get(id)
-        .await?
-        .ok_or_else(|| ApiError::missing(format!("run {id}")))?;
+    let run = load_run(&state, id, "run").await?;
     let attempts = state.store.attempts_of_run(id).await?;
     let job_name = crate::store::job_of_run(&*state.store, run.job_id)
         .await?
@@ -351,11 +347,7 @@ pub(super) async fn rerun(
     State(state): State<ApiState>,
     IdParam(id): IdParam,
 ) -> Result<(axum::http::StatusCode, Json<RunView>), ApiError> {
-    let run = state
-        .store
-        .run_get(id)
-        .await?
-        .ok_or_else(|| ApiError::missing(format!("run {id}")))?;
+    let run = load_run(&state, id, "run").await?;
     let job = state
         .store
         .job_get(run.job_id)
@@ -390,11 +382,7 @@ pub(super) async fn cancel(
     State(state): State<ApiState>,
     IdParam(id): IdParam,
 ) -> Result<Json<RunDetail>, ApiError> {
-    let run = state
-        .store
-        .run_get(id)
-        .await?
-        .ok_or_else(|| ApiError::missing(format!("run {id}")))?;
+    let run = load_run(&state, id, "run").await?;
     if !cancel_run(&state, &run).await? {
         return Err(ApiError::Conflict(format!(
             "run {id} has already ended ({})",
@@ -441,4 +429,13 @@ pub(super) async fn stop_attempts(
         }
     }
     Ok(())
+}
+
+/// The run with this id, or `404` naming it as `what` ("run", "workflow run").
+pub(super) async fn load_run(state: &ApiState, id: i64, what: &str) -> Result<RunRecord, ApiError> {
+    state
+        .store
+        .run_get(id)
+        .await?
+        .ok_or_else(|| ApiError::missing(format!("{what} {id}")))
 }

@@ -57,11 +57,7 @@ pub(super) async fn get(
 }
 
 async fn run_view(state: &ApiState, id: i64) -> Result<WorkflowRunView, ApiError> {
-    let run = state
-        .store
-        .run_get(id)
-        .await?
-        .ok_or_else(|| ApiError::missing(format!("workflow run {id}")))?;
+    let run = super::runs::load_run(state, id, "workflow run").await?;
     let name = state.store.job_get(run.job_id).await?.map(|j| j.name);
     let pinned = state.store.workflow_run_get(id).await?;
     let rerun_of = pinned.as_ref().and_then(|(p, _)| p.rerun_of);
@@ -135,11 +131,7 @@ pub(super) async fn rerun(
     State(state): State<ApiState>,
     IdParam(id): IdParam,
 ) -> Result<(StatusCode, Json<WorkflowRunView>), ApiError> {
-    let run = state
-        .store
-        .run_get(id)
-        .await?
-        .ok_or_else(|| ApiError::missing(format!("workflow run {id}")))?;
+    let run = super::runs::load_run(&state, id, "workflow run").await?;
     if run_state::UNFINISHED.contains(&run.state.as_str()) {
         return Err(ApiError::Conflict(format!(
             "workflow run {id} is {}: cancel it, or wait for it to end",
@@ -170,11 +162,7 @@ pub(super) async fn cancel(
     State(state): State<ApiState>,
     IdParam(id): IdParam,
 ) -> Result<Json<WorkflowRunView>, ApiError> {
-    let run = state
-        .store
-        .run_get(id)
-        .await?
-        .ok_or_else(|| ApiError::missing(format!("workflow run {id}")))?;
+    let run = super::runs::load_run(&state, id, "workflow run").await?;
     let workflow = state.store.job_get(run.job_id).await?;
     if workflow
         .as_ref()
