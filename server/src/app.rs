@@ -202,6 +202,13 @@ impl Application {
             .clone()
             .unwrap_or_else(|| format!("{scheme}://{local_addr}"));
         let advertised = address.clone();
+        if config.xxl.access_token.is_some() {
+            // What an XXL-JOB executor names as its admin (`xxl.job.admin.addresses`).
+            info!(
+                admin_address = %format!("{advertised}{}", config.xxl.path_prefix),
+                "XXL-JOB endpoints on"
+            );
+        }
 
         let incarnation = crate::data_dir::random_hex(8)?;
         register(

@@ -1,7 +1,8 @@
 //! XXL-JOB executors, unchanged, run Carillon jobs: real pyxxl executors (from PyPI) register
 //! through XXL-JOB's admin API on a node, run handlers with params, a sharded broadcast, a
-//! failing handler retried, a long handler killed on timeout and on cancel, and an executor
-//! killed mid-run fails over to the other.
+//! failing handler retried, a long handler killed on timeout and on cancel, an executor
+//! killed mid-run fails over to the other, and two runs of one job on one executor: the
+//! first's timeout (a `/kill` naming the job) leaves the second alone.
 #![allow(
     clippy::unwrap_used,
     reason = "a test fails loudly on any unexpected error"
@@ -389,5 +390,65 @@ async fn pyxxl_executors_run_carillon_jobs() {
         attempts(&run).last().unwrap()["executor_id"],
         json!(ids[1]),
         "{run}"
+    );
+
+    two_runs_of_one_job_on_one_executor(&node, marks.path(), &ids[1]).await;
+}
+
+/// Two runs of one job (overlap `allow`) on the only healthy executor, the second triggered
+/// while the first runs: the executor runs one attempt of a job at a time, so the second is
+/// offered once the first has ended; the first times out and is killed (`/kill` names the
+/// job), and the second ends by its own outcome, timed from its own delivery.
+async fn two_runs_of_one_job_on_one_executor(node: &Solo, marks: &Path, executor: &str) {
+    // The executor's own timeout is 4 s (rounded up): Carillon's, 3.5 s, comes first.
+    let job = create(
+        node,
+        "one-thread",
+        "first_slow",
+        json!({ "balance": "first", "timeout_ms": 3_500 }),
+    )
+    .await;
+    let first = trigger(node, job).await;
+    let running = wait_for(Duration::from_secs(15), "the first run to start", || async {
+        let (_, body) = node
+            .call(Method::GET, &format!("/api/v1/runs/{first}"), None)
+            .await;
+        attempts(&body)
+            .first()
+            .filter(|a| a["state"] == "running")
+            .cloned()
+    })
+    .await;
+    let first_attempt = running["id"].as_i64().unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let second = trigger(node, job).await;
+    let first_run = ended(node, first, Duration::from_secs(20)).await;
+    assert_eq!(first_run["state"], "failed", "{first_run}");
+    assert_eq!(attempts(&first_run)[0]["state"], "timed_out", "{first_run}");
+    wait_file(
+        &marks.join(format!("cancelled-{first_attempt}")),
+        "the executor to kill the timed-out run",
+    )
+    .await;
+    let second_run = ended(node, second, Duration::from_secs(20)).await;
+    assert_eq!(
+        second_run["state"], "succeeded",
+        "the first run's kill must leave the second alone: {second_run}"
+    );
+    let tries = attempts(&second_run);
+    assert_eq!(tries.len(), 1, "{second_run}");
+    assert_eq!(tries[0]["output"], "slept 1 s", "{second_run}");
+    assert_eq!(tries[0]["executor_id"], json!(executor), "{second_run}");
+    let second_attempt = tries[0]["id"].as_i64().unwrap();
+    assert!(
+        !marks.join(format!("cancelled-{second_attempt}")).exists(),
+        "the second run was cancelled on the executor: {second_run}"
+    );
+    // Offered once the first had ended there, not queued behind it.
+    let first_ended = attempts(&first_run)[0]["finished_at"].as_str().unwrap().to_owned();
+    let second_sent = tries[0]["dispatched_at"].as_str().unwrap().to_owned();
+    assert!(
+        second_sent >= first_ended,
+        "the second run was offered at {second_sent}, while the first ran (it ended at {first_ended})"
     );
 }

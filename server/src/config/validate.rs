@@ -226,11 +226,16 @@ impl Config {
         let x = &self.xxl;
         if let Some(token) = &x.access_token {
             let token = token.expose();
-            if token.trim().len() < 8 || token == "default_token" {
+            // As long as every other token (SECURITY.md): it lets a caller register
+            // executors that are then sent work, and end attempts.
+            if token.trim().len() < TOKEN_MIN || token == "default_token" {
                 return Err(invalid(
                     "xxl.access_token",
-                    "too short, blank, or XXL-JOB's published default_token: give the \
-                     executors and this node a token of at least 8 characters of your own",
+                    format!(
+                        "too short, blank, or XXL-JOB's published default_token: give the \
+                         executors (xxl.job.accessToken) and this node a token of at least \
+                         {TOKEN_MIN} characters of your own"
+                    ),
                 ));
             }
         }

@@ -13,6 +13,10 @@ pub(super) struct Fleet {
     /// Handler names by app, over every executor ever registered (healthy or not).
     pub(super) registered_handlers: HashMap<String, HashSet<String>>,
     pub(super) load: HashMap<String, i64>,
+    /// (executor, job) pairs of XXL-JOB executors busy with an attempt of the job: running,
+    /// or offered in this pass. Such an executor runs one attempt of a job at a time (one
+    /// thread per job id, and `/kill` names the job), so it is offered no other until then.
+    pub(super) xxl_busy: HashSet<(String, i64)>,
     pub(super) now_ms: i64,
 }
 
@@ -42,6 +46,7 @@ impl Fleet {
             handlers,
             registered_handlers,
             load: loads.into_iter().collect(),
+            xxl_busy: HashSet::new(),
             now_ms: list.now_ms,
         }
     }
@@ -61,6 +66,20 @@ impl Fleet {
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// Some healthy executor speaks XXL-JOB's protocol.
+    pub(super) fn has_xxl(&self) -> bool {
+        self.by_app.values().flatten().any(ExecutorRecord::is_xxl)
+    }
+
+    /// `executor` may be offered an attempt of `job_id`: any executor but an XXL-JOB one
+    /// already busy with the job.
+    pub(super) fn free_for(&self, executor: &ExecutorRecord, job_id: i64) -> bool {
+        !executor.is_xxl()
+            || !self
+                .xxl_busy
+                .contains(&(executor.executor_id.clone(), job_id))
     }
 
     pub(super) fn has_room(&self, executor: &ExecutorRecord) -> bool {

@@ -226,11 +226,15 @@ impl Dispatcher {
         } else {
             Vec::new()
         };
-        Ok(Fleet::new(
+        let mut fleet = Fleet::new(
             self.store.executors_list(None).await?,
             loads,
             millis(self.settings.executor_lease),
-        ))
+        );
+        if with_loads && fleet.has_xxl() {
+            fleet.xxl_busy = self.store.xxl_jobs_running().await?.into_iter().collect();
+        }
+        Ok(fleet)
     }
 
     /// Reads the jobs of `job_ids` not yet in `cache` in one statement; a job that no longer

@@ -156,10 +156,14 @@ impl Dispatcher {
             }
             return Ok(None);
         }
-        let executors: Vec<&ExecutorRecord> =
-            offering.into_iter().filter(|e| fleet.has_room(e)).collect();
+        let executors: Vec<&ExecutorRecord> = offering
+            .into_iter()
+            .filter(|e| fleet.has_room(e) && fleet.free_for(e, job.job_id))
+            .collect();
         if executors.is_empty() {
-            return Ok(None); // capacity is short: the attempt waits, its priority ageing
+            // Capacity is short, or the XXL-JOB executors are busy with this job: the attempt
+            // waits (its timeout counts from its delivery), its priority ageing.
+            return Ok(None);
         }
         let candidates: Vec<Candidate<'_>> = executors
             .iter()
@@ -233,6 +237,13 @@ impl Dispatcher {
         let first_takes_batches = order.first().is_some_and(|&i| executors[i].takes_batches());
         if let Some(first) = targets.first() {
             *fleet.load.entry(first.executor_id.clone()).or_default() += 1;
+        }
+        // Any XXL-JOB target may end up running it: none is offered another attempt of the
+        // job in this pass.
+        for target in targets.iter().filter(|t| t.xxl) {
+            fleet
+                .xxl_busy
+                .insert((target.executor_id.clone(), job.job_id));
         }
         Ok(Some(Offer {
             attempt: attempt.clone(),

@@ -94,13 +94,17 @@ pub fn xxl_job_id(job_id: i64) -> i32 {
     i32::try_from(x & 0x7fff_ffff).unwrap_or(1).max(1)
 }
 
+/// The block strategy under which a run stops the job's earlier one on the executor.
+const COVER_EARLY: &str = "COVER_EARLY";
+
 /// XXL-JOB's block strategy for a job's overlap policy. Carillon applies the overlap itself
-/// before it fires; this tells the executor what to do with a run of the same job that
-/// reaches it while one runs (after a failover, say).
+/// before it fires, and offers an executor no attempt of a job while it runs another
+/// (`xxl_run`), so the strategy matters only for a run that replaces another (`COVER_EARLY`:
+/// the executor stops the earlier one) or one that reaches it while a killed one lingers.
 fn block_strategy(overlap: Overlap) -> &'static str {
     match overlap {
         Overlap::Skip => "DISCARD_LATER",
-        Overlap::Replace => "COVER_EARLY",
+        Overlap::Replace => COVER_EARLY,
         Overlap::Allow | Overlap::Queue => "SERIAL_EXECUTION",
     }
 }
@@ -177,19 +181,21 @@ impl DispatchClient {
     }
 
     /// Offers an attempt to an XXL-JOB executor. Under `failover` it must answer `/beat`
-    /// first, under `busyover` say it is idle for the job (`/idleBeat`); otherwise the offer
-    /// goes on to the next executor.
+    /// first. It must then say it is idle for the job (`/idleBeat`): it runs one attempt of a
+    /// job at a time and its `/kill` names the job, so an attempt sent while an earlier one
+    /// still runs there (a killed handler not yet stopped) would queue behind it, timed from
+    /// its dispatch, or be stopped by the earlier one's kill. A busy executor passes the offer
+    /// on to the next; with none left the attempt waits for the next pass. A run that
+    /// replaces the earlier one (`COVER_EARLY`) goes at once: the executor stops the other.
+    /// An executor without `/idleBeat` (it answers an HTTP error) is offered the run.
     pub async fn xxl_run(
         &self,
         address: &str,
         trigger: &TriggerParam,
         balance: Balance,
     ) -> Delivery {
-        match balance {
-            Balance::Failover => match self
-                .post_xxl(address, "/beat", &serde_json::json!({}))
-                .await
-            {
+        if balance == Balance::Failover {
+            match self.post_xxl(address, "/beat", &serde_json::json!({})).await {
                 Ok(answer) if answer.code == 200 => {}
                 Ok(answer) => {
                     return Delivery::TryAnother(
@@ -198,21 +204,23 @@ impl DispatchClient {
                     );
                 }
                 Err((_, why)) => return Delivery::TryAnother(NotTaken::Unreachable, why),
-            },
-            Balance::Busyover => {
-                let probe = serde_json::json!({ "jobId": trigger.job_id });
-                match self.post_xxl(address, "/idleBeat", &probe).await {
-                    Ok(answer) if answer.code == 200 => {}
-                    Ok(answer) => {
-                        return Delivery::TryAnother(
-                            NotTaken::Busy,
-                            format!("/idleBeat answered {}", describe(&answer)),
-                        );
-                    }
-                    Err((_, why)) => return Delivery::TryAnother(NotTaken::Unreachable, why),
-                }
             }
-            _ => {}
+        }
+        if trigger.executor_block_strategy != COVER_EARLY {
+            let probe = serde_json::json!({ "jobId": trigger.job_id });
+            match self.post_xxl(address, "/idleBeat", &probe).await {
+                Ok(answer) if answer.code == 200 => {}
+                Ok(answer) => {
+                    return Delivery::TryAnother(
+                        NotTaken::Busy,
+                        format!("/idleBeat answered {}", describe(&answer)),
+                    );
+                }
+                Err((NotTaken::Unreachable | NotTaken::NoAnswer, why)) => {
+                    return Delivery::TryAnother(NotTaken::Unreachable, why);
+                }
+                Err(_) => {}
+            }
         }
         match self.post_xxl(address, "/run", trigger).await {
             Ok(answer) if answer.code == 200 => Delivery::Accepted,

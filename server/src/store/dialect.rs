@@ -413,6 +413,9 @@ queries! {
         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', {now}, {now} + ?, ?, ?)";
     executor_loads = "SELECT executor_id, COUNT(*) FROM attempts \
         WHERE state = 'running' AND executor_id IS NOT NULL GROUP BY executor_id";
+    xxl_jobs_running = "SELECT a.executor_id, a.job_id FROM executors e \
+        JOIN attempts a ON a.executor_id = e.executor_id \
+        WHERE e.protocol = 'xxl' AND a.state = 'running'";
     attempt_get = "SELECT attempt_id, run_id, job_id, partition_id, shard_index, shard_total, \
         attempt_no, priority, args_json, state, created_at_ms, not_before_ms, avoid_executor_id, \
         executor_id, dispatched_at_ms, deadline_ms, finished_at_ms, output, error, \

@@ -373,6 +373,10 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
     /// Running attempts per executor, cluster-wide.
     async fn executor_loads(&self) -> Result<Vec<(String, i64)>, Error>;
 
+    /// The jobs with an attempt running on an XXL-JOB executor, as (executor, job) pairs,
+    /// cluster-wide: such an executor runs one attempt of a job at a time.
+    async fn xxl_jobs_running(&self) -> Result<Vec<(String, i64)>, Error>;
+
     /// Runs finished in `[since_ms, until_ms)`, counted per minute of finishing and state,
     /// with how many of them were first dispatched more than `late_ms` after their instant.
     async fn runs_finished_by_minute(

@@ -60,6 +60,24 @@ async def sleepy():
     return f"slept on {port}"
 
 
+@runner.register(name="first_slow")
+async def first_slow():
+    """The first run of a job sleeps 30 s, later ones 1 s; each says when it started."""
+    data = g.xxl_run_data
+    open(os.path.join(marks, f"started-{data.logId}-{port}"), "w").close()
+    try:
+        with open(os.path.join(marks, f"first-{data.jobId}"), "x"):
+            seconds = 30
+    except FileExistsError:
+        seconds = 1
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        open(os.path.join(marks, f"cancelled-{data.logId}"), "w").close()
+        raise
+    return f"slept {seconds} s"
+
+
 if __name__ == "__main__":
     os.makedirs(config.log_local_dir, exist_ok=True)
     runner.run_executor()

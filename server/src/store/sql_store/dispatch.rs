@@ -568,6 +568,14 @@ macro_rules! dispatch_store {
                 )
             }
 
+            async fn xxl_jobs_running(&self) -> Result<Vec<(String, i64)>, Error> {
+                Ok(
+                    sqlx::query_as::<$db, (String, i64)>(sql(&self.q.xxl_jobs_running))
+                        .fetch_all(&self.pool)
+                        .await?,
+                )
+            }
+
             async fn runs_finished_by_minute(
                 &self,
                 since_ms: i64,
