@@ -1,7 +1,8 @@
 //! Nodes started together on a fresh database (a Deployment of several replicas): they take
 //! turns applying the migrations, each applied once, and all become members under one leader.
 //! A migration left partly applied on MySQL (which commits each schema change on its own) by
-//! a node that died is finished by the next node that starts.
+//! a node that died is finished by the next node that starts. A node whose database does not
+//! exist creates it, or says how to when its role may not.
 #![allow(
     clippy::unwrap_used,
     reason = "a test fails loudly on any unexpected error"
@@ -19,13 +20,18 @@ const NODES: usize = 5;
 for_engine!(
     postgres,
     Postgres,
-    [five_nodes_started_at_once_migrate_once_and_elect_one_leader]
+    [
+        five_nodes_started_at_once_migrate_once_and_elect_one_leader,
+        a_node_creates_its_database_when_it_does_not_exist,
+        a_role_that_may_not_create_the_database_is_told_how
+    ]
 );
 for_engine!(
     mysql,
     Mysql,
     [
         five_nodes_started_at_once_migrate_once_and_elect_one_leader,
+        a_node_creates_its_database_when_it_does_not_exist,
         an_interrupted_migration_is_finished_by_the_next_start,
         an_interrupted_migration_this_build_does_not_know_says_what_to_do
     ]
@@ -165,4 +171,42 @@ async fn an_interrupted_migration_this_build_does_not_know_says_what_to_do(db: T
         "{err}"
     );
     assert_eq!(recorded(&db).await.len() as i64, migration_count(db.engine));
+}
+
+/// A node pointed at a database that does not exist creates it (its role may), says so in
+/// its log, and runs on it.
+async fn a_node_creates_its_database_when_it_does_not_exist(db: TestDb) {
+    db.drop_database().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut node = NodeProcess::start(NodeSpec::fast("first", &db.url, dir.path())).await;
+    let (status, jobs) = node.call(reqwest::Method::GET, "/api/v1/jobs", None).await;
+    assert_eq!(status, 200, "{jobs}");
+    let log = node.log_text();
+    assert!(
+        log.contains("created the database, which did not exist"),
+        "{log}"
+    );
+    node.terminate().await;
+}
+
+/// A role that may not create databases gets one line saying which database is missing and
+/// the statement that creates it.
+async fn a_role_that_may_not_create_the_database_is_told_how(db: TestDb) {
+    db.drop_database().await;
+    let role = format!("{}_role", db.name);
+    db.admin_execute(&format!("CREATE ROLE {role} LOGIN NOCREATEDB"))
+        .await;
+    let url = db.url.replacen("postgres@", &format!("{role}@"), 1);
+    assert_ne!(url, db.url, "the admin URL names the postgres role");
+    let said = support::node::refused_start(&url).await;
+    db.admin_execute(&format!("DROP ROLE {role}")).await;
+    let line = said
+        .lines()
+        .find(|l| l.contains("does not exist"))
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(
+        line.contains(&format!("database \"{}\" does not exist", db.name))
+            && line.contains(&format!("CREATE DATABASE \"{}\"", db.name)),
+        "{line}"
+    );
 }

@@ -292,6 +292,32 @@ async fn bad_jobs_and_schedules_get_a_400_naming_the_field() {
         let detail = problem["detail"].as_str().unwrap();
         assert!(detail.len() < 500, "the detail does not echo a huge input");
     }
+    // What a field must be, in the API's words, never serde's (no Rust type names).
+    for (doc, field, detail) in [
+        (
+            json!({"name": "x", "app": "a", "handler": "h", "schedule": {"every": "1m"}, "priority": "high"}),
+            "priority",
+            r#"must be an integer, not the string "high""#,
+        ),
+        (
+            json!({"name": "x", "app": "a", "handler": "h", "schedule": {"every": "1m"}, "overlap": "sometimes"}),
+            "overlap",
+            r#""sometimes" is not one of allow, skip, queue, replace"#,
+        ),
+        (
+            json!({"name": "x", "app": "a", "schedule": {"every": "1m"}}),
+            "handler",
+            "is required",
+        ),
+    ] {
+        let (status, problem) = node.call(Method::POST, "/api/v1/jobs", Some(doc)).await;
+        assert_eq!(
+            (status, &problem["field"]),
+            (400, &json!(field)),
+            "{problem}"
+        );
+        assert_eq!(problem["detail"], format!("{field}: {detail}"), "{problem}");
+    }
     let (status, problem) = node.call_raw("/api/v1/jobs", b"{not json".to_vec()).await;
     assert_eq!((status, &problem["field"]), (400, &json!("body")));
     let (status, _) = node

@@ -495,6 +495,74 @@ async fn graphs_with_cycles_unknown_or_self_needs_are_refused_naming_the_steps()
     .await;
     assert_eq!(field, "steps[0].job");
     assert!(detail.contains("no job 424242"), "{detail}");
+    // A job named by a name no job has, or of the wrong type: the field, in plain words.
+    let (field, detail) = refused(json!({"name": "w", "schedule": manual, "steps": [
+        {"name": "a", "job": "no-such-job"}
+    ]}))
+    .await;
+    assert_eq!(field, "steps[0].job");
+    assert_eq!(
+        detail,
+        r#"steps[0].job: there is no job named "no-such-job""#
+    );
+    let (field, detail) = refused(json!({"name": "w", "schedule": manual, "steps": [
+        {"name": "a", "app": "py", "handler": "echo", "timeout_ms": "soon"}
+    ]}))
+    .await;
+    assert_eq!(field, "steps[0].timeout_ms");
+    assert_eq!(
+        detail, r#"steps[0].timeout_ms: must be an integer of 0 or more, not the string "soon""#,
+        "never serde's own words"
+    );
     let (_, list) = node.call(Method::GET, "/api/v1/workflows", None).await;
     assert_eq!(list["workflows"], json!([]), "nothing refused was stored");
+
+    // A step names its job by name over REST, as `apply` files do; it is stored by id.
+    let (status, job) = node
+        .call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(
+                json!({"name": "nightly-report", "app": "py", "handler": "echo",
+                        "schedule": manual}),
+            ),
+        )
+        .await;
+    assert_eq!(status, 201, "{job}");
+    let (status, workflow) = node
+        .call(
+            Method::POST,
+            "/api/v1/workflows",
+            Some(json!({"name": "by-name", "schedule": manual, "steps": [
+                {"name": "report", "job": "nightly-report"},
+                {"name": "after", "app": "py", "handler": "echo", "needs": ["report"]}
+            ]})),
+        )
+        .await;
+    assert_eq!(status, 201, "{workflow}");
+    assert_eq!(workflow["steps"][0]["job"], job["id"], "{workflow}");
+    // Two jobs of one name: refused, naming both.
+    let (status, twin) = node
+        .call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(
+                json!({"name": "nightly-report", "app": "py", "handler": "echo",
+                        "schedule": manual}),
+            ),
+        )
+        .await;
+    if status == 201 {
+        let (field, detail) = refused(json!({"name": "w2", "schedule": manual, "steps": [
+            {"name": "a", "job": "nightly-report"}
+        ]}))
+        .await;
+        assert_eq!(field, "steps[0].job");
+        assert!(
+            detail.contains(&job["id"].to_string()) && detail.contains(&twin["id"].to_string()),
+            "{detail}"
+        );
+    } else {
+        assert_eq!(status, 409, "a second job of one name: {twin}");
+    }
 }

@@ -409,15 +409,19 @@ async fn two_runs_of_one_job_on_one_executor(node: &Solo, marks: &Path, executor
     )
     .await;
     let first = trigger(node, job).await;
-    let running = wait_for(Duration::from_secs(15), "the first run to start", || async {
-        let (_, body) = node
-            .call(Method::GET, &format!("/api/v1/runs/{first}"), None)
-            .await;
-        attempts(&body)
-            .first()
-            .filter(|a| a["state"] == "running")
-            .cloned()
-    })
+    let running = wait_for(
+        Duration::from_secs(15),
+        "the first run to start",
+        || async {
+            let (_, body) = node
+                .call(Method::GET, &format!("/api/v1/runs/{first}"), None)
+                .await;
+            attempts(&body)
+                .first()
+                .filter(|a| a["state"] == "running")
+                .cloned()
+        },
+    )
     .await;
     let first_attempt = running["id"].as_i64().unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -445,7 +449,10 @@ async fn two_runs_of_one_job_on_one_executor(node: &Solo, marks: &Path, executor
         "the second run was cancelled on the executor: {second_run}"
     );
     // Offered once the first had ended there, not queued behind it.
-    let first_ended = attempts(&first_run)[0]["finished_at"].as_str().unwrap().to_owned();
+    let first_ended = attempts(&first_run)[0]["finished_at"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let second_sent = tries[0]["dispatched_at"].as_str().unwrap().to_owned();
     assert!(
         second_sent >= first_ended,

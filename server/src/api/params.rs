@@ -49,6 +49,12 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryParams<T>
         Query::<T>::from_request_parts(parts, state)
             .await
             .map(|Query(q)| QueryParams(q))
-            .map_err(|e| ApiError::invalid("query", e.body_text()))
+            .map_err(|e| {
+                let text = e.body_text();
+                let message = text
+                    .strip_prefix("Failed to deserialize query string: ")
+                    .map_or_else(|| text.clone(), super::body::plain);
+                ApiError::invalid("query", message)
+            })
     }
 }

@@ -124,16 +124,7 @@ fn tasks_of(body: serde_json::Value) -> Result<Vec<TaskInput>, ApiError> {
         match serde_path_to_error::deserialize::<_, TaskInput>(item) {
             Ok(task) => tasks.push(task),
             Err(err) => {
-                let path = err.path().to_string();
-                let message = err.inner().to_string();
-                let missing = message
-                    .strip_prefix("missing field `")
-                    .and_then(|rest| rest.split('`').next());
-                let field = match missing {
-                    Some(name) => name.to_owned(),
-                    None if path == "." => "task".to_owned(),
-                    None => path,
-                };
+                let (field, message) = super::body::described(&err, "task");
                 errors.push(TaskError {
                     index,
                     field,

@@ -25,7 +25,7 @@ use crate::clock::rfc3339;
 use crate::jobs::{JobDefinition, Misfire, Overlap};
 use crate::schedule::ScheduleSpec;
 use crate::store::{JobFilter, JobOrder, JobRecord, job_kind, job_state, run_state};
-use crate::workflows::input::{NeedInput, StepInput, WorkflowInput};
+use crate::workflows::input::{JobRef, NeedInput, StepInput, WorkflowInput};
 use crate::workflows::{Definition, Need, Step, graph};
 
 /// A workflow as the API shows it.
@@ -66,9 +66,10 @@ pub(super) struct TriggerInput {
 }
 
 /// Checks a workflow document whole, before anything is written: the workflow as a job, the
-/// graph, each step's own handler or job.
-async fn checked(state: &ApiState, input: &WorkflowInput) -> Result<JobDefinition, ApiError> {
+/// graph, each step's own handler or job (a job named by name is resolved to its id here).
+async fn checked(state: &ApiState, input: &mut WorkflowInput) -> Result<JobDefinition, ApiError> {
     let definition = input.job_definition()?;
+    resolve_job_names(state, input).await?;
     let needs: Vec<Vec<Need>> = input
         .steps
         .iter()
@@ -84,7 +85,7 @@ async fn checked(state: &ApiState, input: &WorkflowInput) -> Result<JobDefinitio
     let mut referenced = Vec::new();
     for (i, step) in input.steps.iter().enumerate() {
         if step.own_job(i, &format!("step {}", step.name))?.is_none()
-            && let Some(job) = step.job
+            && let Some(job) = step.job_id()
         {
             referenced.push((i, job));
         }
@@ -117,6 +118,51 @@ async fn checked(state: &ApiState, input: &WorkflowInput) -> Result<JobDefinitio
     Ok(definition)
 }
 
+/// Replaces each step's job given by name with its id: the one job (not a workflow's own
+/// step) of that name, else a `400` naming the step's field.
+async fn resolve_job_names(state: &ApiState, input: &mut WorkflowInput) -> Result<(), ApiError> {
+    for (i, step) in input.steps.iter_mut().enumerate() {
+        let Some(JobRef::Name(name)) = &step.job else {
+            continue;
+        };
+        let field = format!("steps[{i}].job");
+        let filter = crate::store::JobFilter {
+            name_prefix: Some(name.clone()),
+            limit: 1_000,
+            ..Default::default()
+        };
+        let named: Vec<JobRecord> = state
+            .store
+            .jobs_list(&filter)
+            .await?
+            .into_iter()
+            .filter(|j| &j.name == name && j.kind != job_kind::STEP)
+            .collect();
+        let id = match named.as_slice() {
+            [job] => job.job_id,
+            [] => {
+                return Err(ApiError::invalid(
+                    &field,
+                    format!("there is no job named {name:?}"),
+                ));
+            }
+            several => {
+                let ids: Vec<String> = several.iter().map(|j| j.job_id.to_string()).collect();
+                return Err(ApiError::invalid(
+                    &field,
+                    format!(
+                        "{} jobs are named {name:?} (ids {}): give the id of the one to run",
+                        several.len(),
+                        ids.join(", ")
+                    ),
+                ));
+            }
+        };
+        step.job = Some(JobRef::Id(id));
+    }
+    Ok(())
+}
+
 /// Stores the steps of `input` as version `version` of workflow `workflow` (whose partition
 /// its own steps share): a hidden job per step with a handler of its own, then the definition.
 async fn save_steps(
@@ -138,7 +184,7 @@ async fn save_steps(
                     .await?
                     .job_id
             }
-            None => step.job.unwrap_or_default(),
+            None => step.job_id().unwrap_or_default(),
         };
         steps.push(Step {
             name: step.name.clone(),
@@ -190,7 +236,7 @@ async fn unchanged(
         };
         let same = match step.own_job(i, &job.name)? {
             Some(own) => job.kind == job_kind::STEP && definition_of(job)? == own,
-            None => job.kind != job_kind::STEP && step.job == Some(was.job_id),
+            None => job.kind != job_kind::STEP && step.job_id() == Some(was.job_id),
         };
         if !same {
             return Ok(false);
@@ -242,7 +288,7 @@ async fn view_of(state: &ApiState, record: JobRecord) -> Result<WorkflowView, Ap
                 }
                 None => Ok(StepInput {
                     name: step.name.clone(),
-                    job: Some(step.job_id),
+                    job: Some(JobRef::Id(step.job_id)),
                     app: None,
                     handler: None,
                     args: Value::Null,
@@ -293,9 +339,9 @@ async fn load_workflow(state: &ApiState, id: i64) -> Result<JobRecord, ApiError>
     ))]
 pub(super) async fn create(
     State(state): State<ApiState>,
-    JsonBody(input): JsonBody<WorkflowInput>,
+    JsonBody(mut input): JsonBody<WorkflowInput>,
 ) -> Result<(StatusCode, Json<WorkflowView>), ApiError> {
-    let definition = checked(&state, &input).await?;
+    let definition = checked(&state, &mut input).await?;
     if input.start {
         check_fires(&state, &definition)?;
     }
@@ -321,10 +367,10 @@ pub(super) async fn create(
 pub(super) async fn update(
     State(state): State<ApiState>,
     IdParam(id): IdParam,
-    JsonBody(input): JsonBody<WorkflowInput>,
+    JsonBody(mut input): JsonBody<WorkflowInput>,
 ) -> Result<Json<WorkflowView>, ApiError> {
     let record = load_workflow(&state, id).await?;
-    let definition = checked(&state, &input).await?;
+    let definition = checked(&state, &mut input).await?;
     if record.state == job_state::RUNNING {
         check_fires(&state, &definition)?;
     }

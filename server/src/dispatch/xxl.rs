@@ -195,7 +195,10 @@ impl DispatchClient {
         balance: Balance,
     ) -> Delivery {
         if balance == Balance::Failover {
-            match self.post_xxl(address, "/beat", &serde_json::json!({})).await {
+            match self
+                .post_xxl(address, "/beat", &serde_json::json!({}))
+                .await
+            {
                 Ok(answer) if answer.code == 200 => {}
                 Ok(answer) => {
                     return Delivery::TryAnother(

@@ -13,6 +13,16 @@ pub enum Error {
     MigrationInterrupted { what: String, detail: String },
     #[error("unsupported database url {url}: expected postgres://, mysql:// or sqlite:")]
     UnsupportedUrl { url: String },
+    #[error(
+        "database {name:?} does not exist and could not be created as {user:?} ({reason}): \
+         create it ({how}) or name one that exists in database.url"
+    )]
+    NoDatabase {
+        name: String,
+        user: String,
+        reason: String,
+        how: String,
+    },
     #[error("the database cannot be used as it is: {reason}")]
     UnsuitableDatabase { reason: String },
     #[error("invalid database url {url}: {reason}")]

@@ -64,9 +64,9 @@ fn utc() -> String {
 #[serde(deny_unknown_fields)]
 pub struct StepInput {
     pub name: String,
-    /// The id of a job whose run this step is.
+    /// The job whose run this step is: its id, or its name (as `apply` files give it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub job: Option<i64>,
+    pub job: Option<JobRef>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub app: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -87,6 +87,14 @@ pub struct StepInput {
     /// `{"step": name, "on": "success" | "failure" | "always"}`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub needs: Vec<NeedInput>,
+}
+
+/// A job named by its id or by its name.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum JobRef {
+    Id(i64),
+    Name(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
@@ -152,6 +160,14 @@ impl WorkflowInput {
 }
 
 impl StepInput {
+    /// The id of the existing job this step runs, once a name has been resolved to it.
+    pub fn job_id(&self) -> Option<i64> {
+        match self.job {
+            Some(JobRef::Id(id)) => Some(id),
+            _ => None,
+        }
+    }
+
     /// The hidden job of a step with a handler of its own, named `name`; `None` for a step
     /// that is an existing job's run. Either one or the other, else the error says which.
     pub fn own_job(&self, index: usize, name: &str) -> Result<Option<JobDefinition>, JobError> {
@@ -193,7 +209,7 @@ impl StepInput {
             }
             _ => Err(JobError::new(
                 &field("job"),
-                "give either job (an existing job's id) or app and handler",
+                "give either job (an existing job's id or name) or app and handler",
             )),
         }
     }

@@ -50,7 +50,8 @@ impl Engine {
 pub struct TestDb {
     pub engine: Engine,
     pub url: String,
-    name: String,
+    /// The database's name on its server (empty for SQLite).
+    pub name: String,
     admin_url: String,
     _dir: Option<tempfile::TempDir>,
     /// The stores of this database connect through this pgbouncer, in transaction mode;
@@ -227,6 +228,24 @@ impl TestDb {
             .await
             .expect("assign partition 0");
         store
+    }
+
+    /// Runs `statement` on the server's admin database (as its admin), not on this one.
+    pub async fn admin_execute(&self, statement: &str) {
+        admin_execute(self.engine, &self.admin_url, statement)
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+
+    /// Drops this database (it is dropped again, if it exists, when this value is).
+    pub async fn drop_database(&self) {
+        let force = if self.engine == Engine::Postgres {
+            " WITH (FORCE)"
+        } else {
+            ""
+        };
+        self.admin_execute(&format!("DROP DATABASE {}{force}", self.name))
+            .await;
     }
 
     /// Runs a multi-statement SQL script.

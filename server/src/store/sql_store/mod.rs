@@ -8,6 +8,7 @@ mod attempt_end;
 mod bulk;
 mod claim;
 mod cluster;
+mod create_database;
 mod dispatch;
 mod follow_ups;
 mod galera;
@@ -246,6 +247,10 @@ impl PostgresStore {
         } else {
             connect.options(settings)
         };
+        // Behind a pooler the database is the pooler's to name: nothing to create there.
+        if !options.transaction_pooler {
+            create_database::postgres(&connect).await?;
+        }
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
@@ -276,6 +281,7 @@ impl MysqlStore {
     pub(super) async fn connect(url: &DatabaseUrl, options: &PoolOptions) -> Result<Self, Error> {
         let connect =
             MySqlConnectOptions::from_str(url.expose()).map_err(|e| invalid_url(url, e))?;
+        create_database::mysql(&connect).await?;
         let galera = {
             let mut conn = sqlx::MySqlConnection::connect_with(&connect).await?;
             let member = galera::is_member(&mut conn).await?;
