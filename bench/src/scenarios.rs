@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use carillon_server::jobs::{JobInput, new_job_id, partition_of};
-use carillon_server::store::{self, DatabaseUrl, JobWrite, PoolOptions};
+use carillon_server::store::{self, DatabaseUrl, JobInsert, JobWrite, PoolOptions};
 use serde_json::{Value, json};
 
 use crate::cluster::{Cluster, Db, cpu_ticks, now_ms, rss_bytes};
@@ -514,12 +514,17 @@ async fn insert_jobs(
     // Ids below the current millisecond's, counting down: unique among themselves, and never
     // those of a job created later through the API.
     let base = (new_job_id(now_ms()) & !0xfff) - 1;
-    let rows: Vec<(i64, i64, JobWrite)> = writes
+    let rows: Vec<JobInsert> = writes
         .into_iter()
         .enumerate()
         .map(|(i, write)| {
             let id = base - i as i64;
-            (id, partition_of(id, partitions), write)
+            JobInsert {
+                job_id: id,
+                partition_id: partition_of(id, partitions),
+                write,
+                start: true,
+            }
         })
         .collect();
     let started = Instant::now();
@@ -533,7 +538,7 @@ async fn insert_jobs(
         let rows = Arc::clone(&rows);
         tasks.spawn(async move {
             for chunk in rows.chunks(PER_TRANSACTION).skip(w).step_by(workers) {
-                store.jobs_import(chunk, true).await?;
+                store.jobs_insert_many(chunk).await?;
             }
             anyhow::Ok(())
         });

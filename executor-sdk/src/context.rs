@@ -71,7 +71,8 @@ impl JobContext {
     }
 
     /// The run's input as `T`, when it has one: a child job's run is given its parent's
-    /// `{"parent": {"run_id", "job_id", "job", "state", "output"}}`.
+    /// `{"parent": {"run_id", "job_id", "job", "state", "output"}}`, a workflow step's run
+    /// `{"workflow", "params", "upstream"}` (`protocol/README.md`).
     pub fn input<T: DeserializeOwned>(&self) -> Result<Option<T>, JobError> {
         self.dispatch
             .input

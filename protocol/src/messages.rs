@@ -113,8 +113,9 @@ pub struct Dispatch {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effect_key: Option<String>,
     /// What the run was given beside the job's arguments: a child job's run has
-    /// `{"parent": {"run_id", "job_id", "job", "state", "output"}}`. Absent for a run of the
-    /// job's own schedule.
+    /// `{"parent": {"run_id", "job_id", "job", "state", "output"}}`; a workflow step's run
+    /// `{"workflow", "params", "upstream"}` (`protocol/README.md`). Absent for a run of the
+    /// job's own schedule, a manual one or a task's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<Value>,
 }

@@ -11,8 +11,8 @@ mod support;
 use std::sync::Arc;
 
 use carillon_server::store::{
-    AttemptEnd, ClaimOutcome, Error, JobFilter, JobKey, JobOrder, JobWrite, Store, job_state,
-    run_state,
+    AttemptEnd, ClaimOutcome, Error, JobFilter, JobInsert, JobKey, JobOrder, JobWrite, Store,
+    job_state, run_state,
 };
 use support::db::TestDb;
 use support::records::{ended_claim, shard};
@@ -225,11 +225,18 @@ async fn a_duplicate_job_name_is_a_conflict_and_nothing_is_overwritten(db: TestD
 
 async fn an_import_stores_every_job_or_none(db: TestDb) {
     let store = db.migrated_store().await;
-    // More rows than one statement carries, so the import spans several.
-    let rows: Vec<(i64, i64, JobWrite)> = (1..=1_200)
-        .map(|i| (i, i % 4, job(&format!("imported-{i}"))))
+    let row = |id: i64, partition: i64, name: &str, start: bool| JobInsert {
+        job_id: id,
+        partition_id: partition,
+        write: job(name),
+        start,
+    };
+    // More rows than one statement carries, so the import spans several; every other one
+    // started.
+    let rows: Vec<JobInsert> = (1..=1_200)
+        .map(|i| row(i, i % 4, &format!("imported-{i}"), i % 2 == 0))
         .collect();
-    store.jobs_import(&rows, true).await.unwrap();
+    store.jobs_insert_many(&rows).await.unwrap();
     let some = store.jobs_get_many(&[1, 600, 1_200, 5_000]).await.unwrap();
     let mut ids: Vec<i64> = some.iter().map(|j| j.job_id).collect();
     ids.sort_unstable();
@@ -238,19 +245,45 @@ async fn an_import_stores_every_job_or_none(db: TestDb) {
     assert_eq!(j600.name, "imported-600");
     assert_eq!(j600.partition_id, 0);
     assert_eq!(j600.state, job_state::RUNNING);
+    assert_eq!(j600.kind, "job");
     assert!(
         j600.started_at_ms.is_some(),
-        "an import with start anchors the job"
+        "a started job is anchored at its start"
     );
-    assert_eq!(store.jobs_in_partition(0).await.unwrap().len(), 300);
+    let j1 = some.iter().find(|j| j.job_id == 1).unwrap();
+    assert_eq!(j1.state, job_state::STOPPED);
+    assert!(j1.started_at_ms.is_none());
+    assert_eq!(
+        store.jobs_in_partition(0).await.unwrap().len(),
+        300,
+        "the started jobs of partition 0 (ids 4, 8, … 1,200)"
+    );
+    let mut named = store
+        .jobs_named(&[
+            "imported-3".to_owned(),
+            "imported-1200".to_owned(),
+            "nobody".to_owned(),
+        ])
+        .await
+        .unwrap();
+    named.sort();
+    assert_eq!(
+        named,
+        [
+            ("imported-1200".to_owned(), 1_200),
+            ("imported-3".to_owned(), 3)
+        ]
+    );
+    let many: Vec<String> = (1..=1_100).map(|i| format!("imported-{i}")).collect();
+    assert_eq!(store.jobs_named(&many).await.unwrap().len(), 1_100);
 
     // One taken name fails the whole import: none of its other jobs is stored.
     let clash = vec![
-        (2_001, 0, job("fresh-a")),
-        (2_002, 0, job("imported-7")),
-        (2_003, 0, job("fresh-b")),
+        row(2_001, 0, "fresh-a", false),
+        row(2_002, 0, "imported-7", false),
+        row(2_003, 0, "fresh-b", false),
     ];
-    let err = store.jobs_import(&clash, false).await.unwrap_err();
+    let err = store.jobs_insert_many(&clash).await.unwrap_err();
     assert!(matches!(err, Error::Conflict { .. }), "{err}");
     assert!(
         store
@@ -326,10 +359,15 @@ async fn changes_and_deletions_are_seen_by_polling(db: TestDb) {
 
     // A burst larger than a page is read page after page, each job once, even when many
     // share one millisecond.
-    let burst: Vec<(i64, i64, JobWrite)> = (10..17)
-        .map(|i| (i, 0, job(&format!("burst-{i}"))))
+    let burst: Vec<JobInsert> = (10..17)
+        .map(|i| JobInsert {
+            job_id: i,
+            partition_id: 0,
+            write: job(&format!("burst-{i}")),
+            start: true,
+        })
         .collect();
-    store.jobs_import(&burst, true).await.unwrap();
+    store.jobs_insert_many(&burst).await.unwrap();
     let (mut since, mut after) = (changes.now_ms - 1, i64::MAX);
     let mut seen = Vec::new();
     for _ in 0..10 {

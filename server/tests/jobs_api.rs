@@ -498,3 +498,124 @@ async fn misfire_policies_apply_when_a_job_is_started_again() {
         assert!(after.len() > before.len(), "fires again after the start");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_are_created_in_bulk_all_or_none_each_bad_one_named_by_index() {
+    let node = node(60_000).await;
+    let (status, taken) = node
+        .call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(
+                json!({"name": "taken", "app": "billing", "handler": "report",
+                        "schedule": {"manual": true}}),
+            ),
+        )
+        .await;
+    assert_eq!(status, 201, "{taken}");
+    // Enough jobs for several statements and several milliseconds of ids; two of them run.
+    let mut jobs: Vec<Value> = (0..5_000)
+        .map(|i| {
+            json!({"name": format!("bulk-{i}"), "app": "billing", "handler": "report",
+                        "schedule": {"every": "1h"}})
+        })
+        .collect();
+    jobs[7] = every_second("bulk-fires-a");
+    jobs[4_000] = every_second("bulk-fires-b");
+    let (status, created) = node
+        .call(
+            Method::POST,
+            "/api/v1/jobs/bulk",
+            Some(json!({ "jobs": jobs })),
+        )
+        .await;
+    assert_eq!(status, 201, "{created:.500}");
+    assert_eq!(created["created"], 5_000);
+    let made = created["jobs"].as_array().unwrap();
+    assert_eq!(made[7]["name"], "bulk-fires-a", "in the order sent");
+    let ids: std::collections::HashSet<i64> =
+        made.iter().map(|j| j["id"].as_i64().unwrap()).collect();
+    assert_eq!(ids.len(), 5_000, "every id distinct");
+    let (status, one) = node
+        .call(
+            Method::GET,
+            &format!("/api/v1/jobs/{}", made[4_999]["id"]),
+            None,
+        )
+        .await;
+    assert_eq!((status, &one["name"]), (200, &json!("bulk-4999")), "{one}");
+    assert_eq!(one["state"], "stopped", "created stopped unless start");
+    for fires in [&made[7]["id"], &made[4_000]["id"]] {
+        wait_for(Duration::from_secs(15), "a started job to fire", || async {
+            (!instants(&node, fires).await.is_empty()).then_some(())
+        })
+        .await;
+    }
+
+    // Each bad job named by its index; nothing of the batch stored.
+    let batch = json!({"jobs": [
+        {"name": "fine-0", "app": "billing", "handler": "report", "schedule": {"every": "1m"}},
+        {"name": "bad-cron", "app": "billing", "handler": "report", "schedule": {"cron": "0 61 * * * ?"}},
+        {"name": "fine-2", "app": "billing", "handler": "report", "schedule": {"every": "1m"}, "priority": "high"},
+        {"name": "taken", "app": "billing", "handler": "report", "schedule": {"every": "1m"}},
+        {"name": "fine-0", "app": "billing", "handler": "report", "schedule": {"every": "1m"}},
+        {"name": "fine-5", "app": "billing", "handler": "report", "schedule": {"every": "1m"}}
+    ]});
+    let (status, problem) = node
+        .call(Method::POST, "/api/v1/jobs/bulk", Some(batch))
+        .await;
+    assert_eq!(status, 400, "{problem}");
+    assert_eq!(problem["type"], "urn:carillon:problem:invalid-jobs");
+    let errors: Vec<(i64, String)> = problem["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["index"].as_i64().unwrap(),
+                e["field"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        errors,
+        [
+            (1, "schedule.cron".to_owned()),
+            (2, "priority".to_owned()),
+            (3, "name".to_owned()),
+            (4, "name".to_owned()),
+        ],
+        "{problem}"
+    );
+    let message = |i: usize| problem["errors"][i]["message"].as_str().unwrap().to_owned();
+    assert_eq!(message(1), r#"must be an integer, not the string "high""#);
+    assert!(
+        message(2).contains(&format!("taken by job {}", taken["id"])),
+        "{problem}"
+    );
+    assert!(message(3).contains("jobs[0]"), "{problem}");
+    let (_, listed) = node
+        .call(Method::GET, "/api/v1/jobs?name=fine-", None)
+        .await;
+    assert_eq!(
+        listed["jobs"],
+        json!([]),
+        "nothing of a refused batch is stored"
+    );
+
+    for (body, field) in [
+        (json!({"jobs": []}), "jobs"),
+        (json!({"jobs": {}}), "jobs"),
+        (json!({"job": []}), "job"),
+        (json!([]), "body"),
+    ] {
+        let (status, problem) = node
+            .call(Method::POST, "/api/v1/jobs/bulk", Some(body))
+            .await;
+        assert_eq!(
+            (status, &problem["field"]),
+            (400, &json!(field)),
+            "{problem}"
+        );
+    }
+}

@@ -23,8 +23,12 @@ pub enum ApiError {
     Missing { what: String },
     #[error("{field}: {message}")]
     Invalid { field: String, message: String },
-    #[error("{} bad task(s)", .0.len())]
-    InvalidTasks(Vec<crate::tasks::TaskError>),
+    /// Items of a batch refused, each by its index (`list` is `tasks` or `jobs`).
+    #[error("{} bad item(s) of {list}", errors.len())]
+    InvalidItems {
+        list: &'static str,
+        errors: Vec<crate::jobs::ItemError>,
+    },
     #[error("{0}")]
     Conflict(String),
     #[error("{0}")]
@@ -49,9 +53,9 @@ pub(super) struct Problem {
     /// The request field at fault, for validation errors.
     #[serde(skip_serializing_if = "Option::is_none")]
     field: Option<String>,
-    /// Every bad task of a refused batch, by index and field.
+    /// Every bad item of a refused batch (tasks, jobs), by index and field.
     #[serde(skip_serializing_if = "Option::is_none")]
-    errors: Option<Vec<crate::tasks::TaskError>>,
+    errors: Option<Vec<crate::jobs::ItemError>>,
 }
 
 /// The largest request body accepted.
@@ -109,17 +113,26 @@ impl ApiError {
                 "Invalid Field",
                 format!("{field}: {message}"),
             ),
-            ApiError::InvalidTasks(errors) => (
+            ApiError::InvalidItems { list, errors } => (
                 StatusCode::BAD_REQUEST,
-                "urn:carillon:problem:invalid-tasks",
-                "Invalid Tasks",
+                if *list == "jobs" {
+                    "urn:carillon:problem:invalid-jobs"
+                } else {
+                    "urn:carillon:problem:invalid-tasks"
+                },
+                if *list == "jobs" {
+                    "Invalid Jobs"
+                } else {
+                    "Invalid Tasks"
+                },
                 format!(
-                    "{} bad task(s), nothing stored: {}",
+                    "{} bad {}(s), nothing stored: {}",
                     errors.len(),
+                    list.trim_end_matches('s'),
                     errors
                         .iter()
                         .take(10)
-                        .map(|e| format!("tasks[{}].{}: {}", e.index, e.field, e.message))
+                        .map(|e| format!("{list}[{}].{}: {}", e.index, e.field, e.message))
                         .collect::<Vec<_>>()
                         .join("; ")
                 ),
@@ -166,13 +179,13 @@ impl IntoResponse for ApiError {
         let (status, kind, title, detail) = self.problem();
         let field = match &self {
             ApiError::Invalid { field, .. } => Some(field.clone()),
-            ApiError::InvalidTasks(errors) => errors
+            ApiError::InvalidItems { list, errors } => errors
                 .first()
-                .map(|e| format!("tasks[{}].{}", e.index, e.field)),
+                .map(|e| format!("{list}[{}].{}", e.index, e.field)),
             _ => None,
         };
         let errors = match &self {
-            ApiError::InvalidTasks(errors) => Some(errors.clone()),
+            ApiError::InvalidItems { errors, .. } => Some(errors.clone()),
             _ => None,
         };
         let body = Problem {

@@ -12,6 +12,7 @@ mod executors;
 mod health;
 mod history;
 mod jobs;
+mod jobs_bulk;
 mod logs;
 mod metrics;
 mod openapi;
@@ -134,6 +135,11 @@ fn routes_with(
         .routes(routes!(executors::deregister))
         .routes(routes!(logs::append))
         .routes(routes!(openapi::openapi_json))
+        .merge(
+            OpenApiRouter::new()
+                .routes(routes!(jobs_bulk::create))
+                .layer(DefaultBodyLimit::max(jobs_bulk::MAX_BULK_BYTES)),
+        )
         .merge(
             OpenApiRouter::new()
                 .routes(routes!(tasks::enqueue, tasks::list, tasks::cancel_by_key))

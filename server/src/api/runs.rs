@@ -22,7 +22,8 @@ pub(super) struct RunView {
     /// The task this run fired, for a task's run.
     task_id: Option<i64>,
     scheduled_at: Option<String>,
-    /// `schedule`, `misfire`, `manual`, `backfill`, `task` or `child`.
+    /// `schedule`, `misfire`, `manual`, `backfill`, `task`, `child` or `step` (a workflow
+    /// step's run, or a workflow run started as another workflow's step).
     trigger: String,
     state: String,
     priority: i64,
@@ -131,8 +132,9 @@ pub(super) struct RunDetail {
     #[serde(flatten)]
     run: RunView,
     attempts: Vec<AttemptView>,
-    /// What the run was given beside its job's arguments (a child run: its parent's run,
-    /// state and output).
+    /// What the run was given beside its job's arguments: a child run, its parent's run,
+    /// state and output (`parent`); a workflow step's run, the workflow run, its parameters
+    /// and the outputs of the steps it needs (`workflow`, `params`, `upstream`).
     #[serde(skip_serializing_if = "Option::is_none")]
     input: Option<serde_json::Value>,
     /// The runs of child jobs this run triggered when it ended.

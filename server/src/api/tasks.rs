@@ -15,10 +15,11 @@ use super::error::Problem;
 use super::paging;
 use super::params::{IdParam, QueryParams};
 use super::{ApiError, ApiState, rfc3339};
+use crate::jobs::ItemError;
 use crate::jobs::partition_of;
 use crate::schedule::parse_instant;
 use crate::store::{Enqueued, TaskFilter, TaskRecord, TaskWrite, task_state};
-use crate::tasks::{TaskBatch, TaskError, TaskInput, check_batch};
+use crate::tasks::{TaskBatch, TaskInput, check_batch};
 
 /// A task as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]
@@ -125,7 +126,7 @@ fn tasks_of(body: serde_json::Value) -> Result<Vec<TaskInput>, ApiError> {
             Ok(task) => tasks.push(task),
             Err(err) => {
                 let (field, message) = super::body::described(&err, "task");
-                errors.push(TaskError {
+                errors.push(ItemError {
                     index,
                     field,
                     message,
@@ -136,7 +137,10 @@ fn tasks_of(body: serde_json::Value) -> Result<Vec<TaskInput>, ApiError> {
     if errors.is_empty() {
         Ok(tasks)
     } else {
-        Err(ApiError::InvalidTasks(errors))
+        Err(ApiError::InvalidItems {
+            list: "tasks",
+            errors,
+        })
     }
 }
 
@@ -151,8 +155,13 @@ pub(super) async fn enqueue(
     JsonBody(body): JsonBody<serde_json::Value>,
 ) -> Result<(StatusCode, Json<EnqueueView>), ApiError> {
     let tasks = tasks_of(body)?;
-    let checked = check_batch(tasks, state.clock.now_ms(), state.task_horizon_ms)
-        .map_err(|err| ApiError::InvalidTasks(err.errors))?;
+    let checked =
+        check_batch(tasks, state.clock.now_ms(), state.task_horizon_ms).map_err(|err| {
+            ApiError::InvalidItems {
+                list: "tasks",
+                errors: err.errors,
+            }
+        })?;
     let ids = state.task_ids.take(&*state.store, checked.len()).await?;
     let writes: Vec<TaskWrite> = checked
         .into_iter()

@@ -61,13 +61,7 @@ pub(super) async fn apply(
             .iter()
             .flat_map(|(job, _, _)| apply_children::names(job)),
     );
-    for name in wanted {
-        if !existing.contains_key(&name)
-            && let Some(job) = job_named(api, &name).await?
-        {
-            existing.insert(name, job);
-        }
-    }
+    existing.extend(jobs_named(api, wanted).await?);
     // Jobs that the file's workflows name as steps, by name.
     for workflow in &workflows {
         for step in workflow["steps"].as_array().into_iter().flatten() {
@@ -103,20 +97,41 @@ pub(super) async fn apply(
             }
         }
     }
-    // Jobs not there yet are created first (without children: those they name may not exist
-    // yet); then every job is made to match the file, children by id.
+    // Jobs not there yet are created first, in bulk (without children: those they name may
+    // not exist yet); then every job is made to match the file, children by id.
+    let new: Vec<(&str, &Value)> = desired
+        .iter()
+        .filter(|(_, _, name)| !existing.contains_key(name))
+        .map(|(job, _, name)| (name.as_str(), job))
+        .collect();
     let mut created: Vec<String> = Vec::new();
-    for (job, _, name) in &desired {
-        if !existing.contains_key(name) {
-            let made = api
-                .call(
-                    Method::POST,
-                    "/api/v1/jobs",
-                    Some(&apply_children::without(job)),
-                )
-                .await?;
-            existing.insert(name.clone(), made);
-            created.push(name.clone());
+    for chunk in new.chunks(BULK_CHUNK) {
+        let jobs: Vec<Value> = chunk
+            .iter()
+            .map(|(_, job)| apply_children::without(job))
+            .collect();
+        let made = api
+            .call(
+                Method::POST,
+                "/api/v1/jobs/bulk",
+                Some(&json!({ "jobs": jobs })),
+            )
+            .await?;
+        for ((name, job), made) in chunk
+            .iter()
+            .zip(made["jobs"].as_array().into_iter().flatten())
+        {
+            // Created as the file has it, but for its children: read back only to add those.
+            let view = if apply_children::names(job).is_empty() {
+                let mut view = (*job).clone();
+                view["id"] = made["id"].clone();
+                view
+            } else {
+                api.call(Method::GET, &format!("/api/v1/jobs/{}", made["id"]), None)
+                    .await?
+            };
+            existing.insert((*name).to_owned(), view);
+            created.push((*name).to_owned());
         }
     }
     let ids: HashMap<String, Value> = existing
@@ -125,6 +140,8 @@ pub(super) async fn apply(
         .collect();
     let mut report = Vec::new();
     for (job, start, name) in desired {
+        // Created as the file has it but for its children, which only now have ids.
+        let complete = created.contains(&name) && apply_children::names(&job).is_empty();
         let job =
             apply_children::by_id(&job, &ids).map_err(|e| bad(format!("job {name:?}: {e}")))?;
         let input: JobInput =
@@ -133,11 +150,21 @@ pub(super) async fn apply(
             .into_definition()
             .map_err(|e| bad(format!("job {name:?}: {e}")))?;
         let current = existing.get(&name).cloned();
-        let (id, action) = reconcile(api, &job, start, &definition, current, false).await?;
-        let action = if created.contains(&name) {
-            "created"
+        let (id, action) = if complete {
+            (
+                current.map(|c| c["id"].clone()).unwrap_or_default(),
+                "created",
+            )
         } else {
-            action
+            let (id, action) = reconcile(api, &job, start, &definition, current, false).await?;
+            (
+                id,
+                if created.contains(&name) {
+                    "created"
+                } else {
+                    action
+                },
+            )
         };
         report.push(json!({ "name": name, "id": id, "action": action }));
     }
@@ -159,6 +186,51 @@ pub(super) async fn apply(
         &[("NAME", "/name"), ("ID", "/id"), ("ACTION", "/action")],
     );
     Ok(())
+}
+
+/// Jobs per bulk create request.
+const BULK_CHUNK: usize = 10_000;
+
+/// A file naming more jobs than this is matched against a listing of every job, read a page
+/// at a time, rather than a lookup per name.
+const LOOKUPS_MAX: usize = 20;
+
+/// The server's jobs of `names` (those that exist), by name.
+async fn jobs_named(
+    api: &ApiTarget,
+    mut names: Vec<String>,
+) -> Result<HashMap<String, Value>, CommandError> {
+    names.sort();
+    names.dedup();
+    let mut found = HashMap::new();
+    if names.len() <= LOOKUPS_MAX {
+        for name in names {
+            if let Some(job) = job_named(api, &name).await? {
+                found.insert(name, job);
+            }
+        }
+        return Ok(found);
+    }
+    let wanted: std::collections::HashSet<String> = names.into_iter().collect();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/api/v1/jobs?sort=created&limit=1000&cursor={}", encode(c)),
+            None => "/api/v1/jobs?sort=created&limit=1000".to_owned(),
+        };
+        let page = api.call(Method::GET, &path, None).await?;
+        for job in page["jobs"].as_array().into_iter().flatten() {
+            if let Some(name) = job["name"].as_str()
+                && wanted.contains(name)
+            {
+                found.insert(name.to_owned(), job.clone());
+            }
+        }
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => return Ok(found),
+        }
+    }
 }
 
 /// The server's job named `name`, if there is one.

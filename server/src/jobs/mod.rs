@@ -18,6 +18,15 @@ pub use policy::{
 
 use crate::schedule::{Schedule, ScheduleError, ScheduleSpec, parse_zone};
 
+/// One bad item of a batch (a job of a bulk create, a task of an enqueue): its index in the
+/// batch, the field at fault and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+pub struct ItemError {
+    pub index: usize,
+    pub field: String,
+    pub message: String,
+}
+
 /// Why a job document was refused; `field` names the JSON field at fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {message}")]

@@ -108,6 +108,16 @@ pub struct JobWrite {
     pub kind: &'static str,
 }
 
+/// A job row to insert among many (`JobStore::jobs_insert_many`).
+#[derive(Debug, Clone)]
+pub struct JobInsert {
+    pub job_id: i64,
+    pub partition_id: i64,
+    pub write: JobWrite,
+    /// Running from the start (else stopped).
+    pub start: bool,
+}
+
 /// Filters of a job listing, one page in `order` after `after`.
 #[derive(Debug, Clone, Default)]
 pub struct JobFilter {

@@ -41,8 +41,8 @@ pub use history_records::{
     DEAD_LETTER_STATES, FINISHED_STATES, JobHistoryRule, PurgeScope, PurgeStates, PurgeStep, Purged,
 };
 pub use job_records::{
-    ClaimOutcome, JobChanges, JobFilter, JobKey, JobOrder, JobRecord, JobWrite, OverlapRule,
-    RunClaim, RunRecord, ScheduledJob, job_state, run_state,
+    ClaimOutcome, JobChanges, JobFilter, JobInsert, JobKey, JobOrder, JobRecord, JobWrite,
+    OverlapRule, RunClaim, RunRecord, ScheduledJob, job_state, run_state,
 };
 pub use log_records::{LogAppend, LogCaps, LogLine, NewLogLine, TRUNCATED_LINE};
 pub use policy_records::{
@@ -174,9 +174,12 @@ pub trait JobStore: Send + Sync + std::fmt::Debug + 'static {
     async fn jobs_get_many(&self, job_ids: &[i64]) -> Result<Vec<JobRecord>, Error>;
 
     /// Inserts many jobs, a few hundred rows per statement, in one transaction: all or none.
-    /// Each is `(job_id, partition_id, job)`; started at once when `start`. A taken name or id
-    /// fails the whole import with [`Error::Conflict`].
-    async fn jobs_import(&self, jobs: &[(i64, i64, JobWrite)], start: bool) -> Result<(), Error>;
+    /// A taken name or id fails them all with [`Error::Conflict`].
+    async fn jobs_insert_many(&self, jobs: &[JobInsert]) -> Result<(), Error>;
+
+    /// The jobs (of any kind) named one of `names`, as `(name, job_id)`, in one statement per
+    /// few hundred names.
+    async fn jobs_named(&self, names: &[String]) -> Result<Vec<(String, i64)>, Error>;
 
     /// Jobs updated and deleted after `since_ms` (database clock), at most `limit` updated.
     /// Paged by the key `(updated_at_ms, job_id)`: the page starts after `since_ms` and, among

@@ -13,7 +13,7 @@ pub mod ids;
 
 use serde::Deserialize;
 
-use crate::jobs::{Balance, Delivery, JobError, JobPolicy, Retry, validate_work};
+use crate::jobs::{Balance, Delivery, ItemError, JobError, JobPolicy, Retry, validate_work};
 use crate::schedule::parse_instant;
 
 /// Most tasks in one `POST /api/v1/tasks`.
@@ -89,15 +89,7 @@ impl TaskBatch {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{} bad task(s); the first: tasks[{}].{}", .errors.len(), .errors[0].index, .errors[0].field)]
 pub struct BatchError {
-    pub errors: Vec<TaskError>,
-}
-
-/// One bad task of a batch.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-pub struct TaskError {
-    pub index: usize,
-    pub field: String,
-    pub message: String,
+    pub errors: Vec<ItemError>,
 }
 
 /// A checked task, ready to store.
@@ -136,14 +128,14 @@ pub fn check_batch(
 ) -> Result<Vec<TaskDefinition>, BatchError> {
     let mut errors = Vec::new();
     if tasks.is_empty() {
-        errors.push(TaskError {
+        errors.push(ItemError {
             index: 0,
             field: "tasks".to_owned(),
             message: "is empty: enqueue at least one task".to_owned(),
         });
     }
     if tasks.len() > MAX_BATCH {
-        errors.push(TaskError {
+        errors.push(ItemError {
             index: MAX_BATCH,
             field: "tasks".to_owned(),
             message: format!(
@@ -158,7 +150,7 @@ pub fn check_batch(
         if let Some(key) = &task.key
             && let Some(first) = keys.insert(key.clone(), index)
         {
-            errors.push(TaskError {
+            errors.push(ItemError {
                 index,
                 field: "key".to_owned(),
                 message: format!("{key:?} is also the key of tasks[{first}] in this batch"),
@@ -166,7 +158,7 @@ pub fn check_batch(
         }
         match check_task(task, now_ms, horizon_ms) {
             Ok(task) => checked.push(task),
-            Err(err) => errors.push(TaskError {
+            Err(err) => errors.push(ItemError {
                 index,
                 field: err.field,
                 message: err.message,

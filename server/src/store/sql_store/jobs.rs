@@ -189,50 +189,51 @@ macro_rules! job_store {
                 rows_as(&sqlx::raw_sql(query).fetch_all(&self.pool).await?)
             }
 
-            async fn jobs_import(
-                &self,
-                jobs: &[(i64, i64, JobWrite)],
-                start: bool,
-            ) -> Result<(), Error> {
-                /// Rows per statement: 12 parameters each stays under every backend's limit.
+            async fn jobs_insert_many(&self, jobs: &[JobInsert]) -> Result<(), Error> {
+                /// Rows per statement: 17 parameters each stays under every backend's limit.
                 const ROWS: usize = 500;
                 if jobs.is_empty() {
                     return Ok(());
                 }
                 let now = self.now_ms().await?;
-                let state = if start { job_state::RUNNING } else { job_state::STOPPED };
-                let started = start.then_some(now);
                 let mut tx = self.begin_write().await?;
                 for chunk in jobs.chunks(ROWS) {
                     let mut insert = sqlx::QueryBuilder::<$db>::new(
                         "INSERT INTO jobs (job_id, partition_id, name, app_name, handler_name, \
                         schedule_json, timezone, args_json, policy_json, history_keep_ms, \
                         history_max_runs, state, version, next_fire_at_ms, last_fired_at_ms, \
-                        created_at_ms, updated_at_ms, started_at_ms) ",
+                        created_at_ms, updated_at_ms, started_at_ms, kind) ",
                     );
-                    insert.push_values(chunk, |mut row, (job_id, partition_id, job)| {
-                        row.push_bind(*job_id)
-                            .push_bind(*partition_id)
-                            .push_bind(job.name.clone())
-                            .push_bind(job.app_name.clone())
-                            .push_bind(job.handler_name.clone())
-                            .push_bind(job.schedule_json.clone())
-                            .push_bind(job.timezone.clone())
-                            .push_bind(job.args_json.clone())
-                            .push_bind(job.policy_json.clone())
-                            .push_bind(job.history_keep_ms)
-                            .push_bind(job.history_max_runs)
+                    insert.push_values(chunk, |mut row, job| {
+                        let state = if job.start {
+                            job_state::RUNNING
+                        } else {
+                            job_state::STOPPED
+                        };
+                        let w = &job.write;
+                        row.push_bind(job.job_id)
+                            .push_bind(job.partition_id)
+                            .push_bind(w.name.clone())
+                            .push_bind(w.app_name.clone())
+                            .push_bind(w.handler_name.clone())
+                            .push_bind(w.schedule_json.clone())
+                            .push_bind(w.timezone.clone())
+                            .push_bind(w.args_json.clone())
+                            .push_bind(w.policy_json.clone())
+                            .push_bind(w.history_keep_ms)
+                            .push_bind(w.history_max_runs)
                             .push_bind(state)
                             .push("1, NULL, NULL")
                             .push_bind(now)
                             .push_bind(now)
-                            .push_bind(started);
+                            .push_bind(job.start.then_some(now))
+                            .push_bind(w.kind);
                     });
                     match insert.build().execute(&mut *tx).await.map_err(Error::from) {
                         Ok(_) => {}
                         Err(err) if err.is_unique_violation() => {
                             return Err(Error::Conflict {
-                                what: "a job name or id of the import".to_owned(),
+                                what: "a job name or id of the batch".to_owned(),
                             });
                         }
                         Err(err) => return Err(err),
@@ -240,6 +241,26 @@ macro_rules! job_store {
                 }
                 tx.commit().await?;
                 Ok(())
+            }
+
+            async fn jobs_named(&self, names: &[String]) -> Result<Vec<(String, i64)>, Error> {
+                let mut found = Vec::new();
+                for chunk in names.chunks(500) {
+                    let mut query =
+                        sqlx::QueryBuilder::<$db>::new("SELECT name, job_id FROM jobs WHERE name IN (");
+                    let mut list = query.separated(", ");
+                    for name in chunk {
+                        list.push_bind(name.clone());
+                    }
+                    query.push(")");
+                    found.extend(
+                        query
+                            .build_query_as::<(String, i64)>()
+                            .fetch_all(&self.pool)
+                            .await?,
+                    );
+                }
+                Ok(found)
             }
 
             async fn jobs_changed_since(

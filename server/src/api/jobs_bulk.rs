@@ -1,0 +1,247 @@
+//! `POST /api/v1/jobs/bulk`: many jobs created by one request in one transaction, for teams
+//! arriving with thousands of jobs. Each job is checked as `POST /api/v1/jobs` checks one;
+//! a batch with any bad job stores none, and the answer names every bad one by its index.
+
+use std::collections::{HashMap, HashSet};
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use super::body::{JsonBody, described};
+use super::error::Problem;
+use super::jobs::{check_fires, write_of};
+use super::{ApiError, ApiState};
+use crate::jobs::{ItemError, JobDefinition, JobInput, new_job_id, partition_of};
+use crate::store::{self, JobInsert};
+
+/// Most jobs in one request.
+pub(super) const MAX_BULK_JOBS: usize = 100_000;
+
+/// The largest body of a bulk create: 100,000 jobs of a few hundred bytes.
+pub(super) const MAX_BULK_BYTES: usize = 64 * 1024 * 1024;
+
+/// Ids drawn per millisecond of the id's clock part: half of the 4,096 a millisecond holds,
+/// so a single create drawing at random in the same millisecond finds a free one at once.
+const IDS_PER_MS: usize = 2_048;
+
+/// The jobs to create, each as `POST /api/v1/jobs` takes one.
+#[derive(Debug, ToSchema)]
+#[allow(
+    dead_code,
+    reason = "the request's schema in the OpenAPI document; the body is read job by job"
+)]
+pub(super) struct BulkJobs {
+    #[schema(max_items = 100000)]
+    jobs: Vec<JobInput>,
+}
+
+/// What a bulk create stored.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct BulkCreated {
+    created: usize,
+    /// Each job's id, in the order of the request.
+    jobs: Vec<CreatedJob>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct CreatedJob {
+    id: i64,
+    name: String,
+}
+
+/// Creates many jobs at once: all of them, or none.
+#[utoipa::path(post, operation_id = "createJobs", path = "/jobs/bulk", tag = "jobs", request_body = BulkJobs,
+    responses(
+        (status = 201, description = "Every job created", body = BulkCreated),
+        (status = 400, description = "Nothing created: every bad job by its index (`errors`), a name given twice or taken among them", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub(super) async fn create(
+    State(state): State<ApiState>,
+    JsonBody(body): JsonBody<Value>,
+) -> Result<(StatusCode, Json<BulkCreated>), ApiError> {
+    let items = items_of(body)?;
+    let mut errors = Vec::new();
+    let mut checked: Vec<(usize, JobDefinition, bool)> = Vec::with_capacity(items.len());
+    let mut calendars_known: HashMap<String, bool> = HashMap::new();
+    for (index, item) in items.into_iter().enumerate() {
+        match check_one(&state, item, &mut calendars_known).await {
+            Ok((definition, start)) => checked.push((index, definition, start)),
+            Err(ApiError::Invalid { field, message }) => errors.push(ItemError {
+                index,
+                field,
+                message,
+            }),
+            // Not the job's fault (the database failed): the request fails.
+            Err(err) => return Err(err),
+        }
+    }
+    names_free(&state, &checked, &mut errors).await?;
+    if !errors.is_empty() {
+        errors.sort_by_key(|e| e.index);
+        return Err(ApiError::InvalidItems {
+            list: "jobs",
+            errors,
+        });
+    }
+    let rows = rows_of(&state, &checked);
+    match state.store.jobs_insert_many(&rows).await {
+        Ok(()) => {}
+        // A name taken by a create that came in meanwhile (ids are drawn apart).
+        Err(store::Error::Conflict { .. }) => {
+            let mut errors = Vec::new();
+            names_free(&state, &checked, &mut errors).await?;
+            return Err(if errors.is_empty() {
+                ApiError::Conflict(
+                    "a job id drawn was taken meanwhile: send the batch again".to_owned(),
+                )
+            } else {
+                ApiError::InvalidItems {
+                    list: "jobs",
+                    errors,
+                }
+            });
+        }
+        Err(err) => return Err(err.into()),
+    }
+    let jobs: Vec<CreatedJob> = rows
+        .into_iter()
+        .map(|row| CreatedJob {
+            id: row.job_id,
+            name: row.write.name,
+        })
+        .collect();
+    Ok((
+        StatusCode::CREATED,
+        Json(BulkCreated {
+            created: jobs.len(),
+            jobs,
+        }),
+    ))
+}
+
+/// The request's jobs, each still a JSON value so a bad one is named by its index.
+fn items_of(body: Value) -> Result<Vec<Value>, ApiError> {
+    let Value::Object(mut object) = body else {
+        return Err(ApiError::invalid("body", "send {\"jobs\": [...]}"));
+    };
+    if let Some(other) = object.keys().find(|k| *k != "jobs") {
+        return Err(ApiError::invalid(
+            other,
+            "unknown field: a bulk create is {\"jobs\": [...]} and nothing else",
+        ));
+    }
+    let items = match object.remove("jobs") {
+        Some(Value::Array(items)) => items,
+        Some(_) => return Err(ApiError::invalid("jobs", "must be a list of jobs")),
+        None => return Err(ApiError::invalid("jobs", "is required")),
+    };
+    if items.is_empty() || items.len() > MAX_BULK_JOBS {
+        return Err(ApiError::invalid(
+            "jobs",
+            format!(
+                "holds {} jobs: send 1 to {MAX_BULK_JOBS} per request",
+                items.len()
+            ),
+        ));
+    }
+    Ok(items)
+}
+
+/// One job checked as `POST /api/v1/jobs` checks it; calendars looked up once per name.
+async fn check_one(
+    state: &ApiState,
+    item: Value,
+    calendars_known: &mut HashMap<String, bool>,
+) -> Result<(JobDefinition, bool), ApiError> {
+    let input: JobInput = serde_path_to_error::deserialize(item).map_err(|err| {
+        let (field, message) = described(&err, "job");
+        ApiError::invalid(&field, message)
+    })?;
+    let start = input.start;
+    let definition = input.into_definition()?;
+    if start || definition.schedule.manual.is_none() {
+        check_fires(state, &definition)?;
+    }
+    for (i, name) in definition.policy.calendars.iter().enumerate() {
+        let known = match calendars_known.get(name) {
+            Some(known) => *known,
+            None => {
+                let known = state.store.calendar_get(name).await?.is_some();
+                calendars_known.insert(name.clone(), known);
+                known
+            }
+        };
+        if !known {
+            return Err(ApiError::invalid(
+                &format!("calendars[{i}]"),
+                format!(
+                    "there is no calendar {name:?}: create it with PUT /api/v1/calendars/{name}"
+                ),
+            ));
+        }
+    }
+    super::children::check(state, None, &definition.name, &definition.policy.children).await?;
+    Ok((definition, start))
+}
+
+/// Adds an error for each name given twice in the batch or already taken.
+async fn names_free(
+    state: &ApiState,
+    checked: &[(usize, JobDefinition, bool)],
+    errors: &mut Vec<ItemError>,
+) -> Result<(), ApiError> {
+    let mut first_of: HashMap<&str, usize> = HashMap::with_capacity(checked.len());
+    for (index, definition, _) in checked {
+        if let Some(first) = first_of.get(definition.name.as_str()) {
+            errors.push(ItemError {
+                index: *index,
+                field: "name".to_owned(),
+                message: format!("{:?} is also the name of jobs[{first}]", definition.name),
+            });
+        } else {
+            first_of.insert(&definition.name, *index);
+        }
+    }
+    let names: Vec<String> = first_of.keys().map(|n| (*n).to_owned()).collect();
+    let taken: HashMap<String, i64> = state.store.jobs_named(&names).await?.into_iter().collect();
+    for (index, definition, _) in checked {
+        if let Some(id) = taken.get(&definition.name) {
+            errors.push(ItemError {
+                index: *index,
+                field: "name".to_owned(),
+                message: format!("{:?} is taken by job {id}", definition.name),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The rows to insert, with ids drawn apart: at most [`IDS_PER_MS`] in each millisecond from
+/// now on, at random within it, never twice (ids are a millisecond and 12 random bits).
+fn rows_of(state: &ApiState, checked: &[(usize, JobDefinition, bool)]) -> Vec<JobInsert> {
+    let now = state.clock.now_ms();
+    let mut drawn: HashSet<i64> = HashSet::with_capacity(checked.len());
+    checked
+        .iter()
+        .enumerate()
+        .map(|(i, (_, definition, start))| {
+            let ms = now + i64::try_from(i / IDS_PER_MS).unwrap_or(i64::MAX / 2);
+            let mut job_id = new_job_id(ms);
+            // The next id of the same millisecond, round: one is free, as at most half are
+            // drawn in each.
+            while !drawn.insert(job_id) {
+                job_id = (job_id & !0xfff) | ((job_id + 1) & 0xfff);
+            }
+            JobInsert {
+                job_id,
+                partition_id: partition_of(job_id, state.partition_count),
+                write: write_of(definition),
+                start: *start,
+            }
+        })
+        .collect()
+}
