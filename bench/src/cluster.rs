@@ -251,14 +251,67 @@ impl Cluster {
         None
     }
 
-    /// Creates jobs from `documents`, `concurrency` requests at a time; returns their ids. A
-    /// job is asked for up to [`CREATE_TRIES`] times while the node answers `503`.
-    pub(crate) async fn create_jobs(
+    /// Creates jobs from `documents` one request each, `concurrency` requests at a time;
+    /// returns their ids. A job is asked for up to [`CREATE_TRIES`] times while the node
+    /// answers `503`.
+    pub(crate) async fn create_jobs_one_by_one(
         &self,
         documents: Vec<Value>,
         concurrency: usize,
     ) -> anyhow::Result<Vec<i64>> {
         self.create_at("/api/v1/jobs", documents, concurrency).await
+    }
+
+    /// Creates jobs from `documents` through `POST /api/v1/jobs/bulk`, [`BULK_JOBS`] a
+    /// request, two requests at a time on the nodes in turn; returns their ids in order.
+    pub(crate) async fn create_jobs(&self, documents: Vec<Value>) -> anyhow::Result<Vec<i64>> {
+        let urls = self.urls();
+        let mut tasks = tokio::task::JoinSet::new();
+        let mut chunks = Vec::new();
+        let mut rest = documents;
+        while !rest.is_empty() {
+            let tail = rest.split_off(rest.len().min(BULK_JOBS));
+            chunks.push(std::mem::replace(&mut rest, tail));
+        }
+        let mut ids: Vec<Vec<i64>> = vec![Vec::new(); chunks.len()];
+        let mut pending = chunks.into_iter().enumerate();
+        loop {
+            while tasks.len() < 2 {
+                let Some((i, chunk)) = pending.next() else {
+                    break;
+                };
+                let url = format!("{}/api/v1/jobs/bulk", urls[i % urls.len()]);
+                let client = self.client.clone();
+                tasks.spawn(async move {
+                    let response = client
+                        .post(&url)
+                        .bearer_auth(ADMIN_TOKEN)
+                        .json(&serde_json::json!({ "jobs": chunk }))
+                        .send()
+                        .await?;
+                    let status = response.status();
+                    let body: Value = response.json().await?;
+                    if status.as_u16() != 201 {
+                        bail!("creating at {url}: {status} {:.500}", body.to_string());
+                    }
+                    let made = body["jobs"]
+                        .as_array()
+                        .context("a bulk create answers its jobs")?
+                        .iter()
+                        .map(|j| j["id"].as_i64().context("a created job has an id"))
+                        .collect::<anyhow::Result<Vec<i64>>>()?;
+                    anyhow::Ok((i, made))
+                });
+            }
+            match tasks.join_next().await {
+                Some(done) => {
+                    let (i, made) = done??;
+                    ids[i] = made;
+                }
+                None => break,
+            }
+        }
+        Ok(ids.into_iter().flatten().collect())
     }
 
     /// Creates what `documents` describe by `POST` to `path` on the nodes in turn,
@@ -349,6 +402,9 @@ impl Drop for Cluster {
 
 /// How often the bench asks for one job before it gives up on `503`s.
 const CREATE_TRIES: u32 = 10;
+
+/// Jobs per bulk create request.
+const BULK_JOBS: usize = 10_000;
 
 /// A loopback port nobody listens on now.
 fn free_port() -> anyhow::Result<u16> {

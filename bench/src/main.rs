@@ -128,6 +128,13 @@ enum Scenario {
         #[arg(long, default_value_t = 2)]
         minutes: u64,
     },
+    /// Creating jobs: one request each (16 at a time), then in bulk; jobs per second.
+    Create {
+        #[arg(long, default_value_t = 5_000)]
+        single: usize,
+        #[arg(long, default_value_t = 100_000)]
+        bulk: usize,
+    },
     /// Many active jobs with a realistic mix of schedules: load time, memory per job, idle CPU.
     Capacity {
         #[arg(long, default_value_t = 100_000)]
@@ -190,6 +197,7 @@ async fn main() -> anyhow::Result<()> {
             scenarios::throughput(&common, &load).await?
         }
         Scenario::Failover { jobs } => scenarios::failover(&common, jobs).await?,
+        Scenario::Create { single, bulk } => scenarios::create(&common, single, bulk).await?,
         Scenario::Capacity { jobs, nodes } => scenarios::capacity(&common, jobs, nodes).await?,
         Scenario::Workflows {
             nodes,

@@ -118,9 +118,13 @@ pub(crate) async fn throughput(common: &Common, load: &Load) -> anyhow::Result<R
             })
             .collect();
         let created_at = Instant::now();
-        let ids = cluster.create_jobs(docs, 16).await?;
+        let ids = cluster.create_jobs(docs).await?;
         report.add("one_shot_jobs", count);
         report.add("create_s", secs(created_at.elapsed()));
+        report.add(
+            "create_jobs_per_s",
+            (count as f64 / created_at.elapsed().as_secs_f64()).round(),
+        );
         if now_ms() >= at_ms {
             bail!("creating the jobs took past their instant; ask for fewer");
         }
@@ -154,7 +158,7 @@ pub(crate) async fn throughput(common: &Common, load: &Load) -> anyhow::Result<R
     }
     let docs = (0..jobs).map(|i| every_second(i, "fire_once")).collect();
     let created_at = Instant::now();
-    let ids = cluster.create_jobs(docs, 16).await?;
+    let ids = cluster.create_jobs(docs).await?;
     report.add("jobs_every_second", jobs);
     report.add("create_s", secs(created_at.elapsed()));
     tokio::time::sleep(Duration::from_secs(warmup_s)).await;
@@ -261,7 +265,7 @@ pub(crate) async fn failover(common: &Common, jobs: usize) -> anyhow::Result<Rep
     cluster.start_nodes(3).await?;
     let executor = FastExecutor::start(&cluster, common.batch, common.log_lines).await?;
     let docs = (0..jobs).map(|i| every_second(i, "catch_up")).collect();
-    let ids = cluster.create_jobs(docs, 16).await?;
+    let ids = cluster.create_jobs(docs).await?;
     let partitions = cluster
         .view_of(0)
         .await
@@ -555,4 +559,36 @@ pub(crate) fn rfc3339(ms: i64) -> String {
 
 pub(crate) fn secs(d: Duration) -> f64 {
     (d.as_secs_f64() * 100.0).round() / 100.0
+}
+
+/// Job creation: `single` jobs created one request each (16 at a time), then `bulk` jobs
+/// through `POST /api/v1/jobs/bulk`; jobs created per second each way. The jobs are stopped
+/// (an hourly schedule), so nothing fires meanwhile.
+pub(crate) async fn create(common: &Common, single: usize, bulk: usize) -> anyhow::Result<Report> {
+    let mut cluster = new_cluster(common).await?;
+    cluster.start_nodes(1).await?;
+    let mut report = Report::new("create");
+    report.add("db", format!("{:?}", common.db).to_lowercase());
+    let doc = |prefix: &str, i: usize| {
+        json!({"name": format!("{prefix}-{i}"), "app": "bench", "handler": "noop",
+               "schedule": {"cron": "0 0 * * * ?"}})
+    };
+    let docs: Vec<Value> = (0..single).map(|i| doc("single", i)).collect();
+    let started = Instant::now();
+    cluster.create_jobs_one_by_one(docs, 16).await?;
+    report.add("single_jobs", single);
+    report.add(
+        "single_create_per_s",
+        (single as f64 / started.elapsed().as_secs_f64()).round(),
+    );
+    let docs: Vec<Value> = (0..bulk).map(|i| doc("bulk", i)).collect();
+    let started = Instant::now();
+    cluster.create_jobs(docs).await?;
+    report.add("bulk_jobs", bulk);
+    report.add("bulk_create_s", secs(started.elapsed()));
+    report.add(
+        "bulk_create_per_s",
+        (bulk as f64 / started.elapsed().as_secs_f64()).round(),
+    );
+    Ok(report)
 }
