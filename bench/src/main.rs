@@ -1,6 +1,7 @@
 //! `carillon-bench`: starts a real cluster on a chosen backend and a fast executor, loads it,
 //! and prints figures (a table, or one JSON object with `--json`). See `bench/README.md`.
 
+mod baseline;
 mod cluster;
 mod executor;
 mod history;
@@ -175,7 +176,9 @@ async fn main() -> anyhow::Result<()> {
             .chain(cli.node_env)
             .collect(),
     };
-    let report = match cli.scenario {
+    // Before the scenario, while the machine is otherwise idle.
+    let baseline = baseline::measure(cli.db).await?;
+    let mut report = match cli.scenario {
         Scenario::Throughput {
             nodes,
             jobs,
@@ -234,6 +237,7 @@ async fn main() -> anyhow::Result<()> {
             tasks::tasks(&common, &load).await?
         }
     };
+    report.add_all(baseline);
     report.print(cli.json);
     Ok(())
 }

@@ -79,6 +79,10 @@ impl Report {
         self.rows.push((key.to_owned(), value.into()));
     }
 
+    pub(crate) fn add_all(&mut self, rows: Vec<(String, Value)>) {
+        self.rows.extend(rows);
+    }
+
     pub(crate) fn add_delivery(&mut self, d: &Delivery) {
         self.add("instants_expected", d.expected);
         self.add("instants_delivered", d.delivered);

@@ -355,7 +355,26 @@ async fn bad_jobs_and_schedules_get_a_400_naming_the_field() {
     let (status, problem) = node
         .call(Method::GET, "/api/v1/jobs?limit=lots", None)
         .await;
-    assert_eq!((status, &problem["field"]), (400, &json!("query")));
+    assert_eq!((status, &problem["field"]), (400, &json!("limit")));
+    assert_eq!(
+        problem["detail"], "limit: must be a whole number",
+        "{problem}"
+    );
+    let (status, problem) = node
+        .call(Method::GET, "/api/v1/jobs?colour=red", None)
+        .await;
+    assert_eq!(
+        (status, &problem["field"]),
+        (400, &json!("colour")),
+        "{problem}"
+    );
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with(r#"colour: unknown field "colour" (known: app, state"#),
+        "{problem}"
+    );
     let (status, problem) = node.call(Method::GET, "/api/v1/jobs?limit=0", None).await;
     assert_eq!((status, &problem["field"]), (400, &json!("limit")));
 }

@@ -82,7 +82,21 @@ pub(super) fn plain(message: &str) -> String {
     if let Some(rest) = message.strip_prefix("invalid value: ")
         && let Some((got, expected)) = rest.split_once(", expected ")
     {
-        return format!("must be {}, not {}", expectation(expected), given(got));
+        // A number out of its type's range: say the range.
+        let range = match expected {
+            "i32" => Some("from -2147483648 to 2147483647"),
+            "u32" => Some("from 0 to 4294967295"),
+            "u16" => Some("from 0 to 65535"),
+            "u8" => Some("from 0 to 255"),
+            "i64" | "u64" | "usize" if got.starts_with("integer") => Some("within 64 bits"),
+            _ => None,
+        };
+        return match range {
+            Some(range) if got.starts_with("integer") => {
+                format!("must be an integer {range}, not {}", given(got))
+            }
+            _ => format!("must be {}, not {}", expectation(expected), given(got)),
+        };
     }
     if let Some(rest) = message.strip_prefix("unknown variant ")
         && let Some((got, expected)) = rest.split_once(", expected ")
@@ -190,7 +204,11 @@ mod tests {
         );
         check(
             "invalid value: integer `-5`, expected u32",
-            "must be an integer of 0 or more, not the number -5",
+            "must be an integer from 0 to 4294967295, not the number -5",
+        );
+        check(
+            "invalid value: integer `3000000000`, expected i32",
+            "must be an integer from -2147483648 to 2147483647, not the number 3000000000",
         );
         check(
             "invalid type: map, expected a string",

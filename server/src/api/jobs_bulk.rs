@@ -28,6 +28,10 @@ pub(super) const MAX_BULK_BYTES: usize = 64 * 1024 * 1024;
 /// so a single create drawing at random in the same millisecond finds a free one at once.
 const IDS_PER_MS: usize = 2_048;
 
+/// How often a batch draws its ids before it gives up: only a batch inserted on another node
+/// at the same moment takes them.
+const ID_TRIES: u32 = 5;
+
 /// The jobs to create, each as `POST /api/v1/jobs` takes one.
 #[derive(Debug, ToSchema)]
 #[allow(
@@ -58,6 +62,7 @@ pub(super) struct CreatedJob {
     responses(
         (status = 201, description = "Every job created", body = BulkCreated),
         (status = 400, description = "Nothing created: every bad job by its index (`errors`), a name given twice or taken among them", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Nothing created: a name of the batch is taken in a way the checks could not name (on MySQL, two names differing only in letter case), or its ids met another batch's five times", body = Problem, content_type = "application/problem+json"),
     ))]
 pub(super) async fn create(
     State(state): State<ApiState>,
@@ -87,26 +92,36 @@ pub(super) async fn create(
             errors,
         });
     }
-    let rows = rows_of(&state, &checked);
-    match state.store.jobs_insert_many(&rows).await {
-        Ok(()) => {}
-        // A name taken by a create that came in meanwhile (ids are drawn apart).
-        Err(store::Error::Conflict { .. }) => {
-            let mut errors = Vec::new();
-            names_free(&state, &checked, &mut errors).await?;
-            return Err(if errors.is_empty() {
-                ApiError::Conflict(
-                    "a job id drawn was taken meanwhile: send the batch again".to_owned(),
-                )
-            } else {
-                ApiError::InvalidItems {
-                    list: "jobs",
-                    errors,
+    // Ids are drawn past the largest there is; a batch that met another's (drawn from the
+    // same largest id on another node) draws again past the one that won.
+    let mut tries = 0;
+    let rows = loop {
+        tries += 1;
+        let largest = state.store.job_id_max().await?;
+        let rows = rows_of(&state, &checked, largest);
+        match state.store.jobs_insert_many(&rows).await {
+            Ok(()) => break rows,
+            Err(store::Error::Conflict { .. }) => {
+                let mut errors = Vec::new();
+                names_free(&state, &checked, &mut errors).await?;
+                if !errors.is_empty() {
+                    errors.sort_by_key(|e| e.index);
+                    return Err(ApiError::InvalidItems {
+                        list: "jobs",
+                        errors,
+                    });
                 }
-            });
+                if tries >= ID_TRIES {
+                    return Err(ApiError::Conflict(
+                        "a job name or id of the batch is taken (on MySQL and MariaDB, names \
+                         that differ only in letter case are the same name); nothing was created"
+                            .to_owned(),
+                    ));
+                }
+            }
+            Err(err) => return Err(err.into()),
         }
-        Err(err) => return Err(err.into()),
-    }
+    };
     let jobs: Vec<CreatedJob> = rows
         .into_iter()
         .map(|row| CreatedJob {
@@ -207,9 +222,17 @@ async fn names_free(
         }
     }
     let names: Vec<String> = first_of.keys().map(|n| (*n).to_owned()).collect();
-    let taken: HashMap<String, i64> = state.store.jobs_named(&names).await?.into_iter().collect();
+    // Keyed in lower case: the database said which names it holds equal (MySQL's collation
+    // ignores case; PostgreSQL's and SQLite's do not, and return only exact ones).
+    let taken: HashMap<String, i64> = state
+        .store
+        .jobs_named(&names)
+        .await?
+        .into_iter()
+        .map(|(name, id)| (name.to_lowercase(), id))
+        .collect();
     for (index, definition, _) in checked {
-        if let Some(id) = taken.get(&definition.name) {
+        if let Some(id) = taken.get(&definition.name.to_lowercase()) {
             errors.push(ItemError {
                 index: *index,
                 field: "name".to_owned(),
@@ -220,16 +243,22 @@ async fn names_free(
     Ok(())
 }
 
-/// The rows to insert, with ids drawn apart: at most [`IDS_PER_MS`] in each millisecond from
-/// now on, at random within it, never twice (ids are a millisecond and 12 random bits).
-fn rows_of(state: &ApiState, checked: &[(usize, JobDefinition, bool)]) -> Vec<JobInsert> {
-    let now = state.clock.now_ms();
+/// The rows to insert, with ids drawn apart: from the millisecond after the largest id's
+/// (`largest`), or from now, whichever is later, at most [`IDS_PER_MS`] in each millisecond,
+/// at random within it, never twice (ids are a millisecond and 12 random bits).
+fn rows_of(
+    state: &ApiState,
+    checked: &[(usize, JobDefinition, bool)],
+    largest: Option<i64>,
+) -> Vec<JobInsert> {
+    let after_largest = largest.map_or(0, |id| id_ms(id) + 1);
+    let first_ms = state.clock.now_ms().max(after_largest);
     let mut drawn: HashSet<i64> = HashSet::with_capacity(checked.len());
     checked
         .iter()
         .enumerate()
         .map(|(i, (_, definition, start))| {
-            let ms = now + i64::try_from(i / IDS_PER_MS).unwrap_or(i64::MAX / 2);
+            let ms = first_ms + i64::try_from(i / IDS_PER_MS).unwrap_or(i64::MAX / 2);
             let mut job_id = new_job_id(ms);
             // The next id of the same millisecond, round: one is free, as at most half are
             // drawn in each.
@@ -244,4 +273,9 @@ fn rows_of(state: &ApiState, checked: &[(usize, JobDefinition, bool)]) -> Vec<Jo
             }
         })
         .collect()
+}
+
+/// The epoch millisecond a job id was drawn in (`new_job_id`'s inverse).
+fn id_ms(job_id: i64) -> i64 {
+    (job_id >> 12) + crate::jobs::ID_EPOCH_MS
 }

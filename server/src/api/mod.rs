@@ -18,6 +18,8 @@ mod metrics;
 mod openapi;
 mod paging;
 mod params;
+#[cfg(test)]
+mod reference;
 mod runs;
 mod schedules;
 mod stats;

@@ -92,7 +92,7 @@ fn add_errors(path: &str, operation: &mut Operation) {
             "400",
             "A parameter or field is wrong; `field` names it",
         ),
-        (has_body, "413", "The body is larger than 2 MiB"),
+        (has_body, "413", body_limit(path)),
         (path.contains('{'), "404", "Nothing has this id"),
         (true, "503", "The database did not answer; retry"),
     ];
@@ -103,6 +103,15 @@ fn add_errors(path: &str, operation: &mut Operation) {
                 .responses
                 .insert(status.to_owned(), RefOr::T(problem(description)));
         }
+    }
+}
+
+/// What `413` says of the body of `path` (`super::routes` sets the limits).
+fn body_limit(path: &str) -> &'static str {
+    match path {
+        "/api/v1/tasks" => "The body is larger than 32 MiB",
+        "/api/v1/jobs/bulk" => "The body is larger than 64 MiB",
+        _ => "The body is larger than 2 MiB",
     }
 }
 

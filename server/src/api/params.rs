@@ -50,11 +50,57 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryParams<T>
             .await
             .map(|Query(q)| QueryParams(q))
             .map_err(|e| {
-                let text = e.body_text();
-                let message = text
-                    .strip_prefix("Failed to deserialize query string: ")
-                    .map_or_else(|| text.clone(), super::body::plain);
-                ApiError::invalid("query", message)
+                let (field, message) = query_error(&e.body_text());
+                ApiError::invalid(&field, message)
             })
+    }
+}
+
+/// The parameter a query string's error is about and what is wrong with it, in the API's
+/// words. axum says `Failed to deserialize query string: <name>: <serde's message>`, or
+/// without the name when the error is about the whole query (an unknown parameter).
+fn query_error(text: &str) -> (String, String) {
+    let said = text
+        .strip_prefix("Failed to deserialize query string: ")
+        .unwrap_or(text);
+    let (field, message) = match said.split_once(": ") {
+        Some((name, message))
+            if !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') =>
+        {
+            (name.to_owned(), message)
+        }
+        _ => ("query".to_owned(), said),
+    };
+    let message = match message {
+        "invalid digit found in string" | "cannot parse integer from empty string" => {
+            "must be a whole number".to_owned()
+        }
+        "number too large to fit in target type" | "number too small to fit in target type" => {
+            "is out of range".to_owned()
+        }
+        other => super::body::plain(other),
+    };
+    (field, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::query_error;
+
+    #[test]
+    fn a_bad_query_parameter_is_named_in_plain_words() {
+        assert_eq!(
+            query_error("Failed to deserialize query string: limit: invalid digit found in string"),
+            ("limit".to_owned(), "must be a whole number".to_owned())
+        );
+        assert_eq!(
+            query_error(
+                "Failed to deserialize query string: unknown field `colour`, expected `app` or `state`"
+            ),
+            (
+                "query".to_owned(),
+                r#"unknown field "colour" (known: app, state)"#.to_owned()
+            )
+        );
     }
 }

@@ -118,43 +118,23 @@ async fn checked(state: &ApiState, input: &mut WorkflowInput) -> Result<JobDefin
     Ok(definition)
 }
 
-/// Replaces each step's job given by name with its id: the one job (not a workflow's own
-/// step) of that name, else a `400` naming the step's field.
+/// Replaces each step's job given by name with its id (names are unique), else a `400` naming
+/// the step's field; `checked` then refuses a workflow's own step as it would by id.
 async fn resolve_job_names(state: &ApiState, input: &mut WorkflowInput) -> Result<(), ApiError> {
     for (i, step) in input.steps.iter_mut().enumerate() {
         let Some(JobRef::Name(name)) = &step.job else {
             continue;
         };
         let field = format!("steps[{i}].job");
-        let filter = crate::store::JobFilter {
-            name_prefix: Some(name.clone()),
-            limit: 1_000,
-            ..Default::default()
-        };
-        let named: Vec<JobRecord> = state
-            .store
-            .jobs_list(&filter)
-            .await?
-            .into_iter()
-            .filter(|j| &j.name == name && j.kind != job_kind::STEP)
-            .collect();
-        let id = match named.as_slice() {
-            [job] => job.job_id,
-            [] => {
+        // The database compares names as it does for uniqueness (ignoring case on MySQL):
+        // the exact name first.
+        let named = state.store.jobs_named(std::slice::from_ref(name)).await?;
+        let id = match named.iter().find(|(n, _)| n == name).or(named.first()) {
+            Some((_, id)) => *id,
+            None => {
                 return Err(ApiError::invalid(
                     &field,
                     format!("there is no job named {name:?}"),
-                ));
-            }
-            several => {
-                let ids: Vec<String> = several.iter().map(|j| j.job_id.to_string()).collect();
-                return Err(ApiError::invalid(
-                    &field,
-                    format!(
-                        "{} jobs are named {name:?} (ids {}): give the id of the one to run",
-                        several.len(),
-                        ids.join(", ")
-                    ),
                 ));
             }
         };

@@ -116,7 +116,15 @@ pub(super) async fn apply(
                 "/api/v1/jobs/bulk",
                 Some(&json!({ "jobs": jobs })),
             )
-            .await?;
+            .await
+            .map_err(|e| {
+                // The server numbers the new jobs of its request: name them instead.
+                let mut said = e.to_string();
+                for (i, (name, _)) in chunk.iter().enumerate().rev() {
+                    said = said.replace(&format!("jobs[{i}]"), &format!("job {name:?}"));
+                }
+                bad(said)
+            })?;
         for ((name, job), made) in chunk
             .iter()
             .zip(made["jobs"].as_array().into_iter().flatten())

@@ -1,7 +1,8 @@
 //! Stage four: a delivery pass. After the watch, it reads the attempts due soon (less those
 //! whose answers are still being stored), plans them, and offers each at its instant,
 //! concurrently (one slow executor must not hold up the rest), offers due together for one
-//! batch-taking executor in one request; then it hands what was answered at once to a settle.
+//! batch-taking executor in one request; what executors answer at once is handed to a settle
+//! as it comes (within 10 ms), not at the end of the pass.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -67,7 +68,6 @@ impl Dispatcher {
         // once with their result end together, in one transaction.
         let mut delivering = tokio::task::JoinSet::new();
         let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
-        let mut ended = Vec::new();
         // Offers due at one instant for one batch-taking executor go in one request.
         let mut batches: HashMap<(String, i64), Vec<Offer>> = HashMap::new();
         let mut singles = Vec::new();
@@ -126,16 +126,12 @@ impl Dispatcher {
                 deliver_batch(&*store, &client, &observer, offers).await
             });
         }
-        drain(&mut delivering, &mut ended).await;
-        let delivered = began.elapsed();
-        let answered = ended.iter().flatten().count();
-        self.settle_in_background(ended).await;
+        let answered = self.settle_as_answered(&mut delivering).await;
         let took = began.elapsed();
         if took > SLOW_PASS {
             warn!(
                 ?took,
                 ?housekeeping,
-                ?delivered,
                 due = due_count,
                 answered,
                 "slow delivery pass"
@@ -158,17 +154,51 @@ fn chunked(mut offers: Vec<Offer>, size: usize) -> Vec<Vec<Offer>> {
     chunks
 }
 
-/// Waits for every delivery.
-async fn drain(tasks: &mut tokio::task::JoinSet<Vec<Delivered>>, ended: &mut Vec<Option<Ended>>) {
-    while let Some(done) = tasks.join_next().await {
-        match done {
-            Ok(products) => {
-                for product in products {
-                    keep(Some(Ok(product)), ended);
+/// An answer waits at most this long for others to be stored with it: a pass's deliveries
+/// spread over [`deliver_ahead`](super::deliver_ahead), and an answer not yet stored is work
+/// a node killed meanwhile leaves to be done again.
+const SETTLE_AFTER: Duration = Duration::from_millis(10);
+
+impl Dispatcher {
+    /// Waits for every delivery of a pass, storing the answers as they come: those received
+    /// within [`SETTLE_AFTER`] of the first go together, in the background. Under load the
+    /// settles in flight are full, so the answers received meanwhile go together in the next
+    /// (a larger batch), and the pass waits for it to start. Returns how many answers.
+    async fn settle_as_answered(
+        &self,
+        delivering: &mut tokio::task::JoinSet<Vec<Delivered>>,
+    ) -> usize {
+        let mut answered = 0;
+        let mut ended: Vec<Option<Ended>> = Vec::new();
+        let mut first_at: Option<tokio::time::Instant> = None;
+        loop {
+            let flush_at = first_at.map(|at| at + SETTLE_AFTER);
+            tokio::select! {
+                done = delivering.join_next() => {
+                    let Some(done) = done else { break };
+                    match done {
+                        Ok(products) => {
+                            for product in products {
+                                keep(Some(Ok(product)), &mut ended);
+                            }
+                        }
+                        Err(err) => keep(Some(Err(err)), &mut ended),
+                    }
+                    if first_at.is_none() && ended.iter().any(Option::is_some) {
+                        first_at = Some(tokio::time::Instant::now());
+                    }
+                }
+                () = tokio::time::sleep_until(flush_at.unwrap_or_else(tokio::time::Instant::now)),
+                    if flush_at.is_some() => {
+                    answered += ended.iter().flatten().count();
+                    self.settle_in_background(std::mem::take(&mut ended)).await;
+                    first_at = None;
                 }
             }
-            Err(err) => keep(Some(Err(err)), ended),
         }
+        answered += ended.iter().flatten().count();
+        self.settle_in_background(ended).await;
+        answered
     }
 }
 

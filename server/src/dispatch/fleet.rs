@@ -14,7 +14,7 @@ pub(super) struct Fleet {
     pub(super) registered_handlers: HashMap<String, HashSet<String>>,
     pub(super) load: HashMap<String, i64>,
     /// (executor, job) pairs of XXL-JOB executors busy with an attempt of the job: running,
-    /// or offered in this pass. Such an executor runs one attempt of a job at a time (one
+    /// or meant to run one offered in this pass. Such an executor runs one attempt of a job at a time (one
     /// thread per job id, and `/kill` names the job), so it is offered no other until then.
     pub(super) xxl_busy: HashSet<(String, i64)>,
     pub(super) now_ms: i64,

@@ -238,12 +238,12 @@ impl Dispatcher {
         if let Some(first) = targets.first() {
             *fleet.load.entry(first.executor_id.clone()).or_default() += 1;
         }
-        // Any XXL-JOB target may end up running it: none is offered another attempt of the
-        // job in this pass.
-        for target in targets.iter().filter(|t| t.xxl) {
+        // The first target is meant to run it: no other attempt of the job is planned there
+        // in this pass (should it go on to another, `/idleBeat` asks that one first).
+        if let Some(first) = targets.first().filter(|t| t.xxl) {
             fleet
                 .xxl_busy
-                .insert((target.executor_id.clone(), job.job_id));
+                .insert((first.executor_id.clone(), job.job_id));
         }
         Ok(Some(Offer {
             attempt: attempt.clone(),

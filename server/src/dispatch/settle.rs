@@ -1,6 +1,7 @@
 //! Stage five: what executors answered. An accepted offer is recorded as running; a result
-//! given at once is ended with the others of its pass, in the background while the next pass
-//! goes on, [`SETTLE_CHUNK`] answers to a transaction: plain successes in two statements per
+//! given at once is ended with the others answered within a few milliseconds of it (more
+//! under load, while earlier settles hold both slots), in the background while the pass goes
+//! on, [`SETTLE_CHUNK`] answers to a transaction: plain successes in two statements per
 //! executor, the rest together (`finish` ends results reported later). [`Settling`] holds the
 //! answered attempts from this node's passes until their settle has ended.
 
@@ -113,9 +114,9 @@ pub(super) async fn settle(
     })))
 }
 
-/// Settles in flight at once (each a pass's answers, in transactions of [`SETTLE_CHUNK`]);
-/// two let the database store one pass's answers while the next pass reads, delivers and
-/// settles.
+/// Settles in flight at once (each the answers gathered while the others ran, in
+/// transactions of [`SETTLE_CHUNK`]); two let the database store one batch while the next
+/// gathers.
 const SETTLES_IN_FLIGHT: u32 = 2;
 
 /// Most answers stored in one transaction. A pass may hold 32,768; their settle as one
@@ -198,9 +199,9 @@ impl Settling {
 }
 
 impl Dispatcher {
-    /// Ends the attempts answered at once during a pass, in the background: the next pass
-    /// reads and delivers while this one's answers are stored. A pass waits for a free slot,
-    /// so no more than [`SETTLES_IN_FLIGHT`] transactions of answers are ever outstanding.
+    /// Ends attempts answered at once, in the background: the pass delivers on while they
+    /// are stored. It waits for a free slot, so no more than [`SETTLES_IN_FLIGHT`] settles are
+    /// ever outstanding.
     /// A settle that fails leaves its attempts live: a later pass offers them again, as one
     /// would after a node died between an executor's answer and its record.
     pub(super) async fn settle_in_background(&self, ended: Vec<Option<Ended>>) {

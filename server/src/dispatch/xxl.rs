@@ -187,7 +187,8 @@ impl DispatchClient {
     /// its dispatch, or be stopped by the earlier one's kill. A busy executor passes the offer
     /// on to the next; with none left the attempt waits for the next pass. A run that
     /// replaces the earlier one (`COVER_EARLY`) goes at once: the executor stops the other.
-    /// An executor without `/idleBeat` (it answers an HTTP error) is offered the run.
+    /// An executor without `/idleBeat` (an HTTP error, or xxl-job-core's "uri-mapping not
+    /// found") is offered the run.
     pub async fn xxl_run(
         &self,
         address: &str,
@@ -212,7 +213,7 @@ impl DispatchClient {
         if trigger.executor_block_strategy != COVER_EARLY {
             let probe = serde_json::json!({ "jobId": trigger.job_id });
             match self.post_xxl(address, "/idleBeat", &probe).await {
-                Ok(answer) if answer.code == 200 => {}
+                Ok(answer) if answer.code == 200 || lacks_route(&answer) => {}
                 Ok(answer) => {
                     return Delivery::TryAnother(
                         NotTaken::Busy,
@@ -277,6 +278,15 @@ impl DispatchClient {
         serde_json::from_value(answer.content.or(answer.data).unwrap_or(Value::Null))
             .map_err(|e| format!("/log answered something that is not a log: {e}"))
     }
+}
+
+/// xxl-job-core's answer to a path it does not serve: `200` with code 500 and "invalid
+/// request, uri-mapping(/idleBeat) not found."
+fn lacks_route(answer: &XxlReturn) -> bool {
+    answer
+        .msg
+        .as_deref()
+        .is_some_and(|msg| msg.contains("uri-mapping") && msg.contains("not found"))
 }
 
 fn describe(answer: &XxlReturn) -> String {

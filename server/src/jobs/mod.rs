@@ -50,16 +50,18 @@ impl From<ScheduleError> for JobError {
     }
 }
 
+/// The epoch of job ids' millisecond part (2024-01-01).
+pub const ID_EPOCH_MS: i64 = 1_704_067_200_000;
+
 /// A new job id: milliseconds since 2024 in the high bits and 12 random bits below, so ids
 /// sort roughly by creation and stay below 2^53 (exact in JavaScript) for 69 years. The store
 /// refuses a colliding id and the caller draws again.
 pub fn new_job_id(now_ms: i64) -> i64 {
-    const EPOCH_2024_MS: i64 = 1_704_067_200_000;
     let mut random = [0u8; 2];
     // Without OS randomness the low bits stay zero; a collision is then retried.
     let _ = getrandom::fill(&mut random);
     let low = i64::from(u16::from_le_bytes(random) & 0x0fff);
-    ((now_ms - EPOCH_2024_MS).max(0) << 12) | low
+    ((now_ms - ID_EPOCH_MS).max(0) << 12) | low
 }
 
 /// The partition a job belongs to: a fixed mix of its id, so it never changes.

@@ -220,6 +220,9 @@ queries! {
         started_at_ms, kind) \
         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, NULL, NULL, {now}, {now}, \
         CASE WHEN ? = 1 THEN {now} ELSE NULL END, ?)";
+    job_id_max = "SELECT MAX(job_id) FROM jobs";
+    // Rows of a long bulk insert stamped again just before its commit (by their id range).
+    jobs_touch_range = "UPDATE jobs SET updated_at_ms = {now} WHERE job_id BETWEEN ? AND ?";
     job_get = "SELECT job_id, partition_id, name, app_name, handler_name, schedule_json, \
         timezone, args_json, policy_json, state, version, last_fired_at_ms, created_at_ms, \
         updated_at_ms, started_at_ms, fired_count, kind FROM jobs WHERE job_id = ?";

@@ -174,8 +174,12 @@ pub trait JobStore: Send + Sync + std::fmt::Debug + 'static {
     async fn jobs_get_many(&self, job_ids: &[i64]) -> Result<Vec<JobRecord>, Error>;
 
     /// Inserts many jobs, a few hundred rows per statement, in one transaction: all or none.
-    /// A taken name or id fails them all with [`Error::Conflict`].
+    /// A taken name or id fails them all with [`Error::Conflict`]. Their `updated_at_ms` is
+    /// within a second of the commit, so that polling for changes sees them.
     async fn jobs_insert_many(&self, jobs: &[JobInsert]) -> Result<(), Error>;
+
+    /// The largest job id, if there is a job.
+    async fn job_id_max(&self) -> Result<Option<i64>, Error>;
 
     /// The jobs (of any kind) named one of `names`, as `(name, job_id)`, in one statement per
     /// few hundred names.

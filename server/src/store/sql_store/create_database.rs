@@ -13,6 +13,7 @@ use crate::store::Error;
 /// `duplicate_database`.
 const PG_NO_DATABASE: &str = "3D000";
 const PG_DUPLICATE_DATABASE: &str = "42P04";
+const PG_UNIQUE_VIOLATION: &str = "23505";
 /// MySQL's `ER_BAD_DB_ERROR` and `ER_DB_CREATE_EXISTS`.
 const MYSQL_NO_DATABASE: u16 = 1049;
 const MYSQL_DATABASE_EXISTS: u16 = 1007;
@@ -61,16 +62,30 @@ pub(super) async fn postgres(options: &PgConnectOptions) -> Result<(), Error> {
                 continue;
             }
         };
-        let created = sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {quoted}")))
+        // The node's statement timeout (a connection setting) is for its own statements;
+        // creating a database on a slow disk may take longer.
+        let created = match sqlx::query("SET statement_timeout = 0")
             .execute(&mut conn)
-            .await;
+            .await
+        {
+            Ok(_) => {
+                sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {quoted}")))
+                    .execute(&mut conn)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
         let _ = conn.close().await;
         return match created {
             Ok(_) => {
                 info!(database = %name, "created the database, which did not exist");
                 Ok(())
             }
-            Err(e) if is_code(&e, PG_DUPLICATE_DATABASE) => Ok(()),
+            // Another node created it meanwhile (`pg_database`'s unique index may say so
+            // before the duplicate check does).
+            Err(e) if is_code(&e, PG_DUPLICATE_DATABASE) || is_code(&e, PG_UNIQUE_VIOLATION) => {
+                Ok(())
+            }
             Err(e) => Err(refused(e.to_string())),
         };
     }

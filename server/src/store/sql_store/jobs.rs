@@ -196,6 +196,7 @@ macro_rules! job_store {
                     return Ok(());
                 }
                 let now = self.now_ms().await?;
+                let began = std::time::Instant::now();
                 let mut tx = self.begin_write().await?;
                 for chunk in jobs.chunks(ROWS) {
                     let mut insert = sqlx::QueryBuilder::<$db>::new(
@@ -239,8 +240,25 @@ macro_rules! job_store {
                         Err(err) => return Err(err),
                     }
                 }
+                // Changes are polled looking a few seconds back from the last poll: rows
+                // stamped long before their commit would be missed.
+                if began.elapsed() > std::time::Duration::from_secs(1) {
+                    let low = jobs.iter().map(|j| j.job_id).min().unwrap_or_default();
+                    let high = jobs.iter().map(|j| j.job_id).max().unwrap_or_default();
+                    sqlx::query::<$db>(sql(&self.q.jobs_touch_range))
+                        .bind(low)
+                        .bind(high)
+                        .execute(&mut *tx)
+                        .await?;
+                }
                 tx.commit().await?;
                 Ok(())
+            }
+
+            async fn job_id_max(&self) -> Result<Option<i64>, Error> {
+                Ok(sqlx::query_scalar::<$db, Option<i64>>(sql(&self.q.job_id_max))
+                    .fetch_one(&self.pool)
+                    .await?)
             }
 
             async fn jobs_named(&self, names: &[String]) -> Result<Vec<(String, i64)>, Error> {
