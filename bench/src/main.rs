@@ -90,6 +90,11 @@ enum Scenario {
     Failover {
         #[arg(long, default_value_t = 1_000)]
         jobs: usize,
+        /// Each run starts up to this many ms after its second (the job's `jitter_ms`), so
+        /// the fires spread over the second as unrelated jobs' do; `duplicates` then counts
+        /// the answered work a kill left to be done again.
+        #[arg(long, default_value_t = 0)]
+        jitter_ms: u64,
     },
     /// Tasks: enqueues per second (single requests, batches of 10,000), a crowd due at one
     /// instant drained end to end; with `--rate`, tasks due every second while `--pending`
@@ -199,7 +204,9 @@ async fn main() -> anyhow::Result<()> {
             };
             scenarios::throughput(&common, &load).await?
         }
-        Scenario::Failover { jobs } => scenarios::failover(&common, jobs).await?,
+        Scenario::Failover { jobs, jitter_ms } => {
+            scenarios::failover(&common, jobs, jitter_ms).await?
+        }
         Scenario::Create { single, bulk } => scenarios::create(&common, single, bulk).await?,
         Scenario::Capacity { jobs, nodes } => scenarios::capacity(&common, jobs, nodes).await?,
         Scenario::Workflows {

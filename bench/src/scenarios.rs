@@ -260,11 +260,23 @@ fn report_backlog_insert(runs: u64, took: Duration) {
 }
 
 /// `kill -9` of the leader, then of a follower, under load, with default timings.
-pub(crate) async fn failover(common: &Common, jobs: usize) -> anyhow::Result<Report> {
+pub(crate) async fn failover(
+    common: &Common,
+    jobs: usize,
+    jitter_ms: u64,
+) -> anyhow::Result<Report> {
     let mut cluster = new_cluster(common).await?;
     cluster.start_nodes(3).await?;
     let executor = FastExecutor::start(&cluster, common.batch, common.log_lines).await?;
-    let docs = (0..jobs).map(|i| every_second(i, "catch_up")).collect();
+    let docs = (0..jobs)
+        .map(|i| {
+            let mut job = every_second(i, "catch_up");
+            if jitter_ms > 0 {
+                job["jitter_ms"] = json!(jitter_ms);
+            }
+            job
+        })
+        .collect();
     let ids = cluster.create_jobs(docs).await?;
     let partitions = cluster
         .view_of(0)
@@ -276,6 +288,7 @@ pub(crate) async fn failover(common: &Common, jobs: usize) -> anyhow::Result<Rep
     let mut report = Report::new("failover");
     report.add("db", format!("{:?}", common.db).to_lowercase());
     report.add("jobs_every_second", jobs);
+    report.add("jitter_ms", jitter_ms);
 
     let (leader, term) = cluster.leader().await.context("no leader")?;
     let (took_over, refired) =

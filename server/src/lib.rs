@@ -12,6 +12,7 @@ pub mod config;
 pub mod data_dir;
 pub mod dispatch;
 pub mod import;
+pub mod input_text;
 pub mod jobs;
 pub mod observe;
 pub mod retention;

@@ -221,6 +221,18 @@ jobs:
     std::fs::write(&broken, "jobs:\n  - name: [unclosed\n").unwrap();
     let (ok, _, stderr) = cli.run(&["apply", "-f", broken.to_str().unwrap()]);
     assert!(!ok && stderr.contains("broken.yaml"), "{stderr}");
+    // A field of the wrong type is named, in plain words (never serde's `expected i64`).
+    let wrong = cli.home.path().join("wrong.yaml");
+    std::fs::write(
+        &wrong,
+        "jobs:\n  - name: wrong\n    app: a\n    handler: h\n    schedule: {every: 1m}\n    priority: high\n",
+    )
+    .unwrap();
+    let (ok, _, stderr) = cli.run(&["apply", "-f", wrong.to_str().unwrap()]);
+    assert!(
+        !ok && stderr.contains(r#"job 1: priority: must be an integer, not the string "high""#),
+        "{stderr}"
+    );
 
     let (ok, _, stderr) = cli.run(&["jobs", "rm", &id]);
     assert!(ok, "{stderr}");

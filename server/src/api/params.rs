@@ -78,7 +78,7 @@ fn query_error(text: &str) -> (String, String) {
         "number too large to fit in target type" | "number too small to fit in target type" => {
             "is out of range".to_owned()
         }
-        other => super::body::plain(other),
+        other => crate::input_text::plain(other),
     };
     (field, message)
 }

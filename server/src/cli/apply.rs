@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use super::apply_children;
 use super::client::ApiTarget;
 use super::commands::{CommandError, Output, encode, read_document, show};
+use crate::input_text;
 use crate::jobs::{JobDefinition, JobInput};
 
 /// Makes the server's jobs match the file, by name: a job not there is created, one that
@@ -45,7 +46,7 @@ pub(super) async fn apply(
         })?;
     let mut desired = Vec::with_capacity(jobs.len());
     for (index, job) in jobs.into_iter().enumerate() {
-        let input: JobInput = serde_json::from_value(apply_children::with_stand_ins(&job))
+        let input: JobInput = input_text::from_value(apply_children::with_stand_ins(&job))
             .map_err(|e| bad(format!("job {}: {e}", index + 1)))?;
         let start = job.get("start").and_then(Value::as_bool);
         let definition = input
@@ -153,7 +154,7 @@ pub(super) async fn apply(
         let job =
             apply_children::by_id(&job, &ids).map_err(|e| bad(format!("job {name:?}: {e}")))?;
         let input: JobInput =
-            serde_json::from_value(job.clone()).map_err(|e| bad(format!("job {name:?}: {e}")))?;
+            input_text::from_value(job.clone()).map_err(|e| bad(format!("job {name:?}: {e}")))?;
         let definition = input
             .into_definition()
             .map_err(|e| bad(format!("job {name:?}: {e}")))?;

@@ -200,8 +200,8 @@ impl StepInput {
                     "timeout_ms": self.timeout_ms,
                     "delivery": self.delivery.unwrap_or_default(),
                 });
-                let input: JobInput = serde_json::from_value(doc)
-                    .map_err(|e| JobError::new(&field("name"), e.to_string()))?;
+                let input: JobInput = crate::input_text::from_value(doc)
+                    .map_err(|e| JobError::new(&field("name"), e))?;
                 input.into_definition().map(Some).map_err(|e| JobError {
                     field: field(&e.field),
                     message: e.message,
