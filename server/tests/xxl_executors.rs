@@ -116,6 +116,24 @@ fn attempts(run: &Value) -> Vec<Value> {
     run["attempts"].as_array().cloned().unwrap_or_default()
 }
 
+/// The first attempt of run `run`, once it is running.
+async fn first_attempt_running(node: &Solo, run: i64) -> Value {
+    wait_for(
+        Duration::from_secs(15),
+        &format!("the first attempt of run {run} to be running"),
+        || async {
+            let (_, body) = node
+                .call(Method::GET, &format!("/api/v1/runs/{run}"), None)
+                .await;
+            attempts(&body)
+                .first()
+                .filter(|a| a["state"] == "running")
+                .cloned()
+        },
+    )
+    .await
+}
+
 async fn wait_file(path: &Path, what: &str) {
     wait_for(Duration::from_secs(15), what, || async {
         path.exists().then_some(())
@@ -335,20 +353,7 @@ async fn pyxxl_executors_run_carillon_jobs() {
     )
     .await;
     let run_id = trigger(&node, move_me).await;
-    let running = wait_for(
-        Duration::from_secs(15),
-        "the run's attempt to be running",
-        || async {
-            let (_, body) = node
-                .call(Method::GET, &format!("/api/v1/runs/{run_id}"), None)
-                .await;
-            attempts(&body)
-                .first()
-                .filter(|a| a["state"] == "running")
-                .cloned()
-        },
-    )
-    .await;
+    let running = first_attempt_running(&node, run_id).await;
     let attempt_id = running["id"].as_i64().unwrap();
     let started = marks
         .path()
@@ -409,20 +414,7 @@ async fn two_runs_of_one_job_on_one_executor(node: &Solo, marks: &Path, executor
     )
     .await;
     let first = trigger(node, job).await;
-    let running = wait_for(
-        Duration::from_secs(15),
-        "the first run to start",
-        || async {
-            let (_, body) = node
-                .call(Method::GET, &format!("/api/v1/runs/{first}"), None)
-                .await;
-            attempts(&body)
-                .first()
-                .filter(|a| a["state"] == "running")
-                .cloned()
-        },
-    )
-    .await;
+    let running = first_attempt_running(node, first).await;
     let first_attempt = running["id"].as_i64().unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let second = trigger(node, job).await;

@@ -86,11 +86,7 @@ pub(super) async fn create(
     }
     names_free(&state, &checked, &mut errors).await?;
     if !errors.is_empty() {
-        errors.sort_by_key(|e| e.index);
-        return Err(ApiError::InvalidItems {
-            list: "jobs",
-            errors,
-        });
+        return Err(refused(errors));
     }
     // Ids are drawn past the largest there is; a batch that met another's (drawn from the
     // same largest id on another node) draws again past the one that won.
@@ -105,11 +101,7 @@ pub(super) async fn create(
                 let mut errors = Vec::new();
                 names_free(&state, &checked, &mut errors).await?;
                 if !errors.is_empty() {
-                    errors.sort_by_key(|e| e.index);
-                    return Err(ApiError::InvalidItems {
-                        list: "jobs",
-                        errors,
-                    });
+                    return Err(refused(errors));
                 }
                 if tries >= ID_TRIES {
                     return Err(ApiError::Conflict(
@@ -136,6 +128,15 @@ pub(super) async fn create(
             jobs,
         }),
     ))
+}
+
+/// The answer to a batch with bad jobs: each of them, in the order of the batch.
+fn refused(mut errors: Vec<ItemError>) -> ApiError {
+    errors.sort_by_key(|e| e.index);
+    ApiError::InvalidItems {
+        list: "jobs",
+        errors,
+    }
 }
 
 /// The request's jobs, each still a JSON value so a bad one is named by its index.
