@@ -233,7 +233,7 @@ async fn an_import_stores_every_job_or_none(db: TestDb) {
     };
     // More rows than one statement carries, so the import spans several; every other one
     // started.
-    let rows: Vec<JobInsert> = (1..=1_200)
+    let rows: Vec<JobInsert> = (1..=3_100)
         .map(|i| row(i, i % 4, &format!("imported-{i}"), i % 2 == 0))
         .collect();
     store.jobs_insert_many(&rows).await.unwrap();
@@ -255,8 +255,13 @@ async fn an_import_stores_every_job_or_none(db: TestDb) {
     assert!(j1.started_at_ms.is_none());
     assert_eq!(
         store.jobs_in_partition(0).await.unwrap().len(),
-        300,
-        "the started jobs of partition 0 (ids 4, 8, … 1,200)"
+        775,
+        "the started jobs of partition 0 (ids 4, 8, … 3,100)"
+    );
+    assert_eq!(
+        store.job_id_max().await.unwrap(),
+        Some(3_100),
+        "the largest id, for a bulk create's next ids"
     );
     let mut named = store
         .jobs_named(&[
@@ -279,15 +284,15 @@ async fn an_import_stores_every_job_or_none(db: TestDb) {
 
     // One taken name fails the whole import: none of its other jobs is stored.
     let clash = vec![
-        row(2_001, 0, "fresh-a", false),
-        row(2_002, 0, "imported-7", false),
-        row(2_003, 0, "fresh-b", false),
+        row(9_001, 0, "fresh-a", false),
+        row(9_002, 0, "imported-7", false),
+        row(9_003, 0, "fresh-b", false),
     ];
     let err = store.jobs_insert_many(&clash).await.unwrap_err();
     assert!(matches!(err, Error::Conflict { .. }), "{err}");
     assert!(
         store
-            .jobs_get_many(&[2_001, 2_003])
+            .jobs_get_many(&[9_001, 9_003])
             .await
             .unwrap()
             .is_empty()
