@@ -1,6 +1,8 @@
 //! `/api/v1/calendars`: named exclusion calendars that jobs share (`calendars` in the job
 //! document). `PUT` creates or replaces one; a calendar a job names cannot be deleted.
 
+use std::collections::HashMap;
+
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -173,8 +175,26 @@ pub(super) async fn check_named(
     state: &ApiState,
     definition: &JobDefinition,
 ) -> Result<(), ApiError> {
+    check_named_known(state, definition, &mut HashMap::new()).await
+}
+
+/// [`check_named`], remembering in `known` which names exist, so that many jobs naming the
+/// same calendars (a bulk create) look each up once.
+pub(super) async fn check_named_known(
+    state: &ApiState,
+    definition: &JobDefinition,
+    known: &mut HashMap<String, bool>,
+) -> Result<(), ApiError> {
     for (i, name) in definition.policy.calendars.iter().enumerate() {
-        if state.store.calendar_get(name).await?.is_none() {
+        let exists = match known.get(name) {
+            Some(exists) => *exists,
+            None => {
+                let exists = state.store.calendar_get(name).await?.is_some();
+                known.insert(name.clone(), exists);
+                exists
+            }
+        };
+        if !exists {
             return Err(ApiError::invalid(
                 &format!("calendars[{i}]"),
                 format!(

@@ -182,24 +182,7 @@ async fn check_one(
     if start || definition.schedule.manual.is_none() {
         check_fires(state, &definition)?;
     }
-    for (i, name) in definition.policy.calendars.iter().enumerate() {
-        let known = match calendars_known.get(name) {
-            Some(known) => *known,
-            None => {
-                let known = state.store.calendar_get(name).await?.is_some();
-                calendars_known.insert(name.clone(), known);
-                known
-            }
-        };
-        if !known {
-            return Err(ApiError::invalid(
-                &format!("calendars[{i}]"),
-                format!(
-                    "there is no calendar {name:?}: create it with PUT /api/v1/calendars/{name}"
-                ),
-            ));
-        }
-    }
+    super::calendars::check_named_known(state, &definition, calendars_known).await?;
     super::children::check(state, None, &definition.name, &definition.policy.children).await?;
     Ok((definition, start))
 }

@@ -56,6 +56,14 @@ pub(super) async fn get(
     Ok(Json(run_view(&state, id).await?))
 }
 
+/// A stored document of workflow run `id` that no longer reads: an error, never a default.
+fn unreadable(id: i64, what: &str, err: &serde_json::Error) -> ApiError {
+    ApiError::Store(store::Error::Unreadable {
+        what: format!("the {what} of workflow run {id}"),
+        reason: err.to_string(),
+    })
+}
+
 async fn run_view(state: &ApiState, id: i64) -> Result<WorkflowRunView, ApiError> {
     let run = super::runs::load_run(state, id, "workflow run").await?;
     let name = state.store.job_get(run.job_id).await?.map(|j| j.name);
@@ -63,8 +71,10 @@ async fn run_view(state: &ApiState, id: i64) -> Result<WorkflowRunView, ApiError
     let rerun_of = pinned.as_ref().and_then(|(p, _)| p.rerun_of);
     let (params, definition, steps) = match pinned {
         Some((pinned, steps)) => (
-            serde_json::from_str(&pinned.params_json).unwrap_or(Value::Null),
-            serde_json::from_str::<Definition>(&pinned.definition_json).unwrap_or_default(),
+            serde_json::from_str(&pinned.params_json)
+                .map_err(|e| unreadable(id, "parameters", &e))?,
+            serde_json::from_str::<Definition>(&pinned.definition_json)
+                .map_err(|e| unreadable(id, "definition", &e))?,
             steps,
         ),
         // Not started yet: the workflow's own definition, every step waiting.
@@ -75,17 +85,17 @@ async fn run_view(state: &ApiState, id: i64) -> Result<WorkflowRunView, ApiError
                 .await?
                 .filter(|j| j.kind == job_kind::WORKFLOW)
                 .ok_or_else(|| ApiError::missing(format!("workflow run {id}")))?;
-            let definition = state
-                .store
-                .workflow_definition(workflow.job_id)
-                .await?
-                .and_then(|d| serde_json::from_str(&d).ok())
-                .unwrap_or_default();
+            let definition = match state.store.workflow_definition(workflow.job_id).await? {
+                Some(stored) => serde_json::from_str::<Definition>(&stored)
+                    .map_err(|e| unreadable(id, "workflow's definition", &e))?,
+                // Its steps not stored yet (it is being created): no step to show.
+                None => Definition::default(),
+            };
             // The parameters it will be given: the trigger's, else the workflow's.
             let input = state.store.run_input(id).await?;
             let params = params_of(input.as_deref(), &workflow.args_json);
             (
-                serde_json::from_str(&params).unwrap_or(Value::Null),
+                serde_json::from_str(&params).map_err(|e| unreadable(id, "parameters", &e))?,
                 definition,
                 Vec::new(),
             )

@@ -121,23 +121,39 @@ async fn checked(state: &ApiState, input: &mut WorkflowInput) -> Result<JobDefin
 /// Replaces each step's job given by name with its id (names are unique), else a `400` naming
 /// the step's field; `checked` then refuses a workflow's own step as it would by id.
 async fn resolve_job_names(state: &ApiState, input: &mut WorkflowInput) -> Result<(), ApiError> {
+    let names: Vec<String> = input
+        .steps
+        .iter()
+        .filter_map(|step| match &step.job {
+            Some(JobRef::Name(name)) => Some(name.clone()),
+            _ => None,
+        })
+        .collect();
+    if names.is_empty() {
+        return Ok(());
+    }
+    // One lookup for every step; the database compares names as it does for uniqueness
+    // (ignoring case on MySQL): an exact match first.
+    let found = state.store.jobs_named(&names).await?;
     for (i, step) in input.steps.iter_mut().enumerate() {
         let Some(JobRef::Name(name)) = &step.job else {
             continue;
         };
-        let field = format!("steps[{i}].job");
-        // The database compares names as it does for uniqueness (ignoring case on MySQL):
-        // the exact name first.
-        let named = state.store.jobs_named(std::slice::from_ref(name)).await?;
-        let id = match named.iter().find(|(n, _)| n == name).or(named.first()) {
-            Some((_, id)) => *id,
-            None => {
-                return Err(ApiError::invalid(
-                    &field,
+        let id = found
+            .iter()
+            .find(|(n, _)| n == name)
+            .or_else(|| {
+                found
+                    .iter()
+                    .find(|(n, _)| n.to_lowercase() == name.to_lowercase())
+            })
+            .map(|(_, id)| *id)
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    &format!("steps[{i}].job"),
                     format!("there is no job named {name:?}"),
-                ));
-            }
-        };
+                )
+            })?;
         step.job = Some(JobRef::Id(id));
     }
     Ok(())
