@@ -4,7 +4,7 @@
 //! `libquartz2-java`, run by `quartz_oracle/QuartzNext.java`.
 //!
 //! A difference fails the test unless it belongs to a class ARCHITECTURE.md names as
-//! deliberate ("Cron dialects: where Carillon and Quartz differ"), each recognised here by
+//! deliberate ("Schedules and time", its Cron line), each recognised here by
 //! what defines it, never by the expression's text alone:
 //! - `dst-gap`: a wall time inside a spring-forward gap. Carillon fires it with the offset
 //!   before the gap (RFC 5545); Quartz skips it.

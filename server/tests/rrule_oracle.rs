@@ -3,8 +3,8 @@
 //! Carillon against `rrule_oracle/next.py` (dateutil's `rrulestr` on wall time, zoneinfo with
 //! `fold=0`: the same DST rule, written by others).
 //!
-//! Every difference fails the test but one documented class (ARCHITECTURE.md, "Cron
-//! dialects"): instants after 2037 in zones with DST, where the tz tables Carillon is built
+//! Every difference fails the test but one documented class (ARCHITECTURE.md, "Schedules
+//! and time"): instants after 2037 in zones with DST, where the tz tables Carillon is built
 //! with (chrono-tz) keep the last offset and zoneinfo extends the rules. `CARILLON_RRULE_CASES` sets how many rules (CI: 5,000;
 //! the full run: 50,000 or more), `CARILLON_RRULE_SEED` the generator's seed.
 #![allow(
