@@ -133,7 +133,7 @@ impl Cluster {
             nodes: Vec::new(),
             carillon,
             dir,
-            client: reqwest::Client::new(),
+            client: carillon_tls::http_client()?,
             extra_env,
         })
     }

@@ -86,6 +86,7 @@ impl FastExecutor {
         if log_lines > 0 {
             tokio::spawn(ship_logs(
                 Arc::clone(&shared),
+                carillon_tls::http_client()?,
                 cluster.urls(),
                 cluster.executor_token.clone(),
             ));
@@ -102,8 +103,8 @@ impl FastExecutor {
         let heartbeat_ms = executor.register(cluster, batch).await?;
         let urls = cluster.urls();
         let token = cluster.executor_token.clone();
+        let client = carillon_tls::http_client()?;
         tokio::spawn(async move {
-            let client = reqwest::Client::new();
             let beat = Heartbeat {
                 executor_id: "bench-executor".to_owned(),
                 in_flight: Vec::new(),
@@ -133,7 +134,7 @@ impl FastExecutor {
         let body = json!({"protocol": PROTOCOL_VERSION, "executor_id": "bench-executor",
             "app": "bench", "address": self.address, "weight": 1, "capacity": 100_000,
             "handlers": [{"name": "noop"}], "batch": batch});
-        let response = reqwest::Client::new()
+        let response = carillon_tls::http_client()?
             .post(format!("{}{}", cluster.urls()[0], admin_paths::REGISTER))
             .bearer_auth(&cluster.executor_token)
             .json(&body)
@@ -251,9 +252,8 @@ fn record(shared: &Shared, dispatches: &[Dispatch], received_ms: i64) {
 /// Every 300 ms, every waiting line, in requests of at most [`LINES_PER_REQUEST`] lines (the
 /// SDK sends at most 1,000 lines of an attempt in one; a request must stay under the node's
 /// 2 MiB).
-async fn ship_logs(shared: Arc<Shared>, urls: Vec<String>, token: String) {
+async fn ship_logs(shared: Arc<Shared>, client: reqwest::Client, urls: Vec<String>, token: String) {
     const LINES_PER_REQUEST: usize = 5_000;
-    let client = reqwest::Client::new();
     let mut next = 0usize;
     loop {
         tokio::time::sleep(Duration::from_millis(300)).await;

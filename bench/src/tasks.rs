@@ -42,7 +42,7 @@ async fn enqueue(
     concurrency: usize,
 ) -> anyhow::Result<Vec<i64>> {
     let urls = cluster.urls();
-    let client = reqwest::Client::new();
+    let client = carillon_tls::http_client()?;
     let mut ids = vec![0; tasks.len()];
     let mut running = tokio::task::JoinSet::new();
     let mut chunks = tasks.chunks(batch).map(<[Value]>::to_vec).enumerate();

@@ -87,7 +87,7 @@ async fn api(
     path: &str,
     body: Value,
 ) -> anyhow::Result<Value> {
-    let response = reqwest::Client::new()
+    let response = carillon_tls::http_client()?
         .request(method, format!("{}{path}", cluster.urls()[0]))
         .bearer_auth(ADMIN_TOKEN)
         .json(&body)

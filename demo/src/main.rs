@@ -15,20 +15,33 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+/// The SDK drains for 30 s, then cancels what still runs and waits 5 s more.
+const EXECUTOR_DRAIN_LIMIT: Duration = Duration::from_secs(40);
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // The server's own variables, for the few settings a demo may need to move.
     let mut config = Config::default();
     if let Ok(url) = std::env::var("CARILLON_DATABASE_URL") {
         config.database.url = Some(carillon_server::config::Secret::new(url));
     }
+    if let Ok(listen) = std::env::var("CARILLON_LISTEN") {
+        config.http.listen = listen
+            .parse()
+            .with_context(|| format!("CARILLON_LISTEN={listen:?} is not an address:port"))?;
+    }
+    if let Some(dir) = std::env::var_os("CARILLON_DATA_DIR") {
+        config.data_dir = Some(dir.into());
+    }
     carillon_server::telemetry::init(&config.log);
     let data_dir = DataDir::open(&config.data_dir()).context("opening the data directory")?;
+    let listen = config.http.listen;
     let app = Application::build(config)
         .await
-        .context("starting the admin node (is something else on 127.0.0.1:9001?)")?;
+        .with_context(|| format!("starting the admin node (is something else on {listen}?)"))?;
     let admin = format!("http://{}", app.local_addr());
-    let stop = CancellationToken::new();
-    let node = tokio::spawn(app.run_until_stopped(stop.child_token()));
+    let node_stop = CancellationToken::new();
+    let node = tokio::spawn(app.run_until_stopped(node_stop.clone()));
 
     let executor = Executor::builder()
         .app("demo")
@@ -37,11 +50,14 @@ async fn main() -> anyhow::Result<()> {
         .dispatch_secret(data_dir.dispatch_secret()?.value.expose())
         .capacity(8)
         .build()?;
-    let executor_stop = stop.child_token();
-    let executor = tokio::spawn(executor.run_until(async move { executor_stop.cancelled().await }));
+    let executor_stop = CancellationToken::new();
+    let executor = tokio::spawn({
+        let stop = executor_stop.clone();
+        executor.run_until(async move { stop.cancelled().await })
+    });
 
     let token = data_dir.admin_token()?;
-    create_api_jobs(&admin, token.value.expose()).await;
+    create_api_jobs(&admin, token.value.expose()).await?;
     info!(
         "demo running. The jobs declared in code (demo.hello every 5 s, demo.long_report every \
          5 min) and two created through the API (demo-sharded, demo-flaky) are firing."
@@ -59,16 +75,24 @@ async fn main() -> anyhow::Result<()> {
     tokio::signal::ctrl_c()
         .await
         .context("waiting for Ctrl-C")?;
-    info!("stopping: the executor drains, then the node leaves the cluster");
-    stop.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(40), executor).await;
-    let _ = node.await;
+    // The executor leaves first, through its own node: a node stopped first would leave it
+    // nobody to deregister with.
+    info!("stopping: the executor drains and deregisters, then the node leaves the cluster");
+    executor_stop.cancel();
+    match tokio::time::timeout(EXECUTOR_DRAIN_LIMIT, executor).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => warn!(error = %e, "the demo's executor stopped with an error"),
+        Ok(Err(e)) => warn!(error = %e, "the demo's executor task failed"),
+        Err(_) => warn!("the demo's executor did not stop in time; stopping the node anyway"),
+    }
+    node_stop.cancel();
+    node.await.context("the admin node's task failed")??;
     Ok(())
 }
 
 /// Jobs whose policies are set through the API: sharding and retries.
-async fn create_api_jobs(admin: &str, token: &str) {
-    let client = reqwest::Client::new();
+async fn create_api_jobs(admin: &str, token: &str) -> anyhow::Result<()> {
+    let client = carillon_tls::http_client().context("building an HTTP client")?;
     let jobs = [
         json!({"name": "demo-sharded", "app": "demo", "handler": "reindex",
                "schedule": {"cron": "*/20 * * * * *"}, "args": [1, 2, 3, 4, 5, 6, 7, 8, 9],
@@ -91,4 +115,5 @@ async fn create_api_jobs(admin: &str, token: &str) {
             Err(e) => warn!(error = %e, "could not create a demo job"),
         }
     }
+    Ok(())
 }

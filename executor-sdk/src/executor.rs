@@ -209,7 +209,7 @@ impl ExecutorBuilder {
         };
         let http = admin_tls
             .apply(
-                reqwest::Client::builder()
+                carillon_tls::http_client_builder()
                     .connect_timeout(Duration::from_secs(2))
                     .timeout(Duration::from_secs(10)),
             )

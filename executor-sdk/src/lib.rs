@@ -1,6 +1,6 @@
 //! The SDK an executor app links.
 //!
-//! ```ignore
+//! ```no_run
 //! use carillon_executor::{Executor, JobContext, JobError, job};
 //!
 //! #[job(name = "report", description = "nightly report", cron = "0 30 2 * * ?", tz = "Asia/Shanghai")]
@@ -16,7 +16,9 @@
 //!         .executor_token(std::env::var("CARILLON_EXECUTOR_TOKEN").unwrap_or_default())
 //!         .dispatch_secret(std::env::var("CARILLON_DISPATCH_SECRET").unwrap_or_default())
 //!         .build()?
-//!         .run_until(tokio::signal::ctrl_c())
+//!         .run_until(async {
+//!             let _ = tokio::signal::ctrl_c().await;
+//!         })
 //!         .await
 //! }
 //! ```

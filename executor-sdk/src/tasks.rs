@@ -1,8 +1,9 @@
 //! A client for enqueueing tasks, usable from any Rust service (it needs no executor).
 //!
-//! ```ignore
+//! ```no_run
 //! use carillon_executor::{Task, Tasks};
 //!
+//! # async fn enqueue() -> Result<(), Box<dyn std::error::Error>> {
 //! let tasks = Tasks::builder()
 //!     .admin_urls(["http://127.0.0.1:9001"])
 //!     .token(std::env::var("CARILLON_ADMIN_TOKEN")?)
@@ -12,6 +13,8 @@
 //!     .delay(std::time::Duration::from_secs(30 * 60))
 //!     .key("cancel-order-1234");
 //! let enqueued = tasks.enqueue([cancel]).await?;
+//! # Ok(())
+//! # }
 //! ```
 //!
 //! `enqueue` sends any number of tasks in requests of up to 10,000 (the API's batch), each
@@ -269,7 +272,7 @@ impl TasksBuilder {
         let http = self
             .tls
             .apply(
-                reqwest::Client::builder()
+                carillon_tls::http_client_builder()
                     .connect_timeout(Duration::from_secs(2))
                     .timeout(self.timeout.unwrap_or(Duration::from_secs(60)))
                     .redirect(reqwest::redirect::Policy::none()),

@@ -1,7 +1,7 @@
 //! The `#[job]` attribute of the Carillon executor SDK. Use it through `carillon-executor`,
 //! which re-exports it; this crate is an implementation detail pinned to the SDK's version.
 //!
-//! ```ignore
+//! ```text
 //! #[job(name = "report", description = "nightly report", cron = "0 30 2 * * ?", tz = "Asia/Shanghai")]
 //! async fn report(ctx: JobContext) -> Result<String, JobError> { … }
 //! ```

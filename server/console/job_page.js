@@ -17,6 +17,8 @@ export async function viewJob(ctx, id) {
   setTitle(ctx, job.name);
 
   const head = h('div');
+  // What the API warns of (a handler no executor of the app offers), refreshed with the job.
+  const warnings = h('div', { class: 'alert warn', role: 'status', testid: 'job-warnings' });
   const actionError = h('div', { class: 'alert error', role: 'alert', testid: 'job-action-error' });
   const defBody = h('div', { testid: 'job-definition' });
   const runsError = h('div', { class: 'alert error', role: 'alert' });
@@ -26,6 +28,7 @@ export async function viewJob(ctx, id) {
   const pager = new Pager(() => loadRuns());
   append(ctx.root, [
     head,
+    warnings,
     actionError,
     h('div', { class: 'grid' },
       h('section', { class: 'card', 'aria-labelledby': 'h-def' }, h('h2', { id: 'h-def', text: 'Definition' }), defBody)),
@@ -95,8 +98,13 @@ export async function viewJob(ctx, id) {
     replace(defBody, h('dl', { class: 'props' }, items.flatMap(([k, v]) => [h('dt', { text: k }), h('dd', null, v)])));
   }
 
+  function renderWarnings() {
+    replace(warnings, (job.warnings || []).map((w) => h('p', { text: `Warning: ${w}` })));
+  }
+
   function render() {
     renderHead();
+    renderWarnings();
     renderDefinition();
   }
   render();
@@ -132,6 +140,10 @@ export async function viewJob(ctx, id) {
     try {
       const j = await api('GET', `/jobs/${enc(id)}`);
       if (!ctx.alive) return;
+      if (JSON.stringify(j.warnings) !== JSON.stringify(job.warnings)) {
+        job.warnings = j.warnings;
+        renderWarnings();
+      }
       if (j.version !== job.version || j.state !== job.state || j.next_fire_at !== job.next_fire_at || j.last_fired_at !== job.last_fired_at) {
         job = j;
         rememberJob(job);

@@ -62,7 +62,8 @@ async fn the_api_answers_as_its_openapi_document_says() {
         )
         .await;
     assert_eq!(status, 202, "{run}");
-    let registered = reqwest::Client::new()
+    let registered = carillon_tls::http_client()
+        .unwrap()
         .post(node.url("/api/v1/executors/register"))
         .bearer_auth(EXECUTOR_TOKEN)
         .json(

@@ -49,8 +49,9 @@ async fn status(
     token: Option<&str>,
     body: Option<serde_json::Value>,
 ) -> StatusCode {
-    let mut request =
-        reqwest::Client::new().request(method.parse::<Method>().unwrap(), node.url(path));
+    let mut request = carillon_tls::http_client()
+        .unwrap()
+        .request(method.parse::<Method>().unwrap(), node.url(path));
     if let Some(token) = token {
         request = request.bearer_auth(token);
     }
@@ -226,7 +227,8 @@ async fn executors_register_only_addresses_in_the_allowed_networks() {
     ] {
         let mut body = registration("etl", "etl-outside");
         body["address"] = json!(address);
-        let response = reqwest::Client::new()
+        let response = carillon_tls::http_client()
+            .unwrap()
             .post(&register)
             .bearer_auth(EXECUTOR)
             .json(&body)
@@ -291,7 +293,8 @@ async fn no_token_secret_or_database_password_leaks_into_answers_or_logs() {
 
     let mut answers = Vec::new();
     let post = |path: &'static str, token: &'static str, body: serde_json::Value| {
-        let request = reqwest::Client::new()
+        let request = carillon_tls::http_client()
+            .unwrap()
             .post(node.url(path))
             .bearer_auth(token)
             .json(&body)
@@ -330,7 +333,8 @@ async fn no_token_secret_or_database_password_leaks_into_answers_or_logs() {
         if method != "GET" {
             continue;
         }
-        let response = reqwest::Client::new()
+        let response = carillon_tls::http_client()
+            .unwrap()
             .get(node.url(&path))
             .bearer_auth(TOKEN)
             .send()

@@ -154,7 +154,8 @@ async fn dispatch(port: u16, body: &Value) -> (u16, Value) {
     let bytes = serde_json::to_vec(body).unwrap();
     let now = chrono::Utc::now().timestamp_millis();
     let signature = carillon_protocol::sign(executor::SECRET.as_bytes(), now, &bytes);
-    let response = reqwest::Client::new()
+    let response = carillon_tls::http_client()
+        .unwrap()
         .post(format!("http://127.0.0.1:{port}/carillon/v1/dispatch"))
         .header("x-carillon-timestamp", now.to_string())
         .header("x-carillon-signature", signature)

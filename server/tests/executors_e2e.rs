@@ -329,7 +329,8 @@ async fn cancellation_timeouts_and_signatures() {
     assert_eq!(detail["attempts"][0]["state"], "timed_out");
 
     // A dispatch whose signature does not verify is refused by the executor.
-    let response = reqwest::Client::new()
+    let response = carillon_tls::http_client()
+        .unwrap()
         .post(format!(
             "http://127.0.0.1:{}/carillon/v1/dispatch",
             executor.port
@@ -366,7 +367,8 @@ async fn cancellation_timeouts_and_signatures() {
     );
 
     // The executor token opens only the executor endpoints.
-    let response = reqwest::Client::new()
+    let response = carillon_tls::http_client()
+        .unwrap()
         .get(node.url("/api/v1/jobs"))
         .bearer_auth(EXECUTOR_TOKEN)
         .send()
@@ -528,7 +530,8 @@ async fn an_attempt_offered_again_to_the_executor_running_it_is_not_run_twice() 
         "scheduled_at": "2026-01-01T00:00:00Z", "report_to": [node.url("")]}))
     .unwrap();
     let now = carillon_server::clock::system_now_ms();
-    let response = reqwest::Client::new()
+    let response = carillon_tls::http_client()
+        .unwrap()
         .post(format!(
             "http://127.0.0.1:{}/carillon/v1/dispatch",
             executor.port
@@ -604,7 +607,7 @@ async fn a_dispatch_never_follows_a_redirect() {
             let _ = socket.write_all(answer.as_bytes()).await;
         }
     });
-    let client = reqwest::Client::new();
+    let client = carillon_tls::http_client().unwrap();
     let executor_call = |path: &'static str, body: Value| {
         client
             .post(node.url(path))

@@ -69,14 +69,16 @@ async fn jobs_are_created_read_listed_updated_and_deleted() {
     assert_eq!((status, &got["name"]), (200, &json!("nightly-report")));
 
     // ETag / If-Match: an edit made from a stale read is refused.
-    let response = reqwest::Client::new()
+    let response = carillon_tls::http_client()
+        .unwrap()
         .get(node.url(&format!("/api/v1/jobs/{id}")))
         .bearer_auth(support::node::TOKEN)
         .send()
         .await
         .unwrap();
     assert_eq!(response.headers()["etag"], "\"1\"");
-    let stale = reqwest::Client::new()
+    let stale = carillon_tls::http_client()
+        .unwrap()
         .patch(node.url(&format!("/api/v1/jobs/{id}")))
         .bearer_auth(support::node::TOKEN)
         .header("if-match", "\"0\"")
@@ -637,4 +639,112 @@ async fn jobs_are_created_in_bulk_all_or_none_each_bad_one_named_by_index() {
             "{problem}"
         );
     }
+}
+
+/// A job naming a handler that no executor of its app offers is accepted (executors may come
+/// later), and its answers say so, naming what is offered, until an executor offers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_for_a_handler_nobody_offers_is_created_with_a_warning_naming_what_is_offered() {
+    const EXECUTOR_TOKEN: &str = "warnings-executor-token-0123";
+    let node = Solo::start(|spec| {
+        spec.extra_env
+            .push(("CARILLON_EXECUTOR_TOKEN", EXECUTOR_TOKEN.to_owned()));
+    })
+    .await;
+    let job = |name: &str, handler: &str| {
+        json!({"name": name, "app": "demo", "handler": handler,
+               "schedule": {"cron": "0 0 3 * * ?"}, "start": true})
+    };
+    let warnings = |answer: &Value| -> Vec<String> {
+        answer["warnings"]
+            .as_array()
+            .map(|w| w.iter().map(|s| s.as_str().unwrap().to_owned()).collect())
+            .unwrap_or_default()
+    };
+
+    let (status, early) = node
+        .call(Method::POST, "/api/v1/jobs", Some(job("early", "hello")))
+        .await;
+    assert_eq!(
+        status, 201,
+        "accepted before any executor registers: {early}"
+    );
+    let said = warnings(&early);
+    assert_eq!(said.len(), 1, "{early}");
+    assert!(
+        said[0].contains(r#"no executor of app "demo" is registered"#)
+            && said[0].contains("no_executor"),
+        "{said:?}"
+    );
+
+    let registered = carillon_tls::http_client()
+        .unwrap()
+        .post(node.url("/api/v1/executors/register"))
+        .bearer_auth(EXECUTOR_TOKEN)
+        .json(
+            &json!({"protocol": 1, "executor_id": "demo-1", "app": "demo",
+            "address": "http://127.0.0.1:9", "weight": 1, "capacity": 4,
+            "handlers": [{"name": "reindex"}, {"name": "hello"}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(registered.status(), 200);
+
+    let (status, typo) = node
+        .call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(job("typo", "demo.hello")),
+        )
+        .await;
+    assert_eq!(status, 201, "{typo}");
+    assert_eq!(typo["handler"], "demo.hello", "stored as sent");
+    assert_eq!(
+        warnings(&typo),
+        vec![
+            r#"no executor of app "demo" offers handler "demo.hello"; they offer hello, reindex: its runs end `no_executor` unless an executor of app "demo" offering "demo.hello" registers (dispatch.no_executor_grace_ms)"#
+        ],
+        "{typo}"
+    );
+    // The same answer when the job is read, edited or stopped, and none once it is served.
+    for (method, path, body) in [
+        (Method::GET, format!("/api/v1/jobs/{}", typo["id"]), None),
+        (
+            Method::PATCH,
+            format!("/api/v1/jobs/{}", typo["id"]),
+            Some(json!({"args": [1]})),
+        ),
+        (
+            Method::POST,
+            format!("/api/v1/jobs/{}/stop", typo["id"]),
+            None,
+        ),
+    ] {
+        let (status, answer) = node.call(method, &path, body).await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(warnings(&answer).len(), 1, "{path}: {answer}");
+    }
+    let (status, fixed) = node
+        .call(
+            Method::PATCH,
+            &format!("/api/v1/jobs/{}", typo["id"]),
+            Some(json!({"handler": "hello"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{fixed}");
+    assert!(fixed.get("warnings").is_none(), "{fixed}");
+    let (_, early) = node
+        .call(Method::GET, &format!("/api/v1/jobs/{}", early["id"]), None)
+        .await;
+    assert!(early.get("warnings").is_none(), "served now: {early}");
+    // Lists carry no warnings: one lookup per job would slow every page.
+    let (_, list) = node.call(Method::GET, "/api/v1/jobs", None).await;
+    assert!(
+        list["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|j| j.get("warnings").is_none())
+    );
 }

@@ -45,7 +45,8 @@ async fn runs_in(node: &NodeProcess, job: &Value, state: &str) -> Vec<Value> {
 }
 
 async fn scrape(node: &NodeProcess, token: &str) -> (u16, String) {
-    let response = reqwest::Client::new()
+    let response = carillon_tls::http_client()
+        .unwrap()
         .get(node.url("/metrics"))
         .bearer_auth(token)
         .send()

@@ -245,7 +245,8 @@ async fn the_sdk_registers_runs_handlers_and_drains() {
     };
     let now = chrono::Utc::now().timestamp_millis();
     let signed_post = |path: &'static str, body: Vec<u8>, signature: String| {
-        reqwest::Client::new()
+        carillon_tls::http_client()
+            .unwrap()
             .post(format!("http://127.0.0.1:{port}{path}"))
             .header("x-carillon-timestamp", now.to_string())
             .header("x-carillon-signature", signature)

@@ -33,7 +33,8 @@ impl Fresh {
 }
 
 async fn get(url: String, token: Option<&str>) -> reqwest::Response {
-    let mut request = reqwest::Client::new()
+    let mut request = carillon_tls::http_client()
+        .unwrap()
         .get(url)
         .timeout(Duration::from_secs(5));
     if let Some(token) = token {

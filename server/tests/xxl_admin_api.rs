@@ -15,7 +15,8 @@ use support::node::Solo;
 const XXL_TOKEN: &str = "xxl-test-token-0123";
 
 async fn post(node: &Solo, path: &str, token: &str, body: Value) -> (u16, Value) {
-    let response = reqwest::Client::new()
+    let response = carillon_tls::http_client()
+        .unwrap()
         .post(node.url(path))
         .header("XXL-JOB-ACCESS-TOKEN", token)
         .json(&body)

@@ -193,7 +193,7 @@ async fn pyxxl_executors_run_carillon_jobs() {
     .await;
 
     // A wrong token is refused in XXL-JOB's own words.
-    let refused: Value = reqwest::Client::new()
+    let refused: Value = carillon_tls::http_client().unwrap()
         .post(node.url("/xxl-job-admin/api/registry"))
         .header("XXL-JOB-ACCESS-TOKEN", "wrong-token-000")
         .json(&json!({ "registryGroup": "EXECUTOR", "registryKey": "intruder", "registryValue": "http://127.0.0.1:1" }))

@@ -37,13 +37,27 @@ pub enum TlsError {
     Config(String),
 }
 
-/// Makes ring this process's rustls provider, unless one is already set. Two providers are
-/// compiled in (ring for sqlx and the servers here, aws-lc-rs for reqwest), and code that asks
-/// rustls for "the" provider (sqlx's certificate verifier for `verify-ca`/`verify-full`)
-/// panics when it cannot tell which. Idempotent.
+/// Makes ring this process's rustls provider, unless one is already set. ring is the one
+/// provider compiled in (sqlx's TLS uses it, and reqwest is built without one of its own), and
+/// code that asks rustls for "the" provider (reqwest's clients, sqlx's certificate verifier
+/// for `verify-ca`/`verify-full`) finds none until it is installed. Idempotent.
 pub fn install_default_provider() {
     // An error only says a provider was installed first: that one serves.
     let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// A reqwest client builder over ring. Every HTTP client of Carillon's is built here (clippy's
+/// `disallowed-methods` says so to `reqwest::Client::new` and `builder`): reqwest without a
+/// provider of its own panics at `build` in a process where none is installed.
+pub fn http_client_builder() -> reqwest::ClientBuilder {
+    install_default_provider();
+    #[allow(clippy::disallowed_methods)]
+    reqwest::Client::builder()
+}
+
+/// A reqwest client with reqwest's defaults, over ring.
+pub fn http_client() -> Result<reqwest::Client, reqwest::Error> {
+    http_client_builder().build()
 }
 
 /// Every certificate of a PEM file (a chain, or a bundle of CAs).

@@ -52,6 +52,11 @@ pub(super) struct JobView {
     started_at: Option<String>,
     /// Scheduled instants fired so far (what `bounds.max_runs` counts).
     fired: i64,
+    /// What may keep the job from running as meant: today, that no executor of its app offers
+    /// its handler. In the answers about one job (create, get, update, start, stop), never in
+    /// lists.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warnings: Option<Vec<String>>,
 }
 
 pub(super) fn definition_of(record: &JobRecord) -> Result<JobDefinition, ApiError> {
@@ -142,7 +147,17 @@ fn view_of(state: &ApiState, record: JobRecord) -> Result<JobView, ApiError> {
         updated_at: rfc3339(record.updated_at_ms),
         started_at: record.started_at_ms.and_then(rfc3339),
         fired: record.fired_count,
+        warnings: None,
     })
+}
+
+/// `view_of`, with the warnings an answer about one job carries.
+async fn view_warned(state: &ApiState, record: JobRecord) -> Result<JobView, ApiError> {
+    let mut view = view_of(state, record)?;
+    view.warnings = super::served::handler_warning(state, &view.app, &view.handler)
+        .await?
+        .map(|warning| vec![warning]);
+    Ok(view)
 }
 
 /// Refuses a schedule with nothing left to fire: a one-shot in the past, a rule that ended.
@@ -277,7 +292,11 @@ pub(super) async fn create(
     if let Ok(location) = HeaderValue::from_str(&format!("/api/v1/jobs/{}", record.job_id)) {
         headers.insert(header::LOCATION, location);
     }
-    Ok((StatusCode::CREATED, headers, Json(view_of(&state, record)?)))
+    Ok((
+        StatusCode::CREATED,
+        headers,
+        Json(view_warned(&state, record).await?),
+    ))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -388,7 +407,10 @@ pub(super) async fn get(
     IdParam(id): IdParam,
 ) -> Result<(HeaderMap, Json<JobView>), ApiError> {
     let record = load(&state, id).await?;
-    Ok((etag(record.version), Json(view_of(&state, record)?)))
+    Ok((
+        etag(record.version),
+        Json(view_warned(&state, record).await?),
+    ))
 }
 
 /// The version an `If-Match` header asks for, if any (`*` asks for none in particular).
@@ -463,7 +485,10 @@ pub(super) async fn update(
                 "job {id} changed while it was being updated; retry"
             ))
         })?;
-    Ok((etag(updated.version), Json(view_of(&state, updated)?)))
+    Ok((
+        etag(updated.version),
+        Json(view_warned(&state, updated).await?),
+    ))
 }
 
 /// Deletes a job; its runs stay in the log.
@@ -514,7 +539,7 @@ pub(super) async fn start(
         .job_start(id)
         .await?
         .ok_or_else(|| ApiError::missing(format!("job {id}")))?;
-    Ok(Json(view_of(&state, started)?))
+    Ok(Json(view_warned(&state, started).await?))
 }
 
 /// Stops a job; runs under way finish.
@@ -529,7 +554,7 @@ pub(super) async fn stop(
         .job_stop(id)
         .await?
         .ok_or_else(|| ApiError::missing(format!("job {id}")))?;
-    Ok(Json(view_of(&state, stopped)?))
+    Ok(Json(view_warned(&state, stopped).await?))
 }
 
 /// Runs a job once now, whatever its state.

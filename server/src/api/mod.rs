@@ -22,6 +22,7 @@ mod params;
 mod reference;
 mod runs;
 mod schedules;
+mod served;
 mod stats;
 mod tasks;
 mod workflow_runs;

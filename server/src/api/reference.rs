@@ -106,34 +106,52 @@ fn schema_of(out: &mut String, name: &str, schema: &Value) {
     if !description.is_empty() {
         let _ = writeln!(out, "{}\n", description.trim());
     }
-    let required: Vec<&str> = schema["required"]
+    if let Some(properties) = schema["properties"].as_object() {
+        fields_of(out, properties, &schema["required"]);
+        return;
+    }
+    // A struct with a flattened member: the member's schema by name, and its own fields.
+    let parts = schema["allOf"].as_array().into_iter().flatten();
+    let (inline, named): (Vec<&Value>, Vec<&Value>) =
+        parts.partition(|part| part["properties"].is_object());
+    if inline.is_empty() {
+        let _ = writeln!(out, "{}.\n", type_of(schema));
+        return;
+    }
+    let named: Vec<String> = named.into_iter().map(type_of).collect();
+    if !named.is_empty() {
+        let _ = writeln!(out, "The fields of {}, and:\n", named.join(" and "));
+    }
+    for part in inline {
+        if let Some(properties) = part["properties"].as_object() {
+            fields_of(out, properties, &part["required"]);
+        }
+    }
+}
+
+/// A table of an object's fields.
+fn fields_of(out: &mut String, properties: &serde_json::Map<String, Value>, required: &Value) {
+    let required: Vec<&str> = required
         .as_array()
         .into_iter()
         .flatten()
         .filter_map(Value::as_str)
         .collect();
-    match schema["properties"].as_object() {
-        Some(properties) => {
-            out.push_str("| field | type | required | |\n| --- | --- | --- | --- |\n");
-            for (field, property) in properties {
-                let _ = writeln!(
-                    out,
-                    "| `{field}` | {} | {} | {} |",
-                    type_of(property),
-                    if required.contains(&field.as_str()) {
-                        "yes"
-                    } else {
-                        "no"
-                    },
-                    cell(&property["description"]),
-                );
-            }
-            out.push('\n');
-        }
-        None => {
-            let _ = writeln!(out, "{}.\n", type_of(schema));
-        }
+    out.push_str("| field | type | required | |\n| --- | --- | --- | --- |\n");
+    for (field, property) in properties {
+        let _ = writeln!(
+            out,
+            "| `{field}` | {} | {} | {} |",
+            type_of(property),
+            if required.contains(&field.as_str()) {
+                "yes"
+            } else {
+                "no"
+            },
+            cell(&property["description"]),
+        );
     }
+    out.push('\n');
 }
 
 /// A schema in a few words: a link to a named schema, a type, a list or choice of them.

@@ -92,7 +92,7 @@ impl ApiTarget {
             ..carillon_tls::ClientTls::default()
         };
         let client = tls
-            .apply(reqwest::Client::builder().timeout(Duration::from_secs(30)))
+            .apply(carillon_tls::http_client_builder().timeout(Duration::from_secs(30)))
             .map_err(|e| unreachable(format!("--ca-file: {e}")))?
             .build()
             .map_err(|e| unreachable(e.to_string()))?;

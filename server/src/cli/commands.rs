@@ -190,6 +190,14 @@ fn args_flag(reason: String) -> CommandError {
     }
 }
 
+/// A job answer's warnings, on stderr: what stdout shows (a table, JSON) stays as it was.
+fn warn_of(job: &Value) {
+    let warnings = job["warnings"].as_array().into_iter().flatten();
+    for warning in warnings.filter_map(Value::as_str) {
+        eprintln!("carillon: warning: {warning}");
+    }
+}
+
 pub(super) fn out(text: &str) {
     // A CLI's output is its product: write it, and ignore a closed pipe (`| head`).
     let _ = writeln!(std::io::stdout().lock(), "{text}");
@@ -296,6 +304,7 @@ pub(crate) async fn jobs(
             )
             .await?;
             show(output, &job, None, &JOB_COLUMNS);
+            warn_of(&job);
         }
         JobsCommand::Edit { id, file, fields } => {
             let base = file
@@ -306,6 +315,7 @@ pub(crate) async fn jobs(
             let patch = fields.over(base, false).map_err(args_flag)?;
             let job = call(Method::PATCH, format!("/api/v1/jobs/{id}"), Some(patch)).await?;
             show(output, &job, None, &JOB_COLUMNS);
+            warn_of(&job);
         }
         JobsCommand::Start { id } | JobsCommand::Stop { id } => {
             let verb = if matches!(command, JobsCommand::Start { .. }) {

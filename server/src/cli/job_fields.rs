@@ -18,6 +18,7 @@ pub(crate) struct JobFields {
     rrule: Option<String>,
     #[arg(long, group = "schedule")]
     at: Option<String>,
+    /// A fixed rate: every this long from the job's start (`10s`, `5m`, `1h`).
     #[arg(long, group = "schedule")]
     every: Option<String>,
     /// Each run due this long after the previous one ended (`30s`, `5m`).

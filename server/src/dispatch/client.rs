@@ -110,7 +110,7 @@ impl DispatchClient {
         tls: &carillon_tls::ClientTls,
     ) -> Result<Self, ClientBuildError> {
         let allowlist = Arc::new(allowlist);
-        let http = reqwest::Client::builder()
+        let http = carillon_tls::http_client_builder()
             .connect_timeout(connect_timeout)
             .timeout(request_timeout)
             // Dispatch only to the address an executor registered, never where it points.

@@ -283,7 +283,19 @@ async function main() {
       await waitFor(async () => (await succeeded.count()) >= 1, 20_000, `a succeeded run in the runs of ${ECHO_JOB}`,
         runStates(page.getByTestId('job-runs')));
       check((await succeeded.first().innerText({ timeout: 2_000 })).includes('succeeded'), 'the succeeded run shows no "succeeded" badge');
+      check((await page.getByTestId('job-warnings').innerText()).trim() === '', 'a served handler is warned of');
       await shot(page, 'job-runs');
+    });
+
+    await step('2b. a job for a handler nobody offers shows a warning naming what is offered', page, async () => {
+      const job = await apiJson('POST', '/jobs', { name: `console-typo-${SUFFIX}`, app: APP, handler: `${APP}.echo`, schedule: { manual: true } });
+      await page.evaluate((id) => { location.hash = `#/jobs/${id}`; }, String(job.id));
+      await waitHeading(page, job.name);
+      const warning = (await page.getByTestId('job-warnings').innerText({ timeout: 5_000 })).trim();
+      check(warning.includes(`offers handler "${APP}.echo"`) && warning.includes('echo'),
+        `the job page warns of its handler, naming what app ${APP} offers; it says: ${warning}`);
+      await shot(page, 'job-warning');
+      check(await apiCall('DELETE', `/jobs/${job.id}`) === 204, `job ${job.id} not deleted`);
     });
 
     let failId;

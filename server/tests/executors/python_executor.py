@@ -10,7 +10,7 @@ Handlers:
 With --hang, `slow` answers 202 and then never reports nor honours a cancel (a stuck handler).
 Prints "listening <port>" once it serves.
 """
-import argparse, hashlib, hmac, json, threading, time, urllib.request
+import argparse, hashlib, hmac, json, sys, threading, time, urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 p = argparse.ArgumentParser()
@@ -174,9 +174,19 @@ class Handler(BaseHTTPRequestHandler):
         return self.reply(404, {"error": "no handler " + handler})
 
 
-# Nodes dispatch concurrently: socketserver's default backlog of 5 refuses bursts.
-ThreadingHTTPServer.request_queue_size = 128
-server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+class Server(ThreadingHTTPServer):
+    # Nodes dispatch concurrently: socketserver's default backlog of 5 refuses bursts.
+    request_queue_size = 128
+
+    def handle_error(self, request, client_address):
+        # A node that stopped waiting (its call timed out, or it was killed) closes the
+        # connection before the answer: that is the node's business, not an error here.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
+
+
+server = Server(("127.0.0.1", 0), Handler)
 port = server.server_address[1]
 registration = {"protocol": 1, "executor_id": args.id, "app": args.app,
                 "address": f"http://127.0.0.1:{port}", "weight": args.weight, "capacity": args.capacity,

@@ -79,7 +79,7 @@ async fn edits_stops_and_deletes_racing_a_fire_never_run_an_instant_twice(test_d
         sent.push(tokio::spawn(async move {
             let wait = at - carillon_server::clock::system_now_ms();
             tokio::time::sleep(Duration::from_millis(u64::try_from(wait).unwrap_or(0))).await;
-            let client = reqwest::Client::new();
+            let client = carillon_tls::http_client().unwrap();
             let request = match change {
                 Change::Edit => client
                     .request(Method::PATCH, url)

@@ -213,7 +213,7 @@ impl NodeProcess {
         env.extend(spec.extra_env.iter().cloned());
         let mut child = spawn_carillon(&["server"], &env, &spec.data_dir, &log);
         let addr = wait_for_listen_address(&mut child, &log).await;
-        let mut client = reqwest::Client::builder();
+        let mut client = carillon_tls::http_client_builder();
         if let Some(ca) = &spec.https_ca {
             let pem = std::fs::read(ca).expect("the CA file");
             client = client.add_root_certificate(reqwest::Certificate::from_pem(&pem).expect("CA"));
@@ -315,7 +315,8 @@ impl NodeProcess {
     /// node may answer an oversized body before reading it and close the connection, which a
     /// pooled connection would then hand to the next call.
     pub async fn call_raw(&self, path: &str, body: Vec<u8>) -> (u16, serde_json::Value) {
-        let response = reqwest::Client::new()
+        let response = carillon_tls::http_client()
+            .unwrap()
             .post(self.url(path))
             .bearer_auth(TOKEN)
             .header("content-type", "application/json")

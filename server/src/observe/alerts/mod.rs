@@ -167,7 +167,7 @@ pub fn alerts(
     let (tx, rx) = mpsc::channel(QUEUE);
     // Webhooks are the operator's and jobs' authors' own URLs; never follow a redirect
     // elsewhere, and never wait long.
-    let http = reqwest::Client::builder()
+    let http = carillon_tls::http_client_builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(CALL_TIMEOUT)
         .connect_timeout(CALL_TIMEOUT)
