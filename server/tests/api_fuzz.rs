@@ -62,19 +62,13 @@ async fn the_api_answers_as_its_openapi_document_says() {
         )
         .await;
     assert_eq!(status, 202, "{run}");
-    let registered = carillon_tls::http_client()
-        .unwrap()
-        .post(node.url("/api/v1/executors/register"))
-        .bearer_auth(EXECUTOR_TOKEN)
-        .json(
-            &json!({"protocol": 1, "executor_id": "fuzz-1", "app": "fuzz",
+    node.register_executor(
+        EXECUTOR_TOKEN,
+        json!({"protocol": 1, "executor_id": "fuzz-1", "app": "fuzz",
             "address": "http://127.0.0.1:9", "weight": 1, "capacity": 4,
             "handlers": [{"name": "work"}]}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(registered.status(), 200);
+    )
+    .await;
 
     let report_dir = tempfile::tempdir().unwrap();
     let seed = std::env::var("CARILLON_FUZZ_SEED").unwrap_or_else(|_| "20261122".to_owned());

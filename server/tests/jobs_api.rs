@@ -677,19 +677,13 @@ async fn a_job_for_a_handler_nobody_offers_is_created_with_a_warning_naming_what
         "{said:?}"
     );
 
-    let registered = carillon_tls::http_client()
-        .unwrap()
-        .post(node.url("/api/v1/executors/register"))
-        .bearer_auth(EXECUTOR_TOKEN)
-        .json(
-            &json!({"protocol": 1, "executor_id": "demo-1", "app": "demo",
+    node.register_executor(
+        EXECUTOR_TOKEN,
+        json!({"protocol": 1, "executor_id": "demo-1", "app": "demo",
             "address": "http://127.0.0.1:9", "weight": 1, "capacity": 4,
             "handlers": [{"name": "reindex"}, {"name": "hello"}]}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(registered.status(), 200);
+    )
+    .await;
 
     let (status, typo) = node
         .call(

@@ -333,6 +333,22 @@ impl NodeProcess {
         )
     }
 
+    /// Registers an executor (a `Registration` as JSON) with the executor token `token`; one
+    /// whose address answers nothing stands for an app's executors in tests that never run it.
+    pub async fn register_executor(&self, token: &str, registration: serde_json::Value) {
+        let response = self
+            .client
+            .post(self.url("/api/v1/executors/register"))
+            .bearer_auth(token)
+            .json(&registration)
+            .send()
+            .await
+            .expect("registering an executor");
+        let status = response.status();
+        let body = response.text().await.unwrap_or_default();
+        assert_eq!(status, 200, "registering {registration}: {body}");
+    }
+
     /// `GET /api/v1/cluster` on this node; `None` if it does not answer.
     /// `/metrics` in the text format, read with the admin token.
     pub async fn metrics(&self) -> String {
