@@ -742,3 +742,78 @@ async fn a_job_for_a_handler_nobody_offers_is_created_with_a_warning_naming_what
             .all(|j| j.get("warnings").is_none())
     );
 }
+
+/// Overlap `queue`: each way a run ends passes the job's turn to the next queued run, not only
+/// an attempt's end: a run that found no executor, and a run cancelled through the API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_run_starts_when_the_one_before_finds_no_executor_or_is_cancelled() {
+    let node = Solo::start(|spec| {
+        spec.extra_env
+            .push(("CARILLON_NO_EXECUTOR_GRACE_MS", "1000".to_owned()));
+    })
+    .await;
+    let (status, job) = node
+        .call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(json!({"name": "queued", "app": "nobody", "handler": "work",
+                "schedule": {"every": "1s"}, "overlap": "queue", "start": true})),
+        )
+        .await;
+    assert_eq!(status, 201, "{job}");
+    let runs = || async {
+        let (status, page) = node
+            .call(
+                Method::GET,
+                &format!("/api/v1/jobs/{}/runs?limit=1000", job["id"]),
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{page}");
+        page["runs"].as_array().unwrap().clone()
+    };
+    let count = |runs: &[Value], state: &str| runs.iter().filter(|r| r["state"] == state).count();
+
+    // Each run waits its second for an executor, ends `no_executor`, and the next goes.
+    let ended = wait_for(
+        Duration::from_secs(20),
+        "three runs ended no_executor",
+        || async {
+            let runs = runs().await;
+            (count(&runs, "no_executor") >= 3).then_some(runs)
+        },
+    )
+    .await;
+    assert!(
+        count(&ended, "pending") + count(&ended, "running") <= 1,
+        "one run at a time: {ended:#?}"
+    );
+
+    // A cancel passes the turn too. The pending run may end `no_executor` first (409): then
+    // the next one is cancelled.
+    let mut holder = Value::Null;
+    for _ in 0..5 {
+        holder = wait_for(Duration::from_secs(10), "a pending run", || async {
+            runs().await.into_iter().find(|r| r["state"] == "pending")
+        })
+        .await;
+        let (status, body) = node
+            .call(
+                Method::POST,
+                &format!("/api/v1/runs/{}/cancel", holder["id"]),
+                None,
+            )
+            .await;
+        if status != 409 {
+            assert!(status == 202 || status == 200, "{status} {body}");
+            break;
+        }
+    }
+    wait_for(Duration::from_secs(5), "the next run released", || async {
+        let runs = runs().await;
+        runs.iter()
+            .any(|r| r["state"] == "pending" && r["id"].as_i64() > holder["id"].as_i64())
+            .then_some(())
+    })
+    .await;
+}

@@ -256,6 +256,7 @@ macro_rules! dispatch_store {
             ) -> Result<bool, Error> {
                 retry_transient(|| async {
                     let mut tx = self.begin_write().await?;
+                    let before = self.run_turn_in(&mut tx, run_id).await?;
                     let ended = sqlx::query::<$db>(sql(&self.q.run_end))
                         .bind(state)
                         .bind(message)
@@ -263,6 +264,11 @@ macro_rules! dispatch_store {
                         .execute(&mut *tx)
                         .await?
                         .rows_affected();
+                    if ended == 1
+                        && let Some((job_id, true)) = before
+                    {
+                        self.release_queued_in(&mut tx, job_id).await?;
+                    }
                     // A run that found no executor triggers its job's `on_failure` children.
                     let mut followed = FollowedUp::default();
                     if ended == 1
@@ -285,6 +291,7 @@ macro_rules! dispatch_store {
                 message: &str,
             ) -> Result<Option<Vec<AttemptRecord>>, Error> {
                 let mut tx = self.begin_write().await?;
+                let before = self.run_turn_in(&mut tx, run_id).await?;
                 let ended = sqlx::query::<$db>(sql(&self.q.run_end))
                     .bind(state)
                     .bind(Some(message))
@@ -295,6 +302,9 @@ macro_rules! dispatch_store {
                 if ended == 0 {
                     tx.rollback().await?;
                     return Ok(None);
+                }
+                if let Some((job_id, true)) = before {
+                    self.release_queued_in(&mut tx, job_id).await?;
                 }
                 let running: Vec<AttemptRecord> =
                     sqlx::query_as::<$db, AttemptRecord>(sql(&self.q.attempts_of_run))
