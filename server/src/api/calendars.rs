@@ -15,7 +15,7 @@ use super::params::NameParam;
 use super::{ApiError, ApiState, rfc3339};
 use crate::jobs::{JobDefinition, JobPolicy, check_calendar_name};
 use crate::schedule::calendar::{Calendar, CalendarRange, CalendarSpec};
-use crate::store::{self, CalendarRecord};
+use crate::store::CalendarRecord;
 
 /// A calendar as the API shows it: its definition's fields with its name and version. (Not a
 /// flattened `CalendarSpec`: that one refuses unknown fields, so its schema would refuse these.)
@@ -58,10 +58,7 @@ fn view_of(record: CalendarRecord) -> Result<CalendarView, ApiError> {
 }
 
 fn unreadable(name: &str, err: &serde_json::Error) -> ApiError {
-    ApiError::Store(store::Error::Unreadable {
-        what: format!("calendar {name:?}"),
-        reason: err.to_string(),
-    })
+    ApiError::unreadable(format!("calendar {name:?}"), err)
 }
 
 fn checked_name(name: &str) -> Result<(), ApiError> {

@@ -72,6 +72,15 @@ impl ApiError {
     pub(crate) fn missing(what: impl Into<String>) -> Self {
         ApiError::Missing { what: what.into() }
     }
+
+    /// A stored document (`what`, e.g. "the args of task 7") that no longer reads: one rule
+    /// everywhere, an error naming it, never a default in its place.
+    pub(crate) fn unreadable(what: impl Into<String>, err: &serde_json::Error) -> Self {
+        ApiError::Store(crate::store::Error::Unreadable {
+            what: what.into(),
+            reason: err.to_string(),
+        })
+    }
 }
 
 impl ApiError {

@@ -61,9 +61,7 @@ pub(super) struct JobView {
 
 pub(super) fn definition_of(record: &JobRecord) -> Result<JobDefinition, ApiError> {
     let unreadable = |what: &str, err: serde_json::Error| {
-        ApiError::Store(store::Error::Database(sqlx::Error::Decode(
-            format!("job {} has an unreadable {what}: {err}", record.job_id).into(),
-        )))
+        ApiError::unreadable(format!("the {what} of job {}", record.job_id), &err)
     };
     Ok(JobDefinition {
         name: record.name.clone(),

@@ -103,27 +103,36 @@ pub(super) struct AttemptView {
     error: Option<String>,
 }
 
-impl From<AttemptRecord> for AttemptView {
-    fn from(a: AttemptRecord) -> Self {
-        Self {
+impl TryFrom<AttemptRecord> for AttemptView {
+    type Error = ApiError;
+
+    fn try_from(a: AttemptRecord) -> Result<Self, ApiError> {
+        let id = a.attempt_id;
+        let read =
+            |what: &str, err| ApiError::unreadable(format!("the {what} of attempt {id}"), &err);
+        let args = serde_json::from_str(&a.args_json).map_err(|e| read("args", e))?;
+        let output = a
+            .output
+            .as_deref()
+            .map(serde_json::from_str)
+            .transpose()
+            .map_err(|e| read("output", e))?;
+        Ok(Self {
             id: a.attempt_id,
             shard: a.shard_index,
             shards: a.shard_total,
             attempt: a.attempt_no,
             state: a.state,
             executor_id: a.executor_id,
-            args: serde_json::from_str(&a.args_json).unwrap_or(serde_json::Value::Null),
+            args,
             created_at: rfc3339(a.created_at_ms),
             not_before: rfc3339(a.not_before_ms),
             dispatched_at: a.dispatched_at_ms.and_then(rfc3339),
             deadline: a.deadline_ms.and_then(rfc3339),
             finished_at: a.finished_at_ms.and_then(rfc3339),
-            output: a
-                .output
-                .as_deref()
-                .and_then(|o| serde_json::from_str(o).ok()),
+            output,
             error: a.error,
-        }
+        })
     }
 }
 
@@ -321,7 +330,9 @@ pub(super) async fn get(
         .store
         .run_input(id)
         .await?
-        .and_then(|i| serde_json::from_str(&i).ok());
+        .map(|i| serde_json::from_str(&i))
+        .transpose()
+        .map_err(|e| ApiError::unreadable(format!("the input of run {id}"), &e))?;
     let children = state
         .store
         .child_runs_of_run(id)
@@ -331,7 +342,10 @@ pub(super) async fn get(
         .collect();
     Ok(Json(RunDetail {
         run: RunView::of(run, job_name),
-        attempts: attempts.into_iter().map(AttemptView::from).collect(),
+        attempts: attempts
+            .into_iter()
+            .map(AttemptView::try_from)
+            .collect::<Result<_, _>>()?,
         input,
         children,
     }))

@@ -45,18 +45,24 @@ pub(super) struct TaskView {
     policy: serde_json::Value,
 }
 
-impl From<TaskRecord> for TaskView {
-    fn from(t: TaskRecord) -> Self {
+impl TryFrom<TaskRecord> for TaskView {
+    type Error = ApiError;
+
+    fn try_from(t: TaskRecord) -> Result<Self, ApiError> {
+        let id = t.task_id;
+        let read = |what: &str, err| ApiError::unreadable(format!("the {what} of task {id}"), &err);
+        let args = serde_json::from_str(&t.args_json).map_err(|e| read("args", e))?;
+        let policy = serde_json::from_str(&t.policy_json).map_err(|e| read("policy", e))?;
         let state = match (&*t.state, t.run_state) {
             (task_state::FIRED, Some(run)) => run,
             (state, _) => state.to_owned(),
         };
-        Self {
+        Ok(Self {
             id: t.task_id,
             key: t.task_key,
             app: t.app_name,
             handler: t.handler_name,
-            args: serde_json::from_str(&t.args_json).unwrap_or(serde_json::Value::Null),
+            args,
             due_at: rfc3339(t.due_at_ms),
             priority: t.priority,
             state,
@@ -64,8 +70,8 @@ impl From<TaskRecord> for TaskView {
             created_at: rfc3339(t.created_at_ms),
             ended_at: t.ended_at_ms.and_then(rfc3339),
             message: t.message,
-            policy: serde_json::from_str(&t.policy_json).unwrap_or_default(),
-        }
+            policy,
+        })
     }
 }
 
@@ -325,7 +331,10 @@ pub(super) async fn list(
     if let Some(key) = &q.key {
         let found = state.store.task_by_key(key).await?;
         return Ok(Json(TaskPage {
-            items: found.into_iter().map(TaskView::from).collect(),
+            items: found
+                .into_iter()
+                .map(TaskView::try_from)
+                .collect::<Result<_, _>>()?,
             next_cursor: None,
         }));
     }
@@ -355,7 +364,10 @@ pub(super) async fn list(
     let tasks = state.store.tasks_list(&filter).await?;
     let next_cursor = paging::next_cursor(&tasks, limit, "tasks", "-id", |t| t.task_id.to_string());
     Ok(Json(TaskPage {
-        items: tasks.into_iter().map(TaskView::from).collect(),
+        items: tasks
+            .into_iter()
+            .map(TaskView::try_from)
+            .collect::<Result<_, _>>()?,
         next_cursor,
     }))
 }
@@ -375,7 +387,7 @@ pub(super) async fn get(
         .task_get(id)
         .await?
         .ok_or_else(|| ApiError::missing(format!("task {id}")))?;
-    Ok(Json(task.into()))
+    Ok(Json(task.try_into()?))
 }
 
 /// Deletes (cancels) a task: before it fires, nothing runs; once fired, its run is cancelled
@@ -432,11 +444,11 @@ async fn cancel_task(state: &ApiState, id: i64) -> Result<TaskView, ApiError> {
         task.run_state = None;
         task.ended_at_ms = Some(state.clock.now_ms());
         task.message = Some("cancelled through the API".to_owned());
-        TaskView::from(task)
+        TaskView::try_from(task)
     };
     // A guarded delete: a task that fired meanwhile stays, and its run is cancelled instead.
     if state.store.task_remove(id, true).await? {
-        return Ok(cancelled(task));
+        return cancelled(task);
     }
     let task = state.store.task_get(id).await?.ok_or_else(missing)?;
     let run = match task.run_id {
@@ -446,7 +458,7 @@ async fn cancel_task(state: &ApiState, id: i64) -> Result<TaskView, ApiError> {
     match run {
         Some(run) if super::runs::cancel_run(state, &run).await? => {
             state.store.task_remove(id, false).await?;
-            Ok(cancelled(task))
+            cancelled(task)
         }
         Some(run) => Err(ApiError::Conflict(format!(
             "task {id} fired as run {} and has ended ({})",
@@ -457,7 +469,7 @@ async fn cancel_task(state: &ApiState, id: i64) -> Result<TaskView, ApiError> {
         ))),
         None => {
             state.store.task_remove(id, false).await?;
-            Ok(cancelled(task))
+            cancelled(task)
         }
     }
 }

@@ -58,10 +58,7 @@ pub(super) async fn get(
 
 /// A stored document of workflow run `id` that no longer reads: an error, never a default.
 fn unreadable(id: i64, what: &str, err: &serde_json::Error) -> ApiError {
-    ApiError::Store(store::Error::Unreadable {
-        what: format!("the {what} of workflow run {id}"),
-        reason: err.to_string(),
-    })
+    ApiError::unreadable(format!("the {what} of workflow run {id}"), err)
 }
 
 async fn run_view(state: &ApiState, id: i64) -> Result<WorkflowRunView, ApiError> {

@@ -210,7 +210,9 @@ async fn unchanged(
     let Some(stored) = state.store.workflow_definition(record.job_id).await? else {
         return Ok(false);
     };
-    let stored: Definition = serde_json::from_str(&stored).unwrap_or_default();
+    let stored: Definition = serde_json::from_str(&stored).map_err(|e| {
+        ApiError::unreadable(format!("the definition of workflow {}", record.job_id), &e)
+    })?;
     if stored.steps.len() != input.steps.len() {
         return Ok(false);
     }
@@ -245,7 +247,9 @@ async fn unchanged(
 async fn view_of(state: &ApiState, record: JobRecord) -> Result<WorkflowView, ApiError> {
     let job = definition_of(&record)?;
     let definition: Definition = match state.store.workflow_definition(record.job_id).await? {
-        Some(text) => serde_json::from_str(&text).unwrap_or_default(),
+        Some(text) => serde_json::from_str(&text).map_err(|e| {
+            ApiError::unreadable(format!("the definition of workflow {}", record.job_id), &e)
+        })?,
         None => Definition::default(),
     };
     let ids: Vec<i64> = definition.steps.iter().map(|s| s.job_id).collect();
