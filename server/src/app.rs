@@ -332,7 +332,7 @@ impl Application {
             task_ids: Arc::default(),
             known_handlers: Arc::default(),
             log_caps: config.handler_logs.caps(),
-            xxl: crate::api::xxl::settings_of(&config.xxl),
+            xxl: config.xxl_settings(),
         };
         Ok(Self {
             listener,

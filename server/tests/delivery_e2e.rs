@@ -236,3 +236,112 @@ async fn exactly_once_effect_answers_a_second_delivery_from_the_executors_record
     stop.cancel();
     running.await.unwrap().unwrap();
 }
+
+/// The runs of job `id`, newest first, each with its attempts.
+async fn runs_of(node: &NodeProcess, id: &Value) -> Vec<Value> {
+    let (status, page) = node
+        .call(
+            Method::GET,
+            &format!("/api/v1/jobs/{id}/runs?limit=1000"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{page}");
+    let mut runs = Vec::new();
+    for run in page["runs"].as_array().unwrap() {
+        let (status, run) = node
+            .call(Method::GET, &format!("/api/v1/runs/{}", run["id"]), None)
+            .await;
+        assert_eq!(status, 200, "{run}");
+        runs.push(run);
+    }
+    runs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_stored_policy_no_longer_reads_is_never_delivered_under_the_defaults() {
+    let node = Solo::start(|spec| spec.extra_env = executor::node_env()).await;
+    let executor = Executor::start_registered(&node, "py", "only").await;
+    // One job whose runs start in their claim (one attempt each), one whose runs the start
+    // pass splits into shards: the two places a run's policy is read before a delivery.
+    let mut ids = Vec::new();
+    for (name, extra) in [
+        ("claimed", json!({"delivery": "at_most_once"})),
+        ("sharded", json!({"sharding": {"count": 2}})),
+    ] {
+        let mut job = json!({"name": name, "app": "py", "handler": "quiet",
+                             "schedule": {"every": "1s"}, "start": true});
+        job.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let (status, job) = node.call(Method::POST, "/api/v1/jobs", Some(job)).await;
+        assert_eq!(status, 201, "{job}");
+        ids.push(job["id"].clone());
+    }
+    for id in &ids {
+        wait_for(Duration::from_secs(20), "a run delivered", || async {
+            runs_of(&node, id)
+                .await
+                .iter()
+                .any(|r| r["state"] == "succeeded")
+                .then_some(())
+        })
+        .await;
+    }
+
+    // A hand edit (or a downgrade) leaves a policy this version cannot read.
+    let list = ids
+        .iter()
+        .map(Value::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    node.db
+        .execute_script(&format!(
+            "UPDATE jobs SET policy_json = '{{\"delivery\": 7}}' WHERE job_id IN ({list})"
+        ))
+        .await;
+    for id in &ids {
+        let named = format!("the stored policy of job {id}");
+        let failed = wait_for(
+            Duration::from_secs(20),
+            "a run failed naming the policy",
+            || async {
+                runs_of(&node, id)
+                    .await
+                    .into_iter()
+                    .find(|r| r["state"] == "failed" && r.to_string().contains(named.as_str()))
+            },
+        )
+        .await;
+        let delivered = executor.log().await;
+        assert!(
+            !delivered.iter().any(|d| d["run_id"] == failed["id"]),
+            "never delivered: {failed:#}"
+        );
+        let (status, problem) = node
+            .call(Method::GET, &format!("/api/v1/jobs/{id}"), None)
+            .await;
+        assert_eq!(status, 500, "{problem}");
+        assert!(problem.to_string().contains(&named), "{problem}");
+    }
+
+    // Readable again, the job runs again: nothing of it was lost or rewritten.
+    node.db
+        .execute_script(&format!(
+            "UPDATE jobs SET policy_json = '{{\"delivery\": \"at_most_once\"}}' \
+             WHERE job_id IN ({list})"
+        ))
+        .await;
+    for id in &ids {
+        let before = runs_of(&node, id).await.len();
+        wait_for(Duration::from_secs(20), "a run delivered again", || async {
+            let runs = runs_of(&node, id).await;
+            (runs.len() > before
+                && runs[..runs.len() - before]
+                    .iter()
+                    .any(|r| r["state"] == "succeeded"))
+            .then_some(())
+        })
+        .await;
+    }
+}

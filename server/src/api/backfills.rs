@@ -110,7 +110,7 @@ pub(super) async fn create(
             format!("{max_in_flight} is outside 1..={MAX_IN_FLIGHT}"),
         ));
     }
-    let schedule = schedule_of(&job.schedule_json, &job.policy_json, zone)?;
+    let schedule = schedule_of(&job.schedule_json, job.policy()?, zone)?;
     let hints = NextHints {
         anchor: job.started_at_ms.and_then(DateTime::from_timestamp_millis),
         cursor: None,
@@ -137,14 +137,11 @@ pub(super) async fn create(
 
 fn schedule_of(
     schedule_json: &str,
-    policy_json: &str,
+    policy: &JobPolicy,
     zone: chrono_tz::Tz,
 ) -> Result<Schedule, ApiError> {
-    let unreadable =
-        |what: &str| ApiError::invalid("id", format!("the job's {what} is unreadable"));
-    let spec: ScheduleSpec =
-        serde_json::from_str(schedule_json).map_err(|_| unreadable("schedule"))?;
-    let policy: JobPolicy = serde_json::from_str(policy_json).map_err(|_| unreadable("policy"))?;
+    let spec: ScheduleSpec = serde_json::from_str(schedule_json)
+        .map_err(|e| ApiError::unreadable("the job's schedule", &e))?;
     let window = window_of(policy.bounds.as_ref(), zone)?;
     let schedule = Schedule::parse(&spec, zone)
         .map_err(crate::jobs::JobError::from)?

@@ -61,16 +61,16 @@ pub(super) async fn check(
     let mut names: HashMap<i64, String> = found;
     names.insert(job_id, name.to_owned());
     for (parent, name, policy) in state.store.jobs_with_children().await? {
-        names.insert(parent, name);
         if parent != job_id {
             graph.insert(
                 parent,
-                policy_children(&policy)
+                children_of(parent, &name, &policy)?
                     .into_iter()
                     .map(|(_, c)| c)
                     .collect(),
             );
         }
+        names.insert(parent, name);
     }
     graph.insert(job_id, ids);
     if let Some(cycle) = cycle_through(&graph, job_id) {
@@ -92,16 +92,16 @@ pub(super) async fn check(
 
 /// Refuses to delete `job_id` while another job names it as a child.
 pub(super) async fn check_unused(state: &ApiState, job_id: i64) -> Result<(), ApiError> {
-    let parents: Vec<String> = state
-        .store
-        .jobs_with_children()
-        .await?
-        .into_iter()
-        .filter(|(parent, _, policy)| {
-            *parent != job_id && policy_children(policy).iter().any(|(_, c)| *c == job_id)
-        })
-        .map(|(parent, name, _)| format!("{parent} ({name})"))
-        .collect();
+    let mut parents: Vec<String> = Vec::new();
+    for (parent, name, policy) in state.store.jobs_with_children().await? {
+        if parent != job_id
+            && children_of(parent, &name, &policy)?
+                .iter()
+                .any(|(_, c)| *c == job_id)
+        {
+            parents.push(format!("{parent} ({name})"));
+        }
+    }
     if parents.is_empty() {
         return Ok(());
     }
@@ -148,6 +148,13 @@ fn cycle_through(graph: &HashMap<i64, Vec<i64>>, start: i64) -> Option<Vec<i64>>
         }
     }
     None
+}
+
+/// The children job `id`'s stored policy names, or the error naming the job: a check that
+/// cannot read a parent cannot pass.
+fn children_of(id: i64, name: &str, policy: &str) -> Result<Vec<(&'static str, i64)>, ApiError> {
+    policy_children(policy)
+        .map_err(|e| ApiError::unreadable(format!("the stored policy of job {id} ({name})"), &e))
 }
 
 #[cfg(test)]

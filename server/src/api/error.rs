@@ -170,6 +170,17 @@ impl ApiError {
                 "Conflict",
                 format!("{what} is already taken"),
             ),
+            // Not the database's fault and not passing: a record this version cannot read,
+            // named so that whoever owns it can mend it.
+            ApiError::Store(err @ store::Error::Unreadable { .. }) => {
+                error!(error = %err, "request failed on a stored record");
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "urn:carillon:problem:unreadable-record",
+                    "Stored Record Unreadable",
+                    err.to_string(),
+                )
+            }
             ApiError::Store(err) => {
                 error!(error = %err, "request failed in storage");
                 (

@@ -241,10 +241,18 @@ pub(super) async fn heartbeat(
 
 /// Whether the job (or task) of a run asks for `exactly_once_effect`.
 async fn effect_once(state: &ApiState, job_id: i64) -> Result<bool, ApiError> {
-    Ok(crate::store::job_of_run(&*state.store, job_id)
-        .await?
-        .and_then(|job| serde_json::from_str::<crate::jobs::JobPolicy>(&job.policy_json).ok())
-        .is_some_and(|policy| policy.delivery == crate::jobs::Delivery::ExactlyOnceEffect))
+    match crate::store::job_of_run(&*state.store, job_id).await? {
+        Some(job) => match job.policy() {
+            Ok(policy) => Ok(policy.delivery == crate::jobs::Delivery::ExactlyOnceEffect),
+            // Whether the work may be cancelled cannot be read: it is let finish (its result
+            // is recorded on the lost attempt), and one job cannot fail an executor's beat.
+            Err(e) => {
+                tracing::warn!(error = %e, "a lost attempt is let finish");
+                Ok(true)
+            }
+        },
+        None => Ok(false),
+    }
 }
 
 /// An attempt's result, for a dispatch answered `202` (executor token).

@@ -70,8 +70,8 @@ pub(super) fn definition_of(record: &JobRecord) -> Result<JobDefinition, ApiErro
         schedule: serde_json::from_str(&record.schedule_json)
             .map_err(|e| unreadable("schedule", e))?,
         timezone: record.timezone.clone(),
-        args: serde_json::from_str(&record.args_json).map_err(|e| unreadable("args", e))?,
-        policy: serde_json::from_str(&record.policy_json).map_err(|e| unreadable("policy", e))?,
+        args: record.args()?,
+        policy: record.policy()?.clone(),
     })
 }
 

@@ -110,7 +110,7 @@ impl TryFrom<AttemptRecord> for AttemptView {
         let id = a.attempt_id;
         let read =
             |what: &str, err| ApiError::unreadable(format!("the {what} of attempt {id}"), &err);
-        let args = serde_json::from_str(&a.args_json).map_err(|e| read("args", e))?;
+        let args = a.args()?;
         let output = a
             .output
             .as_deref()

@@ -52,7 +52,9 @@ impl TryFrom<TaskRecord> for TaskView {
         let id = t.task_id;
         let read = |what: &str, err| ApiError::unreadable(format!("the {what} of task {id}"), &err);
         let args = serde_json::from_str(&t.args_json).map_err(|e| read("args", e))?;
-        let policy = serde_json::from_str(&t.policy_json).map_err(|e| read("policy", e))?;
+        // What the task set, as it set it; it must read as a policy, the one its run follows.
+        t.policy()?;
+        let policy = serde_json::from_str(t.stored_policy.text()).map_err(|e| read("policy", e))?;
         let state = match (&*t.state, t.run_state) {
             (task_state::FIRED, Some(run)) => run,
             (state, _) => state.to_owned(),

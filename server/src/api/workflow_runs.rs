@@ -105,19 +105,27 @@ async fn run_view(state: &ApiState, id: i64) -> Result<WorkflowRunView, ApiError
         .iter()
         .map(|step| {
             let row = by_name.get(step.name.as_str());
-            StepRunView {
+            let output = row
+                .and_then(|r| r.output_json.as_deref())
+                .map(|o| {
+                    serde_json::from_str(o).map_err(|e| {
+                        let what =
+                            format!("the output of step {} of run {}", step.name, run.run_id);
+                        ApiError::unreadable(what, &e)
+                    })
+                })
+                .transpose()?;
+            Ok(StepRunView {
                 name: step.name.clone(),
                 state: row.map_or("waiting".to_owned(), |r| r.state.clone()),
                 job_id: step.job_id,
                 needs: step.needs.clone(),
                 run_id: row.and_then(|r| r.run_id),
-                output: row
-                    .and_then(|r| r.output_json.as_deref())
-                    .and_then(|o| serde_json::from_str(o).ok()),
+                output,
                 updated_at: row.and_then(|r| rfc3339(r.updated_at_ms)),
-            }
+            })
         })
-        .collect();
+        .collect::<Result<Vec<_>, ApiError>>()?;
     Ok(WorkflowRunView {
         workflow_id: run.job_id,
         run: RunView::of(run, name),

@@ -4,8 +4,6 @@
 //! `xxl.access_token` is set, and authenticated by that shared header alone (SECURITY.md).
 //! Every answer is XXL-JOB's `{"code": 200, "msg": …}`, with HTTP 200 as XXL-JOB answers.
 
-use std::sync::Arc;
-
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
@@ -289,15 +287,4 @@ async fn end_attempt(state: &ApiState, param: CallbackParam) -> Result<(), crate
     )
     .await?;
     Ok(())
-}
-
-/// The settings as the API keeps them.
-pub fn settings_of(config: &crate::config::XxlConfig) -> Option<Arc<XxlSettings>> {
-    let token = config.access_token.clone()?;
-    Some(Arc::new(XxlSettings {
-        token,
-        path_prefix: config.path_prefix.clone(),
-        executor_lease_ms: i64::try_from(config.executor_lease_ms).unwrap_or(i64::MAX),
-        executor_capacity: i64::from(config.executor_capacity),
-    }))
 }

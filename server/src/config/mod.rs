@@ -395,6 +395,18 @@ impl Config {
         }
     }
 
+    /// The XXL-JOB admin API's settings; none while `xxl.access_token` is unset (the API is not
+    /// mounted).
+    pub fn xxl_settings(&self) -> Option<std::sync::Arc<crate::api::xxl::XxlSettings>> {
+        let token = self.xxl.access_token.clone()?;
+        Some(std::sync::Arc::new(crate::api::xxl::XxlSettings {
+            token,
+            path_prefix: self.xxl.path_prefix.clone(),
+            executor_lease_ms: i64::try_from(self.xxl.executor_lease_ms).unwrap_or(i64::MAX),
+            executor_capacity: i64::from(self.xxl.executor_capacity),
+        }))
+    }
+
     pub fn task_fire_settings(&self) -> crate::tasks::firer::FireSettings {
         crate::tasks::firer::FireSettings {
             ahead: Duration::from_millis(self.tasks.fire_ahead_ms),

@@ -7,7 +7,9 @@ use serde_json::Value;
 use super::backoff::retry_delay_ms;
 use crate::jobs::{Delivery, JobPolicy};
 use crate::observe::Observer;
-use crate::store::{self, AttemptEnd, AttemptEnded, AttemptRecord, Store, attempt_state};
+use crate::store::{
+    self, AttemptEnd, AttemptEnded, AttemptRecord, JobRecord, Store, attempt_state,
+};
 
 /// Output kept per attempt; the rest is cut.
 pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
@@ -48,11 +50,22 @@ pub async fn finish_attempt_by(
     output: Option<&Value>,
     error: Option<String>,
 ) -> Result<AttemptEnded, store::Error> {
-    let policy = match store::job_of_run(store, attempt.job_id).await? {
-        Some(job) => serde_json::from_str::<JobPolicy>(&job.policy_json).unwrap_or_default(),
-        None => JobPolicy::default(),
+    let job = store::job_of_run(store, attempt.job_id).await?;
+    let end = match job.as_ref().map(JobRecord::policy) {
+        Some(Ok(policy)) => end_of(policy, attempt, executor_id, ending, output, error),
+        // A deleted job's run ends under the defaults: it is cancelled at its next turn.
+        None => end_of(
+            &JobPolicy::default(),
+            attempt,
+            executor_id,
+            ending,
+            output,
+            error,
+        ),
+        Some(Err(unreadable)) => {
+            end_unreadable(attempt, executor_id, ending, output, error, &unreadable)
+        }
     };
-    let end = end_of(&policy, attempt, executor_id, ending, output, error);
     let ended = store.attempt_end(attempt.attempt_id, &end).await?;
     observer.attempt_ended(&ended, attempt.run_id, attempt.job_id, end.error.as_deref());
     Ok(ended)
@@ -113,6 +126,38 @@ pub fn end_of(
         retry_to_same_executor: policy.delivery == Delivery::ExactlyOnceEffect
             && ending == Ending::Lost,
     }
+}
+
+/// How `attempt` ends when its job's policy does not read: as reported, and never tried
+/// again, since whether it may be cannot be read; the error names the policy.
+fn end_unreadable(
+    attempt: &AttemptRecord,
+    executor_id: Option<&str>,
+    ending: Ending,
+    output: Option<&Value>,
+    error: Option<String>,
+    unreadable: &store::Error,
+) -> AttemptEnd {
+    let mut end = end_of(
+        &JobPolicy::default(),
+        attempt,
+        executor_id,
+        ending,
+        output,
+        error,
+    );
+    end.retry_after_ms = None;
+    end.retry_to_same_executor = false;
+    // The follow-ups read the policy again and report the children they cannot start.
+    end.job_has_children = true;
+    if end.state != attempt_state::SUCCEEDED {
+        let error = match end.error.take() {
+            Some(error) => format!("{error}; not tried again: {unreadable}"),
+            None => format!("not tried again: {unreadable}"),
+        };
+        end.error = Some(cut(&error, MAX_ERROR_BYTES));
+    }
+    end
 }
 
 /// An output as stored: its JSON, or a JSON string holding the first bytes of it.
@@ -186,6 +231,42 @@ mod tests {
             error: None,
             lost_before,
         }
+    }
+
+    #[test]
+    fn an_attempt_whose_policy_does_not_read_is_never_tried_again_and_says_why() {
+        let unreadable = store::Error::Unreadable {
+            what: "the stored policy of job 1 (nightly)".into(),
+            reason: "invalid type".into(),
+        };
+        for ending in [
+            Ending::Refused,
+            Ending::TimedOut,
+            Ending::Lost,
+            Ending::Reported(Outcome::Failed),
+        ] {
+            let end = end_unreadable(&attempt(1, 0), None, ending, None, None, &unreadable);
+            assert_eq!(end.retry_after_ms, None, "{ending:?}");
+            assert!(!end.retry_to_same_executor, "{ending:?}");
+            let error = end.error.unwrap_or_default();
+            assert!(
+                error.contains("not tried again: the stored policy of job 1 (nightly)"),
+                "{ending:?}: {error}"
+            );
+        }
+        let done = end_unreadable(
+            &attempt(1, 0),
+            Some("e1"),
+            Ending::Reported(Outcome::Succeeded),
+            None,
+            None,
+            &unreadable,
+        );
+        assert_eq!(
+            (done.state, done.error, done.job_has_children),
+            (attempt_state::SUCCEEDED, None, true),
+            "the work was done; the follow-ups report the children they cannot read"
+        );
     }
 
     #[test]

@@ -132,7 +132,24 @@ impl Dispatcher {
             .await?;
             return Ok(None);
         };
-        let policy: JobPolicy = serde_json::from_str(&job.policy_json).unwrap_or_default();
+        let (policy, args, input) = match work_of(job, attempt, input_json) {
+            Ok(work) => work,
+            Err(unreadable) => {
+                // Never delivered under a policy or with arguments it does not have. The
+                // ending reads the policy again and names it; other records are named here.
+                let error = job.policy().is_ok().then(|| unreadable.to_string());
+                finish_attempt(
+                    &*self.store,
+                    &self.observer,
+                    attempt,
+                    Ending::Refused,
+                    None,
+                    error,
+                )
+                .await?;
+                return Ok(None);
+            }
+        };
         let offering = fleet.offering(&job.app_name, &job.handler_name);
         if offering.is_empty() {
             let waited = fleet.now_ms - attempt.not_before_ms.max(attempt.created_at_ms);
@@ -212,7 +229,7 @@ impl Dispatcher {
             job_id: job.job_id,
             job: job.name.clone(),
             handler: job.handler_name.clone(),
-            args: serde_json::from_str(&attempt.args_json).unwrap_or(Value::Null),
+            args,
             shard: Shard {
                 index: u32::try_from(attempt.shard_index).unwrap_or(0),
                 total: u32::try_from(attempt.shard_total).unwrap_or(1),
@@ -220,7 +237,7 @@ impl Dispatcher {
             scheduled_at: crate::clock::rfc3339(scheduled_at_ms).unwrap_or_default(),
             timeout_ms: policy.timeout_ms,
             report_to: self.report_to.clone(),
-            input: input_json.and_then(|i| serde_json::from_str(i).ok()),
+            input,
             effect_key: (policy.delivery == Delivery::ExactlyOnceEffect).then(|| {
                 let tries = attempt.attempt_no - attempt.lost_before;
                 format!("{}:{}:{tries}", attempt.run_id, attempt.shard_index)
@@ -254,7 +271,27 @@ impl Dispatcher {
             timeout_ms: policy
                 .timeout_ms
                 .map_or(0, |t| i64::try_from(t).unwrap_or(i64::MAX)),
-            policy,
+            policy: policy.clone(),
         }))
     }
+}
+
+/// What a delivery of `attempt` carries, read from its rows: the job's policy, the attempt's
+/// arguments and the run's input; the error names the first that does not read.
+fn work_of<'a>(
+    job: &'a JobRecord,
+    attempt: &AttemptRecord,
+    input_json: Option<&str>,
+) -> Result<(&'a JobPolicy, Value, Option<Value>), store::Error> {
+    let policy = job.policy()?;
+    let args = attempt.args()?;
+    let input = input_json
+        .map(|text| {
+            serde_json::from_str(text).map_err(|e| store::Error::Unreadable {
+                what: format!("the stored input of run {}", attempt.run_id),
+                reason: e.to_string(),
+            })
+        })
+        .transpose()?;
+    Ok((policy, args, input))
 }

@@ -5,13 +5,12 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
-use serde_json::Value;
 use tracing::{debug, warn};
 
 use super::Dispatcher;
 use super::fleet::Fleet;
 use super::sharding::first_attempts;
-use crate::jobs::{JobPolicy, jitter_delay_ms};
+use crate::jobs::jitter_delay_ms;
 use crate::store::{self, JobRecord, NewAttempt, RunRecord, run_state};
 
 /// A start pass slower than this is logged with where its time went.
@@ -126,8 +125,27 @@ impl Dispatcher {
             }
             return Ok(None);
         }
-        let policy: JobPolicy = serde_json::from_str(&job.policy_json).unwrap_or_default();
-        let args: Value = serde_json::from_str(&job.args_json).unwrap_or(Value::Null);
+        let (policy, args) = match job.policy().and_then(|p| Ok((p, job.args()?))) {
+            Ok(work) => work,
+            Err(unreadable) => {
+                // Never started under a policy or with arguments the job does not have: the
+                // run fails, naming what does not read.
+                let message = unreadable.to_string();
+                if self
+                    .store
+                    .run_end(run.run_id, run_state::FAILED, Some(&message))
+                    .await?
+                {
+                    self.observer.run_ended(
+                        run.run_id,
+                        run.job_id,
+                        run_state::FAILED,
+                        Some(&message),
+                    );
+                }
+                return Ok(None);
+            }
+        };
         let mut attempts = first_attempts(&policy.sharding, &args, &executors);
         // Jitter delays the scheduled runs only; a manual run or a backfill goes at once.
         if let Some(max) = policy.jitter_ms

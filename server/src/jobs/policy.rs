@@ -200,6 +200,12 @@ pub struct JobPolicy {
 }
 
 impl JobPolicy {
+    /// Decodes a policy as stored (a job's, a task's or a step's): the one way the server reads
+    /// one back. Unknown fields are ignored; a field of the wrong type is an error.
+    pub fn from_stored(text: &str) -> Result<JobPolicy, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+
     /// Whether a scheduled run of this job is one attempt with the job's own arguments, due
     /// at its instant: no sharding (which needs the executors of the moment) and no jitter.
     /// Such a run starts in its claim (`RunClaim::start`), not in a later start pass.

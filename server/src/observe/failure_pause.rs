@@ -11,7 +11,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::{AlertEvent, Alerter};
-use crate::jobs::JobPolicy;
 use crate::store::{self, DEAD_LETTER_STATES, Store, job_state, run_state};
 
 /// The jobs with a failed run to look at; shared by the [`Observer`](super::Observer) and the
@@ -74,9 +73,7 @@ impl FailurePauser {
         let Some(job) = self.store.job_get(job_id).await? else {
             return Ok(());
         };
-        let limit = serde_json::from_str::<JobPolicy>(&job.policy_json)
-            .ok()
-            .and_then(|p| p.pause_after_failures);
+        let limit = job.policy()?.pause_after_failures;
         let Some(limit) = limit.filter(|_| job.state == job_state::RUNNING) else {
             return Ok(());
         };

@@ -210,8 +210,7 @@ impl BackfillDriver {
 fn parsed(job: &JobRecord) -> Result<(Schedule, JobPolicy), String> {
     let spec: ScheduleSpec = serde_json::from_str(&job.schedule_json)
         .map_err(|e| format!("unreadable schedule: {e}"))?;
-    let policy: JobPolicy =
-        serde_json::from_str(&job.policy_json).map_err(|e| format!("unreadable policy: {e}"))?;
+    let policy = job.policy().map_err(|e| e.to_string())?.clone();
     let zone = parse_zone(&job.timezone).map_err(|e| e.to_string())?;
     let window = window_of(policy.bounds.as_ref(), zone).map_err(|e| e.to_string())?;
     let schedule = Schedule::parse(&spec, zone)

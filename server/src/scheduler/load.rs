@@ -16,16 +16,23 @@ impl Scheduler {
     /// Loads a running job: catch-up claims per its misfire policy, and its next instant.
     pub(super) fn load(&mut self, job: ScheduledJob, now: i64, reason: LoadReason) {
         self.awaiting_end.remove(&job.job_id);
-        let policy = serde_json::from_str::<JobPolicy>(&job.policy_json).ok();
-        let window = policy.as_ref().and_then(|p| {
-            let zone = parse_zone(&job.timezone).ok()?;
-            window_of(p.bounds.as_ref(), zone).ok()
-        });
-        let parsed = window.and_then(|window| self.schedule_of(&job, window));
-        let (Some((schedule_index, schedule)), Some(policy)) = (parsed, policy) else {
+        let policy: JobPolicy = match job.policy() {
+            Ok(policy) => policy.clone(),
+            Err(e) => {
+                warn!(job_id = job.job_id, error = %e, "job not scheduled");
+                self.jobs.remove(&job.job_id);
+                return;
+            }
+        };
+        let window = parse_zone(&job.timezone)
+            .ok()
+            .and_then(|zone| window_of(policy.bounds.as_ref(), zone).ok());
+        let Some((schedule_index, schedule)) =
+            window.and_then(|window| self.schedule_of(&job, window))
+        else {
             warn!(
                 job_id = job.job_id,
-                "job definition unreadable; not scheduled"
+                "job schedule, time zone or bounds unreadable; not scheduled"
             );
             self.jobs.remove(&job.job_id);
             return;

@@ -95,26 +95,13 @@ pub fn triggered_lists(run_state: &str) -> &'static [&'static str] {
     }
 }
 
-/// `(list, child job id)` for every child a stored policy names, in the order written.
-pub fn policy_children(policy_json: &str) -> Vec<(&'static str, i64)> {
-    let Ok(policy) = serde_json::from_str::<Value>(policy_json) else {
-        return Vec::new();
-    };
-    let Some(children) = policy.get("children") else {
-        return Vec::new();
-    };
-    child_outcome::ALL
-        .iter()
-        .flat_map(|list| {
-            children
-                .get(*list)
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_i64)
-                .map(move |id| (*list, id))
-        })
-        .collect()
+/// `(list, child job id)` for every child a stored policy names, in the order written; an
+/// error for a policy that does not read (the one rule: never no children in its place).
+pub fn policy_children(policy_json: &str) -> Result<Vec<(&'static str, i64)>, serde_json::Error> {
+    Ok(crate::jobs::JobPolicy::from_stored(policy_json)?
+        .children
+        .named()
+        .collect())
 }
 
 /// A run that ended in a write transaction, for its job's children.
@@ -180,11 +167,15 @@ mod tests {
     fn a_policy_names_its_children_by_list() {
         let policy = r#"{"priority":5,"children":{"on_success":[3,4],"always":[9]}}"#;
         assert_eq!(
-            policy_children(policy),
-            vec![("on_success", 3), ("on_success", 4), ("always", 9)]
+            policy_children(policy).ok(),
+            Some(vec![("on_success", 3), ("on_success", 4), ("always", 9)])
         );
-        assert!(policy_children(r#"{"priority":5}"#).is_empty());
-        assert!(policy_children("not json").is_empty());
+        assert_eq!(policy_children(r#"{"priority":5}"#).ok(), Some(Vec::new()));
+        assert!(policy_children("not json").is_err());
+        assert!(
+            policy_children(r#"{"children":{"on_success":"3"}}"#).is_err(),
+            "a list of the wrong type is unreadable, not empty"
+        );
     }
 
     #[test]

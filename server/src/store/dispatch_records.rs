@@ -117,6 +117,17 @@ pub struct AttemptRecord {
     pub lost_before: i64,
 }
 
+impl AttemptRecord {
+    /// The arguments it carries, or the error naming the attempt whose stored arguments do not
+    /// read.
+    pub fn args(&self) -> Result<serde_json::Value, super::Error> {
+        serde_json::from_str(&self.args_json).map_err(|e| super::Error::Unreadable {
+            what: format!("the stored arguments of attempt {}", self.attempt_id),
+            reason: e.to_string(),
+        })
+    }
+}
+
 /// Runs finished in one minute in one state (`minute_ms`: the minute's first millisecond),
 /// and how many of them were first dispatched late.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]

@@ -1,7 +1,48 @@
 //! Rows and parameters of the job tables: jobs, job deletions, runs.
 
+use crate::jobs::JobPolicy;
+
+/// A job's policy as stored: the column's text, decoded once, when the row is read. What does
+/// not decode stays an error: every reader goes through [`StoredPolicy::read`], which names
+/// the job, so no reader can put the default policy in its place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredPolicy {
+    text: String,
+    decoded: Result<JobPolicy, String>,
+}
+
+impl From<String> for StoredPolicy {
+    fn from(text: String) -> Self {
+        let decoded = JobPolicy::from_stored(&text).map_err(|e| e.to_string());
+        Self { text, decoded }
+    }
+}
+
+impl StoredPolicy {
+    /// The column's text, as written.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The decoded policy of `owner` (e.g. "job 12"), or the error that names it.
+    pub fn read(&self, owner: impl FnOnce() -> String) -> Result<&JobPolicy, super::Error> {
+        self.decoded
+            .as_ref()
+            .map_err(|reason| super::Error::Unreadable {
+                what: format!("the stored policy of {}", owner()),
+                reason: reason.clone(),
+            })
+    }
+
+    /// The decoded policy, where a caller only orders or links rows by it and the run it
+    /// belongs to fails on its start when it does not read (see `dispatch::start`).
+    pub fn decoded(&self) -> Option<&JobPolicy> {
+        self.decoded.as_ref().ok()
+    }
+}
+
 /// A row of `jobs`. The definition (schedule, arguments, policy) is stored as JSON text that
-/// only the `jobs` module interprets.
+/// only the `jobs` module interprets; the policy is decoded with the row.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct JobRecord {
     pub job_id: i64,
@@ -12,7 +53,8 @@ pub struct JobRecord {
     pub schedule_json: String,
     pub timezone: String,
     pub args_json: String,
-    pub policy_json: String,
+    #[sqlx(rename = "policy_json", try_from = "String")]
+    pub stored_policy: StoredPolicy,
     /// `stopped`, `running` or `done`.
     pub state: String,
     pub version: i64,
@@ -34,19 +76,40 @@ impl JobRecord {
         self.kind == super::job_kind::WORKFLOW
     }
 
-    /// The priority in the stored policy (5 when it cannot be read).
+    /// The job's policy, or the error naming the job whose stored policy does not read.
+    pub fn policy(&self) -> Result<&JobPolicy, super::Error> {
+        self.stored_policy.read(|| self.owner())
+    }
+
+    /// The job named in an error: a task's run carries its task as a job (`TaskRecord::job_view`).
+    fn owner(&self) -> String {
+        match super::task_of_job_id(self.job_id) {
+            Some(task) => format!("task {task}"),
+            None => format!("job {} ({})", self.job_id, self.name),
+        }
+    }
+
+    /// The job's arguments, or the error naming the job whose stored arguments do not read.
+    pub fn args(&self) -> Result<serde_json::Value, super::Error> {
+        serde_json::from_str(&self.args_json).map_err(|e| super::Error::Unreadable {
+            what: format!("the stored arguments of {}", self.owner()),
+            reason: e.to_string(),
+        })
+    }
+
+    /// The priority its runs are claimed with: the policy's, or the middle one for a policy
+    /// that does not read (such a run fails when it starts, naming the policy).
     pub fn policy_priority(&self) -> i32 {
-        policy_priority(&self.policy_json)
+        policy_priority(&self.stored_policy)
     }
 }
 
-/// The priority in a stored policy (5 when it cannot be read).
-pub(super) fn policy_priority(policy_json: &str) -> i32 {
-    serde_json::from_str::<serde_json::Value>(policy_json)
-        .ok()
-        .and_then(|p| p.get("priority").and_then(serde_json::Value::as_i64))
-        .and_then(|p| i32::try_from(p).ok())
-        .unwrap_or(5)
+/// The priority runs of a job with `policy` get: its own, or the middle one for a policy that
+/// does not read (such a run fails when it starts, naming the policy).
+pub(super) fn policy_priority(policy: &StoredPolicy) -> i32 {
+    policy
+        .decoded()
+        .map_or_else(|| JobPolicy::default().priority, |p| p.priority)
 }
 
 /// What a node needs of a job to schedule it: no name, target or arguments, which the
@@ -57,12 +120,20 @@ pub struct ScheduledJob {
     pub partition_id: i64,
     pub schedule_json: String,
     pub timezone: String,
-    pub policy_json: String,
+    #[sqlx(rename = "policy_json", try_from = "String")]
+    pub stored_policy: StoredPolicy,
     pub version: i64,
     pub last_fired_at_ms: Option<i64>,
     pub created_at_ms: i64,
     pub started_at_ms: Option<i64>,
     pub fired_count: i64,
+}
+
+impl ScheduledJob {
+    /// The job's policy, or the error naming the job whose stored policy does not read.
+    pub fn policy(&self) -> Result<&JobPolicy, super::Error> {
+        self.stored_policy.read(|| format!("job {}", self.job_id))
+    }
 }
 
 impl From<JobRecord> for ScheduledJob {
@@ -72,7 +143,7 @@ impl From<JobRecord> for ScheduledJob {
             partition_id: job.partition_id,
             schedule_json: job.schedule_json,
             timezone: job.timezone,
-            policy_json: job.policy_json,
+            stored_policy: job.stored_policy,
             version: job.version,
             last_fired_at_ms: job.last_fired_at_ms,
             created_at_ms: job.created_at_ms,
@@ -186,6 +257,9 @@ pub mod run_state {
     /// Waiting behind an unfinished run of the same job (overlap `queue`).
     pub const QUEUED: &str = "queued";
     pub const RUNNING: &str = "running";
+    pub const SUCCEEDED: &str = "succeeded";
+    /// Its attempts failed, or it could not start (a definition that does not read).
+    pub const FAILED: &str = "failed";
     /// Not started because the previous run was unfinished (overlap `skip`).
     pub const SKIPPED: &str = "skipped";
     /// Cancelled (overlap `replace`, or through the API).
@@ -250,5 +324,28 @@ impl RunClaim {
     /// but one skipped by a calendar (a manual or backfill run is no claim).
     pub fn counts_as_fired(&self) -> bool {
         self.state == run_state::PENDING
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stored_policy_is_decoded_once_and_an_unreadable_one_is_an_error_naming_its_owner() {
+        let good = StoredPolicy::from(r#"{"priority":9,"future_field":1}"#.to_owned());
+        assert_eq!(good.decoded().map(|p| p.priority), Some(9));
+        assert_eq!(good.text(), r#"{"priority":9,"future_field":1}"#);
+        assert_eq!(policy_priority(&good), 9);
+
+        let bad = StoredPolicy::from(r#"{"delivery":7}"#.to_owned());
+        assert!(bad.decoded().is_none());
+        let err = bad.read(|| "job 4 (nightly)".to_owned()).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("the stored policy of job 4 (nightly) is unreadable: "),
+            "{err}"
+        );
+        assert_eq!(policy_priority(&bad), JobPolicy::default().priority);
     }
 }

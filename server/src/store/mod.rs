@@ -42,7 +42,7 @@ pub use history_records::{
 };
 pub use job_records::{
     ClaimOutcome, JobChanges, JobFilter, JobInsert, JobKey, JobOrder, JobRecord, JobWrite,
-    OverlapRule, RunClaim, RunRecord, ScheduledJob, job_state, run_state,
+    OverlapRule, RunClaim, RunRecord, ScheduledJob, StoredPolicy, job_state, run_state,
 };
 pub use log_records::{LogAppend, LogCaps, LogLine, NewLogLine, TRUNCATED_LINE};
 pub use policy_records::{

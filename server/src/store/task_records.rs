@@ -46,7 +46,9 @@ pub struct TaskRecord {
     pub app_name: String,
     pub handler_name: String,
     pub args_json: String,
-    pub policy_json: String,
+    /// What the task set of a job's policy (the rest is the default), decoded with the row.
+    #[sqlx(rename = "policy_json", try_from = "String")]
+    pub stored_policy: super::StoredPolicy,
     pub priority: i64,
     pub due_at_ms: i64,
     pub state: String,
@@ -64,6 +66,12 @@ impl TaskRecord {
         -self.task_id
     }
 
+    /// The policy its run follows, or the error naming the task whose stored policy does not
+    /// read.
+    pub fn policy(&self) -> Result<&crate::jobs::JobPolicy, super::Error> {
+        self.stored_policy.read(|| format!("task {}", self.task_id))
+    }
+
     /// The task as the one-shot job its run belongs to, so the fire path (plan, retry,
     /// timeout, balance) treats it as any job. Its name is `task <id>`.
     pub fn job_view(&self) -> JobRecord {
@@ -76,7 +84,7 @@ impl TaskRecord {
             schedule_json: "null".to_owned(),
             timezone: "UTC".to_owned(),
             args_json: self.args_json.clone(),
-            policy_json: self.policy_json.clone(),
+            stored_policy: self.stored_policy.clone(),
             state: super::job_state::RUNNING.to_owned(),
             version: 1,
             last_fired_at_ms: None,

@@ -31,6 +31,22 @@ pub struct WorkflowRunRecord {
     pub created_at_ms: i64,
 }
 
+impl WorkflowRunRecord {
+    /// The pinned definition and params, decoded; an error naming the run and what of it does
+    /// not read (never zero steps or no params in its place).
+    pub fn read(&self) -> Result<(crate::workflows::Definition, serde_json::Value), Error> {
+        let unreadable = |what: &str, e: serde_json::Error| Error::Unreadable {
+            what: format!("the stored {what} of workflow run {}", self.run_id),
+            reason: e.to_string(),
+        };
+        let definition =
+            serde_json::from_str(&self.definition_json).map_err(|e| unreadable("definition", e))?;
+        let params =
+            serde_json::from_str(&self.params_json).map_err(|e| unreadable("params", e))?;
+        Ok((definition, params))
+    }
+}
+
 /// A row of `step_runs`: one step of one workflow run.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct StepRunRecord {

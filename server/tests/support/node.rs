@@ -51,7 +51,7 @@ impl NodeSpec {
 #[derive(Debug)]
 pub struct Solo {
     pub node: NodeProcess,
-    _db: crate::support::db::TestDb,
+    pub db: crate::support::db::TestDb,
     _dir: tempfile::TempDir,
 }
 
@@ -77,7 +77,7 @@ impl Solo {
         .await;
         Solo {
             node,
-            _db: db,
+            db,
             _dir: dir,
         }
     }

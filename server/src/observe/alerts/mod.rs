@@ -23,9 +23,9 @@ use tracing::{debug, info, warn};
 
 use super::metrics::NodeMetrics;
 use crate::cluster::LocalView;
-use crate::jobs::{AlertFormat, JobAlerts, JobPolicy};
+use crate::jobs::{AlertFormat, JobAlerts};
 use crate::secret::Secret;
-use crate::store::Store;
+use crate::store::{JobRecord, Store};
 pub use app_watch::{AppLook, AppWatch};
 pub use message::Alert;
 
@@ -231,10 +231,14 @@ impl AlertWorker {
             },
             None => None,
         };
-        let job_alerts = job
-            .as_ref()
-            .and_then(|j| serde_json::from_str::<JobPolicy>(&j.policy_json).ok())
-            .and_then(|p| p.alerts);
+        let job_alerts = match job.as_ref().map(JobRecord::policy) {
+            Some(Ok(policy)) => policy.alerts.clone(),
+            Some(Err(err)) => {
+                warn!(error = %err, "sending an alert to the node's webhook only");
+                None
+            }
+            None => None,
+        };
         let targets = targets(&event, job_alerts, &self.settings);
         if targets.is_empty() {
             return;

@@ -6,7 +6,6 @@
 pub(super) struct FollowUp<'a> {
     pub(super) job_id: i64,
     pub(super) partition_id: i64,
-    pub(super) priority: i32,
     /// The node that created the run it follows.
     pub(super) node_id: &'a str,
     /// `child` or `step`.
@@ -15,7 +14,8 @@ pub(super) struct FollowUp<'a> {
     pub(super) input: &'a str,
     /// The job's arguments and policy (JSON): a run that is one attempt with the job's
     /// arguments (`JobPolicy::starts_as_one_attempt`) starts here, with its attempt, so no
-    /// start pass (and its commit) stands between a step and the next.
+    /// start pass (and its commit) stands between a step and the next. The policy also gives
+    /// the run's priority.
     pub(super) args_json: &'a str,
     pub(super) policy_json: &'a str,
 }
@@ -76,7 +76,22 @@ macro_rules! follow_ups_store {
                         continue;
                     };
                     let lists = triggered_lists(&run.state);
-                    let mut children: Vec<i64> = policy_children(policy)
+                    let named = match policy_children(policy) {
+                        Ok(named) => named,
+                        Err(e) => {
+                            // Nobody waits for an answer here: the run's end stands, and the
+                            // children it would have started are reported as not started.
+                            tracing::error!(
+                                parent_run = run.run_id,
+                                parent_job = run.job_id,
+                                error = %e,
+                                "the stored policy of the parent job is unreadable; \
+                                 its children do not run"
+                            );
+                            continue;
+                        }
+                    };
+                    let mut children: Vec<i64> = named
                         .into_iter()
                         .filter(|(list, _)| lists.contains(list))
                         .map(|(_, id)| id)
@@ -124,7 +139,6 @@ macro_rules! follow_ups_store {
                         |(parent, (child, partition_id, policy, args), input)| FollowUp {
                             job_id: *child,
                             partition_id: *partition_id,
-                            priority: policy_priority(policy),
                             node_id: &parent.node_id,
                             trigger_kind: "child",
                             input,
@@ -174,9 +188,11 @@ macro_rules! follow_ups_store {
                 let mut inserted = Vec::with_capacity(runs.len());
                 let mut firsts = Vec::new();
                 for run in runs {
-                    let one_attempt =
-                        serde_json::from_str::<crate::jobs::JobPolicy>(run.policy_json)
-                            .is_ok_and(|p| p.starts_as_one_attempt());
+                    let policy = StoredPolicy::from(run.policy_json.to_owned());
+                    // A policy that does not read leaves the run pending: its start fails it,
+                    // naming the policy.
+                    let one_attempt = policy.decoded().is_some_and(|p| p.starts_as_one_attempt());
+                    let priority = i64::from(policy_priority(&policy));
                     let state = if one_attempt {
                         run_state::RUNNING
                     } else {
@@ -195,7 +211,7 @@ macro_rules! follow_ups_store {
                         .bind(run.node_id)
                         .bind(run.trigger_kind)
                         .bind(state)
-                        .bind(i64::from(run.priority))
+                        .bind(priority)
                         .bind(state)
                         .bind(run.input)
                         .bind(run.job_id)
@@ -232,7 +248,7 @@ macro_rules! follow_ups_store {
                             run_id,
                             job_id: run.job_id,
                             partition_id: run.partition_id,
-                            priority: i64::from(run.priority),
+                            priority,
                             shard_index: 0,
                             shard_total: 1,
                             args_json: run.args_json,

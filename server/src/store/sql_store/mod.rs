@@ -49,7 +49,8 @@ use super::dispatch_records::{
 use super::history_records::{FINISHED_STATES, JobHistoryRule, PurgeScope, PurgeStep, Purged};
 use super::job_records::{
     ClaimOutcome, JobChanges, JobFilter, JobInsert, JobKey, JobOrder, JobRecord, JobWrite,
-    OverlapRule, RunClaim, RunRecord, ScheduledJob, job_state, policy_priority, run_state,
+    OverlapRule, RunClaim, RunRecord, ScheduledJob, StoredPolicy, job_state, policy_priority,
+    run_state,
 };
 use super::log_records::{LogAppend, LogCaps, LogLine, NewLogLine, TRUNCATED_LINE};
 use super::policy_records::{BackfillRecord, BackfillStep, CalendarRecord};

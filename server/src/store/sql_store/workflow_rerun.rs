@@ -84,8 +84,14 @@ macro_rules! workflow_rerun_store {
                         what: format!("workflow {}, which was deleted", pinned.workflow_id),
                     });
                 };
-                let params: serde_json::Value =
-                    serde_json::from_str(&pinned.params_json).unwrap_or_default();
+                // What does not read refuses the rerun, naming it; nothing is written.
+                let (definition, params) = match pinned.read() {
+                    Ok(read) => read,
+                    Err(e) => {
+                        tx.rollback().await?;
+                        return Err(e);
+                    }
+                };
                 let input = serde_json::json!({ "params": params }).to_string();
                 let now: i64 = sqlx::query_scalar::<$db, i64>(sql(&self.q.now))
                     .fetch_one(&mut *tx)
@@ -96,7 +102,6 @@ macro_rules! workflow_rerun_store {
                         &[FollowUp {
                             job_id: pinned.workflow_id,
                             partition_id,
-                            priority: policy_priority(&policy),
                             node_id,
                             trigger_kind: "manual",
                             input: &input,
@@ -129,8 +134,6 @@ macro_rules! workflow_rerun_store {
                         .bind(run_id)
                         .fetch_all(&mut *tx)
                         .await?;
-                let definition: Definition =
-                    serde_json::from_str(&pinned.definition_json).unwrap_or_default();
                 for step in &definition.steps {
                     let kept = before
                         .iter()

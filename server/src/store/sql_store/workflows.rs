@@ -108,10 +108,18 @@ macro_rules! workflow_store {
                 else {
                     return Ok((0, None));
                 };
-                let definition: Definition =
-                    serde_json::from_str(&pinned.definition_json).unwrap_or_default();
-                let params: serde_json::Value =
-                    serde_json::from_str(&pinned.params_json).unwrap_or_default();
+                let (definition, params) = match pinned.read() {
+                    Ok(read) => read,
+                    Err(e) => {
+                        // Never zero steps or no params in its place: the run fails, naming
+                        // what does not read.
+                        let message = e.to_string();
+                        let over = self
+                            .workflow_run_end_in(tx, &pinned, node_id, "failed", Some(&message))
+                            .await?;
+                        return Ok((0, over));
+                    }
+                };
                 let mut created = 0;
                 loop {
                     let steps: Vec<StepRunRecord> =
@@ -184,7 +192,6 @@ macro_rules! workflow_store {
                             |(_, (job_id, partition_id, policy, args), input)| FollowUp {
                                 job_id: *job_id,
                                 partition_id: *partition_id,
-                                priority: policy_priority(policy),
                                 node_id,
                                 trigger_kind: "step",
                                 input,
@@ -229,28 +236,43 @@ macro_rules! workflow_store {
                     };
                     let message =
                         (state != "succeeded").then_some("a step failed or was cancelled");
-                    let ended = sqlx::query::<$db>(sql(&self.q.run_end))
-                        .bind(state)
-                        .bind(message)
-                        .bind(workflow_run)
-                        .execute(&mut **tx)
-                        .await?
-                        .rows_affected();
-                    if ended == 1 {
-                        self.release_queued_in(tx, pinned.workflow_id).await?;
-                    }
-                    let over = (ended == 1).then(|| EndedRun {
-                        run_id: workflow_run,
-                        job_id: pinned.workflow_id,
-                        node_id: node_id.to_owned(),
-                        // A workflow may itself be another's step.
-                        may_be_step: true,
-                        may_have_children: true,
-                        state: state.to_owned(),
-                        output: None,
-                    });
+                    let over = self
+                        .workflow_run_end_in(tx, &pinned, node_id, state, message)
+                        .await?;
                     return Ok((created, over));
                 }
+            }
+
+            /// Ends workflow run `pinned` as `state` in `tx` and passes its workflow's turn to
+            /// a queued run; the ended run, for its follow-ups, unless it had already ended.
+            async fn workflow_run_end_in(
+                &self,
+                tx: &mut Tx<$db>,
+                pinned: &WorkflowRunRecord,
+                node_id: &str,
+                state: &str,
+                message: Option<&str>,
+            ) -> Result<Option<EndedRun>, Error> {
+                let ended = sqlx::query::<$db>(sql(&self.q.run_end))
+                    .bind(state)
+                    .bind(message)
+                    .bind(pinned.run_id)
+                    .execute(&mut **tx)
+                    .await?
+                    .rows_affected();
+                if ended == 1 {
+                    self.release_queued_in(tx, pinned.workflow_id).await?;
+                }
+                Ok((ended == 1).then(|| EndedRun {
+                    run_id: pinned.run_id,
+                    job_id: pinned.workflow_id,
+                    node_id: node_id.to_owned(),
+                    // A workflow may itself be another's step.
+                    may_be_step: true,
+                    may_have_children: true,
+                    state: state.to_owned(),
+                    output: None,
+                }))
             }
 
             /// Runs the first steps of a workflow run just started in `tx` (and what follows
@@ -329,13 +351,16 @@ macro_rules! workflow_store {
                     .bind(None::<i64>)
                     .execute(&mut *tx)
                     .await?;
-                let steps: Definition = serde_json::from_str(&definition).unwrap_or_default();
-                for step in &steps.steps {
-                    sqlx::query::<$db>(sql(&self.q.step_run_insert))
-                        .bind(run.run_id)
-                        .bind(&step.name)
-                        .execute(&mut *tx)
-                        .await?;
+                // A definition that does not read gets no step rows: the advance below reads it
+                // again and fails the run, naming it.
+                if let Ok(steps) = serde_json::from_str::<Definition>(&definition) {
+                    for step in &steps.steps {
+                        sqlx::query::<$db>(sql(&self.q.step_run_insert))
+                            .bind(run.run_id)
+                            .bind(&step.name)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
                 }
                 self.advance_new_and_commit(tx, run.run_id, &run.node_id)
                     .await?;
