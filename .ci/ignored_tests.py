@@ -32,11 +32,19 @@ def ignored_by_reason(log_lines):
             where = f"doc-tests of {m.group(1)}"
         elif m := IGNORED.match(line):
             test, reason = m.group(1), m.group(2)
+            file = file_of(where, test)
             if reason and reason.startswith("needs "):
-                by_reason.setdefault(reason, []).append((where, test))
+                by_reason.setdefault(reason, []).append((file, test))
             else:
-                unexplained.append(f"{where}: {test}")
+                unexplained.append(f"{file}: {test}")
     return by_reason, unexplained
+
+
+def file_of(binary, test):
+    """A test binary of many suites (`tests/it/main.rs`) names each by its first module."""
+    if binary.endswith("/main.rs") and "::" in test:
+        return binary.removesuffix("main.rs") + test.split("::")[0] + ".rs"
+    return binary
 
 
 def table(by_reason):

@@ -6,8 +6,7 @@
     reason = "a test fails loudly on any unexpected error"
 )]
 
-#[macro_use]
-mod support;
+use crate::support;
 
 use carillon_server::store::{AttemptEnd, AttemptEnded, ClaimOutcome, NewAttempt, run_state};
 use support::db::TestDb;

@@ -5,7 +5,7 @@
     reason = "a test fails loudly on any unexpected error"
 )]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -8,8 +8,7 @@
     reason = "a test fails loudly on any unexpected error"
 )]
 
-#[macro_use]
-mod support;
+use crate::support;
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;

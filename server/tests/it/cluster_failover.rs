@@ -7,8 +7,7 @@
     reason = "a test fails loudly on any unexpected error"
 )]
 
-#[macro_use]
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -7,7 +7,7 @@
     reason = "a test fails loudly on any unexpected error"
 )]
 
-mod support;
+use crate::support;
 
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -15,8 +15,8 @@ use support::cli::carillon;
 use support::db::{Engine, TestDb};
 use support::node::Solo;
 
-const SCHEMA: &str = include_str!("xxl/schema_2_4.sql");
-const FIXTURE: &str = include_str!("xxl/fixture.sql");
+const SCHEMA: &str = include_str!("../xxl/schema_2_4.sql");
+const FIXTURE: &str = include_str!("../xxl/fixture.sql");
 
 /// Runs `carillon import xxl-job --from URL <extra>`; returns success, stdout, stderr.
 fn import(node: &Solo, from: &str, extra: &[&str]) -> (bool, String, String) {

@@ -6,7 +6,7 @@
     reason = "a test fails loudly on any unexpected error"
 )]
 
-mod support;
+use crate::support;
 
 use reqwest::{Method, StatusCode};
 use serde_json::json;

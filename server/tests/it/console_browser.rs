@@ -11,7 +11,7 @@
     reason = "a test fails loudly on any unexpected error"
 )]
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -1,0 +1,41 @@
+//! The integration suites that need no `#[job]` handler of their own, in one test binary: each
+//! file is one suite (its module doc says what it proves), and `support` is compiled once for
+//! all of them. Suites whose executors link `#[job]` handlers stay binaries of their own, since
+//! an SDK executor serves every handler linked into its process.
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on any unexpected error"
+)]
+
+#[path = "../support/mod.rs"]
+#[macro_use]
+mod support;
+
+mod api_fuzz;
+mod auth_scopes;
+mod child_conformance;
+mod child_jobs_e2e;
+mod claim_conformance;
+mod cli;
+mod cluster_exactly_once;
+mod cluster_failover;
+mod cluster_start;
+mod console_browser;
+mod database_tls;
+mod dispatch_failover;
+mod executors_e2e;
+mod history_conformance;
+mod job_store_conformance;
+mod jobs_api;
+mod observability;
+mod retention;
+mod schedule_policies;
+mod schedule_reference;
+mod self_fencing;
+mod settle_conformance;
+mod single_node;
+mod store_conformance;
+mod workflows_e2e;
+mod xxl_admin_api;
+mod xxl_executors;
+mod xxl_import;
