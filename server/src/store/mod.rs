@@ -13,6 +13,7 @@ mod history_records;
 mod job_records;
 mod log_records;
 mod policy_records;
+mod rules;
 mod sql_store;
 mod task_records;
 mod url;

@@ -10,10 +10,6 @@
 use super::super::dialect::postgres_now;
 use super::*;
 
-/// A job the claim advances: `(job_id, instant, fired, done)`. Its `last_fired_at_ms` becomes
-/// the instant, `fired` is added to `fired_count`, and `done = 1` finishes the job.
-pub(super) type JobAdvance = (i64, i64, i64, i64);
-
 /// The claim's run insert from arrays. A run already at its instant (a manual one) keeps it;
 /// the rows inserted come back, and the `running` ones are the claims that start here.
 const POSTGRES_CLAIMED_RUNS: &str = concat!(
@@ -69,10 +65,10 @@ impl PostgresStore {
         }
         let column = |pick: fn(&JobAdvance) -> i64| rows.iter().map(pick).collect::<Vec<i64>>();
         sqlx::query::<Postgres>(POSTGRES_ADVANCE_JOBS)
-            .bind(column(|r| r.0))
-            .bind(column(|r| r.1))
-            .bind(column(|r| r.2))
-            .bind(column(|r| r.3))
+            .bind(column(|r| r.job_id))
+            .bind(column(|r| r.at_ms))
+            .bind(column(|r| r.fired))
+            .bind(column(|r| i64::from(r.done)))
             .execute(&mut **tx)
             .await?;
         Ok(())
@@ -83,22 +79,16 @@ impl PostgresStore {
         &self,
         tx: &mut PgTx,
         node_id: &str,
-        claims: &[&RunClaim],
+        runs: &[ClaimedRun<'_>],
     ) -> Result<Vec<StartedRun>, Error> {
-        if claims.is_empty() {
+        if runs.is_empty() {
             return Ok(Vec::new());
         }
-        let ints = |pick: fn(&RunClaim) -> i64| claims.iter().map(|c| pick(c)).collect::<Vec<_>>();
-        let started: Vec<bool> = claims.iter().map(|c| Self::starts_here(c)).collect();
-        let states: Vec<&str> = claims
-            .iter()
-            .zip(&started)
-            .map(|(c, &start)| if start { run_state::RUNNING } else { c.state })
-            .collect();
-        let finished: Vec<bool> = claims
-            .iter()
-            .map(|c| !run_state::UNFINISHED.contains(&c.state))
-            .collect();
+        let ints =
+            |pick: fn(&RunClaim) -> i64| runs.iter().map(|r| pick(r.claim)).collect::<Vec<_>>();
+        let started: Vec<bool> = runs.iter().map(|r| r.starts).collect();
+        let states: Vec<&str> = runs.iter().map(ClaimedRun::state).collect();
+        let finished: Vec<bool> = runs.iter().map(ClaimedRun::finished).collect();
         let rows =
             sqlx::query_as::<Postgres, (i64, i64, i64, i64, i64, String)>(POSTGRES_CLAIMED_RUNS)
                 .bind(node_id)
@@ -106,15 +96,18 @@ impl PostgresStore {
                 .bind(ints(|c| c.scheduled_at_ms))
                 .bind(ints(|c| c.partition_id))
                 .bind(ints(|c| c.epoch))
-                .bind(claims.iter().map(|c| c.trigger_kind).collect::<Vec<&str>>())
+                .bind(
+                    runs.iter()
+                        .map(|r| r.claim.trigger_kind)
+                        .collect::<Vec<&str>>(),
+                )
                 .bind(states)
                 .bind(ints(|c| c.priority))
                 .bind(started)
                 .bind(finished)
                 .bind(
-                    claims
-                        .iter()
-                        .map(|c| c.message.as_deref())
+                    runs.iter()
+                        .map(|r| r.claim.message.as_deref())
                         .collect::<Vec<Option<&str>>>(),
                 )
                 .fetch_all(&mut **tx)
@@ -158,9 +151,15 @@ impl PostgresStore {
 fn started_runs(rows: Vec<(i64, i64, i64, i64, i64, String)>) -> Vec<StartedRun> {
     rows.into_iter()
         .filter(|row| row.5 == run_state::RUNNING)
-        .map(|(run_id, job_id, partition_id, priority, at, _)| {
-            (run_id, job_id, partition_id, priority, at)
-        })
+        .map(
+            |(run_id, job_id, partition_id, priority, scheduled_at_ms, _)| StartedRun {
+                run_id,
+                job_id,
+                partition_id,
+                priority,
+                scheduled_at_ms,
+            },
+        )
         .collect()
 }
 
@@ -176,7 +175,8 @@ fn advance_jobs_values(backend: Backend, rows: &[JobAdvance]) -> String {
     if backend == Backend::Mysql {
         // MySQL and MariaDB: a multi-table `UPDATE` joined to a derived table.
         sql.push_str("UPDATE jobs JOIN (");
-        for (i, (job_id, at, fired, done)) in rows.iter().enumerate() {
+        for (i, row) in rows.iter().enumerate() {
+            let (job_id, at, fired, done) = (row.job_id, row.at_ms, row.fired, i64::from(row.done));
             if i == 0 {
                 let _ = write!(
                     sql,
@@ -194,7 +194,8 @@ fn advance_jobs_values(backend: Backend, rows: &[JobAdvance]) -> String {
     } else {
         // SQLite: `UPDATE … FROM` a list of values.
         sql.push_str("WITH v (job_id, at_ms, fired, done) AS (VALUES ");
-        for (i, (job_id, at, fired, done)) in rows.iter().enumerate() {
+        for (i, row) in rows.iter().enumerate() {
+            let (job_id, at, fired, done) = (row.job_id, row.at_ms, row.fired, i64::from(row.done));
             let sep = if i == 0 { "" } else { ", " };
             let _ = write!(sql, "{sep}({job_id}, {at}, {fired}, {done})");
         }
@@ -232,10 +233,10 @@ macro_rules! values_bulk_store {
                 &self,
                 tx: &mut Tx<$db>,
                 node_id: &str,
-                claims: &[&RunClaim],
+                runs: &[ClaimedRun<'_>],
             ) -> Result<Vec<StartedRun>, Error> {
                 let mut started = Vec::new();
-                for chunk in claims.chunks(RUN_ROWS_PER_INSERT) {
+                for chunk in runs.chunks(RUN_ROWS_PER_INSERT) {
                     started.extend(self.insert_claimed_chunk(tx, node_id, chunk).await?);
                 }
                 Ok(started)
@@ -245,7 +246,7 @@ macro_rules! values_bulk_store {
                 &self,
                 tx: &mut Tx<$db>,
                 node_id: &str,
-                claims: &[&RunClaim],
+                runs: &[ClaimedRun<'_>],
             ) -> Result<Vec<StartedRun>, Error> {
                 let now: &str = &self.q.now_expr;
                 let mut insert = sqlx::QueryBuilder::<$db>::new(
@@ -253,28 +254,23 @@ macro_rules! values_bulk_store {
                     node_id, trigger_kind, state, priority, created_at_ms, started_at_ms, \
                     finished_at_ms, message) ",
                 );
-                insert.push_values(claims, |mut row, claim| {
-                    let finished = !run_state::UNFINISHED.contains(&claim.state);
-                    let state = if Self::starts_here(claim) {
-                        run_state::RUNNING
-                    } else {
-                        claim.state
-                    };
+                insert.push_values(runs, |mut row, run| {
+                    let claim = run.claim;
                     row.push_bind(claim.job_id)
                         .push_bind(claim.scheduled_at_ms)
                         .push_bind(claim.partition_id)
                         .push_bind(claim.epoch)
                         .push_bind(node_id.to_owned())
                         .push_bind(claim.trigger_kind)
-                        .push_bind(state)
+                        .push_bind(run.state())
                         .push_bind(claim.priority)
                         .push(now)
-                        .push(if Self::starts_here(claim) { now } else { "NULL" })
-                        .push(if finished { now } else { "NULL" })
+                        .push(if run.starts { now } else { "NULL" })
+                        .push(if run.finished() { now } else { "NULL" })
                         .push_bind(claim.message.clone());
                 });
                 insert.push(" ").push(&*self.q.run_insert_ignore_duplicate);
-                if !claims.iter().any(|c| Self::starts_here(c)) {
+                if !runs.iter().any(|r| r.starts) {
                     insert.build().execute(&mut **tx).await?;
                     return Ok(Vec::new());
                 }

@@ -49,11 +49,13 @@ use super::dispatch_records::{
 use super::history_records::{FINISHED_STATES, JobHistoryRule, PurgeScope, PurgeStep, Purged};
 use super::job_records::{
     ClaimOutcome, JobChanges, JobFilter, JobInsert, JobKey, JobOrder, JobRecord, JobWrite,
-    OverlapRule, RunClaim, RunRecord, ScheduledJob, StoredPolicy, job_state, policy_priority,
-    run_state,
+    RunClaim, RunRecord, ScheduledJob, StoredPolicy, job_state, policy_priority, run_state,
 };
 use super::log_records::{LogAppend, LogCaps, LogLine, NewLogLine, TRUNCATED_LINE};
 use super::policy_records::{BackfillRecord, BackfillStep, CalendarRecord};
+use super::rules::claim::{
+    ClaimJob, ClaimTx, ClaimedRun, FirstAttempt, JobAdvance, PartitionLease, StartedRun,
+};
 use super::workflow_records::{StepRunRecord, WorkflowRunRecord, WorkflowStore, params_of};
 use super::{
     Backend, ClusterMeta, ClusterStore, DatabaseUrl, DispatchStore, Error, HistoryStore, JobStore,
@@ -61,7 +63,6 @@ use super::{
     PartitionRecord, PolicyStore, PoolOptions, StandbyStore,
 };
 use crate::workflows::{Definition, advance, step_state};
-use bulk::JobAdvance;
 use follow_ups::FollowUp;
 use logs::LOG_ROWS_PER_INSERT;
 use pg_pool::{PgDb, PgTx};
@@ -155,24 +156,12 @@ type Tx<DB> = <DB as Connections>::Tx;
 /// Rows per multi-row run insert: 9 parameters each.
 const RUN_ROWS_PER_INSERT: usize = 500;
 
-/// A run's first attempt (`attempt_no` 1, `pending`) as inserted: by the start pass, or by
-/// the claim of a run that is one attempt.
-struct FirstAttempt<'a> {
-    run_id: i64,
-    job_id: i64,
-    partition_id: i64,
-    priority: i64,
-    shard_index: i64,
-    shard_total: i64,
-    args_json: &'a str,
-    /// Its run's instant (plus any jitter): a run claimed ahead waits for it.
-    not_before_ms: i64,
-    /// The executor its shard prefers, if any.
-    executor_id: Option<&'a str>,
+/// A store's write transaction, as the rules' traits see it (`super::rules`): the store for its
+/// query texts and helpers, and the transaction.
+struct StoreTx<'a, S, T> {
+    store: &'a S,
+    tx: &'a mut T,
 }
-
-/// A run the claim inserted `running`: `(run_id, job_id, partition_id, priority, instant)`.
-type StartedRun = (i64, i64, i64, i64, i64);
 
 /// A guarded update whose caller learns which rows it moved (see `guarded_update` in
 /// `dispatch.rs`): the update, and on MySQL the locking read that names them first.

@@ -1,0 +1,8 @@
+//! The engine's rules, written once as plain Rust over the narrow transaction traits each
+//! database's driver implements (`sql_store`), and an in-memory implementation that lets a
+//! rule be tested without a database. A rule decides; the driver only runs statements with
+//! their binds and reports what they found or changed.
+
+pub(super) mod claim;
+#[cfg(test)]
+mod memory;
