@@ -517,26 +517,7 @@ pub(super) async fn start(
 ) -> Result<Json<JobView>, ApiError> {
     let record = load(&state, id).await?;
     a_job(&record)?;
-    if record.state != job_state::RUNNING {
-        let definition = definition_of(&record)?;
-        check_fires(&state, &definition)?;
-        if let Some(max) = definition.policy.bounds.as_ref().and_then(|b| b.max_runs)
-            && record.fired_count >= i64::try_from(max).unwrap_or(i64::MAX)
-        {
-            return Err(ApiError::invalid(
-                "bounds.max_runs",
-                format!(
-                    "the job has fired {} of its {max} runs: raise bounds.max_runs to run it again",
-                    record.fired_count
-                ),
-            ));
-        }
-    }
-    let started = state
-        .store
-        .job_start(id)
-        .await?
-        .ok_or_else(|| ApiError::missing(format!("job {id}")))?;
+    let started = super::lifecycle::start(&state, &record).await?;
     Ok(Json(view_warned(&state, started).await?))
 }
 
@@ -547,11 +528,9 @@ pub(super) async fn stop(
     State(state): State<ApiState>,
     IdParam(id): IdParam,
 ) -> Result<Json<JobView>, ApiError> {
-    let stopped = state
-        .store
-        .job_stop(id)
-        .await?
-        .ok_or_else(|| ApiError::missing(format!("job {id}")))?;
+    let record = load(&state, id).await?;
+    a_job(&record)?;
+    let stopped = super::lifecycle::stop(&state, &record).await?;
     Ok(Json(view_warned(&state, stopped).await?))
 }
 

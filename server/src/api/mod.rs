@@ -13,6 +13,7 @@ mod health;
 mod history;
 mod jobs;
 mod jobs_bulk;
+mod lifecycle;
 mod logs;
 mod metrics;
 mod openapi;

@@ -445,8 +445,7 @@ pub(super) async fn start(
     IdParam(id): IdParam,
 ) -> Result<Json<WorkflowView>, ApiError> {
     let record = load_workflow(&state, id).await?;
-    check_fires(&state, &definition_of(&record)?)?;
-    let started = state.store.job_start(id).await?.unwrap_or(record);
+    let started = super::lifecycle::start(&state, &record).await?;
     Ok(Json(view_of(&state, started).await?))
 }
 
@@ -458,7 +457,7 @@ pub(super) async fn stop(
     IdParam(id): IdParam,
 ) -> Result<Json<WorkflowView>, ApiError> {
     let record = load_workflow(&state, id).await?;
-    let stopped = state.store.job_stop(id).await?.unwrap_or(record);
+    let stopped = super::lifecycle::stop(&state, &record).await?;
     Ok(Json(view_of(&state, stopped).await?))
 }
 

@@ -817,3 +817,60 @@ async fn a_queued_run_starts_when_the_one_before_finds_no_executor_or_is_cancell
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workflow_starts_and_stops_by_the_jobs_rules() {
+    let node = node(60_000).await;
+    let (status, flow) = node
+        .call(
+            Method::POST,
+            "/api/v1/workflows",
+            Some(json!({"name": "once", "schedule": {"every": "1s"},
+                "bounds": {"max_runs": 1}, "start": true,
+                "steps": [{"name": "only", "app": "nobody", "handler": "work"}]})),
+        )
+        .await;
+    assert_eq!(status, 201, "{flow}");
+    let path = format!("/api/v1/workflows/{}", flow["id"]);
+    wait_for(
+        Duration::from_secs(20),
+        "its one run to be claimed",
+        || async {
+            let (_, flow) = node.call(Method::GET, &path, None).await;
+            (flow["state"] == "done").then_some(())
+        },
+    )
+    .await;
+
+    // Its runs are used up: starting it again is refused, naming the field, as for a job.
+    let (status, problem) = node
+        .call(Method::POST, &format!("{path}/start"), None)
+        .await;
+    assert_eq!(status, 400, "{problem}");
+    assert_eq!(problem["field"], "bounds.max_runs", "{problem}");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("the workflow has fired 1 of its 1 runs"),
+        "{problem}"
+    );
+
+    // A workflow is stopped through its own API, never the jobs API; a deleted one is gone.
+    let (status, problem) = node
+        .call(
+            Method::POST,
+            &format!("/api/v1/jobs/{}/stop", flow["id"]),
+            None,
+        )
+        .await;
+    assert_eq!(status, 409, "{problem}");
+    let (status, _) = node.call(Method::DELETE, &path, None).await;
+    assert_eq!(status, 204);
+    for action in ["start", "stop"] {
+        let (status, problem) = node
+            .call(Method::POST, &format!("{path}/{action}"), None)
+            .await;
+        assert_eq!(status, 404, "{action}: {problem}");
+    }
+}

@@ -339,8 +339,9 @@ async fn overlap_decision<T: ClaimTx + ?Sized>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::memory::{MemoryAttempt, MemoryDb, MemoryJob, MemoryRun};
+    use super::super::memory::{MemoryDb, MemoryJob, MemoryRun, attempt_row};
     use super::*;
+    use crate::store::dispatch_records::AttemptRecord;
 
     const NODE: &str = "n1";
     const JOB: i64 = 7;
@@ -360,9 +361,8 @@ mod tests {
             MemoryJob {
                 version: 1,
                 state: job_state::RUNNING.to_owned(),
-                last_fired_at_ms: None,
-                fired_count: 0,
                 args_json: r#"{"region":"eu"}"#.to_owned(),
+                ..MemoryJob::default()
             },
         );
         db
@@ -505,6 +505,7 @@ mod tests {
             message: None,
             started: true,
             finished: false,
+            input: None,
         });
         let claim = RunClaim {
             start: true,
@@ -580,16 +581,10 @@ mod tests {
                 ..claim_at(2_000)
             };
             assert_eq!(run(&mut db, &[first_claim]).await, [ClaimOutcome::Claimed]);
-            db.attempts.push(MemoryAttempt {
-                run_id: 1,
-                job_id: JOB,
+            db.attempts.push(AttemptRecord {
                 partition_id: PARTITION,
-                shard_index: 0,
-                shard_total: 1,
-                args_json: "null".to_owned(),
                 state: "running".to_owned(),
-                not_before_ms: 1_000,
-                error: None,
+                ..attempt_row(1, 1, JOB, (0, 1), 1)
             });
             assert_eq!(run(&mut db, &[second_claim]).await, [ClaimOutcome::Claimed]);
             let attempt = if overlap == OverlapRule::Replace {

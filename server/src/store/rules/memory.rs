@@ -6,14 +6,20 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 
+use super::super::dispatch_records::{AttemptEnd, AttemptRecord, attempt_state};
 use super::super::error::Error;
 use super::super::job_records::{RunClaim, job_state, run_state};
+use super::attempt_end::{EndingTx, RetryAttempt, RunEnding};
 use super::claim::{
     ClaimJob, ClaimTx, ClaimedRun, FirstAttempt, JobAdvance, PartitionLease, StartedRun,
 };
+use super::follow_ups::{ChildRunLink, FollowUpJob, FollowUpRow, FollowUpTx, ParentJob};
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct MemoryJob {
+    pub(crate) name: String,
+    pub(crate) partition_id: i64,
+    pub(crate) policy_json: String,
     pub(crate) version: i64,
     pub(crate) state: String,
     pub(crate) last_fired_at_ms: Option<i64>,
@@ -35,19 +41,39 @@ pub(crate) struct MemoryRun {
     pub(crate) message: Option<String>,
     pub(crate) started: bool,
     pub(crate) finished: bool,
+    pub(crate) input: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct MemoryAttempt {
-    pub(crate) run_id: i64,
-    pub(crate) job_id: i64,
-    pub(crate) partition_id: i64,
-    pub(crate) shard_index: i64,
-    pub(crate) shard_total: i64,
-    pub(crate) args_json: String,
-    pub(crate) state: String,
-    pub(crate) not_before_ms: i64,
-    pub(crate) error: Option<String>,
+/// A new attempt's row, as the SQL drivers insert it (`pending`).
+pub(crate) fn attempt_row(
+    attempt_id: i64,
+    run_id: i64,
+    job_id: i64,
+    shard: (i64, i64),
+    attempt_no: i64,
+) -> AttemptRecord {
+    AttemptRecord {
+        attempt_id,
+        run_id,
+        job_id,
+        partition_id: 0,
+        shard_index: shard.0,
+        shard_total: shard.1,
+        attempt_no,
+        priority: 5,
+        args_json: "null".to_owned(),
+        state: attempt_state::PENDING.to_owned(),
+        created_at_ms: 0,
+        not_before_ms: 0,
+        avoid_executor_id: None,
+        executor_id: None,
+        dispatched_at_ms: None,
+        deadline_ms: None,
+        finished_at_ms: None,
+        output: None,
+        error: None,
+        lost_before: 0,
+    }
 }
 
 /// The tables the rules touch.
@@ -59,7 +85,10 @@ pub(crate) struct MemoryDb {
     pub(crate) partitions: BTreeMap<i64, (Option<String>, i64)>,
     pub(crate) jobs: BTreeMap<i64, MemoryJob>,
     pub(crate) runs: Vec<MemoryRun>,
-    pub(crate) attempts: Vec<MemoryAttempt>,
+    pub(crate) attempts: Vec<AttemptRecord>,
+    pub(crate) child_runs: Vec<ChildRunLink>,
+    /// The database's clock.
+    pub(crate) now_ms: i64,
 }
 
 impl MemoryDb {
@@ -69,6 +98,15 @@ impl MemoryDb {
 
     pub(crate) fn runs_of(&self, job_id: i64) -> Vec<&MemoryRun> {
         self.runs.iter().filter(|r| r.job_id == job_id).collect()
+    }
+
+    fn next_attempt_id(&self) -> i64 {
+        self.attempts
+            .iter()
+            .map(|a| a.attempt_id)
+            .max()
+            .unwrap_or(0)
+            + 1
     }
 
     fn holds_instant(&self, job_id: i64, at_ms: i64) -> bool {
@@ -103,6 +141,7 @@ impl MemoryDb {
             message: message.map(str::to_owned),
             started,
             finished: !run_state::UNFINISHED.contains(&state),
+            input: None,
         });
         Some(run_id)
     }
@@ -192,17 +231,17 @@ impl ClaimTx for MemoryDb {
     }
 
     async fn insert_first_attempts(&mut self, attempts: &[FirstAttempt<'_>]) -> Result<(), Error> {
-        self.attempts.extend(attempts.iter().map(|a| MemoryAttempt {
-            run_id: a.run_id,
-            job_id: a.job_id,
-            partition_id: a.partition_id,
-            shard_index: a.shard_index,
-            shard_total: a.shard_total,
-            args_json: a.args_json.to_owned(),
-            state: "pending".to_owned(),
-            not_before_ms: a.not_before_ms,
-            error: None,
-        }));
+        for a in attempts {
+            let id = self.next_attempt_id();
+            self.attempts.push(AttemptRecord {
+                partition_id: a.partition_id,
+                priority: a.priority,
+                args_json: a.args_json.to_owned(),
+                not_before_ms: a.not_before_ms,
+                executor_id: a.executor_id.map(str::to_owned),
+                ..attempt_row(id, a.run_id, a.job_id, (a.shard_index, a.shard_total), 1)
+            });
+        }
         Ok(())
     }
 
@@ -267,6 +306,181 @@ impl ClaimTx for MemoryDb {
         message: Option<&str>,
     ) -> Result<(), Error> {
         self.insert_run_row(node_id, claim, state, message, false);
+        Ok(())
+    }
+}
+
+/// Whether an attempt or a run in `state` is still live (a guarded update may end it).
+fn live(state: &str, live: &[&str]) -> bool {
+    live.contains(&state)
+}
+
+#[async_trait]
+impl EndingTx for MemoryDb {
+    async fn lock_attempt(&mut self, attempt_id: i64) -> Result<Option<AttemptRecord>, Error> {
+        Ok(self
+            .attempts
+            .iter()
+            .find(|a| a.attempt_id == attempt_id)
+            .cloned())
+    }
+
+    async fn end_attempt(&mut self, attempt_id: i64, end: &AttemptEnd) -> Result<bool, Error> {
+        let Some(attempt) = self.attempts.iter_mut().find(|a| {
+            a.attempt_id == attempt_id
+                && live(&a.state, &[attempt_state::PENDING, attempt_state::RUNNING])
+        }) else {
+            return Ok(false);
+        };
+        attempt.state = end.state.to_owned();
+        attempt.output.clone_from(&end.output);
+        attempt.error.clone_from(&end.error);
+        if end.executor_id.is_some() {
+            attempt.executor_id.clone_from(&end.executor_id);
+        }
+        Ok(true)
+    }
+
+    async fn insert_retry(&mut self, retry: &RetryAttempt<'_>) -> Result<(), Error> {
+        let after = retry.after;
+        let id = self.next_attempt_id();
+        self.attempts.push(AttemptRecord {
+            partition_id: after.partition_id,
+            priority: after.priority,
+            args_json: after.args_json.clone(),
+            not_before_ms: retry.delay_ms,
+            avoid_executor_id: retry.avoid_executor_id.map(str::to_owned),
+            executor_id: retry.executor_id.map(str::to_owned),
+            lost_before: retry.lost_before,
+            ..attempt_row(
+                id,
+                after.run_id,
+                after.job_id,
+                (after.shard_index, after.shard_total),
+                after.attempt_no + 1,
+            )
+        });
+        Ok(())
+    }
+
+    async fn lock_run_for_ending(&mut self, run_id: i64) -> Result<Option<RunEnding>, Error> {
+        Ok(self
+            .runs
+            .iter()
+            .find(|r| r.run_id == run_id)
+            .map(|r| RunEnding {
+                node_id: r.node_id.clone(),
+                has_input: r.input.is_some(),
+            }))
+    }
+
+    async fn attempts_of_run(&mut self, run_id: i64) -> Result<Vec<AttemptRecord>, Error> {
+        let mut attempts: Vec<AttemptRecord> = self
+            .attempts
+            .iter()
+            .filter(|a| a.run_id == run_id)
+            .cloned()
+            .collect();
+        attempts.sort_by_key(|a| (a.shard_index, a.attempt_no));
+        Ok(attempts)
+    }
+
+    async fn end_run(
+        &mut self,
+        run_id: i64,
+        state: &str,
+        message: Option<&str>,
+    ) -> Result<bool, Error> {
+        let Some(run) = self
+            .runs
+            .iter_mut()
+            .find(|r| r.run_id == run_id && live(&r.state, &run_state::UNFINISHED))
+        else {
+            return Ok(false);
+        };
+        run.state = state.to_owned();
+        run.message = message.map(str::to_owned);
+        run.finished = true;
+        Ok(true)
+    }
+
+    async fn release_next_queued(&mut self, job_id: i64) -> Result<(), Error> {
+        if let Some(next) = self
+            .runs
+            .iter_mut()
+            .filter(|r| r.job_id == job_id && r.state == run_state::QUEUED)
+            .min_by_key(|r| r.run_id)
+        {
+            next.state = run_state::PENDING.to_owned();
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl FollowUpTx for MemoryDb {
+    async fn parents_with_children(&mut self, job_ids: &[i64]) -> Result<Vec<ParentJob>, Error> {
+        Ok(job_ids
+            .iter()
+            .filter_map(|id| {
+                let job = self.jobs.get(id)?;
+                job.policy_json.contains("\"children\"").then(|| ParentJob {
+                    job_id: *id,
+                    name: job.name.clone(),
+                    policy_json: job.policy_json.clone(),
+                })
+            })
+            .collect())
+    }
+
+    async fn lock_follow_up_jobs(&mut self, job_ids: &[i64]) -> Result<Vec<FollowUpJob>, Error> {
+        Ok(job_ids
+            .iter()
+            .filter_map(|id| {
+                self.jobs.get(id).map(|job| FollowUpJob {
+                    job_id: *id,
+                    partition_id: job.partition_id,
+                    policy_json: job.policy_json.clone(),
+                    args_json: job.args_json.clone(),
+                })
+            })
+            .collect())
+    }
+
+    async fn now_ms(&mut self) -> Result<i64, Error> {
+        Ok(self.now_ms)
+    }
+
+    async fn insert_follow_up_run(&mut self, row: &FollowUpRow<'_>) -> Result<Option<i64>, Error> {
+        let run = row.run;
+        if self.holds_instant(run.job_id, row.scheduled_at_ms) {
+            return Ok(None);
+        }
+        let run_id = self.runs.iter().map(|r| r.run_id).max().unwrap_or(0) + 1;
+        self.runs.push(MemoryRun {
+            run_id,
+            job_id: run.job_id,
+            scheduled_at_ms: row.scheduled_at_ms,
+            partition_id: run.partition_id,
+            epoch: 0,
+            node_id: run.node_id.to_owned(),
+            trigger_kind: run.trigger_kind.to_owned(),
+            state: row.state.to_owned(),
+            priority: row.priority,
+            message: None,
+            started: row.state == run_state::RUNNING,
+            finished: false,
+            input: Some(run.input.to_owned()),
+        });
+        Ok(Some(run_id))
+    }
+
+    async fn insert_first_attempts(&mut self, attempts: &[FirstAttempt<'_>]) -> Result<(), Error> {
+        ClaimTx::insert_first_attempts(self, attempts).await
+    }
+
+    async fn record_child_runs(&mut self, links: &[ChildRunLink]) -> Result<(), Error> {
+        self.child_runs.extend_from_slice(links);
         Ok(())
     }
 }

@@ -3,6 +3,8 @@
 //! rule be tested without a database. A rule decides; the driver only runs statements with
 //! their binds and reports what they found or changed.
 
+pub(super) mod attempt_end;
 pub(super) mod claim;
+pub(super) mod follow_ups;
 #[cfg(test)]
 mod memory;

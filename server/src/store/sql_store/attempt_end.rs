@@ -1,6 +1,6 @@
-//! Ending one attempt on the three backends: the guarded update from a live state, then the
-//! shard's retry or, when every shard has ended, the run's end and the release of the job's
-//! next queued run, all in the caller's transaction.
+//! Ending attempts on the three backends: the transaction around the rule
+//! (`super::super::rules::attempt_end`) and its follow-ups, the statements the rule runs, and
+//! the release of a job's next queued run, which every way a run ends calls.
 
 /// Implements it for one backend's store; see `super` for the arguments.
 macro_rules! attempt_end_store {
@@ -28,8 +28,8 @@ macro_rules! attempt_end_store {
                 Ok(ended)
             }
 
-            /// Ends one attempt inside the caller's transaction; a run that ends with it is
-            /// added to `runs_ended`.
+            /// Ends one attempt inside the caller's transaction (the rule:
+            /// `super::rules::attempt_end`); a run that ends with it is added to `runs_ended`.
             async fn attempt_end_in(
                 &self,
                 tx: &mut Tx<$db>,
@@ -37,128 +37,13 @@ macro_rules! attempt_end_store {
                 end: &AttemptEnd,
                 runs_ended: &mut Vec<EndedRun>,
             ) -> Result<AttemptEnded, Error> {
-                let Some(attempt) = sqlx::query_as::<$db, AttemptRecord>(sql(&self.q.attempt_lock))
-                    .bind(attempt_id)
-                    .fetch_optional(&mut **tx)
-                    .await?
-                else {
-                    return Ok(AttemptEnded::AlreadyEnded);
-                };
-                let ended = sqlx::query::<$db>(sql(&self.q.attempt_end))
-                    .bind(end.state)
-                    .bind(end.output.as_deref())
-                    .bind(end.error.as_deref())
-                    .bind(end.executor_id.as_deref())
-                    .bind(end.executor_id.as_deref())
-                    .bind(attempt_id)
-                    .execute(&mut **tx)
-                    .await?
-                    .rows_affected();
-                if ended == 0 {
-                    return Ok(AttemptEnded::AlreadyEnded);
-                }
-                if let Some(delay) = end.retry_after_ms {
-                    sqlx::query::<$db>(sql(&self.q.attempt_insert))
-                        .bind(attempt.run_id)
-                        .bind(attempt.job_id)
-                        .bind(attempt.partition_id)
-                        .bind(attempt.shard_index)
-                        .bind(attempt.shard_total)
-                        .bind(attempt.attempt_no + 1)
-                        // Failover does not use up the retry budget: the next attempt
-                        // knows how many of those before it were lost.
-                        .bind(attempt.lost_before + i64::from(end.state == attempt_state::LOST))
-                        .bind(attempt.priority)
-                        .bind(&attempt.args_json)
-                        .bind(delay.max(0))
-                        .bind(
-                            end.executor_id
-                                .as_deref()
-                                .or(attempt.executor_id.as_deref())
-                                .filter(|_| !end.retry_to_same_executor),
-                        )
-                        .bind(
-                            end.executor_id
-                                .as_deref()
-                                .or(attempt.executor_id.as_deref())
-                                .filter(|_| end.retry_to_same_executor),
-                        )
-                        .execute(&mut **tx)
-                        .await?;
-                    return Ok(AttemptEnded::Retrying);
-                }
-                // The run ends when every shard's latest attempt has ended. Its row is locked
-                // first: two shards ending at once would otherwise each see the other still
-                // running (neither committed), and the run would never end.
-                let (node_id, has_input): (String, i64) =
-                    sqlx::query_as::<$db, (String, i64)>(sql(&self.q.run_lock_ending))
-                        .bind(attempt.run_id)
-                        .fetch_optional(&mut **tx)
-                        .await?
-                        .unwrap_or_default();
-                let attempts = sqlx::query_as::<$db, AttemptRecord>(sql(&self.q.attempts_of_run))
-                    .bind(attempt.run_id)
-                    .fetch_all(&mut **tx)
-                    .await?;
-                let mut latest_attempts: std::collections::BTreeMap<i64, &AttemptRecord> =
-                    std::collections::BTreeMap::new();
-                for a in &attempts {
-                    latest_attempts.insert(a.shard_index, a);
-                }
-                let latest: std::collections::BTreeMap<i64, &str> = latest_attempts
-                    .iter()
-                    .map(|(shard, a)| (*shard, a.state.as_str()))
-                    .collect();
-                let unfinished = latest
-                    .values()
-                    .any(|s| *s == attempt_state::PENDING || *s == attempt_state::RUNNING);
-                if unfinished {
-                    return Ok(AttemptEnded::RunContinues);
-                }
-                let (state, message) = if latest.values().all(|s| *s == attempt_state::SUCCEEDED) {
-                    ("succeeded", None)
-                } else if latest.values().any(|s| *s == attempt_state::CANCELLED) {
-                    ("cancelled", Some("a shard was cancelled".to_owned()))
-                } else {
-                    let failed = latest
-                        .iter()
-                        .filter(|(_, s)| **s != attempt_state::SUCCEEDED)
-                        .map(|(shard, s)| format!("shard {shard}: {s}"))
-                        .collect::<Vec<_>>()
-                        .join(", ");
-                    (
-                        "failed",
-                        Some(format!("failed after its last attempt ({failed})")),
-                    )
-                };
-                let run_ended = sqlx::query::<$db>(sql(&self.q.run_end))
-                    .bind(state)
-                    .bind(message.as_deref())
-                    .bind(attempt.run_id)
-                    .execute(&mut **tx)
-                    .await?
-                    .rows_affected();
-                if run_ended == 0 {
-                    // The run had ended already (cancelled, or replaced): this attempt's end
-                    // changes nothing more.
-                    return Ok(AttemptEnded::AlreadyEnded);
-                }
-                runs_ended.push(EndedRun {
-                    run_id: attempt.run_id,
-                    job_id: attempt.job_id,
-                    node_id,
-                    may_be_step: has_input == 1,
-                    may_have_children: end.job_has_children,
-                    state: state.to_owned(),
-                    output: run_output(
-                        &latest_attempts
-                            .iter()
-                            .map(|(shard, a)| (*shard, a.output.as_deref()))
-                            .collect::<Vec<_>>(),
-                    ),
-                });
-                self.release_queued_in(tx, attempt.job_id).await?;
-                Ok(AttemptEnded::RunEnded(state.to_owned()))
+                super::rules::attempt_end::end_attempt(
+                    &mut StoreTx { store: self, tx },
+                    attempt_id,
+                    end,
+                    runs_ended,
+                )
+                .await
             }
 
             /// The job of `run_id`, and whether the run holds its job's turn (pending or
@@ -193,6 +78,104 @@ macro_rules! attempt_end_store {
                         .await?;
                 }
                 Ok(())
+            }
+        }
+
+        #[async_trait]
+        impl EndingTx for StoreTx<'_, $store, Tx<$db>> {
+            async fn lock_attempt(
+                &mut self,
+                attempt_id: i64,
+            ) -> Result<Option<AttemptRecord>, Error> {
+                Ok(
+                    sqlx::query_as::<$db, AttemptRecord>(sql(&self.store.q.attempt_lock))
+                        .bind(attempt_id)
+                        .fetch_optional(&mut **self.tx)
+                        .await?,
+                )
+            }
+
+            async fn end_attempt(
+                &mut self,
+                attempt_id: i64,
+                end: &AttemptEnd,
+            ) -> Result<bool, Error> {
+                let ended = sqlx::query::<$db>(sql(&self.store.q.attempt_end))
+                    .bind(end.state)
+                    .bind(end.output.as_deref())
+                    .bind(end.error.as_deref())
+                    .bind(end.executor_id.as_deref())
+                    .bind(end.executor_id.as_deref())
+                    .bind(attempt_id)
+                    .execute(&mut **self.tx)
+                    .await?
+                    .rows_affected();
+                Ok(ended != 0)
+            }
+
+            async fn insert_retry(&mut self, retry: &RetryAttempt<'_>) -> Result<(), Error> {
+                let after = retry.after;
+                sqlx::query::<$db>(sql(&self.store.q.attempt_insert))
+                    .bind(after.run_id)
+                    .bind(after.job_id)
+                    .bind(after.partition_id)
+                    .bind(after.shard_index)
+                    .bind(after.shard_total)
+                    .bind(after.attempt_no + 1)
+                    .bind(retry.lost_before)
+                    .bind(after.priority)
+                    .bind(&after.args_json)
+                    .bind(retry.delay_ms)
+                    .bind(retry.avoid_executor_id)
+                    .bind(retry.executor_id)
+                    .execute(&mut **self.tx)
+                    .await?;
+                Ok(())
+            }
+
+            async fn lock_run_for_ending(
+                &mut self,
+                run_id: i64,
+            ) -> Result<Option<RunEnding>, Error> {
+                Ok(
+                    sqlx::query_as::<$db, (String, i64)>(sql(&self.store.q.run_lock_ending))
+                        .bind(run_id)
+                        .fetch_optional(&mut **self.tx)
+                        .await?
+                        .map(|(node_id, has_input)| RunEnding {
+                            node_id,
+                            has_input: has_input == 1,
+                        }),
+                )
+            }
+
+            async fn attempts_of_run(&mut self, run_id: i64) -> Result<Vec<AttemptRecord>, Error> {
+                Ok(
+                    sqlx::query_as::<$db, AttemptRecord>(sql(&self.store.q.attempts_of_run))
+                        .bind(run_id)
+                        .fetch_all(&mut **self.tx)
+                        .await?,
+                )
+            }
+
+            async fn end_run(
+                &mut self,
+                run_id: i64,
+                state: &str,
+                message: Option<&str>,
+            ) -> Result<bool, Error> {
+                let ended = sqlx::query::<$db>(sql(&self.store.q.run_end))
+                    .bind(state)
+                    .bind(message)
+                    .bind(run_id)
+                    .execute(&mut **self.tx)
+                    .await?
+                    .rows_affected();
+                Ok(ended != 0)
+            }
+
+            async fn release_next_queued(&mut self, job_id: i64) -> Result<(), Error> {
+                self.store.release_queued_in(self.tx, job_id).await
             }
         }
     };

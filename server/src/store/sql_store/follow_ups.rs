@@ -1,24 +1,6 @@
-//! Child jobs on the three backends: the runs a run's ending triggers, created in the same
-//! transaction as the ending, so no node can die between the two; and what the API reads of
-//! them.
-
-/// A run that follows another's end (a child job's, a workflow's next step).
-pub(super) struct FollowUp<'a> {
-    pub(super) job_id: i64,
-    pub(super) partition_id: i64,
-    /// The node that created the run it follows.
-    pub(super) node_id: &'a str,
-    /// `child` or `step`.
-    pub(super) trigger_kind: &'static str,
-    /// JSON.
-    pub(super) input: &'a str,
-    /// The job's arguments and policy (JSON): a run that is one attempt with the job's
-    /// arguments (`JobPolicy::starts_as_one_attempt`) starts here, with its attempt, so no
-    /// start pass (and its commit) stands between a step and the next. The policy also gives
-    /// the run's priority.
-    pub(super) args_json: &'a str,
-    pub(super) policy_json: &'a str,
-}
+//! Child jobs on the three backends: what follows the runs a transaction ended, in the same
+//! transaction, so no node can die between the two (the rules: `super::rules::follow_ups`, the
+//! statements they run here); and what the API reads of them.
 
 /// Implements it for one backend's store; see `super` for the arguments.
 macro_rules! follow_ups_store {
@@ -48,218 +30,29 @@ macro_rules! follow_ups_store {
             }
 
             /// Creates, inside the caller's transaction, the child runs of the runs `ended`
-            /// there: one per (run, child job), in the child's partition, pending, with the
-            /// parent's run, state and output as input. Returns how many were created.
+            /// there (the rule: `super::rules::follow_ups::children`).
             async fn children_in(
                 &self,
                 tx: &mut Tx<$db>,
                 ended: &[EndedRun],
             ) -> Result<usize, Error> {
-                let mut job_ids: Vec<i64> = ended
-                    .iter()
-                    .filter(|r| {
-                        r.may_have_children && r.job_id > 0 && !triggered_lists(&r.state).is_empty()
-                    })
-                    .map(|r| r.job_id)
-                    .collect();
-                job_ids.sort_unstable();
-                job_ids.dedup();
-                let Some(parents) = with_partitions(&self.q.parents_with_children, &job_ids) else {
-                    return Ok(0);
-                };
-                let parents: Vec<(i64, String, String)> =
-                    rows_as(&sqlx::raw_sql(parents).fetch_all(&mut **tx).await?)?;
-                // (child job, index of the parent run in `ended`)
-                let mut wanted: Vec<(i64, usize)> = Vec::new();
-                for (i, run) in ended.iter().enumerate() {
-                    let Some((_, _, policy)) = parents.iter().find(|p| p.0 == run.job_id) else {
-                        continue;
-                    };
-                    let lists = triggered_lists(&run.state);
-                    let named = match policy_children(policy) {
-                        Ok(named) => named,
-                        Err(e) => {
-                            // Nobody waits for an answer here: the run's end stands, and the
-                            // children it would have started are reported as not started.
-                            tracing::error!(
-                                parent_run = run.run_id,
-                                parent_job = run.job_id,
-                                error = %e,
-                                "the stored policy of the parent job is unreadable; \
-                                 its children do not run"
-                            );
-                            continue;
-                        }
-                    };
-                    let mut children: Vec<i64> = named
-                        .into_iter()
-                        .filter(|(list, _)| lists.contains(list))
-                        .map(|(_, id)| id)
-                        .collect();
-                    // A child named in two lists that both apply runs once.
-                    children.sort_unstable();
-                    children.dedup();
-                    wanted.extend(children.into_iter().map(|c| (c, i)));
-                }
-                let mut child_ids: Vec<i64> = wanted.iter().map(|(c, _)| *c).collect();
-                child_ids.sort_unstable();
-                child_ids.dedup();
-                let Some(lock) = with_partitions(&self.q.child_jobs_lock, &child_ids) else {
-                    return Ok(0);
-                };
-                let children: Vec<(i64, i64, String, String)> =
-                    rows_as(&sqlx::raw_sql(lock).fetch_all(&mut **tx).await?)?;
-                wanted.sort_by_key(|(child, i)| (*child, ended[*i].run_id));
-                let now: i64 = sqlx::query_scalar::<$db, i64>(sql(&self.q.now))
-                    .fetch_one(&mut **tx)
-                    .await?;
-                // (parent run, child job, the child job's row, the child run's input)
-                let mut made = Vec::with_capacity(wanted.len());
-                for (child, i) in wanted {
-                    let parent = &ended[i];
-                    let Some(job) = children.iter().find(|j| j.0 == child) else {
-                        // Deleted since the parent's policy named it (a deletion of a job
-                        // that is a child is refused; this is the race with it).
-                        tracing::warn!(
-                            parent_run = parent.run_id,
-                            child_job = child,
-                            "a child job is gone; its run is not created"
-                        );
-                        continue;
-                    };
-                    let name = parents
-                        .iter()
-                        .find(|p| p.0 == parent.job_id)
-                        .map_or("", |p| p.1.as_str());
-                    made.push((parent, job, parent.child_input(name)));
-                }
-                let follow_ups: Vec<FollowUp<'_>> = made
-                    .iter()
-                    .map(
-                        |(parent, (child, partition_id, policy, args), input)| FollowUp {
-                            job_id: *child,
-                            partition_id: *partition_id,
-                            node_id: &parent.node_id,
-                            trigger_kind: "child",
-                            input,
-                            args_json: args,
-                            policy_json: policy,
-                        },
-                    )
-                    .collect();
-                let runs = self.follow_up_runs_in(tx, &follow_ups, now).await?;
-                if runs.is_empty() {
-                    return Ok(0);
-                }
-                let mut record = sqlx::QueryBuilder::<$db>::new(
-                    "INSERT INTO child_runs (parent_run_id, child_job_id, child_run_id, \
-                    created_at_ms) ",
-                );
-                let now_expr: &str = &self.q.now_expr;
-                record.push_values(
-                    made.iter().zip(&runs),
-                    |mut row, ((parent, job, _), run)| {
-                        row.push_bind(parent.run_id)
-                            .push_bind(job.0)
-                            .push_bind(run.0)
-                            .push(now_expr);
-                    },
-                );
-                record.build().execute(&mut **tx).await?;
-                Ok(runs.len())
+                super::rules::follow_ups::children(&mut StoreTx { store: self, tx }, ended).await
             }
 
-            /// Inserts the runs `runs`, each at the first free millisecond of its job from
-            /// `now_ms` (the jobs are locked by the caller, so no other follow-up takes one
-            /// meanwhile; two of one job here take consecutive ones), `running` with its
-            /// attempt when it is one attempt with its job's arguments, `pending` otherwise.
-            /// Returns each one's id and instant, in order. A fan-out of 50 costs 50 inserts
-            /// (and, on MySQL, which has no `RETURNING`, 50 reads of the ids) and one insert
-            /// of their attempts.
+            /// Inserts follow-up runs (the rule: `super::rules::follow_ups::follow_up_runs`);
+            /// each one's id and instant, in order.
             async fn follow_up_runs_in(
                 &self,
                 tx: &mut Tx<$db>,
                 runs: &[FollowUp<'_>],
                 now_ms: i64,
             ) -> Result<Vec<(i64, i64)>, Error> {
-                let returning: Option<Arc<str>> = ($backend != Backend::Mysql)
-                    .then(|| format!("{} RETURNING run_id", self.q.child_run_insert).into());
-                let mut next_free: HashMap<i64, i64> = HashMap::new();
-                let mut inserted = Vec::with_capacity(runs.len());
-                let mut firsts = Vec::new();
-                for run in runs {
-                    let policy = StoredPolicy::from(run.policy_json.to_owned());
-                    // A policy that does not read leaves the run pending: its start fails it,
-                    // naming the policy.
-                    let one_attempt = policy.decoded().is_some_and(|p| p.starts_as_one_attempt());
-                    let priority = i64::from(policy_priority(&policy));
-                    let state = if one_attempt {
-                        run_state::RUNNING
-                    } else {
-                        run_state::PENDING
-                    };
-                    let from = next_free.get(&run.job_id).copied().unwrap_or(now_ms);
-                    let mut placed = None;
-                    for at in from..from + 1_000 {
-                        let insert = sqlx::query::<$db>(match &returning {
-                            Some(query) => AssertSqlSafe(Arc::clone(query)),
-                            None => sql(&self.q.child_run_insert),
-                        })
-                        .bind(run.job_id)
-                        .bind(at)
-                        .bind(run.partition_id)
-                        .bind(run.node_id)
-                        .bind(run.trigger_kind)
-                        .bind(state)
-                        .bind(priority)
-                        .bind(state)
-                        .bind(run.input)
-                        .bind(run.job_id)
-                        .bind(at);
-                        let run_id = if returning.is_some() {
-                            match insert.fetch_optional(&mut **tx).await? {
-                                Some(row) => Some(sqlx::Row::try_get::<i64, _>(&row, 0)?),
-                                None => None,
-                            }
-                        } else if insert.execute(&mut **tx).await?.rows_affected() == 1 {
-                            Some(
-                                sqlx::query_scalar::<$db, i64>(sql(&self.q.run_id_at_instant))
-                                    .bind(run.job_id)
-                                    .bind(at)
-                                    .fetch_one(&mut **tx)
-                                    .await?,
-                            )
-                        } else {
-                            None
-                        };
-                        if let Some(run_id) = run_id {
-                            placed = Some((run_id, at));
-                            break;
-                        }
-                    }
-                    let Some((run_id, at)) = placed else {
-                        return Err(Error::Conflict {
-                            what: format!("every millisecond of a second for job {}", run.job_id),
-                        });
-                    };
-                    next_free.insert(run.job_id, at + 1);
-                    if one_attempt {
-                        firsts.push(FirstAttempt {
-                            run_id,
-                            job_id: run.job_id,
-                            partition_id: run.partition_id,
-                            priority,
-                            shard_index: 0,
-                            shard_total: 1,
-                            args_json: run.args_json,
-                            not_before_ms: at,
-                            executor_id: None,
-                        });
-                    }
-                    inserted.push((run_id, at));
-                }
-                self.insert_first_attempts(tx, &firsts).await?;
-                Ok(inserted)
+                super::rules::follow_ups::follow_up_runs(
+                    &mut StoreTx { store: self, tx },
+                    runs,
+                    now_ms,
+                )
+                .await
             }
 
             /// The run `run_id` as it ended in this transaction, for [`Self::follow_ups_in`]
@@ -318,6 +111,122 @@ macro_rules! follow_ups_store {
                         .fetch_all(&self.pool)
                         .await?,
                 )
+            }
+        }
+
+        #[async_trait]
+        impl FollowUpTx for StoreTx<'_, $store, Tx<$db>> {
+            async fn parents_with_children(
+                &mut self,
+                job_ids: &[i64],
+            ) -> Result<Vec<ParentJob>, Error> {
+                let Some(query) = with_partitions(&self.store.q.parents_with_children, job_ids)
+                else {
+                    return Ok(Vec::new());
+                };
+                let rows: Vec<(i64, String, String)> =
+                    rows_as(&sqlx::raw_sql(query).fetch_all(&mut **self.tx).await?)?;
+                Ok(rows
+                    .into_iter()
+                    .map(|(job_id, name, policy_json)| ParentJob {
+                        job_id,
+                        name,
+                        policy_json,
+                    })
+                    .collect())
+            }
+
+            async fn lock_follow_up_jobs(
+                &mut self,
+                job_ids: &[i64],
+            ) -> Result<Vec<FollowUpJob>, Error> {
+                let Some(lock) = with_partitions(&self.store.q.child_jobs_lock, job_ids) else {
+                    return Ok(Vec::new());
+                };
+                let rows: Vec<(i64, i64, String, String)> =
+                    rows_as(&sqlx::raw_sql(lock).fetch_all(&mut **self.tx).await?)?;
+                Ok(rows
+                    .into_iter()
+                    .map(
+                        |(job_id, partition_id, policy_json, args_json)| FollowUpJob {
+                            job_id,
+                            partition_id,
+                            policy_json,
+                            args_json,
+                        },
+                    )
+                    .collect())
+            }
+
+            async fn now_ms(&mut self) -> Result<i64, Error> {
+                Ok(sqlx::query_scalar::<$db, i64>(sql(&self.store.q.now))
+                    .fetch_one(&mut **self.tx)
+                    .await?)
+            }
+
+            async fn insert_follow_up_run(
+                &mut self,
+                row: &FollowUpRow<'_>,
+            ) -> Result<Option<i64>, Error> {
+                let q = &self.store.q;
+                // MySQL has no `RETURNING`: the id is read back by the run's key.
+                let returning: Option<String> = ($backend != Backend::Mysql)
+                    .then(|| format!("{} RETURNING run_id", q.child_run_insert));
+                let run = row.run;
+                let insert = sqlx::query::<$db>(match returning {
+                    Some(query) => AssertSqlSafe(Arc::from(query)),
+                    None => sql(&q.child_run_insert),
+                })
+                .bind(run.job_id)
+                .bind(row.scheduled_at_ms)
+                .bind(run.partition_id)
+                .bind(run.node_id)
+                .bind(run.trigger_kind)
+                .bind(row.state)
+                .bind(row.priority)
+                .bind(row.state)
+                .bind(run.input)
+                .bind(run.job_id)
+                .bind(row.scheduled_at_ms);
+                if $backend != Backend::Mysql {
+                    return Ok(match insert.fetch_optional(&mut **self.tx).await? {
+                        Some(found) => Some(sqlx::Row::try_get::<i64, _>(&found, 0)?),
+                        None => None,
+                    });
+                }
+                if insert.execute(&mut **self.tx).await?.rows_affected() != 1 {
+                    return Ok(None);
+                }
+                Ok(Some(
+                    sqlx::query_scalar::<$db, i64>(sql(&q.run_id_at_instant))
+                        .bind(run.job_id)
+                        .bind(row.scheduled_at_ms)
+                        .fetch_one(&mut **self.tx)
+                        .await?,
+                ))
+            }
+
+            async fn insert_first_attempts(
+                &mut self,
+                attempts: &[FirstAttempt<'_>],
+            ) -> Result<(), Error> {
+                self.store.insert_first_attempts(self.tx, attempts).await
+            }
+
+            async fn record_child_runs(&mut self, links: &[ChildRunLink]) -> Result<(), Error> {
+                let mut record = sqlx::QueryBuilder::<$db>::new(
+                    "INSERT INTO child_runs (parent_run_id, child_job_id, child_run_id, \
+                    created_at_ms) ",
+                );
+                let now_expr: &str = &self.store.q.now_expr;
+                record.push_values(links, |mut row, link| {
+                    row.push_bind(link.parent_run_id)
+                        .push_bind(link.child_job_id)
+                        .push_bind(link.child_run_id)
+                        .push(now_expr);
+                });
+                record.build().execute(&mut **self.tx).await?;
+                Ok(())
             }
         }
     };

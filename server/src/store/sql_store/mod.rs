@@ -37,10 +37,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{AssertSqlSafe, Connection, Executor, Transaction};
 
-use super::child_records::{
-    CHILD_OUTPUT_CAP, ChildStore, EndedRun, FollowUpEvents, FollowedUp, policy_children,
-    run_output, triggered_lists,
-};
+use super::child_records::{CHILD_OUTPUT_CAP, ChildStore, EndedRun, FollowUpEvents, FollowedUp};
 use super::dialect::Queries;
 use super::dispatch_records::{
     AttemptEnd, AttemptEnded, AttemptRecord, DueAttempt, ExecutorList, ExecutorRecord,
@@ -49,12 +46,16 @@ use super::dispatch_records::{
 use super::history_records::{FINISHED_STATES, JobHistoryRule, PurgeScope, PurgeStep, Purged};
 use super::job_records::{
     ClaimOutcome, JobChanges, JobFilter, JobInsert, JobKey, JobOrder, JobRecord, JobWrite,
-    RunClaim, RunRecord, ScheduledJob, StoredPolicy, job_state, policy_priority, run_state,
+    RunClaim, RunRecord, ScheduledJob, job_state, run_state,
 };
 use super::log_records::{LogAppend, LogCaps, LogLine, NewLogLine, TRUNCATED_LINE};
 use super::policy_records::{BackfillRecord, BackfillStep, CalendarRecord};
+use super::rules::attempt_end::{EndingTx, RetryAttempt, RunEnding};
 use super::rules::claim::{
     ClaimJob, ClaimTx, ClaimedRun, FirstAttempt, JobAdvance, PartitionLease, StartedRun,
+};
+use super::rules::follow_ups::{
+    ChildRunLink, FollowUp, FollowUpJob, FollowUpRow, FollowUpTx, ParentJob,
 };
 use super::workflow_records::{StepRunRecord, WorkflowRunRecord, WorkflowStore, params_of};
 use super::{
@@ -63,7 +64,6 @@ use super::{
     PartitionRecord, PolicyStore, PoolOptions, StandbyStore,
 };
 use crate::workflows::{Definition, advance, step_state};
-use follow_ups::FollowUp;
 use logs::LOG_ROWS_PER_INSERT;
 use pg_pool::{PgDb, PgTx};
 use workflows::step_input;

@@ -1,0 +1,382 @@
+//! Ending one attempt, in the caller's transaction: the guarded end from a live state, then
+//! the shard's retry or, once every shard's latest attempt has ended, the run's end (its state
+//! from its shards') and the release of its job's next queued run.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+
+use super::super::child_records::{EndedRun, run_output};
+use super::super::dispatch_records::{AttemptEnd, AttemptEnded, AttemptRecord, attempt_state};
+use super::super::error::Error;
+use super::super::job_records::run_state;
+
+/// The next attempt of a shard whose attempt failed, timed out or was lost.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RetryAttempt<'a> {
+    /// The attempt it follows (its run, job, shard, priority and arguments).
+    pub(crate) after: &'a AttemptRecord,
+    /// Attempts of its shard lost with their executor before it: they do not count against
+    /// the retry budget.
+    pub(crate) lost_before: i64,
+    /// Due this many milliseconds from now (database clock).
+    pub(crate) delay_ms: i64,
+    /// The executor it avoids, or the one it goes back to.
+    pub(crate) avoid_executor_id: Option<&'a str>,
+    pub(crate) executor_id: Option<&'a str>,
+}
+
+/// What the ending rule reads of a run it may end, its row locked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RunEnding {
+    /// The node that created it.
+    pub(crate) node_id: String,
+    /// It has an input: it follows another run (a child's, a step's).
+    pub(crate) has_input: bool,
+}
+
+/// What ending an attempt needs of a write transaction: statements with their binds.
+#[async_trait]
+pub(crate) trait EndingTx: Send {
+    /// The attempt, its row locked.
+    async fn lock_attempt(&mut self, attempt_id: i64) -> Result<Option<AttemptRecord>, Error>;
+
+    /// Ends the attempt as `end` says if it is still pending or running; whether it did.
+    async fn end_attempt(&mut self, attempt_id: i64, end: &AttemptEnd) -> Result<bool, Error>;
+
+    async fn insert_retry(&mut self, retry: &RetryAttempt<'_>) -> Result<(), Error>;
+
+    /// The run, its row locked: two shards ending at once would otherwise each see the other
+    /// still running (neither committed), and the run would never end.
+    async fn lock_run_for_ending(&mut self, run_id: i64) -> Result<Option<RunEnding>, Error>;
+
+    /// Every attempt of the run, by shard and attempt number.
+    async fn attempts_of_run(&mut self, run_id: i64) -> Result<Vec<AttemptRecord>, Error>;
+
+    /// Ends the run if it is unfinished; whether it did.
+    async fn end_run(
+        &mut self,
+        run_id: i64,
+        state: &str,
+        message: Option<&str>,
+    ) -> Result<bool, Error>;
+
+    /// Lets the oldest queued run of the job start (overlap `queue`).
+    async fn release_next_queued(&mut self, job_id: i64) -> Result<(), Error>;
+}
+
+/// Ends attempt `attempt_id` as `end` says. A run that ends with it is added to `runs_ended`,
+/// for its follow-ups in the same transaction.
+pub(crate) async fn end_attempt<T: EndingTx + ?Sized>(
+    tx: &mut T,
+    attempt_id: i64,
+    end: &AttemptEnd,
+    runs_ended: &mut Vec<EndedRun>,
+) -> Result<AttemptEnded, Error> {
+    let Some(attempt) = tx.lock_attempt(attempt_id).await? else {
+        return Ok(AttemptEnded::AlreadyEnded);
+    };
+    if !tx.end_attempt(attempt_id, end).await? {
+        return Ok(AttemptEnded::AlreadyEnded);
+    }
+    if let Some(delay) = end.retry_after_ms {
+        // The executor that had it: the retry avoids it, or goes back to it.
+        let last = end
+            .executor_id
+            .as_deref()
+            .or(attempt.executor_id.as_deref());
+        tx.insert_retry(&RetryAttempt {
+            after: &attempt,
+            // Failover does not use up the retry budget: the next attempt knows how many of
+            // those before it were lost.
+            lost_before: attempt.lost_before + i64::from(end.state == attempt_state::LOST),
+            delay_ms: delay.max(0),
+            avoid_executor_id: last.filter(|_| !end.retry_to_same_executor),
+            executor_id: last.filter(|_| end.retry_to_same_executor),
+        })
+        .await?;
+        return Ok(AttemptEnded::Retrying);
+    }
+    let Some(run) = tx.lock_run_for_ending(attempt.run_id).await? else {
+        return Ok(AttemptEnded::AlreadyEnded);
+    };
+    let attempts = tx.attempts_of_run(attempt.run_id).await?;
+    let Some((state, message, latest)) = run_end_of(&attempts) else {
+        return Ok(AttemptEnded::RunContinues);
+    };
+    if !tx
+        .end_run(attempt.run_id, state, message.as_deref())
+        .await?
+    {
+        // The run had ended already (cancelled, or replaced): this attempt's end changes
+        // nothing more.
+        return Ok(AttemptEnded::AlreadyEnded);
+    }
+    runs_ended.push(EndedRun {
+        run_id: attempt.run_id,
+        job_id: attempt.job_id,
+        node_id: run.node_id,
+        may_be_step: run.has_input,
+        may_have_children: end.job_has_children,
+        state: state.to_owned(),
+        output: run_output(
+            &latest
+                .iter()
+                .map(|(shard, a)| (*shard, a.output.as_deref()))
+                .collect::<Vec<_>>(),
+        ),
+    });
+    tx.release_next_queued(attempt.job_id).await?;
+    Ok(AttemptEnded::RunEnded(state.to_owned()))
+}
+
+/// How a run ends once every shard's latest attempt has ended: `succeeded` when all
+/// succeeded, `cancelled` when one was cancelled, else `failed` naming each shard that did
+/// not succeed; with the latest attempt of each shard. `None` while a shard is unfinished.
+fn run_end_of(
+    attempts: &[AttemptRecord],
+) -> Option<(&'static str, Option<String>, BTreeMap<i64, &AttemptRecord>)> {
+    let mut latest: BTreeMap<i64, &AttemptRecord> = BTreeMap::new();
+    for a in attempts {
+        let newer = latest
+            .get(&a.shard_index)
+            .is_none_or(|b| (b.attempt_no, b.attempt_id) < (a.attempt_no, a.attempt_id));
+        if newer {
+            latest.insert(a.shard_index, a);
+        }
+    }
+    fn state_of<'a>(a: &&'a AttemptRecord) -> &'a str {
+        a.state.as_str()
+    }
+    if latest
+        .values()
+        .map(state_of)
+        .any(|s| s == attempt_state::PENDING || s == attempt_state::RUNNING)
+    {
+        return None;
+    }
+    let (state, message) = if latest
+        .values()
+        .map(state_of)
+        .all(|s| s == attempt_state::SUCCEEDED)
+    {
+        (run_state::SUCCEEDED, None)
+    } else if latest
+        .values()
+        .map(state_of)
+        .any(|s| s == attempt_state::CANCELLED)
+    {
+        (
+            run_state::CANCELLED,
+            Some("a shard was cancelled".to_owned()),
+        )
+    } else {
+        let failed = latest
+            .iter()
+            .filter(|(_, a)| a.state != attempt_state::SUCCEEDED)
+            .map(|(shard, a)| format!("shard {shard}: {}", a.state))
+            .collect::<Vec<_>>()
+            .join(", ");
+        (
+            run_state::FAILED,
+            Some(format!("failed after its last attempt ({failed})")),
+        )
+    };
+    Some((state, message, latest))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::memory::{MemoryDb, MemoryRun, attempt_row};
+    use super::*;
+
+    const JOB: i64 = 7;
+    const RUN: i64 = 1;
+
+    /// Run `RUN` of `JOB`, running, with one running attempt per shard (ids 1, 2, …).
+    fn db(shards: i64) -> MemoryDb {
+        let mut db = MemoryDb::default();
+        db.runs.push(run(RUN, run_state::RUNNING));
+        for shard in 0..shards {
+            db.attempts.push(AttemptRecord {
+                state: attempt_state::RUNNING.to_owned(),
+                executor_id: Some("e1".to_owned()),
+                ..attempt_row(shard + 1, RUN, JOB, (shard, shards), 1)
+            });
+        }
+        db
+    }
+
+    fn run(run_id: i64, state: &str) -> MemoryRun {
+        MemoryRun {
+            run_id,
+            job_id: JOB,
+            scheduled_at_ms: run_id * 1_000,
+            partition_id: 0,
+            epoch: 1,
+            node_id: "n1".to_owned(),
+            trigger_kind: "schedule".to_owned(),
+            state: state.to_owned(),
+            priority: 5,
+            message: None,
+            started: true,
+            finished: false,
+            input: None,
+        }
+    }
+
+    fn ending(state: &'static str, output: Option<&str>) -> AttemptEnd {
+        AttemptEnd {
+            state,
+            output: output.map(str::to_owned),
+            error: None,
+            executor_id: None,
+            retry_after_ms: None,
+            retry_to_same_executor: false,
+            job_has_children: false,
+        }
+    }
+
+    async fn end(
+        db: &mut MemoryDb,
+        attempt_id: i64,
+        end: &AttemptEnd,
+    ) -> (AttemptEnded, Vec<EndedRun>) {
+        let mut runs_ended = Vec::new();
+        let ended = end_attempt(db, attempt_id, end, &mut runs_ended)
+            .await
+            .unwrap();
+        (ended, runs_ended)
+    }
+
+    fn run_state_of(db: &MemoryDb, run_id: i64) -> (String, Option<String>) {
+        let run = db.runs.iter().find(|r| r.run_id == run_id).unwrap();
+        (run.state.clone(), run.message.clone())
+    }
+
+    #[tokio::test]
+    async fn a_retry_is_the_shards_next_attempt_and_a_lost_one_does_not_use_the_budget() {
+        let mut db = db(1);
+        let failed = AttemptEnd {
+            retry_after_ms: Some(2_000),
+            ..ending(attempt_state::FAILED, None)
+        };
+        assert_eq!(end(&mut db, 1, &failed).await.0, AttemptEnded::Retrying);
+        let retry = db.attempts[1].clone();
+        assert_eq!(
+            (retry.attempt_no, retry.lost_before, retry.state.as_str()),
+            (2, 0, "pending")
+        );
+        assert_eq!(
+            retry.avoid_executor_id.as_deref(),
+            Some("e1"),
+            "avoids the executor"
+        );
+        assert_eq!(retry.executor_id, None);
+
+        db.attempts[1].state = attempt_state::RUNNING.to_owned();
+        db.attempts[1].executor_id = Some("e2".to_owned());
+        let lost_effect_once = AttemptEnd {
+            retry_after_ms: Some(0),
+            retry_to_same_executor: true,
+            ..ending(attempt_state::LOST, None)
+        };
+        assert_eq!(
+            end(&mut db, 2, &lost_effect_once).await.0,
+            AttemptEnded::Retrying
+        );
+        let third = db.attempts[2].clone();
+        assert_eq!((third.attempt_no, third.lost_before), (3, 1));
+        assert_eq!(
+            (third.executor_id.as_deref(), third.avoid_executor_id),
+            (Some("e2"), None),
+            "goes back to the executor holding its effect's record"
+        );
+        assert_eq!(run_state_of(&db, RUN).0, "running");
+    }
+
+    #[tokio::test]
+    async fn an_attempt_ends_once() {
+        let mut db = db(1);
+        let done = ending(attempt_state::SUCCEEDED, Some("1"));
+        assert!(matches!(
+            end(&mut db, 1, &done).await.0,
+            AttemptEnded::RunEnded(_)
+        ));
+        let (again, runs) = end(&mut db, 1, &done).await;
+        assert_eq!((again, runs.len()), (AttemptEnded::AlreadyEnded, 0));
+        assert_eq!(end(&mut db, 99, &done).await.0, AttemptEnded::AlreadyEnded);
+    }
+
+    #[tokio::test]
+    async fn a_run_ends_when_its_last_shard_does_with_every_shards_output() {
+        let mut db = db(2);
+        let (first, none) = end(&mut db, 1, &ending(attempt_state::SUCCEEDED, Some("1"))).await;
+        assert_eq!((first, none.len()), (AttemptEnded::RunContinues, 0));
+        let (last, ended) = end(&mut db, 2, &ending(attempt_state::SUCCEEDED, Some("2"))).await;
+        assert_eq!(last, AttemptEnded::RunEnded("succeeded".to_owned()));
+        assert_eq!(run_state_of(&db, RUN), ("succeeded".to_owned(), None));
+        let ended = &ended[0];
+        assert_eq!(
+            (ended.run_id, ended.job_id, ended.node_id.as_str()),
+            (RUN, JOB, "n1")
+        );
+        assert_eq!(ended.output, Some(serde_json::json!([1, 2])));
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_shard_beats_a_failed_one_and_a_failure_names_its_shards() {
+        let mut db1 = db(2);
+        end(&mut db1, 1, &ending(attempt_state::FAILED, None)).await;
+        end(&mut db1, 2, &ending(attempt_state::CANCELLED, None)).await;
+        assert_eq!(
+            run_state_of(&db1, RUN),
+            (
+                "cancelled".to_owned(),
+                Some("a shard was cancelled".to_owned())
+            )
+        );
+        let mut db2 = db(2);
+        end(&mut db2, 1, &ending(attempt_state::TIMED_OUT, None)).await;
+        let (ended, _) = end(&mut db2, 2, &ending(attempt_state::SUCCEEDED, None)).await;
+        assert_eq!(ended, AttemptEnded::RunEnded("failed".to_owned()));
+        assert_eq!(
+            run_state_of(&db2, RUN).1.as_deref(),
+            Some("failed after its last attempt (shard 0: timed_out)")
+        );
+    }
+
+    #[tokio::test]
+    async fn only_each_shards_latest_attempt_decides() {
+        let mut db = db(1);
+        db.attempts[0].state = attempt_state::FAILED.to_owned();
+        db.attempts.push(AttemptRecord {
+            state: attempt_state::RUNNING.to_owned(),
+            ..attempt_row(2, RUN, JOB, (0, 1), 2)
+        });
+        let (ended, _) = end(&mut db, 2, &ending(attempt_state::SUCCEEDED, None)).await;
+        assert_eq!(ended, AttemptEnded::RunEnded("succeeded".to_owned()));
+    }
+
+    #[tokio::test]
+    async fn a_run_ended_already_stays_as_it_is_and_releases_nothing() {
+        let mut db = db(1);
+        db.runs[0].state = run_state::CANCELLED.to_owned();
+        db.runs.push(run(2, run_state::QUEUED));
+        let (ended, runs) = end(&mut db, 1, &ending(attempt_state::SUCCEEDED, None)).await;
+        assert_eq!((ended, runs.len()), (AttemptEnded::AlreadyEnded, 0));
+        assert_eq!(run_state_of(&db, RUN).0, "cancelled");
+        assert_eq!(run_state_of(&db, 2).0, "queued");
+    }
+
+    #[tokio::test]
+    async fn a_runs_end_passes_its_jobs_turn_to_the_oldest_queued_run() {
+        let mut db = db(1);
+        db.runs.push(run(3, run_state::QUEUED));
+        db.runs.push(run(2, run_state::QUEUED));
+        let (_, ended) = end(&mut db, 1, &ending(attempt_state::FAILED, None)).await;
+        assert_eq!(ended[0].state, "failed");
+        assert_eq!(run_state_of(&db, 2).0, "pending");
+        assert_eq!(run_state_of(&db, 3).0, "queued");
+    }
+}
