@@ -874,3 +874,62 @@ async fn a_workflow_starts_and_stops_by_the_jobs_rules() {
         assert_eq!(status, 404, "{action}: {problem}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_workflow_run_passes_its_turn_to_the_next_queued_run() {
+    let node = Solo::start(|spec| {
+        spec.extra_env
+            .push(("CARILLON_NO_EXECUTOR_GRACE_MS", "600000".to_owned()));
+    })
+    .await;
+    let (status, flow) = node
+        .call(
+            Method::POST,
+            "/api/v1/workflows",
+            Some(json!({"name": "queued-flow", "schedule": {"every": "1s"},
+                "overlap": "queue", "start": true,
+                "steps": [{"name": "only", "app": "nobody", "handler": "work"}]})),
+        )
+        .await;
+    assert_eq!(status, 201, "{flow}");
+    let runs_path = format!("/api/v1/workflows/{}/runs?limit=1000", flow["id"]);
+    let runs = || async {
+        let (status, page) = node.call(Method::GET, &runs_path, None).await;
+        assert_eq!(status, 200, "{page}");
+        page["runs"].as_array().unwrap().clone()
+    };
+    // The first run waits for an executor of its step; the next ones queue behind it.
+    let first = wait_for(
+        Duration::from_secs(20),
+        "a run queued behind the first",
+        || async {
+            let runs = runs().await;
+            let queued = runs.iter().any(|r| r["state"] == "queued");
+            let holder = runs
+                .iter()
+                .find(|r| r["state"] == "running" || r["state"] == "pending")
+                .cloned();
+            holder.filter(|_| queued)
+        },
+    )
+    .await;
+    let (status, body) = node
+        .call(
+            Method::POST,
+            &format!("/api/v1/workflow-runs/{}/cancel", first["id"]),
+            None,
+        )
+        .await;
+    assert!(status == 200 || status == 202, "{status} {body}");
+    wait_for(Duration::from_secs(10), "the next run released", || async {
+        runs()
+            .await
+            .iter()
+            .any(|r| {
+                r["id"].as_i64() > first["id"].as_i64()
+                    && (r["state"] == "pending" || r["state"] == "running")
+            })
+            .then_some(())
+    })
+    .await;
+}

@@ -452,6 +452,9 @@ macro_rules! workflow_store {
                         .bind(run_id)
                         .fetch_optional(&mut *tx)
                         .await?;
+                    // Every run this cancel ends that held its job's turn passes it on.
+                    let mut turns = Vec::new();
+                    turns.extend(self.run_turn_in(&mut tx, run_id).await?);
                     let message = "the workflow run was cancelled";
                     let ended = sqlx::query::<$db>(sql(&self.q.run_end))
                         .bind(run_state::CANCELLED)
@@ -476,6 +479,7 @@ macro_rules! workflow_store {
                         let statement = match (step.state.as_str(), step.run_id) {
                             (step_state::WAITING, _) => &self.q.step_run_unstarted,
                             (step_state::RUNNING, Some(step_run)) => {
+                                let turn = self.run_turn_in(&mut tx, step_run).await?;
                                 let cancelled = sqlx::query::<$db>(sql(&self.q.run_end))
                                     .bind(run_state::CANCELLED)
                                     .bind(Some(message))
@@ -484,6 +488,7 @@ macro_rules! workflow_store {
                                     .await?
                                     .rows_affected();
                                 if cancelled == 1 {
+                                    turns.extend(turn);
                                     running.extend(
                                         sqlx::query_as::<$db, AttemptRecord>(sql(&self
                                             .q
@@ -511,6 +516,11 @@ macro_rules! workflow_store {
                             .bind(&step.step_name)
                             .execute(&mut *tx)
                             .await?;
+                    }
+                    for (job_id, held) in turns {
+                        if held {
+                            self.release_queued_in(&mut tx, job_id).await?;
+                        }
                     }
                     tx.commit().await?;
                     Ok(Some(running))
