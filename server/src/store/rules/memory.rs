@@ -124,12 +124,8 @@ impl MemoryDb {
         message: Option<&str>,
         started: bool,
     ) -> Option<i64> {
-        if self.holds_instant(claim.job_id, claim.scheduled_at_ms) {
-            return None;
-        }
-        let run_id = self.runs.iter().map(|r| r.run_id).max().unwrap_or(0) + 1;
-        self.runs.push(MemoryRun {
-            run_id,
+        self.insert_unique(MemoryRun {
+            run_id: 0,
             job_id: claim.job_id,
             scheduled_at_ms: claim.scheduled_at_ms,
             partition_id: claim.partition_id,
@@ -142,7 +138,18 @@ impl MemoryDb {
             started,
             finished: !run_state::UNFINISHED.contains(&state),
             input: None,
-        });
+        })
+    }
+
+    /// Inserts `run` under a new id unless its job has a run at its instant (the runs' unique
+    /// key, which every SQL insert of a run respects); its id if inserted.
+    fn insert_unique(&mut self, mut run: MemoryRun) -> Option<i64> {
+        if self.holds_instant(run.job_id, run.scheduled_at_ms) {
+            return None;
+        }
+        run.run_id = self.runs.iter().map(|r| r.run_id).max().unwrap_or(0) + 1;
+        let run_id = run.run_id;
+        self.runs.push(run);
         Some(run_id)
     }
 }
@@ -453,12 +460,8 @@ impl FollowUpTx for MemoryDb {
 
     async fn insert_follow_up_run(&mut self, row: &FollowUpRow<'_>) -> Result<Option<i64>, Error> {
         let run = row.run;
-        if self.holds_instant(run.job_id, row.scheduled_at_ms) {
-            return Ok(None);
-        }
-        let run_id = self.runs.iter().map(|r| r.run_id).max().unwrap_or(0) + 1;
-        self.runs.push(MemoryRun {
-            run_id,
+        Ok(self.insert_unique(MemoryRun {
+            run_id: 0,
             job_id: run.job_id,
             scheduled_at_ms: row.scheduled_at_ms,
             partition_id: run.partition_id,
@@ -471,8 +474,7 @@ impl FollowUpTx for MemoryDb {
             started: row.state == run_state::RUNNING,
             finished: false,
             input: Some(run.input.to_owned()),
-        });
-        Ok(Some(run_id))
+        }))
     }
 
     async fn insert_first_attempts(&mut self, attempts: &[FirstAttempt<'_>]) -> Result<(), Error> {
