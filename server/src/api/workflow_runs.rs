@@ -90,7 +90,7 @@ async fn run_view(state: &ApiState, id: i64) -> Result<WorkflowRunView, ApiError
             };
             // The parameters it will be given: the trigger's, else the workflow's.
             let input = state.store.run_input(id).await?;
-            let params = params_of(input.as_deref(), &workflow.args_json);
+            let params = params_of(id, input.as_deref(), &workflow.args_json)?;
             (
                 serde_json::from_str(&params).map_err(|e| unreadable(id, "parameters", &e))?,
                 definition,

@@ -511,8 +511,6 @@ queries! {
     // their instants one transaction at a time.
     child_jobs_lock = "SELECT job_id, partition_id, policy_json, args_json FROM jobs \
         WHERE job_id IN ({partitions}) ORDER BY job_id {for_update}";
-    child_job_lock_one = "SELECT job_id, partition_id, policy_json, args_json FROM jobs \
-        WHERE job_id = ? {for_update}";
     // `pending`, or `running` (with `started_at_ms`) when it starts with its attempt here.
     child_run_insert = "INSERT INTO runs (job_id, scheduled_at_ms, partition_id, epoch, \
         node_id, trigger_kind, state, priority, created_at_ms, started_at_ms, input_json) \
@@ -537,8 +535,6 @@ queries! {
         params_json, rerun_of, created_at_ms) VALUES (?, ?, ?, ?, ?, {now})";
     workflow_run_get = "SELECT run_id, workflow_id, definition_json, params_json, rerun_of, \
         created_at_ms FROM workflow_runs WHERE run_id = ?";
-    step_run_insert = "INSERT INTO step_runs (workflow_run_id, step_name, state, run_id, \
-        output_json, updated_at_ms) VALUES (?, ?, 'waiting', NULL, NULL, {now})";
     // `{partitions}`: runs that ended.
     step_runs_of_runs = "SELECT workflow_run_id, step_name, state, run_id, output_json, \
         updated_at_ms FROM step_runs WHERE run_id IN ({partitions}) AND state = 'running' \

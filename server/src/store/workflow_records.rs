@@ -45,6 +45,44 @@ impl WorkflowRunRecord {
             serde_json::from_str(&self.params_json).map_err(|e| unreadable("params", e))?;
         Ok((definition, params))
     }
+
+    /// The input of step `name`'s run in this workflow run: the workflow run, its parameters,
+    /// and the run, state and output of each step it `needs`. An upstream output that does not
+    /// read is an error naming it, never a null in its place.
+    pub fn step_input(
+        &self,
+        params: &serde_json::Value,
+        name: &str,
+        needs: &[crate::workflows::Need],
+        steps: &[StepRunRecord],
+    ) -> Result<String, Error> {
+        let mut upstream = serde_json::Map::new();
+        for up in needs
+            .iter()
+            .filter_map(|need| steps.iter().find(|s| s.step_name == need.step))
+        {
+            let output = match up.output_json.as_deref() {
+                Some(stored) => serde_json::from_str(stored).map_err(|e| Error::Unreadable {
+                    what: format!(
+                        "the stored output of step {} of workflow run {}",
+                        up.step_name, self.run_id
+                    ),
+                    reason: e.to_string(),
+                })?,
+                None => serde_json::Value::Null,
+            };
+            upstream.insert(
+                up.step_name.clone(),
+                serde_json::json!({ "run_id": up.run_id, "state": up.state, "output": output }),
+            );
+        }
+        Ok(serde_json::json!({
+            "workflow": { "id": self.workflow_id, "run_id": self.run_id, "step": name },
+            "params": params,
+            "upstream": upstream,
+        })
+        .to_string())
+    }
 }
 
 /// A row of `step_runs`: one step of one workflow run.
@@ -62,12 +100,23 @@ pub struct StepRunRecord {
 }
 
 /// The parameters a workflow run's steps are given: the `params` of its run's input (a
-/// trigger's), else the workflow's own (`default_params`, JSON).
-pub fn params_of(run_input: Option<&str>, default_params: &str) -> String {
-    run_input
-        .and_then(|i| serde_json::from_str::<serde_json::Value>(i).ok())
-        .and_then(|i| i.get("params").cloned())
-        .map_or_else(|| default_params.to_owned(), |p| p.to_string())
+/// trigger's), else the workflow's own (`default_params`, JSON). An input that does not read is
+/// an error naming the run, never the workflow's params in its place.
+pub fn params_of(
+    run_id: i64,
+    run_input: Option<&str>,
+    default_params: &str,
+) -> Result<String, Error> {
+    let Some(input) = run_input else {
+        return Ok(default_params.to_owned());
+    };
+    let input: serde_json::Value = serde_json::from_str(input).map_err(|e| Error::Unreadable {
+        what: format!("the stored input of workflow run {run_id}"),
+        reason: e.to_string(),
+    })?;
+    Ok(input
+        .get("params")
+        .map_or_else(|| default_params.to_owned(), |p| p.to_string()))
 }
 
 #[async_trait]

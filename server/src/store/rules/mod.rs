@@ -8,3 +8,5 @@ pub(super) mod claim;
 pub(super) mod follow_ups;
 #[cfg(test)]
 mod memory;
+pub(super) mod workflow_start;
+pub(super) mod workflows;

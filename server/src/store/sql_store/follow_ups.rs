@@ -6,53 +6,14 @@
 macro_rules! follow_ups_store {
     ($store:ident, $db:ty, $backend:expr) => {
         impl $store {
-            /// What follows, inside the caller's transaction, the runs `ended` there: their
-            /// child jobs' runs, and the next steps of the workflow runs they are steps of
-            /// (and so on, when a workflow run ends with them). Returns how many runs it
-            /// created.
+            /// What follows, inside the caller's transaction, the runs `ended` there (the
+            /// rule: `super::rules::workflows::follow_ups`).
             async fn follow_ups_in(
                 &self,
                 tx: &mut Tx<$db>,
                 ended: &[EndedRun],
             ) -> Result<FollowedUp, Error> {
-                let mut followed = FollowedUp::default();
-                let mut batch = ended.to_vec();
-                while !batch.is_empty() {
-                    followed.created += self.children_in(tx, &batch).await?;
-                    let (steps, workflows_ended) = self.steps_ended_in(tx, &batch).await?;
-                    followed.created += steps;
-                    followed
-                        .workflows_ended
-                        .extend(workflows_ended.iter().cloned());
-                    batch = workflows_ended;
-                }
-                Ok(followed)
-            }
-
-            /// Creates, inside the caller's transaction, the child runs of the runs `ended`
-            /// there (the rule: `super::rules::follow_ups::children`).
-            async fn children_in(
-                &self,
-                tx: &mut Tx<$db>,
-                ended: &[EndedRun],
-            ) -> Result<usize, Error> {
-                super::rules::follow_ups::children(&mut StoreTx { store: self, tx }, ended).await
-            }
-
-            /// Inserts follow-up runs (the rule: `super::rules::follow_ups::follow_up_runs`);
-            /// each one's id and instant, in order.
-            async fn follow_up_runs_in(
-                &self,
-                tx: &mut Tx<$db>,
-                runs: &[FollowUp<'_>],
-                now_ms: i64,
-            ) -> Result<Vec<(i64, i64)>, Error> {
-                super::rules::follow_ups::follow_up_runs(
-                    &mut StoreTx { store: self, tx },
-                    runs,
-                    now_ms,
-                )
-                .await
+                super::rules::workflows::follow_ups(&mut StoreTx { store: self, tx }, ended).await
             }
 
             /// The run `run_id` as it ended in this transaction, for [`Self::follow_ups_in`]

@@ -20,7 +20,6 @@ mod pg_pool;
 mod policies;
 mod standbys;
 mod tasks;
-mod workflow_rerun;
 mod workflows;
 
 use std::collections::HashMap;
@@ -37,7 +36,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{AssertSqlSafe, Connection, Executor, Transaction};
 
-use super::child_records::{CHILD_OUTPUT_CAP, ChildStore, EndedRun, FollowUpEvents, FollowedUp};
+use super::child_records::{ChildStore, EndedRun, FollowUpEvents, FollowedUp};
 use super::dialect::Queries;
 use super::dispatch_records::{
     AttemptEnd, AttemptEnded, AttemptRecord, DueAttempt, ExecutorList, ExecutorRecord,
@@ -54,19 +53,18 @@ use super::rules::attempt_end::{EndingTx, RetryAttempt, RunEnding};
 use super::rules::claim::{
     ClaimJob, ClaimTx, ClaimedRun, FirstAttempt, JobAdvance, PartitionLease, StartedRun,
 };
-use super::rules::follow_ups::{
-    ChildRunLink, FollowUp, FollowUpJob, FollowUpRow, FollowUpTx, ParentJob,
-};
-use super::workflow_records::{StepRunRecord, WorkflowRunRecord, WorkflowStore, params_of};
+use super::rules::follow_ups::{ChildRunLink, FollowUpJob, FollowUpRow, FollowUpTx, ParentJob};
+use super::rules::workflow_start::{NewStep, RunHead, WorkflowStartTx};
+use super::rules::workflows::{StepEnd, WorkflowTx};
+use super::workflow_records::{StepRunRecord, WorkflowRunRecord, WorkflowStore};
 use super::{
     Backend, ClusterMeta, ClusterStore, DatabaseUrl, DispatchStore, Error, HistoryStore, JobStore,
     LeaderFence, LeaderRecord, LogStore, NodeList, NodeRecord, NodeRegistration, PartitionChange,
     PartitionRecord, PolicyStore, PoolOptions, StandbyStore,
 };
-use crate::workflows::{Definition, advance, step_state};
+use crate::workflows::step_state;
 use logs::LOG_ROWS_PER_INSERT;
 use pg_pool::{PgDb, PgTx};
-use workflows::step_input;
 
 /// The embedded migrations, with sqlx's own locking off: `migrate` takes a lock that works on
 /// every backend and checks that it was granted.
@@ -393,9 +391,6 @@ follow_ups::follow_ups_store!(SqliteStore, Sqlite, Backend::Sqlite);
 workflows::workflow_store!(PostgresStore, Postgres);
 workflows::workflow_store!(MysqlStore, MySql);
 workflows::workflow_store!(SqliteStore, Sqlite);
-workflow_rerun::workflow_rerun_store!(PostgresStore, Postgres);
-workflow_rerun::workflow_rerun_store!(MysqlStore, MySql);
-workflow_rerun::workflow_rerun_store!(SqliteStore, Sqlite);
 history::history_store!(PostgresStore, Postgres);
 history::history_store!(MysqlStore, MySql);
 history::history_store!(SqliteStore, Sqlite);

@@ -2,18 +2,23 @@
 //! database. It keeps what the SQL drivers' constraints keep: one run per (job, instant), and
 //! guarded updates that change only rows in the states they name. A test is one transaction.
 
+pub(super) mod workflows;
+
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 
-use super::super::dispatch_records::{AttemptEnd, AttemptRecord, attempt_state};
-use super::super::error::Error;
-use super::super::job_records::{RunClaim, job_state, run_state};
-use super::attempt_end::{EndingTx, RetryAttempt, RunEnding};
-use super::claim::{
+use crate::store::dispatch_records::{AttemptEnd, AttemptRecord, attempt_state};
+use crate::store::error::Error;
+use crate::store::job_records::{RunClaim, job_state, run_state};
+use crate::store::rules::attempt_end::{EndingTx, RetryAttempt, RunEnding};
+use crate::store::rules::claim::{
     ClaimJob, ClaimTx, ClaimedRun, FirstAttempt, JobAdvance, PartitionLease, StartedRun,
 };
-use super::follow_ups::{ChildRunLink, FollowUpJob, FollowUpRow, FollowUpTx, ParentJob};
+use crate::store::rules::follow_ups::{
+    ChildRunLink, FollowUpJob, FollowUpRow, FollowUpTx, ParentJob,
+};
+use crate::store::workflow_records::{StepRunRecord, WorkflowRunRecord};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct MemoryJob {
@@ -25,6 +30,8 @@ pub(crate) struct MemoryJob {
     pub(crate) last_fired_at_ms: Option<i64>,
     pub(crate) fired_count: i64,
     pub(crate) args_json: String,
+    /// It is a workflow (`job_kind::WORKFLOW`).
+    pub(crate) workflow: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +94,10 @@ pub(crate) struct MemoryDb {
     pub(crate) runs: Vec<MemoryRun>,
     pub(crate) attempts: Vec<AttemptRecord>,
     pub(crate) child_runs: Vec<ChildRunLink>,
+    /// Stored definitions, by workflow.
+    pub(crate) workflow_definitions: BTreeMap<i64, String>,
+    pub(crate) workflow_runs: Vec<WorkflowRunRecord>,
+    pub(crate) step_runs: Vec<StepRunRecord>,
     /// The database's clock.
     pub(crate) now_ms: i64,
 }
