@@ -9,14 +9,7 @@ use async_trait::async_trait;
 
 use super::super::error::Error;
 use super::super::job_records::{ClaimOutcome, OverlapRule, RunClaim, job_state, run_state};
-
-/// A partition as the claim locked it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct PartitionLease {
-    pub(crate) partition_id: i64,
-    pub(crate) owner_node_id: Option<String>,
-    pub(crate) epoch: i64,
-}
+use super::fence::{FenceTx, owned};
 
 /// A job as the claim locked it: what decides whether an instant is still its to fire.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,20 +83,21 @@ pub(crate) struct FirstAttempt<'a> {
     pub(crate) executor_id: Option<&'a str>,
 }
 
+/// Inserts the first attempts of runs started where they are inserted (by a claim, as a
+/// follow-up, as a task's run).
+#[async_trait]
+pub(crate) trait FirstAttemptTx: Send {
+    async fn insert_first_attempts(&mut self, attempts: &[FirstAttempt<'_>]) -> Result<(), Error>;
+}
+
 /// What the claim needs of a write transaction: statements with their binds, no decisions.
 /// Lists of ids are locked in ascending order, in one statement each, so two claimers cannot
 /// deadlock.
 #[async_trait]
-pub(crate) trait ClaimTx: Send {
+pub(crate) trait ClaimTx: FenceTx + FirstAttemptTx {
     /// Whether a one-attempt run may start in its claim here. Not on MySQL: there the claim's
     /// extra statements cost more than the start pass they save (`bench/README.md`).
     fn starts_in_claim(&self) -> bool;
-
-    /// Locks `partition_ids` (sorted, distinct, not empty).
-    async fn lock_partitions(
-        &mut self,
-        partition_ids: &[i64],
-    ) -> Result<Vec<PartitionLease>, Error>;
 
     /// Locks `job_ids` (sorted, distinct, not empty), with their arguments when `with_args`.
     async fn lock_jobs(&mut self, job_ids: &[i64], with_args: bool)
@@ -118,8 +112,6 @@ pub(crate) trait ClaimTx: Send {
         node_id: &str,
         runs: &[ClaimedRun<'_>],
     ) -> Result<Vec<StartedRun>, Error>;
-
-    async fn insert_first_attempts(&mut self, attempts: &[FirstAttempt<'_>]) -> Result<(), Error>;
 
     /// Advances the claim's job if it is still `running` at the claim's version and last fired
     /// before its instant; whether it did.
@@ -158,23 +150,11 @@ pub(crate) async fn claim<T: ClaimTx + ?Sized>(
     if claims.is_empty() {
         return Ok(Vec::new());
     }
-    let mut partition_ids: Vec<i64> = claims.iter().map(|c| c.partition_id).collect();
-    partition_ids.sort_unstable();
-    partition_ids.dedup();
-    let owners: HashMap<i64, PartitionLease> = tx
-        .lock_partitions(&partition_ids)
-        .await?
-        .into_iter()
-        .map(|p| (p.partition_id, p))
-        .collect();
+    let wanted: Vec<(i64, i64)> = claims.iter().map(|c| (c.partition_id, c.epoch)).collect();
+    let held = owned(tx, node_id, &wanted).await?;
     let mut outcomes: Vec<Option<ClaimOutcome>> = claims
         .iter()
-        .map(|c| {
-            let owned = owners
-                .get(&c.partition_id)
-                .is_some_and(|p| p.owner_node_id.as_deref() == Some(node_id) && p.epoch == c.epoch);
-            (!owned).then_some(ClaimOutcome::Fenced)
-        })
+        .map(|c| (!held.contains(&(c.partition_id, c.epoch))).then_some(ClaimOutcome::Fenced))
         .collect();
     claim_set_based(tx, node_id, claims, &mut outcomes).await?;
     // Claims under an overlap rule read their job's unfinished runs: one at a time.

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use super::super::child_records::{EndedRun, policy_children, triggered_lists};
 use super::super::error::Error;
 use super::super::job_records::{StoredPolicy, policy_priority, run_state};
-use super::claim::FirstAttempt;
+use super::claim::{FirstAttempt, FirstAttemptTx};
 
 /// A run that follows another's end (a child job's, a workflow's next step, a rerun).
 #[derive(Debug, Clone, Copy)]
@@ -68,7 +68,7 @@ pub(crate) struct ChildRunLink {
 
 /// What follow-ups need of a write transaction: statements with their binds.
 #[async_trait]
-pub(crate) trait FollowUpTx: Send {
+pub(crate) trait FollowUpTx: FirstAttemptTx {
     /// Those of `job_ids` (sorted, distinct) whose stored policy names children.
     async fn parents_with_children(&mut self, job_ids: &[i64]) -> Result<Vec<ParentJob>, Error>;
 
@@ -81,8 +81,6 @@ pub(crate) trait FollowUpTx: Send {
 
     /// Inserts the run unless its job has one at that instant; its id if inserted.
     async fn insert_follow_up_run(&mut self, row: &FollowUpRow<'_>) -> Result<Option<i64>, Error>;
-
-    async fn insert_first_attempts(&mut self, attempts: &[FirstAttempt<'_>]) -> Result<(), Error>;
 
     async fn record_child_runs(&mut self, links: &[ChildRunLink]) -> Result<(), Error>;
 }

@@ -5,8 +5,11 @@
 
 pub(super) mod attempt_end;
 pub(super) mod claim;
+pub(super) mod fence;
 pub(super) mod follow_ups;
 #[cfg(test)]
 mod memory;
+pub(super) mod run_end;
+pub(super) mod tasks;
 pub(super) mod workflow_start;
 pub(super) mod workflows;

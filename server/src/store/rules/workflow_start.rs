@@ -24,11 +24,21 @@ pub(crate) struct NewStep<'a> {
     pub(crate) output_json: Option<&'a str>,
 }
 
-/// What a rerun reads of the run it runs again.
+/// What the rules read of a run before they end it or run it again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RunHead {
     pub(crate) job_id: i64,
+    /// The node that created it: its follow-ups are recorded as created by the same node.
+    pub(crate) node_id: String,
     pub(crate) state: String,
+}
+
+impl RunHead {
+    /// Whether it holds its job's turn (pending or running, not queued): its end passes the
+    /// turn to the job's next queued run, whichever way it ends.
+    pub(crate) fn holds_turn(&self) -> bool {
+        self.state == run_state::PENDING || self.state == run_state::RUNNING
+    }
 }
 
 /// What starting a workflow run needs of a write transaction, besides moving one on.

@@ -46,24 +46,6 @@ macro_rules! attempt_end_store {
                 .await
             }
 
-            /// The job of `run_id`, and whether the run holds its job's turn (pending or
-            /// running, not queued) so that its end passes the turn to the next queued run:
-            /// every way a run ends releases it, not only an attempt's end.
-            async fn run_turn_in(
-                &self,
-                tx: &mut Tx<$db>,
-                run_id: i64,
-            ) -> Result<Option<(i64, bool)>, Error> {
-                let run = sqlx::query_as::<$db, RunRecord>(sql(&self.q.run_get))
-                    .bind(run_id)
-                    .fetch_optional(&mut **tx)
-                    .await?;
-                Ok(run.map(|r| {
-                    let holds = r.state == run_state::PENDING || r.state == run_state::RUNNING;
-                    (r.job_id, holds)
-                }))
-            }
-
             /// A run of `job_id` queued behind one that just ended (overlap `queue`) may
             /// start now.
             async fn release_queued_in(&self, tx: &mut Tx<$db>, job_id: i64) -> Result<(), Error> {

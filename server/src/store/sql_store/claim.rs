@@ -29,11 +29,7 @@ macro_rules! claim_store {
         }
 
         #[async_trait]
-        impl ClaimTx for StoreTx<'_, $store, Tx<$db>> {
-            fn starts_in_claim(&self) -> bool {
-                $backend != Backend::Mysql
-            }
-
+        impl FenceTx for StoreTx<'_, $store, Tx<$db>> {
             async fn lock_partitions(
                 &mut self,
                 partition_ids: &[i64],
@@ -52,6 +48,23 @@ macro_rules! claim_store {
                         epoch,
                     })
                     .collect())
+            }
+        }
+
+        #[async_trait]
+        impl FirstAttemptTx for StoreTx<'_, $store, Tx<$db>> {
+            async fn insert_first_attempts(
+                &mut self,
+                attempts: &[FirstAttempt<'_>],
+            ) -> Result<(), Error> {
+                self.store.insert_first_attempts(self.tx, attempts).await
+            }
+        }
+
+        #[async_trait]
+        impl ClaimTx for StoreTx<'_, $store, Tx<$db>> {
+            fn starts_in_claim(&self) -> bool {
+                $backend != Backend::Mysql
             }
 
             async fn lock_jobs(
@@ -104,13 +117,6 @@ macro_rules! claim_store {
                 runs: &[ClaimedRun<'_>],
             ) -> Result<Vec<StartedRun>, Error> {
                 self.store.insert_claimed_runs(self.tx, node_id, runs).await
-            }
-
-            async fn insert_first_attempts(
-                &mut self,
-                attempts: &[FirstAttempt<'_>],
-            ) -> Result<(), Error> {
-                self.store.insert_first_attempts(self.tx, attempts).await
             }
 
             async fn advance_job_if_current(&mut self, claim: &RunClaim) -> Result<bool, Error> {

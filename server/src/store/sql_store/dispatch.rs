@@ -256,30 +256,23 @@ macro_rules! dispatch_store {
             ) -> Result<bool, Error> {
                 retry_transient(|| async {
                     let mut tx = self.begin_write().await?;
-                    let before = self.run_turn_in(&mut tx, run_id).await?;
-                    let ended = sqlx::query::<$db>(sql(&self.q.run_end))
-                        .bind(state)
-                        .bind(message)
-                        .bind(run_id)
-                        .execute(&mut *tx)
-                        .await?
-                        .rows_affected();
-                    if ended == 1
-                        && let Some((job_id, true)) = before
-                    {
-                        self.release_queued_in(&mut tx, job_id).await?;
-                    }
-                    // A run that found no executor triggers its job's `on_failure` children.
-                    let mut followed = FollowedUp::default();
-                    if ended == 1
-                        && let Some(run) = self.ended_run_in(&mut tx, run_id, state).await?
-                    {
-                        followed = self.follow_ups_in(&mut tx, &[run]).await?;
-                    }
+                    let ended = super::rules::run_end::end_run(
+                        &mut StoreTx {
+                            store: self,
+                            tx: &mut tx,
+                        },
+                        run_id,
+                        state,
+                        message,
+                    )
+                    .await?;
                     tx.commit().await?;
+                    let Some(followed) = ended else {
+                        return Ok(false);
+                    };
                     self.events
                         .note(followed.created, &followed.workflows_ended);
-                    Ok(ended == 1)
+                    Ok(true)
                 })
                 .await
             }
@@ -291,38 +284,20 @@ macro_rules! dispatch_store {
                 message: &str,
             ) -> Result<Option<Vec<AttemptRecord>>, Error> {
                 let mut tx = self.begin_write().await?;
-                let before = self.run_turn_in(&mut tx, run_id).await?;
-                let ended = sqlx::query::<$db>(sql(&self.q.run_end))
-                    .bind(state)
-                    .bind(Some(message))
-                    .bind(run_id)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-                if ended == 0 {
+                let ended = super::rules::run_end::end_run_with_attempts(
+                    &mut StoreTx {
+                        store: self,
+                        tx: &mut tx,
+                    },
+                    run_id,
+                    state,
+                    message,
+                )
+                .await?;
+                let Some((running, followed)) = ended else {
                     tx.rollback().await?;
                     return Ok(None);
-                }
-                if let Some((job_id, true)) = before {
-                    self.release_queued_in(&mut tx, job_id).await?;
-                }
-                let running: Vec<AttemptRecord> =
-                    sqlx::query_as::<$db, AttemptRecord>(sql(&self.q.attempts_of_run))
-                        .bind(run_id)
-                        .fetch_all(&mut *tx)
-                        .await?
-                        .into_iter()
-                        .filter(|a| a.state == attempt_state::RUNNING)
-                        .collect();
-                sqlx::query::<$db>(sql(&self.q.attempts_cancel_of_run))
-                    .bind(message)
-                    .bind(run_id)
-                    .execute(&mut *tx)
-                    .await?;
-                let mut followed = FollowedUp::default();
-                if let Some(run) = self.ended_run_in(&mut tx, run_id, state).await? {
-                    followed = self.follow_ups_in(&mut tx, &[run]).await?;
-                }
+                };
                 tx.commit().await?;
                 self.events
                     .note(followed.created, &followed.workflows_ended);

@@ -15,30 +15,6 @@ macro_rules! follow_ups_store {
             ) -> Result<FollowedUp, Error> {
                 super::rules::workflows::follow_ups(&mut StoreTx { store: self, tx }, ended).await
             }
-
-            /// The run `run_id` as it ended in this transaction, for [`Self::follow_ups_in`]
-            /// (a cancelled run triggers no children, but a cancelled step moves its workflow
-            /// run on).
-            async fn ended_run_in(
-                &self,
-                tx: &mut Tx<$db>,
-                run_id: i64,
-                state: &str,
-            ) -> Result<Option<EndedRun>, Error> {
-                let run = sqlx::query_as::<$db, RunRecord>(sql(&self.q.run_get))
-                    .bind(run_id)
-                    .fetch_optional(&mut **tx)
-                    .await?;
-                Ok(run.map(|r| EndedRun {
-                    run_id,
-                    job_id: r.job_id,
-                    node_id: r.node_id,
-                    may_be_step: true,
-                    may_have_children: true,
-                    state: state.to_owned(),
-                    output: None,
-                }))
-            }
         }
 
         #[async_trait]
@@ -165,13 +141,6 @@ macro_rules! follow_ups_store {
                         .fetch_one(&mut **self.tx)
                         .await?,
                 ))
-            }
-
-            async fn insert_first_attempts(
-                &mut self,
-                attempts: &[FirstAttempt<'_>],
-            ) -> Result<(), Error> {
-                self.store.insert_first_attempts(self.tx, attempts).await
             }
 
             async fn record_child_runs(&mut self, links: &[ChildRunLink]) -> Result<(), Error> {

@@ -51,9 +51,11 @@ use super::log_records::{LogAppend, LogCaps, LogLine, NewLogLine, TRUNCATED_LINE
 use super::policy_records::{BackfillRecord, BackfillStep, CalendarRecord};
 use super::rules::attempt_end::{EndingTx, RetryAttempt, RunEnding};
 use super::rules::claim::{
-    ClaimJob, ClaimTx, ClaimedRun, FirstAttempt, JobAdvance, PartitionLease, StartedRun,
+    ClaimJob, ClaimTx, ClaimedRun, FirstAttempt, FirstAttemptTx, JobAdvance, StartedRun,
 };
+use super::rules::fence::{FenceTx, PartitionLease};
 use super::rules::follow_ups::{ChildRunLink, FollowUpJob, FollowUpRow, FollowUpTx, ParentJob};
+use super::rules::run_end::RunEndTx;
 use super::rules::workflow_start::{NewStep, RunHead, WorkflowStartTx};
 use super::rules::workflows::{StepEnd, WorkflowTx};
 use super::workflow_records::{StepRunRecord, WorkflowRunRecord, WorkflowStore};
@@ -62,7 +64,6 @@ use super::{
     LeaderFence, LeaderRecord, LogStore, NodeList, NodeRecord, NodeRegistration, PartitionChange,
     PartitionRecord, PolicyStore, PoolOptions, StandbyStore,
 };
-use crate::workflows::step_state;
 use logs::LOG_ROWS_PER_INSERT;
 use pg_pool::{PgDb, PgTx};
 

@@ -7,17 +7,14 @@
 
 use super::super::dialect::postgres_now;
 use super::*;
+use crate::store::TaskStore;
+use crate::store::rules::tasks::{DueTask, FiringTask, TaskTx};
 use crate::store::task_records::{Enqueued, TaskFilter, TaskRecord, TaskWrite, TasksFired};
-use crate::store::{TaskStore, task_state};
 
 /// Tasks per multi-row insert on MySQL and SQLite: 10 parameters each.
 const TASK_ROWS_PER_INSERT: usize = 2_000;
 /// Keys per `IN` list read back after an insert.
 const KEYS_PER_READ: usize = 1_000;
-/// Rounds of giving keys up and inserting again in one enqueue: a key changes hands between
-/// two reads only when another enqueue or the retention pass races this one.
-const KEY_ROUNDS: usize = 3;
-
 /// The batch from arrays: one statement whatever its size. A key held already skips the row.
 const POSTGRES_TASKS_INSERT: &str = concat!(
     "INSERT INTO tasks (task_id, partition_id, task_key, app_name, handler_name, args_json, \
@@ -44,34 +41,41 @@ const POSTGRES_TASK_RUNS: &str = concat!(
      ON CONFLICT (job_id, scheduled_at_ms) DO NOTHING RETURNING run_id, job_id"
 );
 
-/// A due task as the window read it: `(task_id, partition_id, priority, due_at_ms, args)`.
-type DueTask = (i64, i64, i64, i64, String);
-
-/// Whether a task still holds its key for itself: not cancelled, and not fired with its run
-/// ended (or purged).
-fn unfinished(task: &TaskRecord) -> bool {
-    match task.state.as_str() {
-        task_state::PENDING => true,
-        task_state::FIRED => task
-            .run_state
-            .as_deref()
-            .is_some_and(|s| run_state::UNFINISHED.contains(&s)),
-        _ => false,
-    }
-}
-
 /// Implements `TaskStore` for one backend's store.
 macro_rules! task_store {
     ($store:ident, $db:ty, $backend:expr) => {
         impl $store {
-            /// The tasks holding `keys`, read in `tx`.
-            async fn tasks_by_keys(
+            /// `tasks_enqueue` of a batch with keys, in one transaction (the rule:
+            /// `crate::store::rules::tasks::enqueue_keyed`).
+            async fn enqueue_keyed(
                 &self,
-                tx: &mut Tx<$db>,
-                keys: &[&str],
-            ) -> Result<Vec<TaskRecord>, Error> {
+                sorted: &[TaskWrite],
+                tasks: &[TaskWrite],
+            ) -> Result<Vec<Enqueued>, Error> {
+                let mut tx = self.begin_write().await?;
+                let outcomes = crate::store::rules::tasks::enqueue_keyed(
+                    &mut StoreTx {
+                        store: self,
+                        tx: &mut tx,
+                    },
+                    sorted,
+                    tasks,
+                )
+                .await?;
+                tx.commit().await?;
+                Ok(outcomes)
+            }
+        }
+
+        #[async_trait]
+        impl TaskTx for StoreTx<'_, $store, Tx<$db>> {
+            async fn insert_tasks(&mut self, tasks: &[TaskWrite]) -> Result<(), Error> {
+                self.store.insert_tasks(&mut **self.tx, tasks).await
+            }
+
+            async fn tasks_by_keys(&mut self, keys: &[&str]) -> Result<Vec<TaskRecord>, Error> {
                 let mut found = Vec::with_capacity(keys.len());
-                let select: &str = &self.q.task_by_key;
+                let select: &str = &self.store.q.task_by_key;
                 // The single-key text up to its condition, which becomes an `IN` list.
                 let head = select
                     .rsplit_once("t.task_key")
@@ -86,115 +90,51 @@ macro_rules! task_store {
                     read.push(")");
                     found.extend(
                         read.build_query_as::<TaskRecord>()
-                            .fetch_all(&mut **tx)
+                            .fetch_all(&mut **self.tx)
                             .await?,
                     );
                 }
                 Ok(found)
             }
 
-            /// Moves the tasks of `ids` still pending to `fired`; the ids it moved.
-            async fn mark_fired(
-                &self,
-                tx: &mut Tx<$db>,
-                ids: &[i64],
-            ) -> Result<Vec<i64>, Error> {
-                let Some(update) = with_partitions(&self.q.tasks_mark_fired, ids) else {
+            async fn release_key(&mut self, task_id: i64, key: &str) -> Result<(), Error> {
+                sqlx::query::<$db>(sql(&self.store.q.task_release_key))
+                    .bind(task_id)
+                    .bind(key)
+                    .execute(&mut **self.tx)
+                    .await?;
+                Ok(())
+            }
+
+            async fn mark_fired(&mut self, ids: &[i64]) -> Result<Vec<i64>, Error> {
+                let q = &self.store.q;
+                let Some(update) = with_partitions(&q.tasks_mark_fired, ids) else {
                     return Ok(Vec::new());
                 };
                 if $backend == Backend::Mysql {
-                    let Some(read) = with_partitions(&self.q.tasks_pending_among, ids) else {
+                    let Some(read) = with_partitions(&q.tasks_pending_among, ids) else {
                         return Ok(Vec::new());
                     };
                     let moved = sqlx::query_scalar::<$db, i64>(read)
-                        .fetch_all(&mut **tx)
+                        .fetch_all(&mut **self.tx)
                         .await?;
                     if !moved.is_empty() {
-                        sqlx::query::<$db>(update).execute(&mut **tx).await?;
+                        sqlx::query::<$db>(update).execute(&mut **self.tx).await?;
                     }
                     return Ok(moved);
                 }
                 let returning = AssertSqlSafe(format!("{} RETURNING task_id", update.0));
                 Ok(sqlx::query_scalar::<$db, i64>(returning)
-                    .fetch_all(&mut **tx)
+                    .fetch_all(&mut **self.tx)
                     .await?)
             }
-        }
 
-        impl $store {
-            /// `tasks_enqueue` of a batch with keys, in one transaction: insert (`sorted`, in key
-            /// order), read the keys' holders, let finished holders give their keys up and
-            /// insert again those tasks, and any whose key had no holder at the read (a holder
-            /// deleted meanwhile); per task of `tasks`, what became of it.
-            async fn enqueue_keyed(
-                &self,
-                sorted: &[TaskWrite],
-                tasks: &[TaskWrite],
-            ) -> Result<Vec<Enqueued>, Error> {
-                let mut tx = self.begin_write().await?;
-                self.insert_tasks(&mut *tx, sorted).await?;
-                let keys: Vec<&str> = sorted.iter().filter_map(|t| t.key.as_deref()).collect();
-                let mut holders: HashMap<String, TaskRecord> = self
-                    .tasks_by_keys(&mut tx, &keys)
-                    .await?
-                    .into_iter()
-                    .filter_map(|t| t.task_key.clone().map(|k| (k, t)))
-                    .collect();
-                for _ in 0..KEY_ROUNDS {
-                    let mut again = Vec::new();
-                    for task in sorted {
-                        let Some(key) = &task.key else { continue };
-                        match holders.get(key) {
-                            // Held by a finished task: it gives the key up, this one takes it.
-                            Some(holder)
-                                if holder.task_id != task.task_id && !unfinished(holder) =>
-                            {
-                                sqlx::query::<$db>(sql(&self.q.task_release_key))
-                                    .bind(holder.task_id)
-                                    .bind(key)
-                                    .execute(&mut *tx)
-                                    .await?;
-                                again.push(task.clone());
-                            }
-                            Some(_) => {}
-                            None => again.push(task.clone()),
-                        }
-                    }
-                    if again.is_empty() {
-                        break;
-                    }
-                    self.insert_tasks(&mut *tx, &again).await?;
-                    let keys: Vec<&str> =
-                        again.iter().filter_map(|t| t.key.as_deref()).collect();
-                    for holder in self.tasks_by_keys(&mut tx, &keys).await? {
-                        if let Some(key) = holder.task_key.clone() {
-                            holders.insert(key, holder);
-                        }
-                    }
-                }
-                let mut outcomes = Vec::with_capacity(tasks.len());
-                for task in tasks {
-                    outcomes.push(match &task.key {
-                        None => Enqueued::Created(task.task_id),
-                        Some(key) => match holders.get(key) {
-                            Some(holder) if holder.task_id == task.task_id => {
-                                Enqueued::Created(task.task_id)
-                            }
-                            Some(holder) if unfinished(holder) => {
-                                Enqueued::Existing(holder.task_id)
-                            }
-                            // Still unsettled after every round: refuse rather than answer
-                            // for a task that may not be stored.
-                            _ => {
-                                return Err(Error::Conflict {
-                                    what: format!("task key {key:?} (it changed hands while enqueued; enqueue again)"),
-                                });
-                            }
-                        },
-                    });
-                }
-                tx.commit().await?;
-                Ok(outcomes)
+            async fn insert_task_runs(
+                &mut self,
+                node_id: &str,
+                firing: &[FiringTask<'_>],
+            ) -> Result<HashMap<i64, i64>, Error> {
+                self.store.insert_task_runs(self.tx, node_id, firing).await
             }
         }
 
@@ -327,73 +267,39 @@ macro_rules! task_store {
                 let Some(window) = with_partitions(&self.q.tasks_due, &ids) else {
                     return Ok(TasksFired::default());
                 };
-                let due: Vec<DueTask> = sqlx::query_as::<$db, DueTask>(window)
+                let due: Vec<DueTask> = sqlx::query_as::<$db, (i64, i64, i64, i64, String)>(window)
                     .bind(due_by_ms)
                     .bind(limit)
                     .fetch_all(&self.pool)
-                    .await?;
+                    .await?
+                    .into_iter()
+                    .map(
+                        |(task_id, partition_id, priority, due_at_ms, args_json)| DueTask {
+                            task_id,
+                            partition_id,
+                            priority,
+                            due_at_ms,
+                            args_json,
+                        },
+                    )
+                    .collect();
                 if due.is_empty() {
                     return Ok(TasksFired::default());
                 }
-                let mut touched: Vec<i64> = due.iter().map(|t| t.1).collect();
-                touched.sort_unstable();
-                touched.dedup();
-                let Some(lock) = with_partitions(&self.q.partitions_lock_many, &touched) else {
-                    return Ok(TasksFired::default());
-                };
-                let expected: HashMap<i64, i64> = partitions.iter().copied().collect();
                 retry_transient(|| async {
                     let mut tx = self.begin_write().await?;
-                    // The fence: a partition handed off since (its epoch moved) keeps its
-                    // tasks pending for the next owner; a hand-off waits for this transaction.
-                    let owned: std::collections::HashSet<i64> =
-                        sqlx::query_as::<$db, (i64, Option<String>, i64)>(AssertSqlSafe(
-                            lock.0.clone(),
-                        ))
-                        .fetch_all(&mut *tx)
-                        .await?
-                        .into_iter()
-                        .filter(|(p, owner, epoch)| {
-                            owner.as_deref() == Some(node_id) && expected.get(p) == Some(epoch)
-                        })
-                        .map(|(p, _, _)| p)
-                        .collect();
-                    let fenced: Vec<&DueTask> =
-                        due.iter().filter(|t| owned.contains(&t.1)).collect();
-                    let ids: Vec<i64> = fenced.iter().map(|t| t.0).collect();
-                    // Only the tasks this statement moved fire: a task cancelled since the
-                    // window was read stays cancelled.
-                    let moved: std::collections::HashSet<i64> =
-                        self.mark_fired(&mut tx, &ids).await?.into_iter().collect();
-                    let firing: Vec<(&DueTask, i64)> = fenced
-                        .iter()
-                        .filter(|t| moved.contains(&t.0))
-                        .map(|t| (*t, expected.get(&t.1).copied().unwrap_or_default()))
-                        .collect();
-                    let runs = self.insert_task_runs(&mut tx, node_id, &firing).await?;
-                    let firsts: Vec<FirstAttempt<'_>> = firing
-                        .iter()
-                        .filter_map(|(task, _)| {
-                            runs.get(&-task.0).map(|run_id| FirstAttempt {
-                                run_id: *run_id,
-                                job_id: -task.0,
-                                partition_id: task.1,
-                                priority: task.2,
-                                shard_index: 0,
-                                shard_total: 1,
-                                args_json: &task.4,
-                                not_before_ms: task.3,
-                                executor_id: None,
-                            })
-                        })
-                        .collect();
-                    self.insert_first_attempts(&mut tx, &firsts).await?;
+                    let fired = crate::store::rules::tasks::fire(
+                        &mut StoreTx {
+                            store: self,
+                            tx: &mut tx,
+                        },
+                        node_id,
+                        partitions,
+                        &due,
+                    )
+                    .await?;
                     tx.commit().await?;
-                    Ok(TasksFired {
-                        read: due.len(),
-                        fired: firsts.len(),
-                        fenced: due.len() - fenced.len(),
-                    })
+                    Ok(fired)
                 })
                 .await
             }
@@ -440,16 +346,16 @@ impl PostgresStore {
         &self,
         tx: &mut PgTx,
         node_id: &str,
-        due: &[(&DueTask, i64)],
+        firing: &[FiringTask<'_>],
     ) -> Result<HashMap<i64, i64>, Error> {
-        let ints = |pick: fn(&(&DueTask, i64)) -> i64| due.iter().map(pick).collect::<Vec<_>>();
+        let ints = |pick: fn(&FiringTask<'_>) -> i64| firing.iter().map(pick).collect::<Vec<_>>();
         let rows = sqlx::query_as::<Postgres, (i64, i64)>(POSTGRES_TASK_RUNS)
             .bind(node_id)
-            .bind(ints(|(t, _)| -t.0))
-            .bind(ints(|(t, _)| t.3))
-            .bind(ints(|(t, _)| t.1))
-            .bind(ints(|(_, epoch)| *epoch))
-            .bind(ints(|(t, _)| t.2))
+            .bind(ints(|f| f.task.run_job_id()))
+            .bind(ints(|f| f.task.due_at_ms))
+            .bind(ints(|f| f.task.partition_id))
+            .bind(ints(|f| f.epoch))
+            .bind(ints(|f| f.task.priority))
             .fetch_all(&mut **tx)
             .await?;
         Ok(rows.into_iter().map(|(run, job)| (job, run)).collect())
@@ -508,31 +414,31 @@ macro_rules! values_task_writes {
                 &self,
                 tx: &mut Tx<$db>,
                 node_id: &str,
-                due: &[(&DueTask, i64)],
+                firing: &[FiringTask<'_>],
             ) -> Result<HashMap<i64, i64>, Error> {
                 let now: &str = &self.q.now_expr;
-                for chunk in due.chunks(RUN_ROWS_PER_INSERT) {
+                for chunk in firing.chunks(RUN_ROWS_PER_INSERT) {
                     let mut insert = sqlx::QueryBuilder::<$db>::new(
                         "INSERT INTO runs (job_id, scheduled_at_ms, partition_id, epoch, \
                         node_id, trigger_kind, state, priority, created_at_ms, started_at_ms) ",
                     );
-                    insert.push_values(chunk, |mut row, (task, epoch)| {
-                        row.push_bind(-task.0)
-                            .push_bind(task.3)
-                            .push_bind(task.1)
-                            .push_bind(*epoch)
+                    insert.push_values(chunk, |mut row, f| {
+                        row.push_bind(f.task.run_job_id())
+                            .push_bind(f.task.due_at_ms)
+                            .push_bind(f.task.partition_id)
+                            .push_bind(f.epoch)
                             .push_bind(node_id.to_owned())
                             .push("'task'")
                             .push("'running'")
-                            .push_bind(task.2)
+                            .push_bind(f.task.priority)
                             .push(now)
                             .push(now);
                     });
                     insert.push(" ").push(&*self.q.run_insert_ignore_duplicate);
                     insert.build().execute(&mut **tx).await?;
                 }
-                let job_ids: Vec<i64> = due.iter().map(|(t, _)| -t.0).collect();
-                let mut runs = HashMap::with_capacity(due.len());
+                let job_ids: Vec<i64> = firing.iter().map(|f| f.task.run_job_id()).collect();
+                let mut runs = HashMap::with_capacity(firing.len());
                 for chunk in job_ids.chunks(KEYS_PER_READ) {
                     let Some(read) = with_partitions(&self.q.task_runs_of, chunk) else {
                         continue;

@@ -220,6 +220,7 @@ macro_rules! workflow_store {
                     .await?
                     .map(|run| RunHead {
                         job_id: run.job_id,
+                        node_id: run.node_id,
                         state: run.state,
                     }))
             }
@@ -366,84 +367,40 @@ macro_rules! workflow_store {
             ) -> Result<Option<Vec<AttemptRecord>>, Error> {
                 retry_transient(|| async {
                     let mut tx = self.begin_write().await?;
-                    sqlx::query_scalar::<$db, String>(sql(&self.q.run_lock))
-                        .bind(run_id)
-                        .fetch_optional(&mut *tx)
-                        .await?;
-                    // Every run this cancel ends that held its job's turn passes it on.
-                    let mut turns = Vec::new();
-                    turns.extend(self.run_turn_in(&mut tx, run_id).await?);
-                    let message = "the workflow run was cancelled";
-                    let ended = sqlx::query::<$db>(sql(&self.q.run_end))
-                        .bind(run_state::CANCELLED)
-                        .bind(Some(message))
-                        .bind(run_id)
-                        .execute(&mut *tx)
-                        .await?
-                        .rows_affected();
-                    if ended == 0 {
+                    let cancelled = super::rules::run_end::cancel_workflow_run(
+                        &mut StoreTx {
+                            store: self,
+                            tx: &mut tx,
+                        },
+                        run_id,
+                    )
+                    .await?;
+                    let Some((running, followed)) = cancelled else {
                         tx.rollback().await?;
                         return Ok(None);
-                    }
-                    let steps: Vec<StepRunRecord> =
-                        sqlx::query_as::<$db, StepRunRecord>(sql(&self
-                            .q
-                            .step_runs_of_workflow_run))
-                        .bind(run_id)
-                        .fetch_all(&mut *tx)
-                        .await?;
-                    let mut running = Vec::new();
-                    for step in &steps {
-                        let statement = match (step.state.as_str(), step.run_id) {
-                            (step_state::WAITING, _) => &self.q.step_run_unstarted,
-                            (step_state::RUNNING, Some(step_run)) => {
-                                let turn = self.run_turn_in(&mut tx, step_run).await?;
-                                let cancelled = sqlx::query::<$db>(sql(&self.q.run_end))
-                                    .bind(run_state::CANCELLED)
-                                    .bind(Some(message))
-                                    .bind(step_run)
-                                    .execute(&mut *tx)
-                                    .await?
-                                    .rows_affected();
-                                if cancelled == 1 {
-                                    turns.extend(turn);
-                                    running.extend(
-                                        sqlx::query_as::<$db, AttemptRecord>(sql(&self
-                                            .q
-                                            .attempts_of_run))
-                                        .bind(step_run)
-                                        .fetch_all(&mut *tx)
-                                        .await?
-                                        .into_iter()
-                                        .filter(|a| a.state == attempt_state::RUNNING),
-                                    );
-                                    sqlx::query::<$db>(sql(&self.q.attempts_cancel_of_run))
-                                        .bind(message)
-                                        .bind(step_run)
-                                        .execute(&mut *tx)
-                                        .await?;
-                                }
-                                &self.q.step_run_end
-                            }
-                            _ => continue,
-                        };
-                        sqlx::query::<$db>(sql(statement))
-                            .bind(step_state::CANCELLED)
-                            .bind(None::<String>)
-                            .bind(run_id)
-                            .bind(&step.step_name)
-                            .execute(&mut *tx)
-                            .await?;
-                    }
-                    for (job_id, held) in turns {
-                        if held {
-                            self.release_queued_in(&mut tx, job_id).await?;
-                        }
-                    }
+                    };
                     tx.commit().await?;
+                    self.events
+                        .note(followed.created, &followed.workflows_ended);
                     Ok(Some(running))
                 })
                 .await
+            }
+        }
+
+        #[async_trait]
+        impl RunEndTx for StoreTx<'_, $store, Tx<$db>> {
+            async fn cancel_attempts_of_run(
+                &mut self,
+                run_id: i64,
+                why: &str,
+            ) -> Result<(), Error> {
+                sqlx::query::<$db>(sql(&self.store.q.attempts_cancel_of_run))
+                    .bind(why)
+                    .bind(run_id)
+                    .execute(&mut **self.tx)
+                    .await?;
+                Ok(())
             }
         }
     };

@@ -2,6 +2,7 @@
 //! database. It keeps what the SQL drivers' constraints keep: one run per (job, instant), and
 //! guarded updates that change only rows in the states they name. A test is one transaction.
 
+pub(super) mod tasks;
 pub(super) mod workflows;
 
 use std::collections::BTreeMap;
@@ -13,11 +14,13 @@ use crate::store::error::Error;
 use crate::store::job_records::{RunClaim, job_state, run_state};
 use crate::store::rules::attempt_end::{EndingTx, RetryAttempt, RunEnding};
 use crate::store::rules::claim::{
-    ClaimJob, ClaimTx, ClaimedRun, FirstAttempt, JobAdvance, PartitionLease, StartedRun,
+    ClaimJob, ClaimTx, ClaimedRun, FirstAttempt, FirstAttemptTx, JobAdvance, StartedRun,
 };
+use crate::store::rules::fence::{FenceTx, PartitionLease};
 use crate::store::rules::follow_ups::{
     ChildRunLink, FollowUpJob, FollowUpRow, FollowUpTx, ParentJob,
 };
+use crate::store::task_records::TaskRecord;
 use crate::store::workflow_records::{StepRunRecord, WorkflowRunRecord};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -98,6 +101,7 @@ pub(crate) struct MemoryDb {
     pub(crate) workflow_definitions: BTreeMap<i64, String>,
     pub(crate) workflow_runs: Vec<WorkflowRunRecord>,
     pub(crate) step_runs: Vec<StepRunRecord>,
+    pub(crate) tasks: Vec<TaskRecord>,
     /// The database's clock.
     pub(crate) now_ms: i64,
 }
@@ -166,11 +170,7 @@ impl MemoryDb {
 }
 
 #[async_trait]
-impl ClaimTx for MemoryDb {
-    fn starts_in_claim(&self) -> bool {
-        self.starts_in_claim
-    }
-
+impl FenceTx for MemoryDb {
     async fn lock_partitions(
         &mut self,
         partition_ids: &[i64],
@@ -187,6 +187,31 @@ impl ClaimTx for MemoryDb {
                     })
             })
             .collect())
+    }
+}
+
+#[async_trait]
+impl FirstAttemptTx for MemoryDb {
+    async fn insert_first_attempts(&mut self, attempts: &[FirstAttempt<'_>]) -> Result<(), Error> {
+        for a in attempts {
+            let id = self.next_attempt_id();
+            self.attempts.push(AttemptRecord {
+                partition_id: a.partition_id,
+                priority: a.priority,
+                args_json: a.args_json.to_owned(),
+                not_before_ms: a.not_before_ms,
+                executor_id: a.executor_id.map(str::to_owned),
+                ..attempt_row(id, a.run_id, a.job_id, (a.shard_index, a.shard_total), 1)
+            });
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl ClaimTx for MemoryDb {
+    fn starts_in_claim(&self) -> bool {
+        self.starts_in_claim
     }
 
     async fn lock_jobs(
@@ -246,21 +271,6 @@ impl ClaimTx for MemoryDb {
             }
         }
         Ok(started)
-    }
-
-    async fn insert_first_attempts(&mut self, attempts: &[FirstAttempt<'_>]) -> Result<(), Error> {
-        for a in attempts {
-            let id = self.next_attempt_id();
-            self.attempts.push(AttemptRecord {
-                partition_id: a.partition_id,
-                priority: a.priority,
-                args_json: a.args_json.to_owned(),
-                not_before_ms: a.not_before_ms,
-                executor_id: a.executor_id.map(str::to_owned),
-                ..attempt_row(id, a.run_id, a.job_id, (a.shard_index, a.shard_total), 1)
-            });
-        }
-        Ok(())
     }
 
     async fn advance_job_if_current(&mut self, claim: &RunClaim) -> Result<bool, Error> {
@@ -486,10 +496,6 @@ impl FollowUpTx for MemoryDb {
             finished: false,
             input: Some(run.input.to_owned()),
         }))
-    }
-
-    async fn insert_first_attempts(&mut self, attempts: &[FirstAttempt<'_>]) -> Result<(), Error> {
-        ClaimTx::insert_first_attempts(self, attempts).await
     }
 
     async fn record_child_runs(&mut self, links: &[ChildRunLink]) -> Result<(), Error> {

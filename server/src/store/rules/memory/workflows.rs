@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use super::MemoryDb;
 use crate::store::error::Error;
 use crate::store::job_records::run_state;
+use crate::store::rules::run_end::RunEndTx;
 use crate::store::rules::workflow_start::{NewStep, RunHead, WorkflowStartTx};
 use crate::store::rules::workflows::{StepEnd, WorkflowTx};
 use crate::store::workflow_records::{StepRunRecord, WorkflowRunRecord};
@@ -138,6 +139,7 @@ impl WorkflowStartTx for MemoryDb {
             .find(|r| r.run_id == run_id)
             .map(|r| RunHead {
                 job_id: r.job_id,
+                node_id: r.node_id.clone(),
                 state: r.state.clone(),
             }))
     }
@@ -189,6 +191,19 @@ impl WorkflowStartTx for MemoryDb {
                 output_json: step.output_json.map(str::to_owned),
                 updated_at_ms: self.now_ms,
             });
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl RunEndTx for MemoryDb {
+    async fn cancel_attempts_of_run(&mut self, run_id: i64, why: &str) -> Result<(), Error> {
+        for attempt in &mut self.attempts {
+            if attempt.run_id == run_id && matches!(attempt.state.as_str(), "pending" | "running") {
+                attempt.state = "cancelled".to_owned();
+                attempt.error = Some(why.to_owned());
+            }
         }
         Ok(())
     }

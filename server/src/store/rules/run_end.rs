@@ -1,0 +1,349 @@
+//! A run ended other than by its attempts' ends: by the dispatcher (no executor, its job gone),
+//! cancelled through the API with its attempts, or a workflow run cancelled with its steps.
+//! Every way passes the job's turn on when the run held it (overlap `queue`), and runs what
+//! follows the end in the transaction that ends it, as an attempt's end does.
+
+use async_trait::async_trait;
+
+use super::super::child_records::{EndedRun, FollowedUp};
+use super::super::dispatch_records::{AttemptRecord, attempt_state};
+use super::super::error::Error;
+use super::super::job_records::run_state;
+use super::workflow_start::{RunHead, WorkflowStartTx};
+use super::workflows::{StepEnd, follow_ups};
+use crate::workflows::step_state;
+
+/// What ending a run needs of a write transaction, besides what its follow-ups need.
+#[async_trait]
+pub(crate) trait RunEndTx: WorkflowStartTx {
+    /// Cancels the run's pending and running attempts, with `why` as their error.
+    async fn cancel_attempts_of_run(&mut self, run_id: i64, why: &str) -> Result<(), Error>;
+}
+
+/// Ends run `run_id` as `state` if it is unfinished, and runs what follows (a run that found no
+/// executor triggers its job's `on_failure` children); `None` when it had ended already.
+pub(crate) async fn end_run<T: RunEndTx + ?Sized>(
+    tx: &mut T,
+    run_id: i64,
+    state: &str,
+    message: Option<&str>,
+) -> Result<Option<FollowedUp>, Error> {
+    let Some(run) = tx.run_head(run_id).await? else {
+        return Ok(None);
+    };
+    if !end_passing_turn(tx, run_id, &run, state, message).await? {
+        return Ok(None);
+    }
+    Ok(Some(follow_ups(tx, &[ended(run_id, &run, state)]).await?))
+}
+
+/// Ends run `run_id` as `state` with `message` if it is unfinished, cancels its live attempts,
+/// and runs what follows; the attempts that were running (their executors should be told), or
+/// `None` when it had ended already.
+pub(crate) async fn end_run_with_attempts<T: RunEndTx + ?Sized>(
+    tx: &mut T,
+    run_id: i64,
+    state: &str,
+    message: &str,
+) -> Result<Option<(Vec<AttemptRecord>, FollowedUp)>, Error> {
+    let Some(run) = tx.run_head(run_id).await? else {
+        return Ok(None);
+    };
+    if !end_passing_turn(tx, run_id, &run, state, Some(message)).await? {
+        return Ok(None);
+    }
+    let running = running_attempts(tx, run_id).await?;
+    tx.cancel_attempts_of_run(run_id, message).await?;
+    let followed = follow_ups(tx, &[ended(run_id, &run, state)]).await?;
+    Ok(Some((running, followed)))
+}
+
+/// Cancels the unfinished workflow run `run_id`: its waiting steps, and its running steps with
+/// their runs and attempts; then what follows (the step it is of another workflow run).
+/// The attempts that were running, or `None` when it was not unfinished.
+pub(crate) async fn cancel_workflow_run<T: RunEndTx + ?Sized>(
+    tx: &mut T,
+    run_id: i64,
+) -> Result<Option<(Vec<AttemptRecord>, FollowedUp)>, Error> {
+    const WHY: &str = "the workflow run was cancelled";
+    if tx.lock_run(run_id).await?.is_none() {
+        return Ok(None);
+    }
+    let Some(run) = tx.run_head(run_id).await? else {
+        return Ok(None);
+    };
+    if !end_passing_turn(tx, run_id, &run, run_state::CANCELLED, Some(WHY)).await? {
+        return Ok(None);
+    }
+    let mut running = Vec::new();
+    for step in tx.steps_of(run_id).await? {
+        match (step.state.as_str(), step.run_id) {
+            (step_state::WAITING, _) => {
+                tx.close_waiting_step(run_id, &step.step_name, step_state::CANCELLED, None)
+                    .await?;
+            }
+            (step_state::RUNNING, Some(step_run)) => {
+                if let Some(head) = tx.run_head(step_run).await?
+                    && end_passing_turn(tx, step_run, &head, run_state::CANCELLED, Some(WHY))
+                        .await?
+                {
+                    running.extend(running_attempts(tx, step_run).await?);
+                    tx.cancel_attempts_of_run(step_run, WHY).await?;
+                }
+                let end = StepEnd {
+                    step_name: &step.step_name,
+                    state: step_state::CANCELLED,
+                    output: None,
+                };
+                tx.end_steps(run_id, std::slice::from_ref(&end)).await?;
+            }
+            _ => {}
+        }
+    }
+    let followed = follow_ups(tx, &[ended(run_id, &run, run_state::CANCELLED)]).await?;
+    Ok(Some((running, followed)))
+}
+
+/// Ends the run `run` (`run_id`) if it is unfinished and, when it held its job's turn, passes
+/// the turn on; whether it ended it.
+async fn end_passing_turn<T: RunEndTx + ?Sized>(
+    tx: &mut T,
+    run_id: i64,
+    run: &RunHead,
+    state: &str,
+    message: Option<&str>,
+) -> Result<bool, Error> {
+    if !tx.end_run(run_id, state, message).await? {
+        return Ok(false);
+    }
+    if run.holds_turn() {
+        tx.release_next_queued(run.job_id).await?;
+    }
+    Ok(true)
+}
+
+async fn running_attempts<T: RunEndTx + ?Sized>(
+    tx: &mut T,
+    run_id: i64,
+) -> Result<Vec<AttemptRecord>, Error> {
+    Ok(tx
+        .attempts_of_run(run_id)
+        .await?
+        .into_iter()
+        .filter(|a| a.state == attempt_state::RUNNING)
+        .collect())
+}
+
+/// The run as it ended, for its follow-ups (a cancelled run triggers no children, but a
+/// cancelled step moves its workflow run on).
+fn ended(run_id: i64, run: &RunHead, state: &str) -> EndedRun {
+    EndedRun {
+        run_id,
+        job_id: run.job_id,
+        node_id: run.node_id.clone(),
+        may_be_step: true,
+        may_have_children: true,
+        state: state.to_owned(),
+        output: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::memory::workflows::{
+        add_pending_run, add_step_jobs, add_workflow, run_record,
+    };
+    use super::super::memory::{MemoryDb, MemoryJob, attempt_row};
+    use super::super::workflow_start::start_workflow_run;
+    use super::*;
+
+    const JOB: i64 = 5;
+
+    /// Job 5 names job 10 among its `on_failure` children; step jobs 10, 11, 12.
+    fn db() -> MemoryDb {
+        let mut db = MemoryDb {
+            now_ms: 30_000,
+            ..MemoryDb::default()
+        };
+        add_step_jobs(&mut db);
+        db.jobs.insert(
+            JOB,
+            MemoryJob {
+                name: "export".to_owned(),
+                policy_json: r#"{"children":{"on_failure":[10]}}"#.to_owned(),
+                ..MemoryJob::default()
+            },
+        );
+        db
+    }
+
+    fn state(db: &MemoryDb, run_id: i64) -> &str {
+        &db.runs.iter().find(|r| r.run_id == run_id).unwrap().state
+    }
+
+    fn set_state(db: &mut MemoryDb, run_id: i64, to: &str) {
+        db.runs
+            .iter_mut()
+            .find(|r| r.run_id == run_id)
+            .unwrap()
+            .state = to.to_owned();
+    }
+
+    /// A live attempt of `run_id` in `state`.
+    fn add_attempt(db: &mut MemoryDb, run_id: i64, state: &str) -> i64 {
+        let id = db.attempts.len() as i64 + 1;
+        let job_id = db.runs.iter().find(|r| r.run_id == run_id).unwrap().job_id;
+        let mut attempt = attempt_row(id, run_id, job_id, (0, 1), 1);
+        attempt.state = state.to_owned();
+        db.attempts.push(attempt);
+        id
+    }
+
+    #[tokio::test]
+    async fn a_run_that_found_no_executor_passes_its_turn_and_triggers_its_failure_children() {
+        let mut db = db();
+        let run = add_pending_run(&mut db, JOB, 1_000, None).run_id;
+        let queued = add_pending_run(&mut db, JOB, 2_000, None).run_id;
+        set_state(&mut db, queued, "queued");
+        let followed = end_run(&mut db, run, "no_executor", Some("no executor"))
+            .await
+            .unwrap()
+            .expect("it was unfinished");
+        assert_eq!(followed.created, 1, "its on_failure child");
+        assert_eq!(state(&db, run), "no_executor");
+        assert_eq!(state(&db, queued), "pending");
+        assert_eq!(db.child_runs.len(), 1);
+        assert!(
+            end_run(&mut db, run, "failed", None)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(
+            state(&db, run),
+            "no_executor",
+            "an ended run stays as it ended"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_queued_run_that_ends_passes_no_turn() {
+        let mut db = db();
+        let first = add_pending_run(&mut db, JOB, 1_000, None).run_id;
+        let second = add_pending_run(&mut db, JOB, 2_000, None).run_id;
+        let third = add_pending_run(&mut db, JOB, 3_000, None).run_id;
+        set_state(&mut db, second, "queued");
+        set_state(&mut db, third, "queued");
+        end_run_with_attempts(&mut db, second, "cancelled", "cancelled by alice")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (state(&db, first), state(&db, third)),
+            ("pending", "queued")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_cancel_ends_the_runs_attempts_and_returns_the_running_ones() {
+        let mut db = db();
+        let run = add_pending_run(&mut db, JOB, 1_000, None).run_id;
+        let running = add_attempt(&mut db, run, "running");
+        let pending = add_attempt(&mut db, run, "pending");
+        let (told, followed) =
+            end_run_with_attempts(&mut db, run, "cancelled", "cancelled by alice")
+                .await
+                .unwrap()
+                .unwrap();
+        assert_eq!(
+            told.iter().map(|a| a.attempt_id).collect::<Vec<_>>(),
+            [running]
+        );
+        assert_eq!(followed.created, 0, "a cancelled run triggers no children");
+        for id in [running, pending] {
+            let attempt = db.attempts.iter().find(|a| a.attempt_id == id).unwrap();
+            assert_eq!(
+                (attempt.state.as_str(), attempt.error.as_deref()),
+                ("cancelled", Some("cancelled by alice"))
+            );
+        }
+        assert!(
+            end_run_with_attempts(&mut db, run, "cancelled", "again")
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_workflow_runs_cancel_ends_its_steps_and_their_runs_and_passes_every_turn() {
+        let mut db = db();
+        add_workflow(
+            &mut db,
+            1,
+            r#"{"steps":[{"name":"a","job_id":10},{"name":"b","job_id":11,"needs":[{"step":"a"}]}]}"#,
+        );
+        let workflow_run = add_pending_run(&mut db, 1, 1_000, None);
+        start_workflow_run(&mut db, &workflow_run, "{}")
+            .await
+            .unwrap()
+            .unwrap();
+        let workflow_run = workflow_run.run_id;
+        let a_run = db.steps(workflow_run)[0].run_id.unwrap();
+        db.attempts[0].state = "running".to_owned();
+        // Runs queued behind the workflow run and behind its running step's run.
+        let after_workflow = add_pending_run(&mut db, 1, 2_000, None).run_id;
+        let after_step = add_pending_run(&mut db, 10, 2_000, None).run_id;
+        set_state(&mut db, after_workflow, "queued");
+        set_state(&mut db, after_step, "queued");
+        let (told, _) = cancel_workflow_run(&mut db, workflow_run)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(told.len(), 1, "the step's running attempt");
+        let steps: Vec<(&str, &str)> = db
+            .steps(workflow_run)
+            .into_iter()
+            .map(|s| (s.step_name.as_str(), s.state.as_str()))
+            .collect();
+        assert_eq!(steps, [("a", "cancelled"), ("b", "cancelled")]);
+        assert_eq!(
+            (state(&db, workflow_run), state(&db, a_run)),
+            ("cancelled", "cancelled")
+        );
+        assert_eq!(db.attempts[0].state, "cancelled");
+        assert_eq!(
+            (state(&db, after_workflow), state(&db, after_step)),
+            ("pending", "pending")
+        );
+        assert!(
+            cancel_workflow_run(&mut db, workflow_run)
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_inner_workflow_run_fails_the_outer_run_it_is_a_step_of() {
+        let mut db = db();
+        add_workflow(&mut db, 1, r#"{"steps":[{"name":"a","job_id":10}]}"#);
+        add_workflow(&mut db, 2, r#"{"steps":[{"name":"inner","job_id":1}]}"#);
+        let outer = add_pending_run(&mut db, 2, 1_000, None);
+        start_workflow_run(&mut db, &outer, "{}")
+            .await
+            .unwrap()
+            .unwrap();
+        let inner = db.steps(outer.run_id)[0].run_id.unwrap();
+        let inner_run = run_record(&db, inner);
+        start_workflow_run(&mut db, &inner_run, "{}")
+            .await
+            .unwrap()
+            .unwrap();
+        let (_, followed) = cancel_workflow_run(&mut db, inner).await.unwrap().unwrap();
+        let ended: Vec<i64> = followed.workflows_ended.iter().map(|r| r.run_id).collect();
+        assert_eq!(ended, [outer.run_id]);
+        assert_eq!(state(&db, outer.run_id), "failed");
+        assert_eq!(db.steps(outer.run_id)[0].state, "cancelled");
+    }
+}
