@@ -220,7 +220,7 @@ mod tests {
             priority: 5,
             message: None,
             started: true,
-            finished: false,
+            finished_at_ms: None,
             input: None,
         }
     }

@@ -484,7 +484,7 @@ mod tests {
             priority: 5,
             message: None,
             started: true,
-            finished: false,
+            finished_at_ms: None,
             input: None,
         });
         let claim = RunClaim {
@@ -521,7 +521,7 @@ mod tests {
             assert_eq!(
                 (
                     skipped.state.as_str(),
-                    skipped.finished,
+                    skipped.finished_at_ms.is_some(),
                     skipped.message.as_deref()
                 ),
                 ("skipped", true, Some("in calendar holidays")),

@@ -7,6 +7,7 @@ pub(super) mod attempt_end;
 pub(super) mod claim;
 pub(super) mod fence;
 pub(super) mod follow_ups;
+pub(super) mod history;
 #[cfg(test)]
 mod memory;
 pub(super) mod run_end;

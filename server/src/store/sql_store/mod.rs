@@ -55,6 +55,7 @@ use super::rules::claim::{
 };
 use super::rules::fence::{FenceTx, PartitionLease};
 use super::rules::follow_ups::{ChildRunLink, FollowUpJob, FollowUpRow, FollowUpTx, ParentJob};
+use super::rules::history::{PurgeCandidate, PurgeDriver};
 use super::rules::run_end::RunEndTx;
 use super::rules::workflow_start::{NewStep, RunHead, WorkflowStartTx};
 use super::rules::workflows::{StepEnd, WorkflowTx};
@@ -160,6 +161,11 @@ const RUN_ROWS_PER_INSERT: usize = 500;
 struct StoreTx<'a, S, T> {
     store: &'a S,
     tx: &'a mut T,
+}
+
+/// A store as a rule that opens its own transactions sees it (`super::rules::history`).
+struct StorePool<'a, S> {
+    store: &'a S,
 }
 
 /// A guarded update whose caller learns which rows it moved (see `guarded_update` in

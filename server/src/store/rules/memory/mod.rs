@@ -2,6 +2,7 @@
 //! database. It keeps what the SQL drivers' constraints keep: one run per (job, instant), and
 //! guarded updates that change only rows in the states they name. A test is one transaction.
 
+mod history;
 pub(super) mod tasks;
 pub(super) mod workflows;
 
@@ -35,6 +36,8 @@ pub(crate) struct MemoryJob {
     pub(crate) args_json: String,
     /// It is a workflow (`job_kind::WORKFLOW`).
     pub(crate) workflow: bool,
+    /// It keeps its history for a time of its own (`history_keep_ms`).
+    pub(crate) history_keep_ms: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,7 +53,8 @@ pub(crate) struct MemoryRun {
     pub(crate) priority: i64,
     pub(crate) message: Option<String>,
     pub(crate) started: bool,
-    pub(crate) finished: bool,
+    /// When it ended (the database's clock).
+    pub(crate) finished_at_ms: Option<i64>,
     pub(crate) input: Option<String>,
 }
 
@@ -151,7 +155,7 @@ impl MemoryDb {
             priority: claim.priority,
             message: message.map(str::to_owned),
             started,
-            finished: !run_state::UNFINISHED.contains(&state),
+            finished_at_ms: (!run_state::UNFINISHED.contains(&state)).then_some(self.now_ms),
             input: None,
         })
     }
@@ -307,10 +311,11 @@ impl ClaimTx for MemoryDb {
         partition_id: i64,
         why: &str,
     ) -> Result<(), Error> {
+        let now = self.now_ms;
         for run in &mut self.runs {
             if run.job_id == job_id && run_state::UNFINISHED.contains(&run.state.as_str()) {
                 run.state = run_state::CANCELLED.to_owned();
-                run.finished = true;
+                run.finished_at_ms = Some(now);
                 run.message = Some(why.to_owned());
             }
         }
@@ -419,6 +424,7 @@ impl EndingTx for MemoryDb {
         state: &str,
         message: Option<&str>,
     ) -> Result<bool, Error> {
+        let now = self.now_ms;
         let Some(run) = self
             .runs
             .iter_mut()
@@ -428,7 +434,7 @@ impl EndingTx for MemoryDb {
         };
         run.state = state.to_owned();
         run.message = message.map(str::to_owned);
-        run.finished = true;
+        run.finished_at_ms = Some(now);
         Ok(true)
     }
 
@@ -493,7 +499,7 @@ impl FollowUpTx for MemoryDb {
             priority: row.priority,
             message: None,
             started: row.state == run_state::RUNNING,
-            finished: false,
+            finished_at_ms: None,
             input: Some(run.input.to_owned()),
         }))
     }

@@ -109,7 +109,7 @@ impl TaskTx for MemoryDb {
                 priority: task.priority,
                 message: None,
                 started: true,
-                finished: false,
+                finished_at_ms: None,
                 input: None,
             });
             if let Some(run_id) = inserted {

@@ -264,7 +264,7 @@ pub(crate) fn add_pending_run(
             priority: 5,
             message: None,
             started: false,
-            finished: false,
+            finished_at_ms: None,
             input: input.map(str::to_owned),
         })
         .unwrap_or_else(|| panic!("job {job_id} has a run at {at_ms} already"));
