@@ -130,6 +130,44 @@ pub(crate) async fn end_attempt<T: EndingTx + ?Sized>(
     Ok(AttemptEnded::RunEnded(state.to_owned()))
 }
 
+/// What the plain-success path needs of a write transaction.
+#[async_trait]
+pub(crate) trait PlainSuccessTx: Send {
+    /// Ends those of `attempt_ids` (sorted) still pending or running as succeeded by
+    /// `executor_id`; the runs of exactly the attempts it ended.
+    async fn succeed_live_attempts(
+        &mut self,
+        executor_id: &str,
+        attempt_ids: &[i64],
+    ) -> Result<Vec<i64>, Error>;
+
+    /// Ends those of `run_ids` (sorted) still unfinished as succeeded; how many.
+    async fn succeed_runs(&mut self, run_ids: &[i64]) -> Result<u64, Error>;
+}
+
+/// Ends plain successes answered by `executor_id` in two statements, whatever their number:
+/// each attempt is its run's only shard's latest, succeeded without output, and its run follows
+/// nothing, triggers nothing and holds no queue's turn (the settle's promise:
+/// `dispatch/settle.rs`), so ending the attempt ends its run and nothing follows. An attempt
+/// already ended (timed out, lost, cancelled) leaves its run alone. How many runs it ended.
+pub(crate) async fn succeed_plainly<T: PlainSuccessTx + ?Sized>(
+    tx: &mut T,
+    executor_id: &str,
+    attempt_ids: &[i64],
+) -> Result<u64, Error> {
+    let mut attempt_ids = attempt_ids.to_vec();
+    attempt_ids.sort_unstable();
+    if attempt_ids.is_empty() {
+        return Ok(0);
+    }
+    let mut runs = tx.succeed_live_attempts(executor_id, &attempt_ids).await?;
+    if runs.is_empty() {
+        return Ok(0);
+    }
+    runs.sort_unstable();
+    tx.succeed_runs(&runs).await
+}
+
 /// How a run ends once every shard's latest attempt has ended: `succeeded` when all
 /// succeeded, `cancelled` when one was cancelled, else `failed` naming each shard that did
 /// not succeed; with the latest attempt of each shard. `None` while a shard is unfinished.
@@ -378,5 +416,29 @@ mod tests {
         assert_eq!(ended[0].state, "failed");
         assert_eq!(run_state_of(&db, 2).0, "pending");
         assert_eq!(run_state_of(&db, 3).0, "queued");
+    }
+
+    #[tokio::test]
+    async fn plain_successes_end_their_runs_and_an_attempt_ended_elsewhere_leaves_its_run() {
+        let mut db = db(1);
+        db.runs.push(run(2, run_state::RUNNING));
+        db.attempts.push(AttemptRecord {
+            state: attempt_state::TIMED_OUT.to_owned(),
+            ..attempt_row(2, 2, JOB, (0, 1), 1)
+        });
+        let ended = succeed_plainly(&mut db, "e9", &[2, 1]).await.unwrap();
+        assert_eq!(ended, 1);
+        assert_eq!(run_state_of(&db, RUN).0, "succeeded");
+        assert_eq!(
+            run_state_of(&db, 2).0,
+            "running",
+            "its attempt timed out: the run goes on to its retry"
+        );
+        assert_eq!(db.attempts[0].executor_id.as_deref(), Some("e9"));
+        assert_eq!(
+            succeed_plainly(&mut db, "e9", &[1]).await.unwrap(),
+            0,
+            "once"
+        );
     }
 }

@@ -11,6 +11,7 @@ pub(super) mod history;
 #[cfg(test)]
 mod memory;
 pub(super) mod run_end;
+pub(super) mod run_start;
 pub(super) mod tasks;
 pub(super) mod workflow_start;
 pub(super) mod workflows;

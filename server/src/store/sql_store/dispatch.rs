@@ -72,6 +72,49 @@ macro_rules! dispatch_store {
         }
 
         #[async_trait]
+        impl RunStartTx for StoreTx<'_, $store, Tx<$db>> {
+            async fn start_pending_runs(&mut self, run_ids: &[i64]) -> Result<Vec<i64>, Error> {
+                let q = &self.store.q;
+                let Some(start) =
+                    $store::guarded_update(&q.runs_start_many, &q.runs_pending_among, run_ids)
+                else {
+                    return Ok(Vec::new());
+                };
+                $store::run_guarded_update(self.tx, &start, None).await
+            }
+        }
+
+        #[async_trait]
+        impl PlainSuccessTx for StoreTx<'_, $store, Tx<$db>> {
+            async fn succeed_live_attempts(
+                &mut self,
+                executor_id: &str,
+                attempt_ids: &[i64],
+            ) -> Result<Vec<i64>, Error> {
+                let q = &self.store.q;
+                let Some(end) = $store::guarded_update(
+                    &q.attempts_succeed_many,
+                    &q.attempts_live_among,
+                    attempt_ids,
+                ) else {
+                    return Ok(Vec::new());
+                };
+                $store::run_guarded_update(self.tx, &end, Some(executor_id)).await
+            }
+
+            async fn succeed_runs(&mut self, run_ids: &[i64]) -> Result<u64, Error> {
+                let Some(finish) = with_partitions(&self.store.q.runs_succeed_many, run_ids) else {
+                    return Ok(0);
+                };
+                // As text: its ids make it a new statement each time (`rows_as`).
+                Ok(sqlx::raw_sql(finish)
+                    .execute(&mut **self.tx)
+                    .await?
+                    .rows_affected())
+            }
+        }
+
+        #[async_trait]
         impl DispatchStore for $store {
             async fn executor_register(
                 &self,
@@ -200,50 +243,26 @@ macro_rules! dispatch_store {
                 &self,
                 runs: &[(RunRecord, Vec<NewAttempt>)],
             ) -> Result<usize, Error> {
-                let ids: Vec<i64> = runs.iter().map(|(r, _)| r.run_id).collect();
-                let Some(start) =
-                    Self::guarded_update(&self.q.runs_start_many, &self.q.runs_pending_among, &ids)
-                else {
+                if runs.is_empty() {
                     return Ok(0);
-                };
+                }
                 // A transaction that lost a deadlock (on Galera, certification) is tried again.
-                let start = &start;
-                retry_transient(|| async move {
+                retry_transient(|| async {
                     let mut tx = self.begin_write().await?;
-                    // Only runs still pending start (a cancelled one stays cancelled), and only
-                    // the starter whose statement moved a run to `running` adds its attempts.
-                    let pending: std::collections::HashSet<i64> =
-                        Self::run_guarded_update(&mut tx, start, None)
-                            .await?
-                            .into_iter()
-                            .collect();
-                    if pending.is_empty() {
+                    let started = super::rules::run_start::start_runs(
+                        &mut StoreTx {
+                            store: self,
+                            tx: &mut tx,
+                        },
+                        runs,
+                    )
+                    .await?;
+                    if started == 0 {
                         tx.rollback().await?;
-                        return Ok(0);
+                    } else {
+                        tx.commit().await?;
                     }
-                    let starting: Vec<FirstAttempt<'_>> = runs
-                        .iter()
-                        .filter(|(run, _)| pending.contains(&run.run_id))
-                        .flat_map(|(run, attempts)| {
-                            attempts.iter().map(move |a| FirstAttempt {
-                                run_id: run.run_id,
-                                job_id: run.job_id,
-                                partition_id: run.partition_id,
-                                priority: run.priority,
-                                shard_index: a.shard_index,
-                                shard_total: a.shard_total,
-                                args_json: &a.args_json,
-                                not_before_ms: run.scheduled_at_ms.saturating_add(a.delay_ms),
-                                executor_id: a.prefer_executor_id.as_deref(),
-                            })
-                        })
-                        .collect();
-                    self.insert_first_attempts(&mut tx, &starting).await?;
-                    tx.commit().await?;
-                    Ok(runs
-                        .iter()
-                        .filter(|(run, _)| pending.contains(&run.run_id))
-                        .count())
+                    Ok(started)
                 })
                 .await
             }
@@ -497,31 +516,21 @@ macro_rules! dispatch_store {
                 executor_id: &str,
                 attempts: &[(i64, i64)],
             ) -> Result<u64, Error> {
-                let mut attempt_ids: Vec<i64> = attempts.iter().map(|(a, _)| *a).collect();
-                attempt_ids.sort_unstable();
-                // Which runs to end: exactly those of the attempts this statement ends (an
-                // attempt already ended, timed out, lost or cancelled, leaves its run alone).
-                let Some(end) = Self::guarded_update(
-                    &self.q.attempts_succeed_many,
-                    &self.q.attempts_live_among,
-                    &attempt_ids,
-                ) else {
+                let attempt_ids: Vec<i64> = attempts.iter().map(|(a, _)| *a).collect();
+                if attempt_ids.is_empty() {
                     return Ok(0);
-                };
+                }
                 retry_transient(|| async {
                     let mut tx = self.begin_write().await?;
-                    let mut ended =
-                        Self::run_guarded_update(&mut tx, &end, Some(executor_id)).await?;
-                    ended.sort_unstable();
-                    let Some(finish) = with_partitions(&self.q.runs_succeed_many, &ended) else {
-                        tx.commit().await?;
-                        return Ok(0);
-                    };
-                    // As text: its ids make it a new statement each time (`rows_as`).
-                    let runs = sqlx::raw_sql(finish)
-                        .execute(&mut *tx)
-                        .await?
-                        .rows_affected();
+                    let runs = super::rules::attempt_end::succeed_plainly(
+                        &mut StoreTx {
+                            store: self,
+                            tx: &mut tx,
+                        },
+                        executor_id,
+                        &attempt_ids,
+                    )
+                    .await?;
                     tx.commit().await?;
                     Ok(runs)
                 })

@@ -49,7 +49,7 @@ use super::job_records::{
 };
 use super::log_records::{LogAppend, LogCaps, LogLine, NewLogLine, TRUNCATED_LINE};
 use super::policy_records::{BackfillRecord, BackfillStep, CalendarRecord};
-use super::rules::attempt_end::{EndingTx, RetryAttempt, RunEnding};
+use super::rules::attempt_end::{EndingTx, PlainSuccessTx, RetryAttempt, RunEnding};
 use super::rules::claim::{
     ClaimJob, ClaimTx, ClaimedRun, FirstAttempt, FirstAttemptTx, JobAdvance, StartedRun,
 };
@@ -57,6 +57,7 @@ use super::rules::fence::{FenceTx, PartitionLease};
 use super::rules::follow_ups::{ChildRunLink, FollowUpJob, FollowUpRow, FollowUpTx, ParentJob};
 use super::rules::history::{PurgeCandidate, PurgeDriver};
 use super::rules::run_end::RunEndTx;
+use super::rules::run_start::RunStartTx;
 use super::rules::workflow_start::{NewStep, RunHead, WorkflowStartTx};
 use super::rules::workflows::{StepEnd, WorkflowTx};
 use super::workflow_records::{StepRunRecord, WorkflowRunRecord, WorkflowStore};

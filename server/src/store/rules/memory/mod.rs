@@ -2,6 +2,7 @@
 //! database. It keeps what the SQL drivers' constraints keep: one run per (job, instant), and
 //! guarded updates that change only rows in the states they name. A test is one transaction.
 
+mod dispatch;
 mod history;
 pub(super) mod tasks;
 pub(super) mod workflows;
