@@ -5,6 +5,7 @@
 
 pub(super) mod attempt_end;
 pub(super) mod claim;
+pub(super) mod cluster;
 pub(super) mod fence;
 pub(super) mod follow_ups;
 pub(super) mod history;

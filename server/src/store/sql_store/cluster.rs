@@ -21,124 +21,141 @@ macro_rules! cluster_store {
                     created_at_ms,
                 }))
             }
+        }
 
-            async fn leader_lock(&self, tx: &mut Tx<$db>) -> Result<LeaderRecord, Error> {
+        #[async_trait]
+        impl ClusterTx for StoreTx<'_, $store, Tx<$db>> {
+            async fn lock_leader(&mut self) -> Result<LeaderRecord, Error> {
                 Ok(
-                    sqlx::query_as::<$db, LeaderRecord>(sql(&self.q.leader_lock))
-                        .fetch_one(&mut **tx)
+                    sqlx::query_as::<$db, LeaderRecord>(sql(&self.store.q.leader_lock))
+                        .fetch_one(&mut **self.tx)
                         .await?,
                 )
             }
 
-            /// Gives up the node's leadership and partitions. Lock order, here as in every
-            /// transaction that writes partitions: the leader row first, then partitions;
-            /// otherwise two such transactions can deadlock.
-            async fn node_release_everything(
-                &self,
-                tx: &mut Tx<$db>,
-                node_id: &str,
-            ) -> Result<(), Error> {
-                self.leader_lock(tx).await?;
-                sqlx::query::<$db>(sql(&self.q.leader_release))
+            async fn leader(&mut self) -> Result<LeaderRecord, Error> {
+                Ok(
+                    sqlx::query_as::<$db, LeaderRecord>(sql(&self.store.q.leader_get))
+                        .fetch_one(&mut **self.tx)
+                        .await?,
+                )
+            }
+
+            async fn renew_lease(&mut self, node_id: &str, lease_ms: i64) -> Result<(), Error> {
+                sqlx::query::<$db>(sql(&self.store.q.leader_renew))
+                    .bind(lease_ms)
                     .bind(node_id)
-                    .execute(&mut **tx)
-                    .await?;
-                sqlx::query::<$db>(sql(&self.q.partitions_release_owned))
-                    .bind(node_id)
-                    .execute(&mut **tx)
+                    .execute(&mut **self.tx)
                     .await?;
                 Ok(())
             }
-            async fn node_register_once(&self, node: &NodeRegistration) -> Result<(), Error> {
-                let mut tx = self.begin_write().await?;
-                let updated = sqlx::query::<$db>(sql(&self.q.node_update_registration))
+
+            async fn take_lease(
+                &mut self,
+                node_id: &str,
+                term: i64,
+                lease_ms: i64,
+            ) -> Result<(), Error> {
+                sqlx::query::<$db>(sql(&self.store.q.leader_take))
+                    .bind(node_id)
+                    .bind(term)
+                    .bind(lease_ms)
+                    .execute(&mut **self.tx)
+                    .await?;
+                Ok(())
+            }
+
+            async fn release_lease(&mut self, node_id: &str) -> Result<(), Error> {
+                sqlx::query::<$db>(sql(&self.store.q.leader_release))
+                    .bind(node_id)
+                    .execute(&mut **self.tx)
+                    .await?;
+                Ok(())
+            }
+
+            async fn release_partitions(&mut self, node_id: &str) -> Result<(), Error> {
+                sqlx::query::<$db>(sql(&self.store.q.partitions_release_owned))
+                    .bind(node_id)
+                    .execute(&mut **self.tx)
+                    .await?;
+                Ok(())
+            }
+
+            async fn cancel_hand_offs_to(&mut self, node_id: &str) -> Result<(), Error> {
+                sqlx::query::<$db>(sql(&self.store.q.partitions_cancel_pending_to))
+                    .bind(node_id)
+                    .execute(&mut **self.tx)
+                    .await?;
+                Ok(())
+            }
+
+            async fn update_node(&mut self, node: &NodeRegistration) -> Result<bool, Error> {
+                let updated = sqlx::query::<$db>(sql(&self.store.q.node_update_registration))
                     .bind(&node.incarnation)
                     .bind(&node.address)
                     .bind(&node.version)
                     .bind(&node.node_id)
-                    .execute(&mut *tx)
+                    .execute(&mut **self.tx)
                     .await?
                     .rows_affected();
-                if updated == 0 {
-                    sqlx::query::<$db>(sql(&self.q.node_insert))
-                        .bind(&node.node_id)
-                        .bind(&node.incarnation)
-                        .bind(&node.address)
-                        .bind(&node.version)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                self.node_release_everything(&mut tx, &node.node_id).await?;
-                tx.commit().await?;
+                Ok(updated != 0)
+            }
+
+            async fn insert_node(&mut self, node: &NodeRegistration) -> Result<(), Error> {
+                sqlx::query::<$db>(sql(&self.store.q.node_insert))
+                    .bind(&node.node_id)
+                    .bind(&node.incarnation)
+                    .bind(&node.address)
+                    .bind(&node.version)
+                    .execute(&mut **self.tx)
+                    .await?;
                 Ok(())
             }
 
-            async fn node_leave_once(&self, node_id: &str, incarnation: &str) -> Result<(), Error> {
-                let mut tx = self.begin_write().await?;
-                let left = sqlx::query::<$db>(sql(&self.q.node_mark_left))
+            async fn mark_node_left(
+                &mut self,
+                node_id: &str,
+                incarnation: &str,
+            ) -> Result<bool, Error> {
+                let left = sqlx::query::<$db>(sql(&self.store.q.node_mark_left))
                     .bind(node_id)
                     .bind(incarnation)
-                    .execute(&mut *tx)
-                    .await?;
-                if left.rows_affected() == 0 {
-                    // Whatever the node id owns now belongs to another process: leave it be.
-                    tx.rollback().await?;
-                    return Err(Error::IncarnationLost {
-                        node_id: node_id.to_owned(),
-                    });
-                }
-                self.node_release_everything(&mut tx, node_id).await?;
-                sqlx::query::<$db>(sql(&self.q.partitions_cancel_pending_to))
-                    .bind(node_id)
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                Ok(())
+                    .execute(&mut **self.tx)
+                    .await?
+                    .rows_affected();
+                Ok(left != 0)
             }
 
-            async fn partitions_apply_once(
-                &self,
-                fence: &LeaderFence,
-                changes: &[PartitionChange],
+            async fn apply_partition_change(
+                &mut self,
+                change: &PartitionChange,
             ) -> Result<u64, Error> {
-                let mut tx = self.begin_write().await?;
-                let leader = self.leader_lock(&mut tx).await?;
-                let still_leader =
-                    leader.holder() == Some(fence.node_id.as_str()) && leader.term == fence.term;
-                if !still_leader {
-                    tx.rollback().await?;
-                    return Err(Error::Fenced { term: fence.term });
-                }
-                let mut applied = 0;
-                for change in changes {
-                    let query = match change {
-                        PartitionChange::Assign {
-                            partition_id,
-                            expected_epoch,
-                            owner,
-                        } => sqlx::query::<$db>(sql(&self.q.partition_assign))
-                            .bind(owner.as_str())
-                            .bind(*partition_id)
-                            .bind(*expected_epoch),
-                        PartitionChange::RequestHandOff {
-                            partition_id,
-                            expected_epoch,
-                            to,
-                        } => sqlx::query::<$db>(sql(&self.q.partition_request_hand_off))
-                            .bind(to.as_str())
-                            .bind(*partition_id)
-                            .bind(*expected_epoch),
-                        PartitionChange::CancelHandOff {
-                            partition_id,
-                            expected_epoch,
-                        } => sqlx::query::<$db>(sql(&self.q.partition_cancel_hand_off))
-                            .bind(*partition_id)
-                            .bind(*expected_epoch),
-                    };
-                    applied += query.execute(&mut *tx).await?.rows_affected();
-                }
-                tx.commit().await?;
-                Ok(applied)
+                let q = &self.store.q;
+                let query = match change {
+                    PartitionChange::Assign {
+                        partition_id,
+                        expected_epoch,
+                        owner,
+                    } => sqlx::query::<$db>(sql(&q.partition_assign))
+                        .bind(owner.as_str())
+                        .bind(*partition_id)
+                        .bind(*expected_epoch),
+                    PartitionChange::RequestHandOff {
+                        partition_id,
+                        expected_epoch,
+                        to,
+                    } => sqlx::query::<$db>(sql(&q.partition_request_hand_off))
+                        .bind(to.as_str())
+                        .bind(*partition_id)
+                        .bind(*expected_epoch),
+                    PartitionChange::CancelHandOff {
+                        partition_id,
+                        expected_epoch,
+                    } => sqlx::query::<$db>(sql(&q.partition_cancel_hand_off))
+                        .bind(*partition_id)
+                        .bind(*expected_epoch),
+                };
+                Ok(query.execute(&mut **self.tx).await?.rows_affected())
             }
         }
 
@@ -187,11 +204,38 @@ macro_rules! cluster_store {
             }
 
             async fn node_register(&self, node: &NodeRegistration) -> Result<(), Error> {
-                retry_transient(|| self.node_register_once(node)).await
+                retry_transient(|| async {
+                    let mut tx = self.begin_write().await?;
+                    super::rules::cluster::register_node(
+                        &mut StoreTx {
+                            store: self,
+                            tx: &mut tx,
+                        },
+                        node,
+                    )
+                    .await?;
+                    tx.commit().await?;
+                    Ok(())
+                })
+                .await
             }
 
             async fn node_leave(&self, node_id: &str, incarnation: &str) -> Result<(), Error> {
-                retry_transient(|| self.node_leave_once(node_id, incarnation)).await
+                retry_transient(|| async {
+                    let mut tx = self.begin_write().await?;
+                    super::rules::cluster::leave(
+                        &mut StoreTx {
+                            store: self,
+                            tx: &mut tx,
+                        },
+                        node_id,
+                        incarnation,
+                    )
+                    .await?;
+                    tx.commit().await?;
+                    Ok(())
+                })
+                .await
             }
 
             async fn partitions_apply(
@@ -199,7 +243,21 @@ macro_rules! cluster_store {
                 fence: &LeaderFence,
                 changes: &[PartitionChange],
             ) -> Result<u64, Error> {
-                retry_transient(|| self.partitions_apply_once(fence, changes)).await
+                retry_transient(|| async {
+                    let mut tx = self.begin_write().await?;
+                    let applied = super::rules::cluster::apply_partition_changes(
+                        &mut StoreTx {
+                            store: self,
+                            tx: &mut tx,
+                        },
+                        fence,
+                        changes,
+                    )
+                    .await?;
+                    tx.commit().await?;
+                    Ok(applied)
+                })
+                .await
             }
             async fn node_heartbeat(&self, node_id: &str, incarnation: &str) -> Result<(), Error> {
                 let beat = sqlx::query::<$db>(sql(&self.q.node_heartbeat))
@@ -236,32 +294,15 @@ macro_rules! cluster_store {
                 lease_ms: i64,
             ) -> Result<LeaderRecord, Error> {
                 let mut tx = self.begin_write().await?;
-                let current = self.leader_lock(&mut tx).await?;
-                match current.holder() {
-                    Some(holder) if holder == node_id => {
-                        sqlx::query::<$db>(sql(&self.q.leader_renew))
-                            .bind(lease_ms)
-                            .bind(node_id)
-                            .execute(&mut *tx)
-                            .await?;
-                    }
-                    Some(_) => {
-                        tx.rollback().await?;
-                        return Ok(current);
-                    }
-                    // Expired or free: a new holding, even by the same node, gets a new term.
-                    None => {
-                        sqlx::query::<$db>(sql(&self.q.leader_take))
-                            .bind(node_id)
-                            .bind(current.term + 1)
-                            .bind(lease_ms)
-                            .execute(&mut *tx)
-                            .await?;
-                    }
-                }
-                let after = sqlx::query_as::<$db, LeaderRecord>(sql(&self.q.leader_get))
-                    .fetch_one(&mut *tx)
-                    .await?;
+                let after = super::rules::cluster::acquire_lease(
+                    &mut StoreTx {
+                        store: self,
+                        tx: &mut tx,
+                    },
+                    node_id,
+                    lease_ms,
+                )
+                .await?;
                 tx.commit().await?;
                 Ok(after)
             }

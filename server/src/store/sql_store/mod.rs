@@ -53,6 +53,7 @@ use super::rules::attempt_end::{EndingTx, PlainSuccessTx, RetryAttempt, RunEndin
 use super::rules::claim::{
     ClaimJob, ClaimTx, ClaimedRun, FirstAttempt, FirstAttemptTx, JobAdvance, StartedRun,
 };
+use super::rules::cluster::ClusterTx;
 use super::rules::fence::{FenceTx, PartitionLease};
 use super::rules::follow_ups::{ChildRunLink, FollowUpJob, FollowUpRow, FollowUpTx, ParentJob};
 use super::rules::history::{PurgeCandidate, PurgeDriver};

@@ -2,6 +2,7 @@
 //! database. It keeps what the SQL drivers' constraints keep: one run per (job, instant), and
 //! guarded updates that change only rows in the states they name. A test is one transaction.
 
+pub(super) mod cluster;
 mod dispatch;
 mod history;
 pub(super) mod tasks;
@@ -98,6 +99,10 @@ pub(crate) struct MemoryDb {
     pub(crate) starts_in_claim: bool,
     /// Owner and epoch by partition.
     pub(crate) partitions: BTreeMap<i64, (Option<String>, i64)>,
+    /// The node a partition is to be handed to, by partition.
+    pub(crate) pending_owners: BTreeMap<i64, String>,
+    pub(crate) leader: cluster::MemoryLeader,
+    pub(crate) nodes: BTreeMap<String, cluster::MemoryNode>,
     pub(crate) jobs: BTreeMap<i64, MemoryJob>,
     pub(crate) runs: Vec<MemoryRun>,
     pub(crate) attempts: Vec<AttemptRecord>,
