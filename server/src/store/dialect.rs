@@ -320,8 +320,6 @@ queries! {
     backfill_advance = "UPDATE backfills SET cursor_ms = ?, fired = fired + ?, \
         state = CASE WHEN ? = 1 THEN 'done' ELSE state END, message = ?, updated_at_ms = {now} \
         WHERE backfill_id = ? AND cursor_ms = ? AND state = 'running'";
-    partition_lock_one = "SELECT owner_node_id, epoch FROM partitions WHERE partition_id = ? \
-        {for_update}";
     // Unfinished runs of a job in an instant range (the unique key leads with both).
     runs_unfinished_in_range = "SELECT COUNT(*) FROM runs WHERE job_id = ? \
         AND scheduled_at_ms >= ? AND scheduled_at_ms <= ? \

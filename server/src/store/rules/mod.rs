@@ -4,6 +4,7 @@
 //! their binds and reports what they found or changed.
 
 pub(super) mod attempt_end;
+pub(super) mod backfill;
 pub(super) mod claim;
 pub(super) mod cluster;
 pub(super) mod fence;

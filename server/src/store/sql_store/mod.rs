@@ -50,6 +50,7 @@ use super::job_records::{
 use super::log_records::{LogAppend, LogCaps, LogLine, NewLogLine, TRUNCATED_LINE};
 use super::policy_records::{BackfillRecord, BackfillStep, CalendarRecord};
 use super::rules::attempt_end::{EndingTx, PlainSuccessTx, RetryAttempt, RunEnding};
+use super::rules::backfill::{BackfillRun, BackfillTx};
 use super::rules::claim::{
     ClaimJob, ClaimTx, ClaimedRun, FirstAttempt, FirstAttemptTx, JobAdvance, StartedRun,
 };

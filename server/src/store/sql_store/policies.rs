@@ -43,12 +43,17 @@ macro_rules! policy_store {
                 Ok(found)
             }
 
-            async fn jobs_naming_calendar(&self, name: &str) -> Result<Vec<(i64, String, String)>, Error> {
+            async fn jobs_naming_calendar(
+                &self,
+                name: &str,
+            ) -> Result<Vec<(i64, String, String)>, Error> {
                 let pattern = format!("%{}", like_prefix(&format!("\"{name}\"")));
-                Ok(sqlx::query_as::<$db, (i64, String, String)>(sql(&self.q.jobs_naming_calendar))
-                    .bind(pattern)
-                    .fetch_all(&self.pool)
-                    .await?)
+                Ok(
+                    sqlx::query_as::<$db, (i64, String, String)>(sql(&self.q.jobs_naming_calendar))
+                        .bind(pattern)
+                        .fetch_all(&self.pool)
+                        .await?,
+                )
             }
 
             async fn calendar_insert(
@@ -95,16 +100,20 @@ macro_rules! policy_store {
             }
 
             async fn calendar_get(&self, name: &str) -> Result<Option<CalendarRecord>, Error> {
-                Ok(sqlx::query_as::<$db, CalendarRecord>(sql(&self.q.calendar_get))
-                    .bind(name)
-                    .fetch_optional(&self.pool)
-                    .await?)
+                Ok(
+                    sqlx::query_as::<$db, CalendarRecord>(sql(&self.q.calendar_get))
+                        .bind(name)
+                        .fetch_optional(&self.pool)
+                        .await?,
+                )
             }
 
             async fn calendars_list(&self) -> Result<Vec<CalendarRecord>, Error> {
-                Ok(sqlx::query_as::<$db, CalendarRecord>(sql(&self.q.calendars_list))
-                    .fetch_all(&self.pool)
-                    .await?)
+                Ok(
+                    sqlx::query_as::<$db, CalendarRecord>(sql(&self.q.calendars_list))
+                        .fetch_all(&self.pool)
+                        .await?,
+                )
             }
 
             async fn calendar_delete(&self, name: &str) -> Result<bool, Error> {
@@ -140,11 +149,16 @@ macro_rules! policy_store {
                     .ok_or(Error::NotInitialised)
             }
 
-            async fn backfill_get(&self, backfill_id: i64) -> Result<Option<BackfillRecord>, Error> {
-                Ok(sqlx::query_as::<$db, BackfillRecord>(sql(&self.q.backfill_get))
-                    .bind(backfill_id)
-                    .fetch_optional(&self.pool)
-                    .await?)
+            async fn backfill_get(
+                &self,
+                backfill_id: i64,
+            ) -> Result<Option<BackfillRecord>, Error> {
+                Ok(
+                    sqlx::query_as::<$db, BackfillRecord>(sql(&self.q.backfill_get))
+                        .bind(backfill_id)
+                        .fetch_optional(&self.pool)
+                        .await?,
+                )
             }
 
             async fn backfills_of_job(
@@ -152,14 +166,19 @@ macro_rules! policy_store {
                 job_id: i64,
                 limit: i64,
             ) -> Result<Vec<BackfillRecord>, Error> {
-                Ok(sqlx::query_as::<$db, BackfillRecord>(sql(&self.q.backfills_of_job))
-                    .bind(job_id)
-                    .bind(limit)
-                    .fetch_all(&self.pool)
-                    .await?)
+                Ok(
+                    sqlx::query_as::<$db, BackfillRecord>(sql(&self.q.backfills_of_job))
+                        .bind(job_id)
+                        .bind(limit)
+                        .fetch_all(&self.pool)
+                        .await?,
+                )
             }
 
-            async fn backfills_running(&self, partitions: &[i64]) -> Result<Vec<BackfillRecord>, Error> {
+            async fn backfills_running(
+                &self,
+                partitions: &[i64],
+            ) -> Result<Vec<BackfillRecord>, Error> {
                 let Some(query) = with_partitions(&self.q.backfills_running, partitions) else {
                     return Ok(Vec::new());
                 };
@@ -183,12 +202,16 @@ macro_rules! policy_store {
                 range: Option<(i64, i64)>,
             ) -> Result<i64, Error> {
                 let query = match range {
-                    Some((from, to)) => sqlx::query_scalar::<$db, i64>(sql(&self.q.runs_unfinished_in_range))
-                        .bind(job_id)
-                        .bind(from)
-                        .bind(to),
-                    None => sqlx::query_scalar::<$db, i64>(sql(&self.q.runs_unfinished_of_job_count))
-                        .bind(job_id),
+                    Some((from, to)) => {
+                        sqlx::query_scalar::<$db, i64>(sql(&self.q.runs_unfinished_in_range))
+                            .bind(job_id)
+                            .bind(from)
+                            .bind(to)
+                    }
+                    None => {
+                        sqlx::query_scalar::<$db, i64>(sql(&self.q.runs_unfinished_of_job_count))
+                            .bind(job_id)
+                    }
                 };
                 Ok(query.fetch_one(&self.pool).await?)
             }
@@ -209,59 +232,77 @@ macro_rules! policy_store {
                 step: &BackfillStep,
             ) -> Result<Option<u64>, Error> {
                 let mut tx = self.begin_write().await?;
-                // The fence first (lock order: partitions, then the rest).
-                let owner = sqlx::query_as::<$db, (Option<String>, i64)>(sql(&self.q.partition_lock_one))
-                    .bind(step.partition_id)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                if !matches!(owner, Some((Some(ref owner), epoch)) if owner == node_id && epoch == step.epoch) {
+                let fired = super::rules::backfill::backfill_step(
+                    &mut StoreTx {
+                        store: self,
+                        tx: &mut tx,
+                    },
+                    node_id,
+                    step,
+                )
+                .await?;
+                if fired.is_some() {
+                    tx.commit().await?;
+                } else {
                     tx.rollback().await?;
-                    return Ok(None);
                 }
-                let job_id = sqlx::query_as::<$db, BackfillRecord>(sql(&self.q.backfill_get))
-                    .bind(step.backfill_id)
-                    .fetch_optional(&mut *tx)
+                Ok(fired)
+            }
+        }
+
+        #[async_trait]
+        impl BackfillTx for StoreTx<'_, $store, Tx<$db>> {
+            async fn backfill_job(&mut self, backfill_id: i64) -> Result<Option<i64>, Error> {
+                Ok(
+                    sqlx::query_as::<$db, BackfillRecord>(sql(&self.store.q.backfill_get))
+                        .bind(backfill_id)
+                        .fetch_optional(&mut **self.tx)
+                        .await?
+                        .map(|b| b.job_id),
+                )
+            }
+
+            async fn insert_backfill_run(
+                &mut self,
+                node_id: &str,
+                run: &BackfillRun<'_>,
+            ) -> Result<bool, Error> {
+                let inserted = sqlx::query::<$db>(sql(&self.store.q.run_insert))
+                    .bind(run.job_id)
+                    .bind(run.scheduled_at_ms)
+                    .bind(run.step.partition_id)
+                    .bind(run.step.epoch)
+                    .bind(node_id)
+                    .bind("backfill")
+                    .bind(run.state)
+                    .bind(run.step.priority)
+                    .bind(i64::from(run.finished()))
+                    .bind(run.message)
+                    .bind(run.job_id)
+                    .bind(run.scheduled_at_ms)
+                    .execute(&mut **self.tx)
                     .await?
-                    .map(|b| b.job_id);
-                let mut fired = 0_u64;
-                if let Some(job_id) = job_id {
-                    for (at, state, message) in &step.instants {
-                        let finished = i64::from(!run_state::UNFINISHED.contains(state));
-                        fired += sqlx::query::<$db>(sql(&self.q.run_insert))
-                            .bind(job_id)
-                            .bind(*at)
-                            .bind(step.partition_id)
-                            .bind(step.epoch)
-                            .bind(node_id)
-                            .bind("backfill")
-                            .bind(*state)
-                            .bind(step.priority)
-                            .bind(finished)
-                            .bind(message.as_deref())
-                            .bind(job_id)
-                            .bind(*at)
-                            .execute(&mut *tx)
-                            .await?
-                            .rows_affected();
-                    }
-                }
-                let advanced = sqlx::query::<$db>(sql(&self.q.backfill_advance))
+                    .rows_affected();
+                Ok(inserted != 0)
+            }
+
+            async fn advance_backfill(
+                &mut self,
+                step: &BackfillStep,
+                fired: u64,
+                done: bool,
+            ) -> Result<bool, Error> {
+                let advanced = sqlx::query::<$db>(sql(&self.store.q.backfill_advance))
                     .bind(step.cursor_ms)
                     .bind(i64::try_from(fired).unwrap_or(i64::MAX))
-                    .bind(i64::from(step.done || job_id.is_none()))
+                    .bind(i64::from(done))
                     .bind(step.message.as_deref())
                     .bind(step.backfill_id)
                     .bind(step.expected_cursor_ms)
-                    .execute(&mut *tx)
+                    .execute(&mut **self.tx)
                     .await?
                     .rows_affected();
-                if advanced == 0 {
-                    // Cancelled, or another step went first: none of this one's runs stand.
-                    tx.rollback().await?;
-                    return Ok(None);
-                }
-                tx.commit().await?;
-                Ok(Some(fired))
+                Ok(advanced != 0)
             }
         }
     };

@@ -2,6 +2,7 @@
 //! database. It keeps what the SQL drivers' constraints keep: one run per (job, instant), and
 //! guarded updates that change only rows in the states they name. A test is one transaction.
 
+pub(super) mod backfill;
 pub(super) mod cluster;
 mod dispatch;
 mod history;
@@ -112,6 +113,7 @@ pub(crate) struct MemoryDb {
     pub(crate) workflow_runs: Vec<WorkflowRunRecord>,
     pub(crate) step_runs: Vec<StepRunRecord>,
     pub(crate) tasks: Vec<TaskRecord>,
+    pub(crate) backfills: BTreeMap<i64, backfill::MemoryBackfill>,
     /// The database's clock.
     pub(crate) now_ms: i64,
 }
