@@ -10,6 +10,7 @@ pub(super) mod cluster;
 pub(super) mod fence;
 pub(super) mod follow_ups;
 pub(super) mod history;
+pub(super) mod logs;
 #[cfg(test)]
 mod memory;
 pub(super) mod run_end;

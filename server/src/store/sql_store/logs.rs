@@ -1,11 +1,103 @@
-//! `LogStore` on the three backends: appending the lines of a batch's attempts within their
-//! caps (three statements a batch, whatever its size), and reading them a page at a time.
+//! `LogStore` on the three backends: the statements that append a batch's lines (the rule:
+//! `super::rules::logs`), and reading them a page at a time.
 
 /// Implements it for one backend's store; `$ignore` starts an insert that skips a line
 /// already stored, `$on_conflict` ends it, and `$relaxed` (when not empty) lets the batch's
 /// transaction commit without waiting for its flush to disk.
 macro_rules! log_store {
     ($store:ident, $db:ty, $ignore:literal, $on_conflict:literal, $relaxed:literal) => {
+        #[async_trait]
+        impl LogDriver for StorePool<'_, $store> {
+            async fn log_owners(
+                &mut self,
+                attempt_ids: &[i64],
+            ) -> Result<HashMap<i64, LogOwner>, Error> {
+                let Some(owners) = with_partitions(&self.store.q.attempt_logs_owners, attempt_ids)
+                else {
+                    return Ok(HashMap::new());
+                };
+                Ok(
+                    sqlx::query_as::<$db, (i64, i64, Option<String>, String)>(owners)
+                        .fetch_all(&self.store.pool)
+                        .await?
+                        .into_iter()
+                        .map(|(id, run_id, executor_id, state)| {
+                            let owner = LogOwner {
+                                run_id,
+                                executor_id,
+                                state,
+                            };
+                            (id, owner)
+                        })
+                        .collect(),
+                )
+            }
+
+            async fn log_sizes(
+                &mut self,
+                attempt_ids: &[i64],
+            ) -> Result<HashMap<i64, LogSize>, Error> {
+                let Some(sizes) = with_partitions(&self.store.q.attempt_logs_sizes, attempt_ids)
+                else {
+                    return Ok(HashMap::new());
+                };
+                Ok(sqlx::query_as::<$db, (i64, i64, i64, i64)>(sizes)
+                    .bind(TRUNCATED_LINE)
+                    .fetch_all(&self.store.pool)
+                    .await?
+                    .into_iter()
+                    .map(|(id, lines, bytes, last_line_no)| {
+                        let size = LogSize {
+                            lines,
+                            bytes,
+                            last_line_no,
+                        };
+                        (id, size)
+                    })
+                    .collect())
+            }
+
+            async fn store_log_lines(
+                &mut self,
+                lines: &[LogRow],
+                markers: &[LogRow],
+            ) -> Result<u64, Error> {
+                // One transaction, so one commit, per batch. Log lines are not worth an fsync
+                // that the fire path's commits would queue behind: on PostgreSQL this commit
+                // does not wait for its flush (a crash of the database loses at most the last
+                // fraction of a second of lines, never a run).
+                let mut tx = self.store.begin_write().await?;
+                if !$relaxed.is_empty() {
+                    sqlx::query::<$db>($relaxed).execute(&mut *tx).await?;
+                }
+                let mut stored = 0;
+                for (kept, is_marker) in [(lines, false), (markers, true)] {
+                    for chunk in kept.chunks(LOG_ROWS_PER_INSERT) {
+                        let mut insert = sqlx::QueryBuilder::<$db>::new(concat!(
+                            $ignore,
+                            " INTO attempt_logs (attempt_id, line_no, run_id, at_ms, level, message) "
+                        ));
+                        insert.push_values(chunk, |mut row, kept| {
+                            row.push_bind(kept.attempt_id)
+                                .push_bind(kept.line.line_no)
+                                .push_bind(kept.run_id)
+                                .push_bind(kept.line.at_ms)
+                                .push_bind(kept.line.level.clone())
+                                .push_bind(kept.line.message.clone());
+                        });
+                        insert.push($on_conflict);
+                        let inserted = insert.build().execute(&mut *tx).await?.rows_affected();
+                        // A marker is no line of the executor's.
+                        if !is_marker {
+                            stored += inserted;
+                        }
+                    }
+                }
+                tx.commit().await?;
+                Ok(stored)
+            }
+        }
+
         #[async_trait]
         impl LogStore for $store {
             async fn attempt_logs_append(
@@ -14,126 +106,13 @@ macro_rules! log_store {
                 batch: &[(i64, Vec<NewLogLine>)],
                 caps: LogCaps,
             ) -> Result<LogAppend, Error> {
-                let mut outcome = LogAppend::default();
-                let ids: Vec<i64> = batch.iter().map(|(id, _)| *id).collect();
-                let Some(owners_sql) = with_partitions(&self.q.attempt_logs_owners, &ids) else {
-                    return Ok(outcome);
-                };
-                // Whose the attempts are: lines of an attempt that is neither pending nor the
-                // sender's are refused, of one that no longer exists dropped.
-                let owners: HashMap<i64, (i64, Option<String>, String)> =
-                    sqlx::query_as::<$db, (i64, i64, Option<String>, String)>(owners_sql)
-                        .fetch_all(&self.pool)
-                        .await?
-                        .into_iter()
-                        .map(|(id, run, executor, state)| (id, (run, executor, state)))
-                        .collect();
-                let mut taken: Vec<(i64, i64, &Vec<NewLogLine>)> = Vec::new();
-                for (attempt_id, lines) in batch {
-                    match owners.get(attempt_id) {
-                        None => outcome.dropped += lines.len() as u64,
-                        Some((run_id, executor, state))
-                            if executor.as_deref() == Some(executor_id)
-                                || state == attempt_state::PENDING =>
-                        {
-                            taken.push((*attempt_id, *run_id, lines));
-                        }
-                        Some(_) => {
-                            outcome.dropped += lines.len() as u64;
-                            outcome.refused.push(*attempt_id);
-                        }
-                    }
-                }
-                let taken_ids: Vec<i64> = taken.iter().map(|(id, _, _)| *id).collect();
-                let Some(sizes_sql) = with_partitions(&self.q.attempt_logs_sizes, &taken_ids)
-                else {
-                    return Ok(outcome);
-                };
-                // What each keeps so far. Two batches of one attempt at once (an executor
-                // sends them in order) could pass a cap by one batch; never by more.
-                let sizes: HashMap<i64, (i64, i64, i64)> =
-                    sqlx::query_as::<$db, (i64, i64, i64, i64)>(sizes_sql)
-                        .bind(TRUNCATED_LINE)
-                        .fetch_all(&self.pool)
-                        .await?
-                        .into_iter()
-                        .map(|(id, count, bytes, last)| (id, (count, bytes, last)))
-                        .collect();
-                let mut rows: Vec<(i64, i64, NewLogLine)> = Vec::new();
-                let mut markers: Vec<(i64, i64, NewLogLine)> = Vec::new();
-                for (attempt_id, run_id, lines) in taken {
-                    let (count, bytes, last) = sizes.get(&attempt_id).copied().unwrap_or((0, 0, 0));
-                    let mut room_lines = (caps.max_lines - count).max(0);
-                    let mut room_bytes = (caps.max_bytes - bytes).max(0);
-                    let mut cut = false;
-                    for line in lines {
-                        // Sent before (executors send an attempt's lines in order): skipped,
-                        // and not counted against the caps again.
-                        if line.line_no <= last {
-                            continue;
-                        }
-                        let size = i64::try_from(line.message.len()).unwrap_or(i64::MAX);
-                        if room_lines > 0 && size <= room_bytes && line.line_no < TRUNCATED_LINE {
-                            room_lines -= 1;
-                            room_bytes -= size;
-                            rows.push((attempt_id, run_id, line.clone()));
-                        } else {
-                            outcome.dropped += 1;
-                            cut = true;
-                        }
-                    }
-                    if cut {
-                        markers.push((
-                            attempt_id,
-                            run_id,
-                            NewLogLine {
-                                line_no: TRUNCATED_LINE,
-                                at_ms: lines.last().map_or(0, |l| l.at_ms),
-                                level: "WARN".to_owned(),
-                                message: format!(
-                                    "[carillon] log truncated: this attempt's log reached its \
-                                     cap ({} lines, {} bytes); later lines were dropped",
-                                    caps.max_lines, caps.max_bytes
-                                ),
-                            },
-                        ));
-                    }
-                }
-                if rows.is_empty() && markers.is_empty() {
-                    return Ok(outcome);
-                }
-                // One transaction, so one commit, per batch. Log lines are not worth an fsync
-                // that the fire path's commits would queue behind: on PostgreSQL this commit
-                // does not wait for its flush (a crash of the database loses at most the last
-                // fraction of a second of lines, never a run).
-                let mut tx = self.begin_write().await?;
-                if !$relaxed.is_empty() {
-                    sqlx::query::<$db>($relaxed).execute(&mut *tx).await?;
-                }
-                for (kept, is_marker) in [(&rows, false), (&markers, true)] {
-                    for chunk in kept.chunks(LOG_ROWS_PER_INSERT) {
-                        let mut insert = sqlx::QueryBuilder::<$db>::new(concat!(
-                            $ignore,
-                            " INTO attempt_logs (attempt_id, line_no, run_id, at_ms, level, message) "
-                        ));
-                        insert.push_values(chunk, |mut row, (attempt_id, run_id, line)| {
-                            row.push_bind(*attempt_id)
-                                .push_bind(line.line_no)
-                                .push_bind(*run_id)
-                                .push_bind(line.at_ms)
-                                .push_bind(line.level.clone())
-                                .push_bind(line.message.clone());
-                        });
-                        insert.push($on_conflict);
-                        let inserted = insert.build().execute(&mut *tx).await?.rows_affected();
-                        // A marker is no line of the executor's.
-                        if !is_marker {
-                            outcome.stored += inserted;
-                        }
-                    }
-                }
-                tx.commit().await?;
-                Ok(outcome)
+                super::rules::logs::append_logs(
+                    &mut StorePool { store: self },
+                    executor_id,
+                    batch,
+                    caps,
+                )
+                .await
             }
 
             async fn attempt_logs_page(

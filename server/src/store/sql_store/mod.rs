@@ -40,7 +40,7 @@ use super::child_records::{ChildStore, EndedRun, FollowUpEvents, FollowedUp};
 use super::dialect::Queries;
 use super::dispatch_records::{
     AttemptEnd, AttemptEnded, AttemptRecord, DueAttempt, ExecutorList, ExecutorRecord,
-    ExecutorRegistration, LateRun, MinuteCount, NewAttempt, RunFilter, attempt_state,
+    ExecutorRegistration, LateRun, MinuteCount, NewAttempt, RunFilter,
 };
 use super::history_records::{FINISHED_STATES, JobHistoryRule, PurgeScope, PurgeStep, Purged};
 use super::job_records::{
@@ -58,6 +58,7 @@ use super::rules::cluster::ClusterTx;
 use super::rules::fence::{FenceTx, PartitionLease};
 use super::rules::follow_ups::{ChildRunLink, FollowUpJob, FollowUpRow, FollowUpTx, ParentJob};
 use super::rules::history::{PurgeCandidate, PurgeDriver};
+use super::rules::logs::{LogDriver, LogOwner, LogRow, LogSize};
 use super::rules::run_end::RunEndTx;
 use super::rules::run_start::RunStartTx;
 use super::rules::workflow_start::{NewStep, RunHead, WorkflowStartTx};

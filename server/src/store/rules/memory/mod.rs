@@ -6,6 +6,7 @@ pub(super) mod backfill;
 pub(super) mod cluster;
 mod dispatch;
 mod history;
+mod logs;
 pub(super) mod tasks;
 pub(super) mod workflows;
 
@@ -114,6 +115,7 @@ pub(crate) struct MemoryDb {
     pub(crate) step_runs: Vec<StepRunRecord>,
     pub(crate) tasks: Vec<TaskRecord>,
     pub(crate) backfills: BTreeMap<i64, backfill::MemoryBackfill>,
+    pub(crate) logs: Vec<crate::store::rules::logs::LogRow>,
     /// The database's clock.
     pub(crate) now_ms: i64,
 }
