@@ -400,6 +400,57 @@ async fn workflows_run_their_steps_in_order_once_each(db: TestDb) {
         .await;
     assert_eq!(status, 409, "a second cancel");
 
+    // A workflow run that is another's step, cancelled: the outer run moves on and ends.
+    let outer = post(
+        &node,
+        "/api/v1/workflows",
+        json!({"name": "outer", "schedule": manual,
+        "steps": [
+          {"name": "inner", "job": slow["id"]},
+          {"name": "after", "app": "py", "handler": "echo", "needs": ["inner"]}
+        ]}),
+    )
+    .await;
+    let outer_run = post(
+        &node,
+        &format!("/api/v1/workflows/{}/trigger", outer["id"]),
+        json!({}),
+    )
+    .await;
+    let inner_run = wait_for(
+        Duration::from_secs(10),
+        "the inner workflow run's slow step to run",
+        || async {
+            let (_, run) = node
+                .call(
+                    Method::GET,
+                    &format!("/api/v1/workflow-runs/{}", outer_run["id"]),
+                    None,
+                )
+                .await;
+            let inner = run["steps"][0]["run_id"].clone();
+            let (_, inner_run) = node
+                .call(Method::GET, &format!("/api/v1/workflow-runs/{inner}"), None)
+                .await;
+            (inner_run["steps"][0]["state"] == "running").then_some(inner)
+        },
+    )
+    .await;
+    let (status, cancelled) = node
+        .call(
+            Method::POST,
+            &format!("/api/v1/workflow-runs/{inner_run}/cancel"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{cancelled}");
+    let outer_done = ended(&node, &outer_run["id"]).await;
+    assert_eq!(outer_done["state"], "failed", "{outer_done}");
+    assert_eq!(
+        step_states(&outer_done),
+        states(&[("inner", "cancelled"), ("after", "skipped")])
+    );
+
     // On a schedule: one workflow run per instant, each running its step.
     let ticking = post(
         &node,

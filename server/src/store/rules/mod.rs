@@ -11,6 +11,7 @@ pub(super) mod fence;
 pub(super) mod follow_ups;
 pub(super) mod history;
 pub(super) mod logs;
+pub(super) mod manual_run;
 #[cfg(test)]
 mod memory;
 pub(super) mod run_end;

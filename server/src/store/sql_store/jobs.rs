@@ -5,6 +5,48 @@
 macro_rules! job_store {
     ($store:ident, $db:ty, $backend:expr) => {
         #[async_trait]
+        impl ManualRunDriver for StorePool<'_, $store> {
+            async fn clock_ms(&mut self) -> Result<i64, Error> {
+                self.store.now_ms().await
+            }
+
+            async fn insert_manual_run(
+                &mut self,
+                run: &ManualRun<'_>,
+                at_ms: i64,
+            ) -> Result<Option<RunRecord>, Error> {
+                let q = &self.store.q;
+                let job = run.job;
+                let inserted = sqlx::query::<$db>(sql(&q.run_insert_manual))
+                    .bind(job.job_id)
+                    .bind(at_ms)
+                    .bind(job.partition_id)
+                    .bind(0_i64)
+                    .bind(run.node_id)
+                    .bind("manual")
+                    .bind(run.state)
+                    .bind(i64::from(job.policy_priority()))
+                    .bind(i64::from(run.finished()))
+                    .bind(run.message)
+                    .bind(run.input)
+                    .bind(job.job_id)
+                    .bind(at_ms)
+                    .execute(&self.store.pool)
+                    .await?;
+                if inserted.rows_affected() != 1 {
+                    return Ok(None);
+                }
+                Ok(Some(
+                    sqlx::query_as::<$db, RunRecord>(sql(&q.run_by_instant))
+                        .bind(job.job_id)
+                        .bind(at_ms)
+                        .fetch_one(&self.store.pool)
+                        .await?,
+                ))
+            }
+        }
+
+        #[async_trait]
         impl JobStore for $store {
             async fn job_insert(
                 &self,
@@ -329,37 +371,15 @@ macro_rules! job_store {
                 message: Option<&str>,
                 input: Option<&str>,
             ) -> Result<RunRecord, Error> {
-                let now = self.now_ms().await?;
-                let finished = i64::from(!run_state::UNFINISHED.contains(&state));
-                // Two triggers in one millisecond take the next free millisecond.
-                for at in now..now + 1_000 {
-                    let inserted = sqlx::query::<$db>(sql(&self.q.run_insert_manual))
-                        .bind(job.job_id)
-                        .bind(at)
-                        .bind(job.partition_id)
-                        .bind(0_i64)
-                        .bind(node_id)
-                        .bind("manual")
-                        .bind(state)
-                        .bind(i64::from(job.policy_priority()))
-                        .bind(finished)
-                        .bind(message)
-                        .bind(input)
-                        .bind(job.job_id)
-                        .bind(at)
-                        .execute(&self.pool)
-                        .await?;
-                    if inserted.rows_affected() == 1 {
-                        return Ok(sqlx::query_as::<$db, RunRecord>(sql(&self.q.run_by_instant))
-                            .bind(job.job_id)
-                            .bind(at)
-                            .fetch_one(&self.pool)
-                            .await?);
-                    }
-                }
-                Err(Error::Conflict {
-                    what: format!("every millisecond of the last second for job {}", job.job_id),
-                })
+                let run = ManualRun {
+                    job,
+                    node_id,
+                    state,
+                    message,
+                    input,
+                };
+                super::rules::manual_run::insert_manual_run(&mut StorePool { store: self }, &run)
+                    .await
             }
 
             async fn runs_of_job(

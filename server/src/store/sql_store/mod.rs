@@ -59,6 +59,7 @@ use super::rules::fence::{FenceTx, PartitionLease};
 use super::rules::follow_ups::{ChildRunLink, FollowUpJob, FollowUpRow, FollowUpTx, ParentJob};
 use super::rules::history::{PurgeCandidate, PurgeDriver};
 use super::rules::logs::{LogDriver, LogOwner, LogRow, LogSize};
+use super::rules::manual_run::{ManualRun, ManualRunDriver};
 use super::rules::run_end::RunEndTx;
 use super::rules::run_start::RunStartTx;
 use super::rules::workflow_start::{NewStep, RunHead, WorkflowStartTx};

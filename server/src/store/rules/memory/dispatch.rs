@@ -1,12 +1,14 @@
-//! The start pass's and the plain-success path's guarded updates over the in-memory tables.
+//! The start pass's and the plain-success path's guarded updates, and manual runs, over the
+//! in-memory tables.
 
 use async_trait::async_trait;
 
-use super::MemoryDb;
+use super::{MemoryDb, MemoryRun};
 use crate::store::dispatch_records::attempt_state;
 use crate::store::error::Error;
-use crate::store::job_records::run_state;
+use crate::store::job_records::{RunRecord, run_state};
 use crate::store::rules::attempt_end::PlainSuccessTx;
+use crate::store::rules::manual_run::{ManualRun, ManualRunDriver};
 use crate::store::rules::run_start::RunStartTx;
 
 #[async_trait]
@@ -58,5 +60,36 @@ impl PlainSuccessTx for MemoryDb {
             }
         }
         Ok(ended)
+    }
+}
+
+#[async_trait]
+impl ManualRunDriver for MemoryDb {
+    async fn clock_ms(&mut self) -> Result<i64, Error> {
+        Ok(self.now_ms)
+    }
+
+    async fn insert_manual_run(
+        &mut self,
+        run: &ManualRun<'_>,
+        at_ms: i64,
+    ) -> Result<Option<RunRecord>, Error> {
+        let now = self.now_ms;
+        let inserted = self.insert_unique(MemoryRun {
+            run_id: 0,
+            job_id: run.job.job_id,
+            scheduled_at_ms: at_ms,
+            partition_id: run.job.partition_id,
+            epoch: 0,
+            node_id: run.node_id.to_owned(),
+            trigger_kind: "manual".to_owned(),
+            state: run.state.to_owned(),
+            priority: i64::from(run.job.policy_priority()),
+            message: run.message.map(str::to_owned),
+            started: false,
+            finished_at_ms: run.finished().then_some(now),
+            input: run.input.map(str::to_owned),
+        });
+        Ok(inserted.map(|run_id| super::workflows::run_record(self, run_id)))
     }
 }
