@@ -242,7 +242,7 @@ impl Application {
         .map_err(|e| StartupError::Http(format!("cannot build the HTTP client for alerts: {e}")))?;
         let failed_jobs = Arc::new(FailedJobs::default());
         let failure_pauser = FailurePauser::new(
-            Arc::clone(&api_store),
+            Arc::clone(&api_store) as Arc<dyn store::JobStore>,
             Arc::clone(&failed_jobs),
             alerter.clone(),
         );
@@ -253,7 +253,8 @@ impl Application {
             failed_jobs,
         );
         let history_purger = HistoryPurger::new(
-            Arc::clone(&api_store),
+            Arc::clone(&api_store) as Arc<dyn store::HistoryStore>,
+            Arc::clone(&api_store) as Arc<dyn store::TaskStore>,
             Arc::clone(&view),
             Arc::clone(&clock),
             config.retention.clone(),
@@ -261,14 +262,15 @@ impl Application {
         );
         let dispatcher_wake = Arc::new(Notify::new());
         let backfill_driver = BackfillDriver::new(
-            Arc::clone(&api_store),
+            Arc::clone(&api_store) as Arc<dyn store::PolicyStore>,
+            Arc::clone(&api_store) as Arc<dyn store::JobStore>,
             Arc::clone(&view),
             config.scheduler_settings().poll_interval,
             Arc::clone(&dispatcher_wake),
             Arc::clone(&metrics),
         );
         let task_firer = TaskFirer::new(
-            Arc::clone(&api_store),
+            Arc::clone(&api_store) as Arc<dyn store::TaskStore>,
             Arc::clone(&view),
             Arc::clone(&clock),
             config.task_fire_settings(),

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::{AlertEvent, Alerter};
-use crate::store::{self, DEAD_LETTER_STATES, Store, job_state, run_state};
+use crate::store::{self, DEAD_LETTER_STATES, JobStore, job_state, run_state};
 
 /// The jobs with a failed run to look at; shared by the [`Observer`](super::Observer) and the
 /// [`FailurePauser`].
@@ -41,13 +41,13 @@ impl FailedJobs {
 /// The task that stops jobs past their `pause_after_failures`.
 #[derive(Debug)]
 pub struct FailurePauser {
-    store: Arc<dyn Store>,
+    store: Arc<dyn JobStore>,
     failed: Arc<FailedJobs>,
     alerter: Alerter,
 }
 
 impl FailurePauser {
-    pub fn new(store: Arc<dyn Store>, failed: Arc<FailedJobs>, alerter: Alerter) -> Self {
+    pub fn new(store: Arc<dyn JobStore>, failed: Arc<FailedJobs>, alerter: Alerter) -> Self {
         Self {
             store,
             failed,

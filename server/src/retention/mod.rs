@@ -25,12 +25,16 @@ use crate::clock::ClusterClock;
 use crate::cluster::LocalView;
 use crate::jobs::RetentionConfig;
 use crate::observe::NodeMetrics;
-use crate::store::{self, JobHistoryRule, PurgeScope, PurgeStates, Purged, Store};
+use crate::store::{
+    self, HistoryStore, JobHistoryRule, PurgeScope, PurgeStates, Purged, TaskStore,
+};
 
 /// The task that applies the retention rules on one node.
 #[derive(Debug)]
 pub struct HistoryPurger {
-    store: Arc<dyn Store>,
+    history: Arc<dyn HistoryStore>,
+    /// Ended tasks go with their runs.
+    tasks: Arc<dyn TaskStore>,
     view: Arc<LocalView>,
     clock: Arc<ClusterClock>,
     settings: RetentionConfig,
@@ -54,14 +58,16 @@ const CURSOR_RESET: Duration = Duration::from_secs(3_600);
 
 impl HistoryPurger {
     pub fn new(
-        store: Arc<dyn Store>,
+        history: Arc<dyn HistoryStore>,
+        tasks: Arc<dyn TaskStore>,
         view: Arc<LocalView>,
         clock: Arc<ClusterClock>,
         settings: RetentionConfig,
         metrics: Arc<NodeMetrics>,
     ) -> Self {
         Self {
-            store,
+            history,
+            tasks,
             view,
             clock,
             settings,
@@ -159,7 +165,7 @@ impl HistoryPurger {
             dead_from = reached;
         }
         self.cursors_keep(settled_from, dead_from);
-        for rule in self.store.history_rules(&partitions).await? {
+        for rule in self.history.history_rules(&partitions).await? {
             if shutdown.is_cancelled() {
                 break;
             }
@@ -183,7 +189,7 @@ impl HistoryPurger {
         let batch = i64::from(self.settings.batch);
         loop {
             let deleted = self
-                .store
+                .tasks
                 .tasks_purge(partitions, ended_before_ms, batch)
                 .await?;
             if deleted > 0 {
@@ -227,7 +233,7 @@ impl HistoryPurger {
         }
         if let Some(max_runs) = rule.history_max_runs
             && let Some(beyond) = self
-                .store
+                .history
                 .history_beyond_newest(rule.job_id, max_runs)
                 .await?
         {
@@ -254,7 +260,7 @@ impl HistoryPurger {
         let mut scope = scope.clone();
         let mut total = Purged::default();
         loop {
-            let step = self.store.history_delete(&scope, batch).await?;
+            let step = self.history.history_delete(&scope, batch).await?;
             self.metrics.count_history_deleted(step.purged);
             total += step.purged;
             match step.next_from_ms {

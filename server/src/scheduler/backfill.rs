@@ -20,7 +20,9 @@ use crate::jobs::{JobPolicy, Overlap, window_of};
 use crate::observe::NodeMetrics;
 use crate::schedule::calendar::Calendar;
 use crate::schedule::{NextHints, Schedule, ScheduleSpec, parse_zone};
-use crate::store::{self, BackfillRecord, BackfillStep, JobRecord, Store, run_state};
+use crate::store::{
+    self, BackfillRecord, BackfillStep, JobRecord, JobStore, PolicyStore, run_state,
+};
 
 /// Most instants one step claims, whatever `max_in_flight` allows.
 const MAX_STEP: usize = 100;
@@ -28,7 +30,9 @@ const MAX_STEP: usize = 100;
 /// The task that steps the backfills of this node's partitions.
 #[derive(Debug)]
 pub struct BackfillDriver {
-    store: Arc<dyn Store>,
+    /// Backfills, their steps and the runs they wait for.
+    policies: Arc<dyn PolicyStore>,
+    jobs: Arc<dyn JobStore>,
     view: Arc<LocalView>,
     every: Duration,
     dispatcher: Arc<tokio::sync::Notify>,
@@ -37,14 +41,16 @@ pub struct BackfillDriver {
 
 impl BackfillDriver {
     pub fn new(
-        store: Arc<dyn Store>,
+        policies: Arc<dyn PolicyStore>,
+        jobs: Arc<dyn JobStore>,
         view: Arc<LocalView>,
         every: Duration,
         dispatcher: Arc<tokio::sync::Notify>,
         metrics: Arc<NodeMetrics>,
     ) -> Self {
         Self {
-            store,
+            policies,
+            jobs,
             view,
             every,
             dispatcher,
@@ -67,7 +73,7 @@ impl BackfillDriver {
     async fn pass(&self) -> Result<(), store::Error> {
         let owned = self.view.owned_partitions();
         let partitions: Vec<i64> = owned.iter().map(|p| p.partition_id).collect();
-        for backfill in self.store.backfills_running(&partitions).await? {
+        for backfill in self.policies.backfills_running(&partitions).await? {
             let Some(epoch) = owned
                 .iter()
                 .find(|p| p.partition_id == backfill.partition_id)
@@ -79,7 +85,11 @@ impl BackfillDriver {
                 continue;
             };
             let claimed = step.instants.len();
-            match self.store.backfill_step(self.view.node_id(), &step).await? {
+            match self
+                .policies
+                .backfill_step(self.view.node_id(), &step)
+                .await?
+            {
                 Some(fired) => {
                     if fired > 0 {
                         self.metrics.fires.add("backfill", fired);
@@ -123,7 +133,7 @@ impl BackfillDriver {
             done,
             message,
         };
-        let Some(job) = self.store.job_get(backfill.job_id).await? else {
+        let Some(job) = self.jobs.job_get(backfill.job_id).await? else {
             let why = Some("the job was deleted".to_owned());
             return Ok(Some(step(Vec::new(), backfill.cursor_ms, true, why)));
         };
@@ -134,12 +144,17 @@ impl BackfillDriver {
         let room = if policy.overlap == Overlap::Allow {
             let range = (backfill.from_ms, backfill.to_ms);
             let unfinished = self
-                .store
+                .policies
                 .runs_unfinished_count(job.job_id, Some(range))
                 .await?;
             backfill.max_in_flight - unfinished
         } else {
-            i64::from(self.store.runs_unfinished_count(job.job_id, None).await? == 0)
+            i64::from(
+                self.policies
+                    .runs_unfinished_count(job.job_id, None)
+                    .await?
+                    == 0,
+            )
         };
         let room = usize::try_from(room).unwrap_or(0).min(MAX_STEP);
         if room == 0 {
@@ -194,7 +209,7 @@ impl BackfillDriver {
         let mut calendars = Vec::with_capacity(names.len());
         for name in names {
             let parsed = self
-                .store
+                .policies
                 .calendar_get(name)
                 .await?
                 .and_then(|r| Calendar::from_stored(&r.definition_json).ok());

@@ -18,7 +18,7 @@ use tracing::{debug, warn};
 use crate::clock::ClusterClock;
 use crate::cluster::LocalView;
 use crate::observe::NodeMetrics;
-use crate::store::{self, Store, TasksFired};
+use crate::store::{self, TaskStore, TasksFired};
 
 /// How the firer reads its windows.
 #[derive(Debug, Clone, Copy)]
@@ -48,7 +48,7 @@ impl Default for FireSettings {
 /// Fires due tasks of the node's partitions.
 #[derive(Debug)]
 pub struct TaskFirer {
-    store: Arc<dyn Store>,
+    store: Arc<dyn TaskStore>,
     view: Arc<LocalView>,
     clock: Arc<ClusterClock>,
     settings: FireSettings,
@@ -59,7 +59,7 @@ pub struct TaskFirer {
 
 impl TaskFirer {
     pub fn new(
-        store: Arc<dyn Store>,
+        store: Arc<dyn TaskStore>,
         view: Arc<LocalView>,
         clock: Arc<ClusterClock>,
         settings: FireSettings,

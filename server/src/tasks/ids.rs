@@ -4,7 +4,7 @@
 
 use tokio::sync::Mutex;
 
-use crate::store::{self, Store};
+use crate::store::{self, TaskStore};
 
 /// Ids taken at once when the block runs out (more when a batch needs more).
 const BLOCK: i64 = 65_536;
@@ -17,7 +17,11 @@ pub struct TaskIds {
 
 impl TaskIds {
     /// `count` fresh ids, in ascending order.
-    pub async fn take(&self, store: &dyn Store, count: usize) -> Result<Vec<i64>, store::Error> {
+    pub async fn take(
+        &self,
+        store: &dyn TaskStore,
+        count: usize,
+    ) -> Result<Vec<i64>, store::Error> {
         let count = i64::try_from(count).unwrap_or(i64::MAX);
         let mut block = self.block.lock().await;
         let (mut next, mut end) = *block;
