@@ -149,7 +149,7 @@ pub(super) async fn delete(
         .await?
         .into_iter()
         .filter(|(_, _, policy)| {
-            serde_json::from_str::<JobPolicy>(policy).is_ok_and(|p| p.calendars.contains(&name))
+            JobPolicy::from_stored(policy).is_ok_and(|p| p.calendars.contains(&name))
         })
         .map(|(id, job_name, _)| format!("{job_name} ({id})"))
         .collect();

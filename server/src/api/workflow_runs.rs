@@ -70,7 +70,7 @@ async fn run_view(state: &ApiState, id: i64) -> Result<WorkflowRunView, ApiError
         Some((pinned, steps)) => (
             serde_json::from_str(&pinned.params_json)
                 .map_err(|e| unreadable(id, "parameters", &e))?,
-            serde_json::from_str::<Definition>(&pinned.definition_json)
+            crate::jobs::stored::lenient::<Definition>(&pinned.definition_json)
                 .map_err(|e| unreadable(id, "definition", &e))?,
             steps,
         ),
@@ -83,7 +83,7 @@ async fn run_view(state: &ApiState, id: i64) -> Result<WorkflowRunView, ApiError
                 .filter(|j| j.kind == job_kind::WORKFLOW)
                 .ok_or_else(|| ApiError::missing(format!("workflow run {id}")))?;
             let definition = match state.store.workflow_definition(workflow.job_id).await? {
-                Some(stored) => serde_json::from_str::<Definition>(&stored)
+                Some(stored) => crate::jobs::stored::lenient::<Definition>(&stored)
                     .map_err(|e| unreadable(id, "workflow's definition", &e))?,
                 // Its steps not stored yet (it is being created): no step to show.
                 None => Definition::default(),

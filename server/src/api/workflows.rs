@@ -210,7 +210,7 @@ async fn unchanged(
     let Some(stored) = state.store.workflow_definition(record.job_id).await? else {
         return Ok(false);
     };
-    let stored: Definition = serde_json::from_str(&stored).map_err(|e| {
+    let stored: Definition = crate::jobs::stored::lenient(&stored).map_err(|e| {
         ApiError::unreadable(format!("the definition of workflow {}", record.job_id), &e)
     })?;
     if stored.steps.len() != input.steps.len() {

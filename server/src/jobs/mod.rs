@@ -4,6 +4,7 @@
 mod checks;
 pub mod history;
 pub mod policy;
+pub mod stored;
 
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};

@@ -201,9 +201,10 @@ pub struct JobPolicy {
 
 impl JobPolicy {
     /// Decodes a policy as stored (a job's, a task's or a step's): the one way the server reads
-    /// one back. Unknown fields are ignored; a field of the wrong type is an error.
+    /// one back. Unknown fields, at any depth, are left out (`super::stored`); a field of the
+    /// wrong type is an error.
     pub fn from_stored(text: &str) -> Result<JobPolicy, serde_json::Error> {
-        serde_json::from_str(text)
+        super::stored::lenient(text)
     }
 
     /// Whether a scheduled run of this job is one attempt with the job's own arguments, due

@@ -39,8 +39,8 @@ impl WorkflowRunRecord {
             what: format!("the stored {what} of workflow run {}", self.run_id),
             reason: e.to_string(),
         };
-        let definition =
-            serde_json::from_str(&self.definition_json).map_err(|e| unreadable("definition", e))?;
+        let definition = crate::jobs::stored::lenient(&self.definition_json)
+            .map_err(|e| unreadable("definition", e))?;
         let params =
             serde_json::from_str(&self.params_json).map_err(|e| unreadable("params", e))?;
         Ok((definition, params))

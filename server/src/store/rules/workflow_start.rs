@@ -116,7 +116,7 @@ pub(crate) async fn start_workflow_run<T: WorkflowStartTx + ?Sized>(
     tx.insert_pinned_run(&pinned).await?;
     // A definition that does not read gets no step rows: the advance reads it again and fails
     // the run, naming it.
-    if let Ok(definition) = serde_json::from_str::<Definition>(&pinned.definition_json) {
+    if let Ok(definition) = crate::jobs::stored::lenient::<Definition>(&pinned.definition_json) {
         let steps: Vec<NewStep<'_>> = definition
             .steps
             .iter()
