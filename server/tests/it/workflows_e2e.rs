@@ -450,6 +450,46 @@ async fn workflows_run_their_steps_in_order_once_each(db: TestDb) {
         step_states(&outer_done),
         states(&[("inner", "cancelled"), ("after", "skipped")])
     );
+    // The outer run cancelled: the inner run's own steps are cancelled with it.
+    let outer_run = post(
+        &node,
+        &format!("/api/v1/workflows/{}/trigger", outer["id"]),
+        json!({}),
+    )
+    .await;
+    let inner_run = wait_for(
+        Duration::from_secs(10),
+        "the inner workflow run's slow step to run again",
+        || async {
+            let (_, run) = node
+                .call(
+                    Method::GET,
+                    &format!("/api/v1/workflow-runs/{}", outer_run["id"]),
+                    None,
+                )
+                .await;
+            let inner = run["steps"][0]["run_id"].clone();
+            let (_, inner_run) = node
+                .call(Method::GET, &format!("/api/v1/workflow-runs/{inner}"), None)
+                .await;
+            (inner_run["steps"][0]["state"] == "running").then_some(inner)
+        },
+    )
+    .await;
+    let (status, cancelled) = node
+        .call(
+            Method::POST,
+            &format!("/api/v1/workflow-runs/{}/cancel", outer_run["id"]),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{cancelled}");
+    let inner_done = ended(&node, &inner_run).await;
+    assert_eq!(inner_done["state"], "cancelled", "{inner_done}");
+    assert_eq!(
+        step_states(&inner_done),
+        states(&[("wait", "cancelled"), ("renamed", "cancelled")])
+    );
 
     // On a schedule: one workflow run per instant, each running its step.
     let ticking = post(

@@ -13,6 +13,9 @@ use super::workflow_start::{RunHead, WorkflowStartTx};
 use super::workflows::{StepEnd, follow_ups};
 use crate::workflows::step_state;
 
+/// Why a workflow run's cancel ended a run or an attempt.
+const WHY: &str = "the workflow run was cancelled";
+
 /// What ending a run needs of a write transaction, besides what its follow-ups need.
 #[async_trait]
 pub(crate) trait RunEndTx: WorkflowStartTx {
@@ -59,13 +62,13 @@ pub(crate) async fn end_run_with_attempts<T: RunEndTx + ?Sized>(
 }
 
 /// Cancels the unfinished workflow run `run_id`: its waiting steps, and its running steps with
-/// their runs and attempts; then what follows (the step it is of another workflow run).
+/// their runs and attempts (and their own steps, for a step that is a workflow run); then what
+/// follows (the step it is of another workflow run).
 /// The attempts that were running, or `None` when it was not unfinished.
 pub(crate) async fn cancel_workflow_run<T: RunEndTx + ?Sized>(
     tx: &mut T,
     run_id: i64,
 ) -> Result<Option<(Vec<AttemptRecord>, FollowedUp)>, Error> {
-    const WHY: &str = "the workflow run was cancelled";
     if tx.lock_run(run_id).await?.is_none() {
         return Ok(None);
     }
@@ -76,32 +79,50 @@ pub(crate) async fn cancel_workflow_run<T: RunEndTx + ?Sized>(
         return Ok(None);
     }
     let mut running = Vec::new();
-    for step in tx.steps_of(run_id).await? {
-        match (step.state.as_str(), step.run_id) {
-            (step_state::WAITING, _) => {
-                tx.close_waiting_step(run_id, &step.step_name, step_state::CANCELLED, None)
-                    .await?;
-            }
-            (step_state::RUNNING, Some(step_run)) => {
-                if let Some(head) = tx.run_head(step_run).await?
-                    && end_passing_turn(tx, step_run, &head, run_state::CANCELLED, Some(WHY))
-                        .await?
-                {
-                    running.extend(running_attempts(tx, step_run).await?);
-                    tx.cancel_attempts_of_run(step_run, WHY).await?;
-                }
-                let end = StepEnd {
-                    step_name: &step.step_name,
-                    state: step_state::CANCELLED,
-                    output: None,
-                };
-                tx.end_steps(run_id, std::slice::from_ref(&end)).await?;
-            }
-            _ => {}
-        }
-    }
+    cancel_steps(tx, run_id, &mut running).await?;
     let followed = follow_ups(tx, &[ended(run_id, &run, run_state::CANCELLED)]).await?;
     Ok(Some((running, followed)))
+}
+
+/// Cancels the steps of the workflow run `run_id`, which the caller ended: the waiting ones
+/// never run, the running ones end with their runs and attempts (those running are added to
+/// `running`), and a step that is itself a workflow run has its own steps cancelled the same
+/// way. No follow-up runs here: every run it ends was cancelled with what it belongs to.
+fn cancel_steps<'a, T: RunEndTx + ?Sized>(
+    tx: &'a mut T,
+    run_id: i64,
+    running: &'a mut Vec<AttemptRecord>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), Error>> + Send + 'a>> {
+    Box::pin(async move {
+        for step in tx.steps_of(run_id).await? {
+            match (step.state.as_str(), step.run_id) {
+                (step_state::WAITING, _) => {
+                    tx.close_waiting_step(run_id, &step.step_name, step_state::CANCELLED, None)
+                        .await?;
+                }
+                (step_state::RUNNING, Some(step_run)) => {
+                    if let Some(head) = tx.run_head(step_run).await?
+                        && end_passing_turn(tx, step_run, &head, run_state::CANCELLED, Some(WHY))
+                            .await?
+                    {
+                        running.extend(running_attempts(tx, step_run).await?);
+                        tx.cancel_attempts_of_run(step_run, WHY).await?;
+                        if tx.pinned_run(step_run).await?.is_some() {
+                            cancel_steps(tx, step_run, running).await?;
+                        }
+                    }
+                    let end = StepEnd {
+                        step_name: &step.step_name,
+                        state: step_state::CANCELLED,
+                        output: None,
+                    };
+                    tx.end_steps(run_id, std::slice::from_ref(&end)).await?;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    })
 }
 
 /// Ends the run `run` (`run_id`) if it is unfinished and, when it held its job's turn, passes
@@ -344,6 +365,41 @@ mod tests {
         let ended: Vec<i64> = followed.workflows_ended.iter().map(|r| r.run_id).collect();
         assert_eq!(ended, [outer.run_id]);
         assert_eq!(state(&db, outer.run_id), "failed");
+        assert_eq!(db.steps(outer.run_id)[0].state, "cancelled");
+    }
+
+    #[tokio::test]
+    async fn an_outer_workflow_runs_cancel_reaches_the_steps_of_an_inner_one() {
+        let mut db = db();
+        add_workflow(&mut db, 1, r#"{"steps":[{"name":"a","job_id":10}]}"#);
+        add_workflow(&mut db, 2, r#"{"steps":[{"name":"inner","job_id":1}]}"#);
+        let outer = add_pending_run(&mut db, 2, 1_000, None);
+        start_workflow_run(&mut db, &outer, "{}")
+            .await
+            .unwrap()
+            .unwrap();
+        let inner = db.steps(outer.run_id)[0].run_id.unwrap();
+        let inner_run = run_record(&db, inner);
+        start_workflow_run(&mut db, &inner_run, "{}")
+            .await
+            .unwrap()
+            .unwrap();
+        let a_run = db.steps(inner)[0].run_id.unwrap();
+        db.attempts[0].state = "running".to_owned();
+        let (told, _) = cancel_workflow_run(&mut db, outer.run_id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(told.len(), 1, "the inner step's running attempt");
+        assert_eq!(
+            (
+                state(&db, outer.run_id),
+                state(&db, inner),
+                state(&db, a_run)
+            ),
+            ("cancelled", "cancelled", "cancelled")
+        );
+        assert_eq!(db.steps(inner)[0].state, "cancelled");
         assert_eq!(db.steps(outer.run_id)[0].state, "cancelled");
     }
 }
