@@ -490,6 +490,37 @@ async fn workflows_run_their_steps_in_order_once_each(db: TestDb) {
         step_states(&inner_done),
         states(&[("wait", "cancelled"), ("renamed", "cancelled")])
     );
+    // Cancelled as any run (`/runs/{id}/cancel`), a workflow's run takes its steps with it.
+    let third = post(
+        &node,
+        &format!("/api/v1/workflows/{}/trigger", slow["id"]),
+        json!({}),
+    )
+    .await;
+    wait_for(Duration::from_secs(10), "the slow step to run again", || async {
+        let (_, run) = node
+            .call(
+                Method::GET,
+                &format!("/api/v1/workflow-runs/{}", third["id"]),
+                None,
+            )
+            .await;
+        (run["steps"][0]["state"] == "running").then_some(())
+    })
+    .await;
+    let (status, cancelled) = node
+        .call(
+            Method::POST,
+            &format!("/api/v1/runs/{}/cancel", third["id"]),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{cancelled}");
+    let third_done = ended(&node, &third["id"]).await;
+    assert_eq!(
+        step_states(&third_done),
+        states(&[("wait", "cancelled"), ("renamed", "cancelled")])
+    );
 
     // On a schedule: one workflow run per instant, each running its step.
     let ticking = post(

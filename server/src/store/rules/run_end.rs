@@ -40,9 +40,9 @@ pub(crate) async fn end_run<T: RunEndTx + ?Sized>(
     Ok(Some(follow_ups(tx, &[ended(run_id, &run, state)]).await?))
 }
 
-/// Ends run `run_id` as `state` with `message` if it is unfinished, cancels its live attempts,
-/// and runs what follows; the attempts that were running (their executors should be told), or
-/// `None` when it had ended already.
+/// Ends run `run_id` as `state` with `message` if it is unfinished, cancels its live attempts
+/// (and its steps, for a workflow's run), and runs what follows; the attempts that were running
+/// (their executors should be told), or `None` when it had ended already.
 pub(crate) async fn end_run_with_attempts<T: RunEndTx + ?Sized>(
     tx: &mut T,
     run_id: i64,
@@ -55,8 +55,12 @@ pub(crate) async fn end_run_with_attempts<T: RunEndTx + ?Sized>(
     if !end_passing_turn(tx, run_id, &run, state, Some(message)).await? {
         return Ok(None);
     }
-    let running = running_attempts(tx, run_id).await?;
+    let mut running = running_attempts(tx, run_id).await?;
     tx.cancel_attempts_of_run(run_id, message).await?;
+    // A workflow's run, ended this way (`POST /runs/{id}/cancel`), takes its steps with it.
+    if tx.pinned_run(run_id).await?.is_some() {
+        cancel_steps(tx, run_id, &mut running).await?;
+    }
     let followed = follow_ups(tx, &[ended(run_id, &run, state)]).await?;
     Ok(Some((running, followed)))
 }
@@ -401,5 +405,28 @@ mod tests {
         );
         assert_eq!(db.steps(inner)[0].state, "cancelled");
         assert_eq!(db.steps(outer.run_id)[0].state, "cancelled");
+    }
+
+    #[tokio::test]
+    async fn a_workflows_run_ended_as_any_run_takes_its_steps_with_it() {
+        let mut db = db();
+        add_workflow(&mut db, 1, r#"{"steps":[{"name":"a","job_id":10}]}"#);
+        let run = add_pending_run(&mut db, 1, 1_000, None);
+        start_workflow_run(&mut db, &run, "{}")
+            .await
+            .unwrap()
+            .unwrap();
+        let a_run = db.steps(run.run_id)[0].run_id.unwrap();
+        end_run_with_attempts(
+            &mut db,
+            run.run_id,
+            "cancelled",
+            "cancelled through the API",
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        assert_eq!(state(&db, a_run), "cancelled");
+        assert_eq!(db.steps(run.run_id)[0].state, "cancelled");
     }
 }
