@@ -19,7 +19,7 @@ use super::finish::{Ending, end_of};
 use super::plan::Offer;
 use crate::jobs::Overlap;
 use crate::observe::Observer;
-use crate::store::{self, AttemptEnd, DueAttempt, Store, attempt_state};
+use crate::store::{self, AttemptEnd, DueAttempt, Store};
 
 /// An attempt an executor answered at once, to end with the others of its pass.
 #[derive(Debug)]
@@ -96,15 +96,13 @@ pub(super) async fn settle(
         output.as_ref(),
         error,
     );
-    let simple = end.state == attempt_state::SUCCEEDED
-        && end.output.is_none()
-        && end.error.is_none()
-        && end.retry_after_ms.is_none()
-        && attempt.shard_total == 1
-        && offer.policy.overlap != Overlap::Queue
-        && offer.policy.children.is_empty()
-        // A child's or a step's run: a step's end moves its workflow on.
-        && offer.request.input.is_none();
+    let simple = store::PlainSuccessCheck {
+        end: &end,
+        shard_total: attempt.shard_total,
+        job_queues: offer.policy.overlap == Overlap::Queue,
+        run_has_input: offer.request.input.is_some(),
+    }
+    .holds();
     Some(Ok(Some(Ended {
         attempt_id: attempt.attempt_id,
         run_id: attempt.run_id,

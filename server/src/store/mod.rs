@@ -49,6 +49,7 @@ pub use log_records::{LogAppend, LogCaps, LogLine, NewLogLine, TRUNCATED_LINE};
 pub use policy_records::{
     BackfillRecord, BackfillStep, CalendarRecord, PolicyStore, backfill_state,
 };
+pub use rules::attempt_end::PlainSuccessCheck;
 pub use task_records::{
     Enqueued, TaskFilter, TaskRecord, TaskStore, TaskWrite, TasksFired, task_of_job_id, task_state,
 };

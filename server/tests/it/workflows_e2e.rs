@@ -497,16 +497,20 @@ async fn workflows_run_their_steps_in_order_once_each(db: TestDb) {
         json!({}),
     )
     .await;
-    wait_for(Duration::from_secs(10), "the slow step to run again", || async {
-        let (_, run) = node
-            .call(
-                Method::GET,
-                &format!("/api/v1/workflow-runs/{}", third["id"]),
-                None,
-            )
-            .await;
-        (run["steps"][0]["state"] == "running").then_some(())
-    })
+    wait_for(
+        Duration::from_secs(10),
+        "the slow step to run again",
+        || async {
+            let (_, run) = node
+                .call(
+                    Method::GET,
+                    &format!("/api/v1/workflow-runs/{}", third["id"]),
+                    None,
+                )
+                .await;
+            (run["steps"][0]["state"] == "running").then_some(())
+        },
+    )
     .await;
     let (status, cancelled) = node
         .call(

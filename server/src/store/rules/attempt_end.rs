@@ -145,10 +145,39 @@ pub(crate) trait PlainSuccessTx: Send {
     async fn succeed_runs(&mut self, run_ids: &[i64]) -> Result<u64, Error>;
 }
 
+/// What decides whether an attempt's end may take the plain-success path.
+#[derive(Debug, Clone, Copy)]
+pub struct PlainSuccessCheck<'a> {
+    pub end: &'a AttemptEnd,
+    /// Shards of its run.
+    pub shard_total: i64,
+    /// Its job's overlap rule is `queue`: its run's end passes a turn on.
+    pub job_queues: bool,
+    /// Its run has an input: a child's or a workflow step's, whose end moves a workflow on.
+    pub run_has_input: bool,
+}
+
+impl PlainSuccessCheck<'_> {
+    /// Whether [`succeed_plainly`] may end it: it succeeded with nothing to record (no output,
+    /// no error, no retry), it is its run's only shard, and its run's end has nothing to
+    /// follow (no children, no queue, no workflow). Anything else goes through
+    /// [`end_attempt`], which does all of that.
+    pub fn holds(&self) -> bool {
+        let end = self.end;
+        end.state == attempt_state::SUCCEEDED
+            && end.output.is_none()
+            && end.error.is_none()
+            && end.retry_after_ms.is_none()
+            && !end.job_has_children
+            && self.shard_total == 1
+            && !self.job_queues
+            && !self.run_has_input
+    }
+}
+
 /// Ends plain successes answered by `executor_id` in two statements, whatever their number:
-/// each attempt is its run's only shard's latest, succeeded without output, and its run follows
-/// nothing, triggers nothing and holds no queue's turn (the settle's promise:
-/// `dispatch/settle.rs`), so ending the attempt ends its run and nothing follows. An attempt
+/// each attempt is one that [`PlainSuccessCheck::holds`] for (the caller's promise), so ending
+/// the attempt ends its run and nothing follows. An attempt
 /// already ended (timed out, lost, cancelled) leaves its run alone. How many runs it ended.
 pub(crate) async fn succeed_plainly<T: PlainSuccessTx + ?Sized>(
     tx: &mut T,
@@ -440,5 +469,42 @@ mod tests {
             0,
             "once"
         );
+    }
+
+    #[test]
+    fn only_a_bare_success_of_a_runs_only_shard_with_nothing_to_follow_takes_the_plain_path() {
+        let plain = ending(attempt_state::SUCCEEDED, None);
+        let check = |end: &AttemptEnd, shards: i64, queues: bool, input: bool| {
+            PlainSuccessCheck {
+                end,
+                shard_total: shards,
+                job_queues: queues,
+                run_has_input: input,
+            }
+            .holds()
+        };
+        assert!(check(&plain, 1, false, false));
+        assert!(
+            !check(&plain, 2, false, false),
+            "another shard may still run"
+        );
+        assert!(
+            !check(&plain, 1, true, false),
+            "its end passes a queue's turn on"
+        );
+        assert!(
+            !check(&plain, 1, false, true),
+            "a step's end moves its workflow on"
+        );
+        let with_output = ending(attempt_state::SUCCEEDED, Some("{}"));
+        assert!(
+            !check(&with_output, 1, false, false),
+            "its output is recorded"
+        );
+        let mut with_children = plain.clone();
+        with_children.job_has_children = true;
+        assert!(!check(&with_children, 1, false, false), "its children run");
+        let failed = ending(attempt_state::FAILED, None);
+        assert!(!check(&failed, 1, false, false));
     }
 }
