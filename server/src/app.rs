@@ -234,7 +234,8 @@ impl Application {
         );
         let metrics = Arc::new(NodeMetrics::new());
         let (alerter, alert_worker) = observe::alerts::alerts(
-            Arc::clone(&api_store),
+            Arc::clone(&api_store) as Arc<dyn store::JobStore>,
+            Arc::clone(&api_store) as Arc<dyn store::DispatchStore>,
             Arc::clone(&view),
             AlertSettings::new(&config.alerts, config.dispatch.executor_lease_ms),
             Arc::clone(&metrics),

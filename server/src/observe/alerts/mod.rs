@@ -25,7 +25,7 @@ use super::metrics::NodeMetrics;
 use crate::cluster::LocalView;
 use crate::jobs::{AlertFormat, JobAlerts};
 use crate::secret::Secret;
-use crate::store::{JobRecord, Store};
+use crate::store::{DispatchStore, JobRecord, JobStore};
 pub use app_watch::{AppLook, AppWatch};
 pub use message::Alert;
 
@@ -142,7 +142,10 @@ impl AlertSettings {
 #[derive(Debug)]
 pub struct AlertWorker {
     queue: mpsc::Receiver<AlertEvent>,
-    store: Arc<dyn Store>,
+    /// The jobs alerts name.
+    jobs: Arc<dyn JobStore>,
+    /// Runs and executors.
+    dispatch: Arc<dyn DispatchStore>,
     view: Arc<LocalView>,
     http: reqwest::Client,
     settings: AlertSettings,
@@ -159,7 +162,8 @@ struct Target {
 
 /// The queue's two ends: what raises alerts and the worker that sends them.
 pub fn alerts(
-    store: Arc<dyn Store>,
+    jobs: Arc<dyn JobStore>,
+    dispatch: Arc<dyn DispatchStore>,
     view: Arc<LocalView>,
     settings: AlertSettings,
     metrics: Arc<NodeMetrics>,
@@ -179,7 +183,8 @@ pub fn alerts(
     };
     let worker = AlertWorker {
         queue: rx,
-        store,
+        jobs,
+        dispatch,
         view,
         http,
         settings,
@@ -222,7 +227,7 @@ impl AlertWorker {
     /// Finds where `event` goes and sends it there, each call in a task of its own.
     async fn handle(&self, event: AlertEvent) {
         let job = match event_job(&event) {
-            Some(job_id) => match self.store.job_get(job_id).await {
+            Some(job_id) => match self.jobs.job_get(job_id).await {
                 Ok(job) => job,
                 Err(err) => {
                     warn!(job_id, error = %err, "cannot read the job of an alert; sending it without");
@@ -245,7 +250,7 @@ impl AlertWorker {
         }
         let run = match &event {
             AlertEvent::RunFailed { run_id, .. } => {
-                self.store.run_get(*run_id).await.ok().flatten()
+                self.dispatch.run_get(*run_id).await.ok().flatten()
             }
             _ => None,
         };
@@ -283,7 +288,7 @@ impl AlertWorker {
 
     /// Looks at every app's executors and raises what [`AppWatch`] finds changed.
     async fn check_apps(&self, apps: &mut AppWatch) {
-        let list = match self.store.executors_list(None).await {
+        let list = match self.dispatch.executors_list(None).await {
             Ok(list) => list,
             Err(err) => {
                 debug!(error = %err, "cannot read executors for the app health check");
