@@ -58,6 +58,41 @@ async fn ended(node: &NodeProcess, id: &Value) -> Value {
     .await
 }
 
+/// Waits until the first step of workflow run `id` is running.
+async fn first_step_running(node: &NodeProcess, id: &Value) {
+    wait_for(
+        Duration::from_secs(10),
+        &format!("workflow run {id}'s first step to run"),
+        || async {
+            let (_, run) = node
+                .call(Method::GET, &format!("/api/v1/workflow-runs/{id}"), None)
+                .await;
+            (run["steps"][0]["state"] == "running").then_some(())
+        },
+    )
+    .await;
+}
+
+/// The run of workflow run `outer`'s first step, itself a workflow run, once its own first
+/// step runs.
+async fn inner_first_step_running(node: &NodeProcess, outer: &Value) -> Value {
+    wait_for(
+        Duration::from_secs(10),
+        &format!("the first step of workflow run {outer}'s first step to run"),
+        || async {
+            let (_, run) = node
+                .call(Method::GET, &format!("/api/v1/workflow-runs/{outer}"), None)
+                .await;
+            let inner = run["steps"][0]["run_id"].clone();
+            let (_, inner_run) = node
+                .call(Method::GET, &format!("/api/v1/workflow-runs/{inner}"), None)
+                .await;
+            (inner_run["steps"][0]["state"] == "running").then_some(inner)
+        },
+    )
+    .await
+}
+
 fn step_states(run: &Value) -> HashMap<String, String> {
     run["steps"]
         .as_array()
@@ -417,25 +452,7 @@ async fn workflows_run_their_steps_in_order_once_each(db: TestDb) {
         json!({}),
     )
     .await;
-    let inner_run = wait_for(
-        Duration::from_secs(10),
-        "the inner workflow run's slow step to run",
-        || async {
-            let (_, run) = node
-                .call(
-                    Method::GET,
-                    &format!("/api/v1/workflow-runs/{}", outer_run["id"]),
-                    None,
-                )
-                .await;
-            let inner = run["steps"][0]["run_id"].clone();
-            let (_, inner_run) = node
-                .call(Method::GET, &format!("/api/v1/workflow-runs/{inner}"), None)
-                .await;
-            (inner_run["steps"][0]["state"] == "running").then_some(inner)
-        },
-    )
-    .await;
+    let inner_run = inner_first_step_running(&node, &outer_run["id"]).await;
     let (status, cancelled) = node
         .call(
             Method::POST,
@@ -457,25 +474,7 @@ async fn workflows_run_their_steps_in_order_once_each(db: TestDb) {
         json!({}),
     )
     .await;
-    let inner_run = wait_for(
-        Duration::from_secs(10),
-        "the inner workflow run's slow step to run again",
-        || async {
-            let (_, run) = node
-                .call(
-                    Method::GET,
-                    &format!("/api/v1/workflow-runs/{}", outer_run["id"]),
-                    None,
-                )
-                .await;
-            let inner = run["steps"][0]["run_id"].clone();
-            let (_, inner_run) = node
-                .call(Method::GET, &format!("/api/v1/workflow-runs/{inner}"), None)
-                .await;
-            (inner_run["steps"][0]["state"] == "running").then_some(inner)
-        },
-    )
-    .await;
+    let inner_run = inner_first_step_running(&node, &outer_run["id"]).await;
     let (status, cancelled) = node
         .call(
             Method::POST,
@@ -497,21 +496,7 @@ async fn workflows_run_their_steps_in_order_once_each(db: TestDb) {
         json!({}),
     )
     .await;
-    wait_for(
-        Duration::from_secs(10),
-        "the slow step to run again",
-        || async {
-            let (_, run) = node
-                .call(
-                    Method::GET,
-                    &format!("/api/v1/workflow-runs/{}", third["id"]),
-                    None,
-                )
-                .await;
-            (run["steps"][0]["state"] == "running").then_some(())
-        },
-    )
-    .await;
+    first_step_running(&node, &third["id"]).await;
     let (status, cancelled) = node
         .call(
             Method::POST,

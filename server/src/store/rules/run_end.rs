@@ -202,6 +202,26 @@ mod tests {
         db
     }
 
+    /// Workflow 2 whose only step is workflow 1, whose only step is job 10: both started; the
+    /// outer run and the inner one's id.
+    async fn nested() -> (MemoryDb, crate::store::RunRecord, i64) {
+        let mut db = db();
+        add_workflow(&mut db, 1, r#"{"steps":[{"name":"a","job_id":10}]}"#);
+        add_workflow(&mut db, 2, r#"{"steps":[{"name":"inner","job_id":1}]}"#);
+        let outer = add_pending_run(&mut db, 2, 1_000, None);
+        start_workflow_run(&mut db, &outer, "{}")
+            .await
+            .unwrap()
+            .unwrap();
+        let inner = db.steps(outer.run_id)[0].run_id.unwrap();
+        let inner_run = run_record(&db, inner);
+        start_workflow_run(&mut db, &inner_run, "{}")
+            .await
+            .unwrap()
+            .unwrap();
+        (db, outer, inner)
+    }
+
     fn state(db: &MemoryDb, run_id: i64) -> &str {
         &db.runs.iter().find(|r| r.run_id == run_id).unwrap().state
     }
@@ -351,20 +371,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_cancelled_inner_workflow_run_fails_the_outer_run_it_is_a_step_of() {
-        let mut db = db();
-        add_workflow(&mut db, 1, r#"{"steps":[{"name":"a","job_id":10}]}"#);
-        add_workflow(&mut db, 2, r#"{"steps":[{"name":"inner","job_id":1}]}"#);
-        let outer = add_pending_run(&mut db, 2, 1_000, None);
-        start_workflow_run(&mut db, &outer, "{}")
-            .await
-            .unwrap()
-            .unwrap();
-        let inner = db.steps(outer.run_id)[0].run_id.unwrap();
-        let inner_run = run_record(&db, inner);
-        start_workflow_run(&mut db, &inner_run, "{}")
-            .await
-            .unwrap()
-            .unwrap();
+        let (mut db, outer, inner) = nested().await;
         let (_, followed) = cancel_workflow_run(&mut db, inner).await.unwrap().unwrap();
         let ended: Vec<i64> = followed.workflows_ended.iter().map(|r| r.run_id).collect();
         assert_eq!(ended, [outer.run_id]);
@@ -374,20 +381,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_outer_workflow_runs_cancel_reaches_the_steps_of_an_inner_one() {
-        let mut db = db();
-        add_workflow(&mut db, 1, r#"{"steps":[{"name":"a","job_id":10}]}"#);
-        add_workflow(&mut db, 2, r#"{"steps":[{"name":"inner","job_id":1}]}"#);
-        let outer = add_pending_run(&mut db, 2, 1_000, None);
-        start_workflow_run(&mut db, &outer, "{}")
-            .await
-            .unwrap()
-            .unwrap();
-        let inner = db.steps(outer.run_id)[0].run_id.unwrap();
-        let inner_run = run_record(&db, inner);
-        start_workflow_run(&mut db, &inner_run, "{}")
-            .await
-            .unwrap()
-            .unwrap();
+        let (mut db, outer, inner) = nested().await;
         let a_run = db.steps(inner)[0].run_id.unwrap();
         db.attempts[0].state = "running".to_owned();
         let (told, _) = cancel_workflow_run(&mut db, outer.run_id)
