@@ -55,12 +55,8 @@ pub(crate) async fn end_run_with_attempts<T: RunEndTx + ?Sized>(
     if !end_passing_turn(tx, run_id, &run, state, Some(message)).await? {
         return Ok(None);
     }
-    let mut running = running_attempts(tx, run_id).await?;
-    tx.cancel_attempts_of_run(run_id, message).await?;
-    // A workflow's run, ended this way (`POST /runs/{id}/cancel`), takes its steps with it.
-    if tx.pinned_run(run_id).await?.is_some() {
-        cancel_steps(tx, run_id, &mut running).await?;
-    }
+    let mut running = Vec::new();
+    end_attempts_or_steps(tx, run_id, message, &mut running).await?;
     let followed = follow_ups(tx, &[ended(run_id, &run, state)]).await?;
     Ok(Some((running, followed)))
 }
@@ -109,11 +105,7 @@ fn cancel_steps<'a, T: RunEndTx + ?Sized>(
                         && end_passing_turn(tx, step_run, &head, run_state::CANCELLED, Some(WHY))
                             .await?
                     {
-                        running.extend(running_attempts(tx, step_run).await?);
-                        tx.cancel_attempts_of_run(step_run, WHY).await?;
-                        if tx.pinned_run(step_run).await?.is_some() {
-                            cancel_steps(tx, step_run, running).await?;
-                        }
+                        end_attempts_or_steps(tx, step_run, WHY, running).await?;
                     }
                     let end = StepEnd {
                         step_name: &step.step_name,
@@ -147,16 +139,29 @@ async fn end_passing_turn<T: RunEndTx + ?Sized>(
     Ok(true)
 }
 
-async fn running_attempts<T: RunEndTx + ?Sized>(
+/// Cancels the live attempts of the run `run_id`, which the caller ended, adding those running
+/// to `running`; a run without attempts may be a workflow's, whose steps go with it (`POST
+/// /runs/{id}/cancel` on one, or a cancelled step that is a workflow run). A job's run, which
+/// has attempts, costs no read of workflow tables.
+async fn end_attempts_or_steps<T: RunEndTx + ?Sized>(
     tx: &mut T,
     run_id: i64,
-) -> Result<Vec<AttemptRecord>, Error> {
-    Ok(tx
-        .attempts_of_run(run_id)
-        .await?
-        .into_iter()
-        .filter(|a| a.state == attempt_state::RUNNING)
-        .collect())
+    why: &str,
+    running: &mut Vec<AttemptRecord>,
+) -> Result<(), Error> {
+    let attempts = tx.attempts_of_run(run_id).await?;
+    if attempts.is_empty() {
+        if tx.pinned_run(run_id).await?.is_some() {
+            cancel_steps(tx, run_id, running).await?;
+        }
+        return Ok(());
+    }
+    running.extend(
+        attempts
+            .into_iter()
+            .filter(|a| a.state == attempt_state::RUNNING),
+    );
+    tx.cancel_attempts_of_run(run_id, why).await
 }
 
 /// The run as it ended, for its follow-ups (a cancelled run triggers no children, but a

@@ -229,7 +229,7 @@ pub(crate) async fn rerun_workflow_run<T: WorkflowStartTx + ?Sized>(
 mod tests {
     use super::super::attempt_end::EndingTx;
     use super::super::memory::MemoryDb;
-    use super::super::memory::workflows::{add_pending_run, add_step_jobs, add_workflow};
+    use super::super::memory::workflows::{add_pending_run, workflow_db};
     use super::super::workflows::WorkflowTx;
     use super::*;
 
@@ -240,13 +240,7 @@ mod tests {
         {"name":"b","job_id":11,"needs":[{"step":"a"}]}]}"#;
 
     fn db(definition: &str) -> MemoryDb {
-        let mut db = MemoryDb {
-            now_ms: NOW,
-            ..MemoryDb::default()
-        };
-        add_workflow(&mut db, WORKFLOW, definition);
-        add_step_jobs(&mut db);
-        db
+        workflow_db(WORKFLOW, definition, NOW)
     }
 
     fn run(db: &MemoryDb, run_id: i64) -> &super::super::memory::MemoryRun {

@@ -307,7 +307,7 @@ pub(crate) async fn end_workflow_run<T: WorkflowTx + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::super::memory::MemoryDb;
-    use super::super::memory::workflows::{add_pending_run, add_step_jobs, add_workflow};
+    use super::super::memory::workflows::{add_pending_run, add_workflow, workflow_db};
     use super::super::workflow_start::start_workflow_run;
     use super::*;
 
@@ -315,13 +315,7 @@ mod tests {
     const NOW: i64 = 70_000;
 
     fn db(definition: &str) -> MemoryDb {
-        let mut db = MemoryDb {
-            now_ms: NOW,
-            ..MemoryDb::default()
-        };
-        add_workflow(&mut db, WORKFLOW, definition);
-        add_step_jobs(&mut db);
-        db
+        workflow_db(WORKFLOW, definition, NOW)
     }
 
     /// A started run of `workflow` (pending until then); its id.

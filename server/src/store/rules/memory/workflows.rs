@@ -228,6 +228,18 @@ pub(crate) fn add_workflow(db: &mut MemoryDb, workflow_id: i64, definition: &str
         .insert(workflow_id, definition.to_owned());
 }
 
+/// A database at `now_ms` with workflow `workflow_id` (of `definition`) and step jobs 10, 11
+/// and 12.
+pub(crate) fn workflow_db(workflow_id: i64, definition: &str, now_ms: i64) -> MemoryDb {
+    let mut db = MemoryDb {
+        now_ms,
+        ..MemoryDb::default()
+    };
+    add_workflow(&mut db, workflow_id, definition);
+    add_step_jobs(&mut db);
+    db
+}
+
 /// Step jobs 10, 11 and 12: one attempt each, with their own arguments.
 pub(crate) fn add_step_jobs(db: &mut MemoryDb) {
     for id in [10, 11, 12] {
