@@ -525,7 +525,7 @@ async fn insert_jobs(
             policy_json: serde_json::to_string(&d.policy)?,
             history_keep_ms: None,
             history_max_runs: None,
-            kind: "job",
+            kind: carillon_server::states::JobKind::Job,
         });
     }
     // Ids below the current millisecond's, counting down: unique among themselves, and never

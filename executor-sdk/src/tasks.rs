@@ -49,37 +49,13 @@ pub struct Task {
     #[serde(skip_serializing_if = "Option::is_none")]
     timeout_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    balance: Option<&'static str>,
+    balance: Option<Balance>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    delivery: Option<&'static str>,
+    delivery: Option<Delivery>,
 }
 
-/// What a task's delivery to its executor promises (see the protocol document).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Delivery {
-    /// Delivered again when an answer is lost; retried per the retry policy (the default).
-    AtLeastOnce,
-    /// Never delivered twice nor retried; a delivery of unknown fate fails the run.
-    AtMostOnce,
-    /// At least once, with the executor answering work it already did from its record.
-    ExactlyOnceEffect,
-}
-
-/// How the node picks among an app's executors.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Balance {
-    Random,
-    RoundRobin,
-    Weighted,
-    LeastBusy,
-    ConsistentHash,
-    First,
-    Last,
-    LeastFrequentlyUsed,
-    LeastRecentlyUsed,
-    Failover,
-    Busyover,
-}
+/// What a task's delivery promises and how its executor is picked: the wire's values.
+pub use carillon_protocol::{Balance, Delivery};
 
 impl Task {
     /// A task for `handler` of `app`, due now.
@@ -100,28 +76,12 @@ impl Task {
     }
 
     pub fn delivery(mut self, delivery: Delivery) -> Self {
-        self.delivery = Some(match delivery {
-            Delivery::AtLeastOnce => "at_least_once",
-            Delivery::AtMostOnce => "at_most_once",
-            Delivery::ExactlyOnceEffect => "exactly_once_effect",
-        });
+        self.delivery = Some(delivery);
         self
     }
 
     pub fn balance(mut self, balance: Balance) -> Self {
-        self.balance = Some(match balance {
-            Balance::Random => "random",
-            Balance::RoundRobin => "round_robin",
-            Balance::Weighted => "weighted",
-            Balance::LeastBusy => "least_busy",
-            Balance::ConsistentHash => "consistent_hash",
-            Balance::First => "first",
-            Balance::Last => "last",
-            Balance::LeastFrequentlyUsed => "least_frequently_used",
-            Balance::LeastRecentlyUsed => "least_recently_used",
-            Balance::Failover => "failover",
-            Balance::Busyover => "busyover",
-        });
+        self.balance = Some(balance);
         self
     }
 

@@ -4,9 +4,11 @@
 //! documents the same contract for executors written in other languages.
 
 mod messages;
+mod policy;
 mod signature;
 
 pub use messages::*;
+pub use policy::{Balance, Delivery};
 pub use signature::{
     REPLAY_WINDOW_MS, SIGNATURE_HEADER, SignatureError, TIMESTAMP_HEADER, sign, verify,
 };

@@ -19,6 +19,7 @@ pub mod retention;
 pub mod schedule;
 pub mod scheduler;
 pub mod secret;
+pub mod states;
 pub mod store;
 pub mod tasks;
 pub mod telemetry;

@@ -69,7 +69,7 @@ fn view_of(b: BackfillRecord) -> BackfillView {
             .then(|| rfc3339(b.cursor_ms))
             .flatten(),
         max_in_flight: b.max_in_flight,
-        state: b.state,
+        state: b.state.as_str().to_owned(),
         fired: b.fired,
         message: b.message,
         created_at: rfc3339(b.created_at_ms),

@@ -148,10 +148,10 @@ pub(super) async fn delete(
         .jobs_naming_calendar(&name)
         .await?
         .into_iter()
-        .filter(|(_, _, policy)| {
-            JobPolicy::from_stored(policy).is_ok_and(|p| p.calendars.contains(&name))
+        .filter(|job| {
+            JobPolicy::from_stored(&job.policy_json).is_ok_and(|p| p.calendars.contains(&name))
         })
-        .map(|(id, job_name, _)| format!("{job_name} ({id})"))
+        .map(|job| format!("{} ({})", job.name, job.job_id))
         .collect();
     if !users.is_empty() {
         return Err(ApiError::Conflict(format!(

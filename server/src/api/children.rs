@@ -7,7 +7,8 @@ use std::collections::{HashMap, HashSet};
 use super::ApiState;
 use super::error::ApiError;
 use crate::jobs::Children;
-use crate::store::policy_children;
+use crate::states::ChildOutcome;
+use crate::store::{JobPolicyRow, policy_children};
 
 /// Most children a job may name, over its three lists.
 const MAX_CHILDREN: usize = 100;
@@ -20,7 +21,7 @@ pub(super) async fn check(
     name: &str,
     children: &Children,
 ) -> Result<(), ApiError> {
-    let named: Vec<(&'static str, i64)> = children.named().collect();
+    let named: Vec<(ChildOutcome, i64)> = children.named().collect();
     if named.len() > MAX_CHILDREN {
         return Err(ApiError::invalid(
             "children",
@@ -60,17 +61,14 @@ pub(super) async fn check(
     let mut graph: HashMap<i64, Vec<i64>> = HashMap::new();
     let mut names: HashMap<i64, String> = found;
     names.insert(job_id, name.to_owned());
-    for (parent, name, policy) in state.store.jobs_with_children().await? {
-        if parent != job_id {
+    for parent in state.store.jobs_with_children().await? {
+        if parent.job_id != job_id {
             graph.insert(
-                parent,
-                children_of(parent, &name, &policy)?
-                    .into_iter()
-                    .map(|(_, c)| c)
-                    .collect(),
+                parent.job_id,
+                children_of(&parent)?.into_iter().map(|(_, c)| c).collect(),
             );
         }
-        names.insert(parent, name);
+        names.insert(parent.job_id, parent.name);
     }
     graph.insert(job_id, ids);
     if let Some(cycle) = cycle_through(&graph, job_id) {
@@ -93,13 +91,9 @@ pub(super) async fn check(
 /// Refuses to delete `job_id` while another job names it as a child.
 pub(super) async fn check_unused(state: &ApiState, job_id: i64) -> Result<(), ApiError> {
     let mut parents: Vec<String> = Vec::new();
-    for (parent, name, policy) in state.store.jobs_with_children().await? {
-        if parent != job_id
-            && children_of(parent, &name, &policy)?
-                .iter()
-                .any(|(_, c)| *c == job_id)
-        {
-            parents.push(format!("{parent} ({name})"));
+    for parent in state.store.jobs_with_children().await? {
+        if parent.job_id != job_id && children_of(&parent)?.iter().any(|(_, c)| *c == job_id) {
+            parents.push(format!("{} ({})", parent.job_id, parent.name));
         }
     }
     if parents.is_empty() {
@@ -112,8 +106,8 @@ pub(super) async fn check_unused(state: &ApiState, job_id: i64) -> Result<(), Ap
 }
 
 /// The index of each named child within its own list, in [`Children::named`]'s order.
-fn positions(children: &Children) -> Vec<(&'static str, usize)> {
-    let mut at: HashMap<&'static str, usize> = HashMap::new();
+fn positions(children: &Children) -> Vec<(ChildOutcome, usize)> {
+    let mut at: HashMap<ChildOutcome, usize> = HashMap::new();
     children
         .named()
         .map(|(list, _)| {
@@ -152,9 +146,13 @@ fn cycle_through(graph: &HashMap<i64, Vec<i64>>, start: i64) -> Option<Vec<i64>>
 
 /// The children job `id`'s stored policy names, or the error naming the job: a check that
 /// cannot read a parent cannot pass.
-fn children_of(id: i64, name: &str, policy: &str) -> Result<Vec<(&'static str, i64)>, ApiError> {
-    policy_children(policy)
-        .map_err(|e| ApiError::unreadable(format!("the stored policy of job {id} ({name})"), &e))
+fn children_of(job: &JobPolicyRow) -> Result<Vec<(ChildOutcome, i64)>, ApiError> {
+    policy_children(&job.policy_json).map_err(|e| {
+        ApiError::unreadable(
+            format!("the stored policy of job {} ({})", job.job_id, job.name),
+            &e,
+        )
+    })
 }
 
 #[cfg(test)]

@@ -18,7 +18,8 @@ use super::{ApiError, ApiState, Principal, rfc3339};
 use crate::dispatch::finish::{Ending, finish_attempt_by};
 use crate::jobs::JobInput;
 use crate::schedule::ScheduleSpec;
-use crate::store::{self, ExecutorRegistration, attempt_state, executor_protocol};
+use crate::states::AttemptState;
+use crate::store::{self, ExecutorRegistration, executor_protocol};
 
 /// Refuses an app-limited token acting for another app's executor.
 pub(super) async fn check_scope(
@@ -228,10 +229,10 @@ pub(super) async fn heartbeat(
     let mut cancel = Vec::new();
     for attempt_id in listed {
         if let Some(a) = state.store.attempt_get(*attempt_id).await?
-            && a.state != attempt_state::PENDING
-            && (a.state != attempt_state::RUNNING
+            && a.state != AttemptState::Pending
+            && (a.state != AttemptState::Running
                 || a.executor_id.as_deref() != Some(beat.executor_id.as_str()))
-            && !(a.state == attempt_state::LOST && effect_once(&state, a.job_id).await?)
+            && !(a.state == AttemptState::Lost && effect_once(&state, a.job_id).await?)
         {
             cancel.push(*attempt_id);
         }
@@ -277,7 +278,7 @@ pub(super) async fn results(
     // is still pending, the reporter is the executor that took it.
     let dispatched_to_reporter =
         attempt.executor_id.as_deref() == Some(report.executor_id.as_str());
-    if !dispatched_to_reporter && attempt.state != attempt_state::PENDING {
+    if !dispatched_to_reporter && attempt.state != AttemptState::Pending {
         return Err(ApiError::Conflict(format!(
             "attempt {} was not dispatched to executor {}",
             report.attempt_id, report.executor_id

@@ -18,7 +18,8 @@ use crate::jobs::{
     JobDefinition, JobError, JobInput, JobPatch, JobPolicy, KeepFor, new_job_id, partition_of,
 };
 use crate::schedule::{NextHints, ScheduleSpec};
-use crate::store::{self, JobFilter, JobKey, JobOrder, JobRecord, JobWrite, job_state, run_state};
+use crate::states::{JobKind, JobState};
+use crate::store::{self, JobFilter, JobKey, JobOrder, JobRecord, JobWrite};
 
 impl From<JobError> for ApiError {
     fn from(err: JobError) -> Self {
@@ -96,7 +97,7 @@ pub(super) fn write_of(definition: &JobDefinition) -> JobWrite {
             .history
             .and_then(|h| h.max_runs)
             .map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
-        kind: store::job_kind::JOB,
+        kind: JobKind::Job,
     }
 }
 
@@ -105,7 +106,7 @@ fn view_of(state: &ApiState, record: JobRecord) -> Result<JobView, ApiError> {
     // A fixed delay's next instant depends on when its running run ends: not shown.
     let fixed_delay =
         definition.schedule.fixed_delay.is_some() && record.last_fired_at_ms.is_some();
-    let next_fire_at = if record.state == job_state::RUNNING && !fixed_delay {
+    let next_fire_at = if record.state == JobState::Running && !fixed_delay {
         let now = state.clock.now_ms();
         let from = record.last_fired_at_ms.map_or(now, |l| l.max(now));
         definition
@@ -136,7 +137,7 @@ fn view_of(state: &ApiState, record: JobRecord) -> Result<JobView, ApiError> {
         timezone: definition.timezone,
         args: definition.args,
         policy: definition.policy,
-        state: record.state,
+        state: record.state.as_str().to_owned(),
         version: record.version,
         partition: record.partition_id,
         last_fired_at: record.last_fired_at_ms.and_then(rfc3339),
@@ -202,12 +203,12 @@ pub(super) async fn load(state: &ApiState, id: i64) -> Result<JobRecord, ApiErro
 
 /// Refuses to change a workflow, or a workflow's step, through the jobs API.
 pub(super) fn a_job(record: &JobRecord) -> Result<(), ApiError> {
-    match record.kind.as_str() {
-        store::job_kind::WORKFLOW => Err(ApiError::Conflict(format!(
+    match record.kind {
+        JobKind::Workflow => Err(ApiError::Conflict(format!(
             "job {} is the workflow {:?}: use /api/v1/workflows/{}",
             record.job_id, record.name, record.job_id
         ))),
-        store::job_kind::STEP => Err(ApiError::Conflict(format!(
+        JobKind::Step => Err(ApiError::Conflict(format!(
             "job {} ({:?}) is a step of a workflow: change the workflow",
             record.job_id, record.name
         ))),
@@ -337,7 +338,7 @@ pub(super) async fn list(
     QueryParams(query): QueryParams<ListQuery>,
 ) -> Result<Json<JobList>, ApiError> {
     if let Some(s) = &query.state
-        && ![job_state::STOPPED, job_state::RUNNING, job_state::DONE].contains(&s.as_str())
+        && s.parse::<JobState>().is_err()
     {
         return Err(ApiError::invalid("state", "use stopped, running or done"));
     }
@@ -363,7 +364,7 @@ pub(super) async fn list(
         _ => JobOrder::NewestFirst,
     };
     let filter = JobFilter {
-        kind: Some(store::job_kind::JOB),
+        kind: Some(JobKind::Job),
         app: query.app,
         state: query.state,
         name_prefix: query.name,
@@ -463,7 +464,7 @@ pub(super) async fn update(
         )));
     }
     let definition = patch.apply(&definition_of(&record)?)?;
-    if record.state == job_state::RUNNING {
+    if record.state == JobState::Running {
         check_fires(&state, &definition)?;
     }
     super::calendars::check_named(&state, &definition).await?;
@@ -548,16 +549,7 @@ pub(super) async fn trigger(
 ) -> Result<(StatusCode, Json<RunView>), ApiError> {
     let record = load(&state, id).await?;
     a_job(&record)?;
-    let run = state
-        .store
-        .run_insert_manual(
-            &record,
-            state.view.node_id(),
-            run_state::PENDING,
-            None,
-            None,
-        )
-        .await?;
+    let run = super::lifecycle::trigger(&state, &record, None, None).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(RunView::of(run, Some(record.name))),

@@ -1,15 +1,17 @@
-//! Starting and stopping a job's or a workflow's schedule: one rule for both kinds, so the
-//! jobs and workflows APIs (and the CLI and console, which call them) cannot drift apart.
+//! Starting and stopping a job's or a workflow's schedule, and running one now: one rule for
+//! both kinds, so the jobs, workflows and runs APIs (and the CLI and console, which call them)
+//! cannot drift apart.
 
 use super::jobs::{check_fires, definition_of};
 use super::{ApiError, ApiState};
-use crate::store::{JobRecord, job_kind, job_state};
+use crate::states::{JobKind, JobState, RunState};
+use crate::store::{JobRecord, RunRecord};
 
 /// Starts `record`'s schedule: it fires from its next instant. One that would never fire, or
 /// has fired all of `bounds.max_runs`, is refused naming the field; one deleted meanwhile is
 /// missing. Starting a running one changes nothing.
 pub(super) async fn start(state: &ApiState, record: &JobRecord) -> Result<JobRecord, ApiError> {
-    if record.state != job_state::RUNNING {
+    if record.state != JobState::Running {
         let definition = definition_of(record)?;
         check_fires(state, &definition)?;
         if let Some(max) = definition.policy.bounds.as_ref().and_then(|b| b.max_runs)
@@ -41,8 +43,30 @@ pub(super) async fn stop(state: &ApiState, record: &JobRecord) -> Result<JobReco
         .ok_or_else(|| gone(record))
 }
 
+/// A run of `record` now, outside its schedule and whatever its state, created by this node
+/// and pending dispatch: `message` says why (a re-run names its run), `input` is what its
+/// handler is given (a workflow's params, a child run's parent again). Calendars do not hold
+/// it back: someone asked for this run.
+pub(super) async fn trigger(
+    state: &ApiState,
+    record: &JobRecord,
+    message: Option<&str>,
+    input: Option<&str>,
+) -> Result<RunRecord, ApiError> {
+    Ok(state
+        .store
+        .run_insert_manual(
+            record,
+            state.view.node_id(),
+            RunState::Pending,
+            message,
+            input,
+        )
+        .await?)
+}
+
 fn noun(record: &JobRecord) -> &'static str {
-    if record.kind == job_kind::WORKFLOW {
+    if record.kind == JobKind::Workflow {
         "workflow"
     } else {
         "job"

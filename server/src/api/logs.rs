@@ -14,7 +14,7 @@ use super::error::Problem;
 use super::executors::check_scope;
 use super::params::{IdParam, QueryParams};
 use super::{ApiError, ApiState, rfc3339};
-use crate::store::{AttemptRecord, NewLogLine, TRUNCATED_LINE, attempt_state, executor_protocol};
+use crate::store::{AttemptRecord, NewLogLine, TRUNCATED_LINE, executor_protocol};
 
 /// The longest line kept, in bytes: longer ones are cut (at a character boundary).
 const MAX_LINE_BYTES: usize = 8 * 1024;
@@ -185,10 +185,7 @@ pub(super) async fn page(
             unavailable: None,
         }));
     };
-    let ended = !matches!(
-        attempt.state.as_str(),
-        attempt_state::PENDING | attempt_state::RUNNING
-    );
+    let ended = !attempt.state.is_live();
     let mut page = if attempt
         .executor_id
         .as_deref()
@@ -220,7 +217,7 @@ async fn from_node(
     Ok(LogPage {
         run_id: attempt.run_id,
         attempt_id: Some(attempt.attempt_id),
-        attempt_state: Some(attempt.state.clone()),
+        attempt_state: Some(attempt.state.as_str().to_owned()),
         attempts: Vec::new(),
         done: (lines.len() as i64) < limit || truncated,
         lines: lines
@@ -249,7 +246,7 @@ async fn from_executor(
     let mut page = LogPage {
         run_id: attempt.run_id,
         attempt_id: Some(attempt.attempt_id),
-        attempt_state: Some(attempt.state.clone()),
+        attempt_state: Some(attempt.state.as_str().to_owned()),
         attempts: Vec::new(),
         lines: Vec::new(),
         next_after: after,

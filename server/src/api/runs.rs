@@ -9,7 +9,8 @@ use super::error::Problem;
 use super::paging;
 use super::params::{IdParam, QueryParams};
 use super::{ApiError, ApiState, rfc3339};
-use crate::store::{AttemptRecord, DEAD_LETTER_STATES, RunFilter, RunRecord, run_state};
+use crate::states::RunState;
+use crate::store::{AttemptRecord, DEAD_LETTER_STATES, RunFilter, RunRecord};
 
 /// A run as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]
@@ -45,8 +46,8 @@ impl RunView {
             job_name,
             task_id: crate::store::task_of_job_id(r.job_id),
             scheduled_at: rfc3339(r.scheduled_at_ms),
-            trigger: r.trigger_kind,
-            state: r.state,
+            trigger: r.trigger_kind.as_str().to_owned(),
+            state: r.state.as_str().to_owned(),
             priority: r.priority,
             node_id: r.node_id,
             partition: r.partition_id,
@@ -122,7 +123,7 @@ impl TryFrom<AttemptRecord> for AttemptView {
             shard: a.shard_index,
             shards: a.shard_total,
             attempt: a.attempt_no,
-            state: a.state,
+            state: a.state.as_str().to_owned(),
             executor_id: a.executor_id,
             args,
             created_at: rfc3339(a.created_at_ms),
@@ -213,22 +214,16 @@ pub(super) struct RunList {
     next_cursor: Option<String>,
 }
 
-const RUN_STATES: [&str; 9] = [
-    run_state::PENDING,
-    run_state::QUEUED,
-    run_state::RUNNING,
-    "succeeded",
-    "failed",
-    run_state::CANCELLED,
-    run_state::SKIPPED,
-    run_state::NO_EXECUTOR,
-    "done",
-];
+/// What a listing's `state` takes besides a run state: any finished run.
+const FINISHED_FILTER: &str = "done";
 
 const RUN_SORTS: &[&str] = &["-created", "created"];
 
 /// The states a dead letter ends in (the store's definition, which retention keeps apart).
-const DEAD_STATES: [&str; 2] = DEAD_LETTER_STATES;
+const DEAD_STATES: [&str; 2] = [
+    DEAD_LETTER_STATES[0].as_str(),
+    DEAD_LETTER_STATES[1].as_str(),
+];
 
 /// A page of the runs `query` asks for, in listing `listing` (whose cursors it takes).
 pub(super) async fn page_of(
@@ -287,11 +282,15 @@ pub(super) async fn list(
 pub(super) fn query_state(query: &RunsQuery) -> Result<String, ApiError> {
     match query.state.as_deref() {
         None => Ok(String::new()),
-        Some(s) if RUN_STATES.contains(&s) => Ok(s.to_owned()),
-        Some(_) => Err(ApiError::invalid(
-            "state",
-            format!("use one of {}", RUN_STATES.join(", ")),
-        )),
+        Some(s) if s == FINISHED_FILTER || s.parse::<RunState>().is_ok() => Ok(s.to_owned()),
+        Some(_) => {
+            let mut states: Vec<&str> = RunState::ALL.iter().map(|s| s.as_str()).collect();
+            states.push(FINISHED_FILTER);
+            Err(ApiError::invalid(
+                "state",
+                format!("use one of {}", states.join(", ")),
+            ))
+        }
     }
 }
 
@@ -338,7 +337,10 @@ pub(super) async fn get(
         .child_runs_of_run(id)
         .await?
         .into_iter()
-        .map(|(job_id, run_id)| ChildRunView { job_id, run_id })
+        .map(|child| ChildRunView {
+            job_id: child.child_job_id,
+            run_id: child.child_run_id,
+        })
         .collect();
     Ok(Json(RunDetail {
         run: RunView::of(run, job_name),
@@ -372,16 +374,7 @@ pub(super) async fn rerun(
     let message = format!("re-run of run {id}");
     // A child run's re-run is given its parent's run and output again.
     let input = state.store.run_input(id).await?;
-    let again = state
-        .store
-        .run_insert_manual(
-            &job,
-            state.view.node_id(),
-            run_state::PENDING,
-            Some(&message),
-            input.as_deref(),
-        )
-        .await?;
+    let again = super::lifecycle::trigger(&state, &job, Some(&message), input.as_deref()).await?;
     Ok((
         axum::http::StatusCode::ACCEPTED,
         Json(RunView::of(again, Some(job.name))),
@@ -416,7 +409,7 @@ pub(super) async fn cancel_run(state: &ApiState, run: &RunRecord) -> Result<bool
     };
     state
         .observer
-        .run_ended(run.run_id, run.job_id, run_state::CANCELLED, None);
+        .run_ended(run.run_id, run.job_id, RunState::Cancelled, None);
     stop_attempts(state, running).await?;
     Ok(true)
 }

@@ -18,7 +18,8 @@ use utoipa::{IntoParams, ToSchema};
 use super::params::QueryParams;
 use super::runs::{RunView, run_views};
 use super::{ApiError, ApiState, rfc3339};
-use crate::store::{MinuteCount, RunFilter, run_state};
+use crate::states::RunState;
+use crate::store::{MinuteCount, RunFilter};
 
 const MINUTE_MS: i64 = 60_000;
 /// The longest window, in minutes: a day.
@@ -91,9 +92,9 @@ struct Totals {
 
 impl Totals {
     fn add(&mut self, count: &MinuteCount) {
-        match count.state.as_str() {
-            "succeeded" => self.succeeded += count.runs,
-            "failed" | run_state::NO_EXECUTOR => self.failed += count.runs,
+        match count.state {
+            RunState::Succeeded => self.succeeded += count.runs,
+            RunState::Failed | RunState::NoExecutor => self.failed += count.runs,
             _ => self.other += count.runs,
         }
         self.late += count.late;
@@ -283,9 +284,9 @@ pub(super) async fn show(
         (succeeded + failed > 0).then(|| succeeded as f64 / (succeeded + failed) as f64);
 
     let mut recent_failures = Vec::new();
-    for dead in ["failed", run_state::NO_EXECUTOR] {
+    for dead in [RunState::Failed, RunState::NoExecutor] {
         let filter = RunFilter {
-            state: Some(dead.to_owned()),
+            state: Some(dead.as_str().to_owned()),
             limit: LISTED,
             ..RunFilter::default()
         };

@@ -18,7 +18,8 @@ use super::{ApiError, ApiState, rfc3339};
 use crate::jobs::ItemError;
 use crate::jobs::partition_of;
 use crate::schedule::parse_instant;
-use crate::store::{Enqueued, TaskFilter, TaskRecord, TaskWrite, task_state};
+use crate::states::TaskState;
+use crate::store::{Enqueued, TaskFilter, TaskRecord, TaskWrite};
 use crate::tasks::{TaskBatch, TaskInput, check_batch};
 
 /// A task as the API shows it.
@@ -55,9 +56,9 @@ impl TryFrom<TaskRecord> for TaskView {
         // What the task set, as it set it; it must read as a policy, the one its run follows.
         t.policy()?;
         let policy = serde_json::from_str(t.stored_policy.text()).map_err(|e| read("policy", e))?;
-        let state = match (&*t.state, t.run_state) {
-            (task_state::FIRED, Some(run)) => run,
-            (state, _) => state.to_owned(),
+        let state = match (t.state, t.run_state) {
+            (TaskState::Fired, Some(run)) => run,
+            (state, _) => state.as_str().to_owned(),
         };
         Ok(Self {
             id: t.task_id,
@@ -341,7 +342,9 @@ pub(super) async fn list(
         }));
     }
     if let Some(s) = q.state.as_deref()
-        && ![task_state::PENDING, task_state::FIRED].contains(&s)
+        && ![TaskState::Pending, TaskState::Fired]
+            .iter()
+            .any(|t| t.as_str() == s)
     {
         return Err(ApiError::invalid(
             "state",
@@ -442,7 +445,7 @@ async fn cancel_task(state: &ApiState, id: i64) -> Result<TaskView, ApiError> {
     let missing = || ApiError::missing(format!("task {id}"));
     let task = state.store.task_get(id).await?.ok_or_else(missing)?;
     let cancelled = |mut task: TaskRecord| {
-        task.state = task_state::CANCELLED.to_owned();
+        task.state = TaskState::Cancelled.to_owned();
         task.run_state = None;
         task.ended_at_ms = Some(state.clock.now_ms());
         task.message = Some("cancelled through the API".to_owned());
@@ -466,7 +469,7 @@ async fn cancel_task(state: &ApiState, id: i64) -> Result<TaskView, ApiError> {
             "task {id} fired as run {} and has ended ({})",
             run.run_id, run.state
         ))),
-        None if task.state == task_state::PENDING => Err(ApiError::Conflict(format!(
+        None if task.state == TaskState::Pending => Err(ApiError::Conflict(format!(
             "task {id} is being fired; try again"
         ))),
         None => {

@@ -15,7 +15,8 @@ use super::params::IdParam;
 use super::runs::{RunView, stop_attempts};
 use super::{ApiError, ApiState};
 use crate::clock::rfc3339;
-use crate::store::{self, job_kind, params_of, run_state};
+use crate::states::{JobKind, RunState, StepState};
+use crate::store::{self, params_of};
 use crate::workflows::{Definition, Need};
 
 /// A step of a workflow run.
@@ -80,7 +81,7 @@ async fn run_view(state: &ApiState, id: i64) -> Result<WorkflowRunView, ApiError
                 .store
                 .job_get(run.job_id)
                 .await?
-                .filter(|j| j.kind == job_kind::WORKFLOW)
+                .filter(|j| j.kind == JobKind::Workflow)
                 .ok_or_else(|| ApiError::missing(format!("workflow run {id}")))?;
             let definition = match state.store.workflow_definition(workflow.job_id).await? {
                 Some(stored) => crate::jobs::stored::lenient::<Definition>(&stored)
@@ -117,7 +118,10 @@ async fn run_view(state: &ApiState, id: i64) -> Result<WorkflowRunView, ApiError
                 .transpose()?;
             Ok(StepRunView {
                 name: step.name.clone(),
-                state: row.map_or("waiting".to_owned(), |r| r.state.clone()),
+                state: row
+                    .map_or(StepState::Waiting, |r| r.state)
+                    .as_str()
+                    .to_owned(),
                 job_id: step.job_id,
                 needs: step.needs.clone(),
                 run_id: row.and_then(|r| r.run_id),
@@ -147,7 +151,7 @@ pub(super) async fn rerun(
     IdParam(id): IdParam,
 ) -> Result<(StatusCode, Json<WorkflowRunView>), ApiError> {
     let run = super::runs::load_run(&state, id, "workflow run").await?;
-    if run_state::UNFINISHED.contains(&run.state.as_str()) {
+    if RunState::UNFINISHED.contains(&run.state) {
         return Err(ApiError::Conflict(format!(
             "workflow run {id} is {}: cancel it, or wait for it to end",
             run.state
@@ -181,7 +185,7 @@ pub(super) async fn cancel(
     let workflow = state.store.job_get(run.job_id).await?;
     if workflow
         .as_ref()
-        .is_none_or(|w| w.kind != job_kind::WORKFLOW)
+        .is_none_or(|w| w.kind != JobKind::Workflow)
     {
         return Err(ApiError::missing(format!("workflow run {id}")));
     }
@@ -192,7 +196,7 @@ pub(super) async fn cancel(
     };
     state
         .observer
-        .workflow_run_ended(id, run.job_id, run_state::CANCELLED);
+        .workflow_run_ended(id, run.job_id, RunState::Cancelled);
     stop_attempts(&state, running).await?;
     Ok(Json(run_view(&state, id).await?))
 }

@@ -24,7 +24,8 @@ use super::{ApiError, ApiState};
 use crate::clock::rfc3339;
 use crate::jobs::{JobDefinition, Misfire, Overlap};
 use crate::schedule::ScheduleSpec;
-use crate::store::{JobFilter, JobOrder, JobRecord, job_kind, job_state, run_state};
+use crate::states::{JobKind, JobState};
+use crate::store::{JobFilter, JobOrder, JobRecord};
 use crate::workflows::input::{JobRef, NeedInput, StepInput, WorkflowInput};
 use crate::workflows::{Definition, Need, Step, graph};
 
@@ -106,7 +107,7 @@ async fn checked(state: &ApiState, input: &mut WorkflowInput) -> Result<JobDefin
                     format!("there is no job {job}"),
                 ));
             }
-            Some(record) if record.kind == job_kind::STEP => {
+            Some(record) if record.kind == JobKind::Step => {
                 return Err(ApiError::invalid(
                     &format!("steps[{i}].job"),
                     format!("job {job} is another workflow's step"),
@@ -175,7 +176,7 @@ async fn save_steps(
         let job_id = match step.own_job(i, &name)? {
             Some(own) => {
                 let mut write = write_of(&own);
-                write.kind = job_kind::STEP;
+                write.kind = JobKind::Step;
                 insert_write_in(state, &write, false, Some(workflow.partition_id))
                     .await?
                     .job_id
@@ -233,8 +234,8 @@ async fn unchanged(
             return Ok(false);
         };
         let same = match step.own_job(i, &job.name)? {
-            Some(own) => job.kind == job_kind::STEP && definition_of(job)? == own,
-            None => job.kind != job_kind::STEP && step.job_id() == Some(was.job_id),
+            Some(own) => job.kind == JobKind::Step && definition_of(job)? == own,
+            None => job.kind != JobKind::Step && step.job_id() == Some(was.job_id),
         };
         if !same {
             return Ok(false);
@@ -269,7 +270,7 @@ async fn view_of(state: &ApiState, record: JobRecord) -> Result<WorkflowView, Ap
                 .iter()
                 .map(|n| NeedInput::Need(n.clone()))
                 .collect();
-            match jobs.get(&step.job_id).filter(|j| j.kind == job_kind::STEP) {
+            match jobs.get(&step.job_id).filter(|j| j.kind == JobKind::Step) {
                 Some(own) => {
                     let own = definition_of(own)?;
                     Ok(StepInput {
@@ -313,7 +314,7 @@ async fn view_of(state: &ApiState, record: JobRecord) -> Result<WorkflowView, Ap
         overlap: job.policy.overlap,
         priority: job.policy.priority,
         description: job.policy.description,
-        state: record.state,
+        state: record.state.as_str().to_owned(),
         version: record.version,
         partition: record.partition_id,
         last_fired_at: record.last_fired_at_ms.and_then(rfc3339),
@@ -325,7 +326,7 @@ async fn view_of(state: &ApiState, record: JobRecord) -> Result<WorkflowView, Ap
 /// A workflow's row, or 404 when the id is not a workflow's.
 async fn load_workflow(state: &ApiState, id: i64) -> Result<JobRecord, ApiError> {
     let record = load(state, id).await?;
-    if record.kind != job_kind::WORKFLOW {
+    if record.kind != JobKind::Workflow {
         return Err(ApiError::missing(format!("workflow {id}")));
     }
     Ok(record)
@@ -347,7 +348,7 @@ pub(super) async fn create(
     }
     super::calendars::check_named(&state, &definition).await?;
     let mut write = write_of(&definition);
-    write.kind = job_kind::WORKFLOW;
+    write.kind = JobKind::Workflow;
     // Started only once its steps are stored: a run must find its definition.
     let mut record = insert_write(&state, &write, false).await?;
     save_steps(&state, &record, &input).await?;
@@ -371,7 +372,7 @@ pub(super) async fn update(
 ) -> Result<Json<WorkflowView>, ApiError> {
     let record = load_workflow(&state, id).await?;
     let definition = checked(&state, &mut input).await?;
-    if record.state == job_state::RUNNING {
+    if record.state == JobState::Running {
         check_fires(&state, &definition)?;
     }
     super::calendars::check_named(&state, &definition).await?;
@@ -380,7 +381,7 @@ pub(super) async fn update(
         return Ok(Json(view_of(&state, record).await?));
     }
     let mut write = write_of(&definition);
-    write.kind = job_kind::WORKFLOW;
+    write.kind = JobKind::Workflow;
     let updated = state
         .store
         .job_update(id, record.version, &write)
@@ -401,7 +402,7 @@ pub(super) async fn list(State(state): State<ApiState>) -> Result<Json<WorkflowL
     let records = state
         .store
         .jobs_list(&JobFilter {
-            kind: Some(job_kind::WORKFLOW),
+            kind: Some(JobKind::Workflow),
             order: JobOrder::NewestFirst,
             limit: 1_000,
             ..JobFilter::default()
@@ -473,16 +474,7 @@ pub(super) async fn trigger(
     let input = body
         .params
         .map(|params| serde_json::json!({ "params": params }).to_string());
-    let run = state
-        .store
-        .run_insert_manual(
-            &record,
-            state.view.node_id(),
-            run_state::PENDING,
-            None,
-            input.as_deref(),
-        )
-        .await?;
+    let run = super::lifecycle::trigger(&state, &record, None, input.as_deref()).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(RunView::of(run, Some(record.name))),

@@ -5,14 +5,14 @@ use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
-use crate::store::child_outcome;
+use crate::states::ChildOutcome;
 
 /// The child job names a job document gives (strings in its `children` lists).
 pub(super) fn names(job: &Value) -> Vec<String> {
-    child_outcome::ALL
+    ChildOutcome::ALL
         .iter()
         .flat_map(|list| {
-            job["children"][*list]
+            job["children"][list.as_str()]
                 .as_array()
                 .into_iter()
                 .flatten()

@@ -7,9 +7,8 @@ use serde_json::Value;
 use super::backoff::retry_delay_ms;
 use crate::jobs::{Delivery, JobPolicy};
 use crate::observe::Observer;
-use crate::store::{
-    self, AttemptEnd, AttemptEnded, AttemptRecord, JobRecord, Store, attempt_state,
-};
+use crate::states::AttemptState;
+use crate::store::{self, AttemptEnd, AttemptEnded, AttemptRecord, JobRecord, Store};
 
 /// Output kept per attempt; the rest is cut.
 pub const MAX_OUTPUT_BYTES: usize = 64 * 1024;
@@ -85,12 +84,12 @@ pub fn end_of(
     // Attempts lost with their executor say nothing of the work: they count apart.
     let tried = attempt.attempt_no - attempt.lost_before;
     let (state, retry) = match ending {
-        Ending::Reported(Outcome::Succeeded) => (attempt_state::SUCCEEDED, false),
-        Ending::Reported(Outcome::Cancelled) => (attempt_state::CANCELLED, false),
-        Ending::Reported(Outcome::Failed) | Ending::Refused => (attempt_state::FAILED, tried < max),
-        Ending::TimedOut => (attempt_state::TIMED_OUT, tried < max),
+        Ending::Reported(Outcome::Succeeded) => (AttemptState::Succeeded, false),
+        Ending::Reported(Outcome::Cancelled) => (AttemptState::Cancelled, false),
+        Ending::Reported(Outcome::Failed) | Ending::Refused => (AttemptState::Failed, tried < max),
+        Ending::TimedOut => (AttemptState::TimedOut, tried < max),
         Ending::Lost => (
-            attempt_state::LOST,
+            AttemptState::Lost,
             attempt.lost_before < EXTRA_LOST_ATTEMPTS,
         ),
     };
@@ -150,7 +149,7 @@ fn end_unreadable(
     end.retry_to_same_executor = false;
     // The follow-ups read the policy again and report the children they cannot start.
     end.job_has_children = true;
-    if end.state != attempt_state::SUCCEEDED {
+    if end.state != AttemptState::Succeeded {
         let error = match end.error.take() {
             Some(error) => format!("{error}; not tried again: {unreadable}"),
             None => format!("not tried again: {unreadable}"),
@@ -219,7 +218,7 @@ mod tests {
             attempt_no,
             priority: 5,
             args_json: "null".into(),
-            state: "running".into(),
+            state: AttemptState::Running,
             created_at_ms: 0,
             not_before_ms: 0,
             avoid_executor_id: None,
@@ -264,7 +263,7 @@ mod tests {
         );
         assert_eq!(
             (done.state, done.error, done.job_has_children),
-            (attempt_state::SUCCEEDED, None, true),
+            (AttemptState::Succeeded, None, true),
             "the work was done; the follow-ups report the children they cannot read"
         );
     }
@@ -309,7 +308,7 @@ mod tests {
             assert_eq!(end(ending).retry_after_ms, None, "{ending:?}");
         }
         let lost = end(Ending::Lost);
-        assert_eq!(lost.state, attempt_state::LOST);
+        assert_eq!(lost.state, AttemptState::Lost);
         assert!(lost.error.unwrap().contains("at_most_once"));
 
         policy.delivery = Delivery::ExactlyOnceEffect;

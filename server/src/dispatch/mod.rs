@@ -185,8 +185,8 @@ impl Dispatcher {
                     _ = stop.cancelled() => return,
                     ended = events.next() => {
                         self.wake.notify_one();
-                        for (run_id, workflow_id, state) in ended {
-                            self.observer.workflow_run_ended(run_id, workflow_id, &state);
+                        for run in ended {
+                            self.observer.workflow_run_ended(run.run_id, run.workflow_id, run.state);
                         }
                     }
                 }

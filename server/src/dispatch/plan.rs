@@ -12,7 +12,8 @@ use super::balancer::Candidate;
 use super::finish::{Ending, finish_attempt};
 use super::fleet::Fleet;
 use crate::jobs::{Delivery, JobPolicy};
-use crate::store::{self, AttemptRecord, DueAttempt, ExecutorRecord, JobRecord, run_state};
+use crate::states::RunState;
+use crate::store::{self, AttemptRecord, DueAttempt, ExecutorRecord, JobRecord};
 
 /// Waiting this long raises an attempt's priority by one, so low priorities are not starved.
 const AGEING_STEP_MS: i64 = 10_000;
@@ -96,13 +97,13 @@ impl Dispatcher {
     ) -> Result<(), store::Error> {
         let ended = self
             .store
-            .run_end_with_attempts(attempt.run_id, run_state::NO_EXECUTOR, message)
+            .run_end_with_attempts(attempt.run_id, RunState::NoExecutor, message)
             .await?;
         if ended.is_some() {
             self.observer.run_ended(
                 attempt.run_id,
                 attempt.job_id,
-                run_state::NO_EXECUTOR,
+                RunState::NoExecutor,
                 Some(message),
             );
         }

@@ -272,7 +272,7 @@ async fn end_together(
     ended: &[Ended],
 ) -> Result<usize, store::Error> {
     // Plain successes end in two statements per executor; the rest one by one, together.
-    let mut simple: HashMap<&str, Vec<(i64, i64)>> = HashMap::new();
+    let mut simple: HashMap<&str, Vec<i64>> = HashMap::new();
     // The others end together; `runs_of_rest` names each one's run and job, in order.
     let mut rest = Vec::new();
     let mut runs_of_rest = Vec::new();
@@ -281,7 +281,7 @@ async fn end_together(
             Some(executor) => simple
                 .entry(executor.as_str())
                 .or_default()
-                .push((done.attempt_id, done.run_id)),
+                .push(done.attempt_id),
             None => {
                 runs_of_rest.push((done.run_id, done.job_id));
                 rest.push((done.attempt_id, done.end.clone()));

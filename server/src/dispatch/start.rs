@@ -11,7 +11,8 @@ use super::Dispatcher;
 use super::fleet::Fleet;
 use super::sharding::first_attempts;
 use crate::jobs::jitter_delay_ms;
-use crate::store::{self, JobRecord, NewAttempt, RunRecord, run_state};
+use crate::states::RunState;
+use crate::store::{self, JobRecord, NewAttempt, RunRecord};
 
 /// A start pass slower than this is logged with where its time went.
 const SLOW_PASS: std::time::Duration = std::time::Duration::from_millis(1_000);
@@ -95,15 +96,11 @@ impl Dispatcher {
             let message = "the job was deleted";
             if self
                 .store
-                .run_end(run.run_id, run_state::CANCELLED, Some(message))
+                .run_end(run.run_id, RunState::Cancelled, Some(message))
                 .await?
             {
-                self.observer.run_ended(
-                    run.run_id,
-                    run.job_id,
-                    run_state::CANCELLED,
-                    Some(message),
-                );
+                self.observer
+                    .run_ended(run.run_id, run.job_id, RunState::Cancelled, Some(message));
             }
             return Ok(None);
         };
@@ -113,13 +110,13 @@ impl Dispatcher {
             if let Some(message) = fleet.nowhere_to_go(job, waited, self.grace_ms())
                 && self
                     .store
-                    .run_end(run.run_id, run_state::NO_EXECUTOR, Some(&message))
+                    .run_end(run.run_id, RunState::NoExecutor, Some(&message))
                     .await?
             {
                 self.observer.run_ended(
                     run.run_id,
                     run.job_id,
-                    run_state::NO_EXECUTOR,
+                    RunState::NoExecutor,
                     Some(&message),
                 );
             }
@@ -133,13 +130,13 @@ impl Dispatcher {
                 let message = unreadable.to_string();
                 if self
                     .store
-                    .run_end(run.run_id, run_state::FAILED, Some(&message))
+                    .run_end(run.run_id, RunState::Failed, Some(&message))
                     .await?
                 {
                     self.observer.run_ended(
                         run.run_id,
                         run.job_id,
-                        run_state::FAILED,
+                        RunState::Failed,
                         Some(&message),
                     );
                 }
@@ -149,7 +146,7 @@ impl Dispatcher {
         let mut attempts = first_attempts(&policy.sharding, &args, &executors);
         // Jitter delays the scheduled runs only; a manual run or a backfill goes at once.
         if let Some(max) = policy.jitter_ms
-            && matches!(run.trigger_kind.as_str(), "schedule" | "misfire")
+            && run.trigger_kind.is_scheduled()
         {
             let delay = jitter_delay_ms(run.job_id, run.scheduled_at_ms, max);
             attempts.iter_mut().for_each(|a| a.delay_ms = delay);

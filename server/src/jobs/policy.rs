@@ -4,6 +4,8 @@
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::states::ChildOutcome;
+
 /// What to do with instants that passed unfired (a node died, the cluster was down, the job was
 /// stopped): applied when a node takes over a partition, restarts, or a job is started again.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -32,47 +34,8 @@ pub enum Overlap {
     Replace,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Balance {
-    Random,
-    #[default]
-    RoundRobin,
-    Weighted,
-    LeastBusy,
-    ConsistentHash,
-    /// The executor with the lowest address (XXL-JOB's FIRST).
-    First,
-    /// The executor with the highest address (XXL-JOB's LAST).
-    Last,
-    /// The executor first offered the fewest of the job's attempts by this node.
-    LeastFrequentlyUsed,
-    /// The executor whose last offer of the job's attempts by this node is oldest.
-    LeastRecentlyUsed,
-    /// The first executor by address that answers (XXL-JOB executors: its `/beat`).
-    Failover,
-    /// The first executor by address that is idle (XXL-JOB executors: its `/idleBeat`).
-    Busyover,
-}
-
-/// What a run's delivery to its executor promises when a node, an executor or the network
-/// fails in the middle of it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Delivery {
-    /// Delivered until an executor answers for it: an attempt whose answer was lost (the
-    /// node died, the executor vanished) is delivered again, and retried per `retry`.
-    #[default]
-    AtLeastOnce,
-    /// Marked delivered before it is sent, and never delivered again nor retried: a delivery
-    /// whose fate is unknown is recorded as lost and its run fails.
-    AtMostOnce,
-    /// At least once, with the executor answering a delivery of work it already did from its
-    /// record of the result (the dispatch carries an `effect_key`; the Rust SDK keeps the
-    /// record), so the handler runs once per run and shard. A failover goes back to the
-    /// executor that had the attempt while it is healthy.
-    ExactlyOnceEffect,
-}
+/// The wire's, shared with the SDK's task client.
+pub use carillon_protocol::{Balance, Delivery};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -138,12 +101,16 @@ impl Children {
     }
 
     /// `(list, child job id)` of every child named, in the order written.
-    pub fn named(&self) -> impl Iterator<Item = (&'static str, i64)> + '_ {
+    pub fn named(&self) -> impl Iterator<Item = (ChildOutcome, i64)> + '_ {
         self.on_success
             .iter()
-            .map(|id| ("on_success", *id))
-            .chain(self.on_failure.iter().map(|id| ("on_failure", *id)))
-            .chain(self.always.iter().map(|id| ("always", *id)))
+            .map(|id| (ChildOutcome::OnSuccess, *id))
+            .chain(
+                self.on_failure
+                    .iter()
+                    .map(|id| (ChildOutcome::OnFailure, *id)),
+            )
+            .chain(self.always.iter().map(|id| (ChildOutcome::Always, *id)))
     }
 }
 

@@ -11,7 +11,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::{AlertEvent, Alerter};
-use crate::store::{self, DEAD_LETTER_STATES, JobStore, job_state, run_state};
+use crate::states::{JobState, RunState};
+use crate::store::{self, DEAD_LETTER_STATES, JobStore};
 
 /// The jobs with a failed run to look at; shared by the [`Observer`](super::Observer) and the
 /// [`FailurePauser`].
@@ -74,7 +75,7 @@ impl FailurePauser {
             return Ok(());
         };
         let limit = job.policy()?.pause_after_failures;
-        let Some(limit) = limit.filter(|_| job.state == job_state::RUNNING) else {
+        let Some(limit) = limit.filter(|_| job.state == JobState::Running) else {
             return Ok(());
         };
         // Runs still unfinished, skipped or cancelled neither break nor extend the streak.
@@ -85,21 +86,21 @@ impl FailurePauser {
             .await?
             .into_iter()
             .filter(|r| {
-                !run_state::UNFINISHED.contains(&r.state.as_str())
-                    && r.state != run_state::SKIPPED
-                    && r.state != run_state::CANCELLED
+                !RunState::UNFINISHED.contains(&r.state)
+                    && r.state != RunState::Skipped
+                    && r.state != RunState::Cancelled
             })
             .collect();
         settled.sort_by_key(|r| std::cmp::Reverse(r.scheduled_at_ms));
         let streak = settled
             .iter()
-            .take_while(|r| DEAD_LETTER_STATES.contains(&r.state.as_str()))
+            .take_while(|r| DEAD_LETTER_STATES.contains(&r.state))
             .count();
         if streak < limit as usize {
             return Ok(());
         }
         let stopped = self.store.job_stop(job_id).await?;
-        if stopped.is_some_and(|j| j.state == job_state::STOPPED && j.version > job.version) {
+        if stopped.is_some_and(|j| j.state == JobState::Stopped && j.version > job.version) {
             info!(
                 job_id,
                 failures = limit,

@@ -15,7 +15,8 @@ pub use failure_pause::{FailedJobs, FailurePauser};
 pub use metrics::NodeMetrics;
 
 use crate::jobs::JobPolicy;
-use crate::store::{AttemptEnded, run_state};
+use crate::states::RunState;
+use crate::store::AttemptEnded;
 
 /// Where the node's work is reported.
 #[derive(Debug, Clone)]
@@ -53,22 +54,28 @@ impl Observer {
     ) {
         match ended {
             AttemptEnded::Retrying => self.metrics.retries.add(1),
-            AttemptEnded::RunEnded(state) => self.run_ended(run_id, job_id, state, error),
+            AttemptEnded::RunEnded(state) => self.run_ended(run_id, job_id, *state, error),
             AttemptEnded::AlreadyEnded | AttemptEnded::RunContinues => {}
         }
     }
 
     /// A run ended in `state`; one that failed for good is a dead letter and an alert.
-    pub fn run_ended(&self, run_id: i64, job_id: i64, state: &str, error: Option<&str>) {
-        self.metrics.runs_finished.add(state, 1);
-        if state == "failed" || state == run_state::NO_EXECUTOR {
+    pub fn run_ended(&self, run_id: i64, job_id: i64, state: RunState, error: Option<&str>) {
+        self.metrics.runs_finished.add(state.as_str(), 1);
+        if state == RunState::Failed || state == RunState::NoExecutor {
             self.metrics.dead_letters.add(1);
             self.failed_jobs.note(job_id);
-            tracing::info!(run_id, job_id, state, error, "run failed for good");
+            tracing::info!(
+                run_id,
+                job_id,
+                state = state.as_str(),
+                error,
+                "run failed for good"
+            );
             self.alerter.raise(AlertEvent::RunFailed {
                 run_id,
                 job_id,
-                state: state.to_owned(),
+                state: state.as_str().to_owned(),
                 error: error.map(str::to_owned),
             });
         }
@@ -76,15 +83,17 @@ impl Observer {
 
     /// A workflow run ended in `state`: counted as a workflow run and as a run (alerts, and
     /// pausing after failures, as for a job's run).
-    pub fn workflow_run_ended(&self, run_id: i64, workflow_id: i64, state: &str) {
-        self.metrics.workflow_runs_finished.add(state, 1);
-        let message = (state != "succeeded").then_some("a step failed or was cancelled");
+    pub fn workflow_run_ended(&self, run_id: i64, workflow_id: i64, state: RunState) {
+        self.metrics.workflow_runs_finished.add(state.as_str(), 1);
+        let message = (state != RunState::Succeeded).then_some("a step failed or was cancelled");
         self.run_ended(run_id, workflow_id, state, message);
     }
 
     /// `count` runs ended `succeeded` at once.
     pub fn runs_succeeded(&self, count: u64) {
-        self.metrics.runs_finished.add("succeeded", count);
+        self.metrics
+            .runs_finished
+            .add(RunState::Succeeded.as_str(), count);
     }
 
     /// A run's first attempt was sent at `sent_ms` (cluster clock) and taken: its lateness,

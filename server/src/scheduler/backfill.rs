@@ -20,9 +20,8 @@ use crate::jobs::{JobPolicy, Overlap, window_of};
 use crate::observe::NodeMetrics;
 use crate::schedule::calendar::Calendar;
 use crate::schedule::{NextHints, Schedule, ScheduleSpec, parse_zone};
-use crate::store::{
-    self, BackfillRecord, BackfillStep, JobRecord, JobStore, PolicyStore, run_state,
-};
+use crate::states::{RunState, TriggerKind};
+use crate::store::{self, BackfillRecord, BackfillStep, JobRecord, JobStore, PolicyStore};
 
 /// Most instants one step claims, whatever `max_in_flight` allows.
 const MAX_STEP: usize = 100;
@@ -92,7 +91,9 @@ impl BackfillDriver {
             {
                 Some(fired) => {
                     if fired > 0 {
-                        self.metrics.fires.add("backfill", fired);
+                        self.metrics
+                            .fires
+                            .add(TriggerKind::Backfill.as_str(), fired);
                         self.dispatcher.notify_one();
                     }
                     debug!(
@@ -190,8 +191,8 @@ impl BackfillDriver {
                     .map(|why| format!("in calendar {name:?}: {why}"))
             });
             instants.push(match skipped {
-                Some(why) => (cursor, run_state::SKIPPED, Some(why)),
-                None => (cursor, run_state::PENDING, None),
+                Some(why) => (cursor, RunState::Skipped, Some(why)),
+                None => (cursor, RunState::Pending, None),
             });
         }
         if !done {

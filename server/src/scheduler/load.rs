@@ -10,6 +10,7 @@ use super::timer::TimerEntry;
 use super::{LoadReason, LoadedJob, ONE_SHOT, Scheduler, UNLIMITED, millis};
 use crate::jobs::{JobPolicy, window_of};
 use crate::schedule::{NextHints, Schedule, ScheduleSpec, Window, parse_zone};
+use crate::states::TriggerKind;
 use crate::store::ScheduledJob;
 
 impl Scheduler {
@@ -144,7 +145,9 @@ impl Scheduler {
         let last = planned.catch_up.len().saturating_sub(1);
         for (i, at) in planned.catch_up.iter().enumerate() {
             let done = i == last && planned.next.is_none();
-            if let Some(claim) = self.claim_for(job.job_id, &loaded, *at, "misfire", done) {
+            if let Some(claim) =
+                self.claim_for(job.job_id, &loaded, *at, TriggerKind::Misfire, done)
+            {
                 if claim.counts_as_fired() && loaded.runs_left != UNLIMITED {
                     loaded.runs_left = loaded.runs_left.saturating_sub(1);
                 }

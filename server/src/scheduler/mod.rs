@@ -30,7 +30,8 @@ use crate::cluster::LocalView;
 use crate::jobs::Overlap;
 use crate::observe::NodeMetrics;
 use crate::schedule::{NextHints, Schedule};
-use crate::store::{self, ClaimOutcome, OverlapRule, RunClaim, Store, job_state, run_state};
+use crate::states::{JobState, RunState, TriggerKind};
+use crate::store::{self, ClaimOutcome, OverlapRule, RunClaim, Store};
 use timer::{Timer, TimerEntry};
 
 /// The scheduler's settings.
@@ -311,7 +312,7 @@ impl Scheduler {
             if known.is_some_and(|k| k.version == job.version) {
                 continue;
             }
-            if job.state != job_state::RUNNING {
+            if job.state != JobState::Running {
                 self.jobs.remove(&job.job_id);
                 self.awaiting_end.remove(&job.job_id);
                 continue;
@@ -342,14 +343,14 @@ impl Scheduler {
         job_id: i64,
         job: &LoadedJob,
         at: i64,
-        trigger_kind: &'static str,
+        trigger_kind: TriggerKind,
         job_done: bool,
     ) -> Option<RunClaim> {
         let epoch = *self.partitions.get(&job.partition_id)?;
         let skipped = self.calendar_skip(job.calendars, at);
         let (state, message) = match skipped {
-            Some(why) => (run_state::SKIPPED, Some(why)),
-            None => (run_state::PENDING, None),
+            Some(why) => (RunState::Skipped, Some(why)),
+            None => (RunState::Pending, None),
         };
         Some(RunClaim {
             job_id,
@@ -369,7 +370,7 @@ impl Scheduler {
             },
             job_done,
             start: job.starts_in_claim
-                && state == run_state::PENDING
+                && state == RunState::Pending
                 && job.overlap == Overlap::Allow,
         })
     }
@@ -444,7 +445,13 @@ impl Scheduler {
             // Its next instant comes from this run's end.
             (following, ended) = (None, false);
         }
-        let mut claim = self.claim_for(entry.job_id, &job, entry.due_ms, "schedule", ended);
+        let mut claim = self.claim_for(
+            entry.job_id,
+            &job,
+            entry.due_ms,
+            TriggerKind::Schedule,
+            ended,
+        );
         let counted = claim.as_ref().is_some_and(RunClaim::counts_as_fired);
         if counted && job.runs_left == 1 {
             following = None;
@@ -484,7 +491,7 @@ impl Scheduler {
             match outcome {
                 ClaimOutcome::Claimed => {
                     self.metrics.claims.add("claimed", 1);
-                    self.metrics.fires.add(claim.trigger_kind, 1);
+                    self.metrics.fires.add(claim.trigger_kind.as_str(), 1);
                 }
                 ClaimOutcome::Fenced => {
                     self.metrics.claims.add("fenced", 1);
@@ -507,7 +514,7 @@ impl Scheduler {
             self.jobs.remove(&job_id);
             match self.store.job_get(job_id).await? {
                 Some(job)
-                    if job.state == job_state::RUNNING
+                    if job.state == JobState::Running
                         && self.partitions.contains_key(&job.partition_id) =>
                 {
                     self.load(job.into(), now, LoadReason::Edit);

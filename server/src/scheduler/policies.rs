@@ -13,7 +13,8 @@ use super::{LoadedJob, NO_CALENDARS, Scheduler};
 use crate::jobs::JobPolicy;
 use crate::schedule::calendar::Calendar;
 use crate::schedule::{NextHints, Schedule};
-use crate::store::{self, ScheduledJob, run_state};
+use crate::states::RunState;
+use crate::store::{self, JobInstant, ScheduledJob};
 
 /// Every calendar as last read: its version and parsed definition (`None`: unreadable).
 #[derive(Debug, Default)]
@@ -86,11 +87,11 @@ impl Scheduler {
             .into_iter()
             .map(|mut claim| {
                 let set = self.jobs.get(&claim.job_id).map(|j| j.calendars);
-                if claim.state == run_state::PENDING
+                if claim.state == RunState::Pending
                     && let Some(why) =
                         set.and_then(|set| self.calendar_skip(set, claim.scheduled_at_ms))
                 {
-                    claim.state = run_state::SKIPPED;
+                    claim.state = RunState::Skipped;
                     claim.message = Some(why);
                 }
                 claim
@@ -209,15 +210,29 @@ impl Scheduler {
         if self.awaiting_end.is_empty() {
             return Ok(());
         }
-        let waiting: Vec<(i64, i64)> = self.awaiting_end.iter().map(|(j, at)| (*j, *at)).collect();
+        let waiting: Vec<JobInstant> = self
+            .awaiting_end
+            .iter()
+            .map(|(job_id, at)| JobInstant {
+                job_id: *job_id,
+                scheduled_at_ms: *at,
+            })
+            .collect();
         let found: HashMap<(i64, i64), Option<i64>> = self
             .store
             .runs_finished_at(&waiting)
             .await?
             .into_iter()
-            .map(|(job, at, end)| ((job, at), end))
+            .map(|end| {
+                let at = end.instant;
+                ((at.job_id, at.scheduled_at_ms), end.finished_at_ms)
+            })
             .collect();
-        for (job_id, at) in waiting {
+        for JobInstant {
+            job_id,
+            scheduled_at_ms: at,
+        } in waiting
+        {
             let ended = match found.get(&(job_id, at)) {
                 Some(Some(end)) => *end,
                 Some(None) => continue,

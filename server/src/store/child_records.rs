@@ -5,20 +5,21 @@
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::Error;
+use super::{Error, JobPolicyRow};
+use crate::states::{ChildOutcome, RunState};
 
 /// What the API reads of child jobs; the child runs themselves are created by the write
 /// transactions that end their parents.
 #[async_trait]
 pub trait ChildStore: Send + Sync + std::fmt::Debug + 'static {
-    /// `(child job id, child run id)` of the runs `run_id` triggered, by child job.
-    async fn child_runs_of_run(&self, run_id: i64) -> Result<Vec<(i64, i64)>, Error>;
+    /// The runs `run_id` triggered, by child job.
+    async fn child_runs_of_run(&self, run_id: i64) -> Result<Vec<ChildRunRef>, Error>;
 
     /// A run's input (JSON), if it has one.
     async fn run_input(&self, run_id: i64) -> Result<Option<String>, Error>;
 
-    /// `(job id, name, policy)` of every job whose policy names children.
-    async fn jobs_with_children(&self) -> Result<Vec<(i64, String, String)>, Error>;
+    /// Every job whose policy names children.
+    async fn jobs_with_children(&self) -> Result<Vec<JobPolicyRow>, Error>;
 
     /// What this store's follow-ups did once committed (runs created, workflow runs ended).
     fn follow_up_events(&self) -> std::sync::Arc<FollowUpEvents>;
@@ -30,8 +31,8 @@ pub trait ChildStore: Send + Sync + std::fmt::Debug + 'static {
 #[derive(Debug, Default)]
 pub struct FollowUpEvents {
     happened: tokio::sync::Notify,
-    /// `(run id, job id, state)` of workflow runs ended, not yet reported.
-    ended: std::sync::Mutex<Vec<(i64, i64, String)>>,
+    /// Workflow runs ended, not yet reported.
+    ended: std::sync::Mutex<Vec<EndedWorkflowRun>>,
 }
 
 impl FollowUpEvents {
@@ -45,17 +46,17 @@ impl FollowUpEvents {
                 .ended
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            ended.extend(
-                workflows_ended
-                    .iter()
-                    .map(|r| (r.run_id, r.job_id, r.state.clone())),
-            );
+            ended.extend(workflows_ended.iter().map(|r| EndedWorkflowRun {
+                run_id: r.run_id,
+                workflow_id: r.job_id,
+                state: r.state,
+            }));
         }
         self.happened.notify_one();
     }
 
     /// Waits for follow-ups, then returns the workflow runs ended since the last call.
-    pub async fn next(&self) -> Vec<(i64, i64, String)> {
+    pub async fn next(&self) -> Vec<EndedWorkflowRun> {
         self.happened.notified().await;
         std::mem::take(
             &mut *self
@@ -66,6 +67,21 @@ impl FollowUpEvents {
     }
 }
 
+/// A child run that a parent run triggered (`child_runs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
+pub struct ChildRunRef {
+    pub child_job_id: i64,
+    pub child_run_id: i64,
+}
+
+/// A workflow run that ended in a committed transaction, to report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndedWorkflowRun {
+    pub run_id: i64,
+    pub workflow_id: i64,
+    pub state: RunState,
+}
+
 /// What the follow-ups of one transaction did, to note once it commits.
 #[derive(Debug, Default)]
 pub struct FollowedUp {
@@ -73,31 +89,13 @@ pub struct FollowedUp {
     pub workflows_ended: Vec<EndedRun>,
 }
 
-/// The lists of `policy.children`, by outcome.
-pub mod child_outcome {
-    pub const ON_SUCCESS: &str = "on_success";
-    pub const ON_FAILURE: &str = "on_failure";
-    pub const ALWAYS: &str = "always";
-    pub const ALL: [&str; 3] = [ON_SUCCESS, ON_FAILURE, ALWAYS];
-}
-
 /// Largest parent output passed on to a child (serialised); a larger one is left out and the
 /// input says so.
 pub const CHILD_OUTPUT_CAP: usize = 1 << 20;
 
-/// The lists of children a run ending in `run_state` triggers: none for a run that was
-/// cancelled or skipped (it did not run to an outcome).
-pub fn triggered_lists(run_state: &str) -> &'static [&'static str] {
-    match run_state {
-        "succeeded" => &[child_outcome::ON_SUCCESS, child_outcome::ALWAYS],
-        "failed" | "no_executor" => &[child_outcome::ON_FAILURE, child_outcome::ALWAYS],
-        _ => &[],
-    }
-}
-
 /// `(list, child job id)` for every child a stored policy names, in the order written; an
 /// error for a policy that does not read (the one rule: never no children in its place).
-pub fn policy_children(policy_json: &str) -> Result<Vec<(&'static str, i64)>, serde_json::Error> {
+pub fn policy_children(policy_json: &str) -> Result<Vec<(ChildOutcome, i64)>, serde_json::Error> {
     Ok(crate::jobs::JobPolicy::from_stored(policy_json)?
         .children
         .named()
@@ -116,7 +114,7 @@ pub struct EndedRun {
     pub may_be_step: bool,
     /// Its job may name children: only such runs' jobs are looked up for them.
     pub may_have_children: bool,
-    pub state: String,
+    pub state: RunState,
     /// What its executors answered: the only shard's output, or every shard's in order.
     pub output: Option<Value>,
 }
@@ -168,7 +166,11 @@ mod tests {
         let policy = r#"{"priority":5,"children":{"on_success":[3,4],"always":[9]}}"#;
         assert_eq!(
             policy_children(policy).ok(),
-            Some(vec![("on_success", 3), ("on_success", 4), ("always", 9)])
+            Some(vec![
+                (ChildOutcome::OnSuccess, 3),
+                (ChildOutcome::OnSuccess, 4),
+                (ChildOutcome::Always, 9)
+            ])
         );
         assert_eq!(policy_children(r#"{"priority":5}"#).ok(), Some(Vec::new()));
         assert!(policy_children("not json").is_err());
@@ -180,10 +182,17 @@ mod tests {
 
     #[test]
     fn cancelled_and_skipped_runs_trigger_nothing() {
-        assert_eq!(triggered_lists("succeeded"), ["on_success", "always"]);
-        assert_eq!(triggered_lists("no_executor"), ["on_failure", "always"]);
-        assert!(triggered_lists("cancelled").is_empty());
-        assert!(triggered_lists("skipped").is_empty());
+        use ChildOutcome::*;
+        assert_eq!(
+            ChildOutcome::triggered_by(RunState::Succeeded),
+            [OnSuccess, Always]
+        );
+        assert_eq!(
+            ChildOutcome::triggered_by(RunState::NoExecutor),
+            [OnFailure, Always]
+        );
+        assert!(ChildOutcome::triggered_by(RunState::Cancelled).is_empty());
+        assert!(ChildOutcome::triggered_by(RunState::Skipped).is_empty());
     }
 
     #[test]
@@ -194,7 +203,7 @@ mod tests {
             node_id: "n".into(),
             may_be_step: false,
             may_have_children: true,
-            state: "succeeded".into(),
+            state: RunState::Succeeded,
             output: Some(Value::String("x".repeat(CHILD_OUTPUT_CAP + 1))),
         };
         let input: Value = serde_json::from_str(&big.child_input("a")).unwrap();

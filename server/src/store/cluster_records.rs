@@ -1,6 +1,13 @@
 //! Rows and parameters of the cluster tables: nodes, the leader lease, partitions.
 
 /// What the cluster was initialised with.
+/// A partition and the epoch a node owns it at: the fence of what it writes there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PartitionEpoch {
+    pub partition_id: i64,
+    pub epoch: i64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterMeta {
     pub partition_count: i64,

@@ -238,7 +238,7 @@ queries! {
         updated_at_ms, started_at_ms, fired_count, kind FROM jobs WHERE job_id IN ({partitions})";
     jobs_changed_since = "SELECT job_id, partition_id, name, app_name, handler_name, \
         schedule_json, timezone, args_json, policy_json, state, version, last_fired_at_ms, \
-        created_at_ms, updated_at_ms, started_at_ms, fired_count FROM jobs \
+        created_at_ms, updated_at_ms, started_at_ms, fired_count, kind FROM jobs \
         WHERE updated_at_ms > ? OR (updated_at_ms = ? AND job_id > ?) \
         ORDER BY updated_at_ms, job_id LIMIT ?";
     job_update = "UPDATE jobs SET name = ?, app_name = ?, handler_name = ?, \

@@ -1,5 +1,7 @@
 //! Rows and parameters of the dispatch tables: executors, their handlers, attempts.
 
+use crate::states::{AttemptState, RunState};
+
 /// What an executor announces when it registers.
 #[derive(Debug, Clone)]
 pub struct ExecutorRegistration {
@@ -100,7 +102,8 @@ pub struct AttemptRecord {
     pub attempt_no: i64,
     pub priority: i64,
     pub args_json: String,
-    pub state: String,
+    #[sqlx(try_from = "String")]
+    pub state: AttemptState,
     pub created_at_ms: i64,
     pub not_before_ms: i64,
     pub avoid_executor_id: Option<String>,
@@ -133,7 +136,8 @@ impl AttemptRecord {
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct MinuteCount {
     pub minute_ms: i64,
-    pub state: String,
+    #[sqlx(try_from = "String")]
+    pub state: RunState,
     pub runs: i64,
     pub late: i64,
 }
@@ -157,21 +161,6 @@ pub struct DueAttempt {
     pub input_json: Option<String>,
 }
 
-/// The states of an attempt.
-pub mod attempt_state {
-    /// Waiting to be dispatched (at `not_before_ms` or later).
-    pub const PENDING: &str = "pending";
-    /// Accepted by an executor.
-    pub const RUNNING: &str = "running";
-    pub const SUCCEEDED: &str = "succeeded";
-    pub const FAILED: &str = "failed";
-    /// Ran past the job's timeout.
-    pub const TIMED_OUT: &str = "timed_out";
-    /// Its executor stopped heartbeating.
-    pub const LOST: &str = "lost";
-    pub const CANCELLED: &str = "cancelled";
-}
-
 /// One shard's first attempt, created when a run starts.
 #[derive(Debug, Clone)]
 pub struct NewAttempt {
@@ -189,7 +178,7 @@ pub struct NewAttempt {
 #[derive(Debug, Clone)]
 pub struct AttemptEnd {
     /// One of the final attempt states.
-    pub state: &'static str,
+    pub state: AttemptState,
     pub output: Option<String>,
     pub error: Option<String>,
     /// The executor that ran it, when it says so (a report can overtake the record of the
@@ -216,7 +205,7 @@ pub enum AttemptEnded {
     /// Other shards are unfinished.
     RunContinues,
     /// The run ended in this state (`succeeded`, `failed` or `cancelled`).
-    RunEnded(String),
+    RunEnded(RunState),
 }
 
 /// Filters of a run listing, one page after the run `after_id` (newest first, or oldest

@@ -40,6 +40,15 @@ pub enum Error {
     Unreadable { what: String, reason: String },
 }
 
+impl From<crate::states::UnknownText> for Error {
+    fn from(unknown: crate::states::UnknownText) -> Self {
+        Error::Unreadable {
+            what: format!("a stored {}", unknown.kind),
+            reason: unknown.to_string(),
+        }
+    }
+}
+
 /// What a pooler in transaction mode answers when the nodes do not know it is there: a refused
 /// startup option, or the named prepared statements of another server connection.
 fn pooler_hint(err: &sqlx::Error) -> &'static str {

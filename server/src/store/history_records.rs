@@ -1,16 +1,17 @@
 //! Parameters and results of run-history retention: which finished runs a purge deletes, and
 //! the jobs that keep their history by a rule of their own.
 
+use crate::states::RunState;
+
 /// The run states a purge may delete: finished ones only. A pending, queued or running run is
 /// never deleted, whatever its age.
-pub const FINISHED_STATES: [&str; 5] =
-    ["succeeded", "failed", "cancelled", "skipped", "no_executor"];
+pub const FINISHED_STATES: [RunState; 5] = RunState::FINISHED;
 
 /// The finished states of a dead letter: failed after its last attempt, or never dispatched.
-pub const DEAD_LETTER_STATES: [&str; 2] = ["failed", "no_executor"];
+pub const DEAD_LETTER_STATES: [RunState; 2] = [RunState::Failed, RunState::NoExecutor];
 
 /// The finished states that are not dead letters.
-const SETTLED_STATES: [&str; 3] = ["succeeded", "cancelled", "skipped"];
+const SETTLED_STATES: [RunState; 3] = [RunState::Succeeded, RunState::Cancelled, RunState::Skipped];
 
 /// Which of the finished runs a purge considers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -25,7 +26,7 @@ pub enum PurgeStates {
 }
 
 impl PurgeStates {
-    pub fn states(self) -> &'static [&'static str] {
+    pub fn states(self) -> &'static [RunState] {
         match self {
             PurgeStates::Finished => &FINISHED_STATES,
             PurgeStates::DeadLetters => &DEAD_LETTER_STATES,
@@ -93,10 +94,11 @@ mod tests {
 
     #[test]
     fn dead_letters_and_the_rest_split_the_finished_states() {
-        let mut both: Vec<&str> = PurgeStates::DeadLetters.states().to_vec();
-        both.extend(PurgeStates::NotDeadLetters.states());
+        let texts = |states: &[RunState]| states.iter().map(|s| s.as_str()).collect::<Vec<_>>();
+        let mut both = texts(PurgeStates::DeadLetters.states());
+        both.extend(texts(PurgeStates::NotDeadLetters.states()));
         both.sort_unstable();
-        let mut finished = PurgeStates::Finished.states().to_vec();
+        let mut finished = texts(PurgeStates::Finished.states());
         finished.sort_unstable();
         assert_eq!(both, finished);
     }

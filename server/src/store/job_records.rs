@@ -1,6 +1,7 @@
 //! Rows and parameters of the job tables: jobs, job deletions, runs.
 
 use crate::jobs::JobPolicy;
+use crate::states::{JobKind, JobState, RunState, TriggerKind};
 
 /// A job's policy as stored: the column's text, decoded once, when the row is read. What does
 /// not decode stays an error: every reader goes through [`StoredPolicy::read`], which names
@@ -55,8 +56,8 @@ pub struct JobRecord {
     pub args_json: String,
     #[sqlx(rename = "policy_json", try_from = "String")]
     pub stored_policy: StoredPolicy,
-    /// `stopped`, `running` or `done`.
-    pub state: String,
+    #[sqlx(try_from = "String")]
+    pub state: JobState,
     pub version: i64,
     pub last_fired_at_ms: Option<i64>,
     pub created_at_ms: i64,
@@ -65,15 +66,14 @@ pub struct JobRecord {
     pub started_at_ms: Option<i64>,
     /// Scheduled instants fired so far (`bounds.max_runs` counts them).
     pub fired_count: i64,
-    /// `job`, `workflow` or `step` (`job_kind`); empty where a listing leaves it out.
-    #[sqlx(default)]
-    pub kind: String,
+    #[sqlx(try_from = "String")]
+    pub kind: JobKind,
 }
 
 impl JobRecord {
     /// A workflow's row: its runs run steps, not a handler.
     pub fn is_workflow(&self) -> bool {
-        self.kind == super::job_kind::WORKFLOW
+        self.kind == JobKind::Workflow
     }
 
     /// The job's policy, or the error naming the job whose stored policy does not read.
@@ -153,12 +153,13 @@ impl From<JobRecord> for ScheduledJob {
     }
 }
 
-/// The states of a job.
-pub mod job_state {
-    pub const STOPPED: &str = "stopped";
-    pub const RUNNING: &str = "running";
-    /// A schedule with no more instants (a one-shot that ran, a job past its bounds).
-    pub const DONE: &str = "done";
+/// A job's id, name and stored policy: what the checks of its children and calendars read
+/// (each reads the policy itself, to be sure).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct JobPolicyRow {
+    pub job_id: i64,
+    pub name: String,
+    pub policy_json: String,
 }
 
 /// What a new or updated job row holds.
@@ -175,8 +176,8 @@ pub struct JobWrite {
     /// the jobs that have one: how long to keep finished runs (0: forever), how many at most.
     pub history_keep_ms: Option<i64>,
     pub history_max_runs: Option<i64>,
-    /// `job`, `workflow` or `step` (`job_kind`); set when the row is created.
-    pub kind: &'static str,
+    /// Set when the row is created.
+    pub kind: JobKind,
 }
 
 /// A job row to insert among many (`JobStore::jobs_insert_many`).
@@ -192,8 +193,8 @@ pub struct JobInsert {
 /// Filters of a job listing, one page in `order` after `after`.
 #[derive(Debug, Clone, Default)]
 pub struct JobFilter {
-    /// Rows of this kind only (`job_kind`); all when `None`.
-    pub kind: Option<&'static str>,
+    /// Rows of this kind only; all when `None`.
+    pub kind: Option<JobKind>,
     pub app: Option<String>,
     pub state: Option<String>,
     /// Names starting with this.
@@ -241,33 +242,15 @@ pub struct RunRecord {
     pub partition_id: i64,
     pub epoch: i64,
     pub node_id: String,
-    pub trigger_kind: String,
-    pub state: String,
+    #[sqlx(try_from = "String")]
+    pub trigger_kind: TriggerKind,
+    #[sqlx(try_from = "String")]
+    pub state: RunState,
     pub priority: i64,
     pub created_at_ms: i64,
     pub started_at_ms: Option<i64>,
     pub finished_at_ms: Option<i64>,
     pub message: Option<String>,
-}
-
-/// The states of a run this version writes.
-pub mod run_state {
-    /// Claimed and waiting for an executor.
-    pub const PENDING: &str = "pending";
-    /// Waiting behind an unfinished run of the same job (overlap `queue`).
-    pub const QUEUED: &str = "queued";
-    pub const RUNNING: &str = "running";
-    pub const SUCCEEDED: &str = "succeeded";
-    /// Its attempts failed, or it could not start (a definition that does not read).
-    pub const FAILED: &str = "failed";
-    /// Not started because the previous run was unfinished (overlap `skip`).
-    pub const SKIPPED: &str = "skipped";
-    /// Cancelled (overlap `replace`, or through the API).
-    pub const CANCELLED: &str = "cancelled";
-    /// No executor could take it: recorded so that nothing is dropped silently.
-    pub const NO_EXECUTOR: &str = "no_executor";
-    /// States in which a run is unfinished, for the overlap policy.
-    pub const UNFINISHED: [&str; 3] = [PENDING, QUEUED, RUNNING];
 }
 
 /// How a claimed instant treats an unfinished earlier run of the same job.
@@ -289,12 +272,11 @@ pub struct RunClaim {
     /// The partition epoch the node owns: the fence.
     pub epoch: i64,
     pub scheduled_at_ms: i64,
-    /// `schedule`, `misfire`, `manual` or `backfill`.
-    pub trigger_kind: &'static str,
+    pub trigger_kind: TriggerKind,
     pub priority: i64,
     /// The state a claimed run starts in, and why: `pending`, or `skipped` for an instant in
     /// one of the job's calendars (which no overlap rule changes).
-    pub state: &'static str,
+    pub state: RunState,
     pub message: Option<String>,
     pub overlap: OverlapRule,
     /// The schedule has no instant after this one: the job becomes `done`.
@@ -323,7 +305,7 @@ impl RunClaim {
     /// Whether this claim counts toward the job's `bounds.max_runs`: every scheduled instant
     /// but one skipped by a calendar (a manual or backfill run is no claim).
     pub fn counts_as_fired(&self) -> bool {
-        self.state == run_state::PENDING
+        self.state == RunState::Pending
     }
 }
 

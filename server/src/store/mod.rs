@@ -24,37 +24,38 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::states::RunState;
+
 pub use child_records::{
-    CHILD_OUTPUT_CAP, ChildStore, EndedRun, FollowUpEvents, FollowedUp, child_outcome,
-    policy_children, run_output, triggered_lists,
+    CHILD_OUTPUT_CAP, ChildRunRef, ChildStore, EndedRun, EndedWorkflowRun, FollowUpEvents,
+    FollowedUp, policy_children, run_output,
 };
 pub use cluster_records::{
     ClusterMeta, LeaderFence, LeaderRecord, NodeList, NodeRecord, NodeRegistration,
-    PartitionChange, PartitionRecord,
+    PartitionChange, PartitionEpoch, PartitionRecord,
 };
 pub use dispatch_records::{
     ANY_HANDLER, AttemptEnd, AttemptEnded, AttemptRecord, DueAttempt, ExecutorList, ExecutorRecord,
-    ExecutorRegistration, LateRun, MinuteCount, NewAttempt, RunFilter, attempt_state,
-    executor_protocol,
+    ExecutorRegistration, LateRun, MinuteCount, NewAttempt, RunFilter, executor_protocol,
 };
 pub use error::Error;
 pub use history_records::{
     DEAD_LETTER_STATES, FINISHED_STATES, JobHistoryRule, PurgeScope, PurgeStates, PurgeStep, Purged,
 };
 pub use job_records::{
-    ClaimOutcome, JobChanges, JobFilter, JobInsert, JobKey, JobOrder, JobRecord, JobWrite,
-    OverlapRule, RunClaim, RunRecord, ScheduledJob, StoredPolicy, job_state, run_state,
+    ClaimOutcome, JobChanges, JobFilter, JobInsert, JobKey, JobOrder, JobPolicyRow, JobRecord,
+    JobWrite, OverlapRule, RunClaim, RunRecord, ScheduledJob, StoredPolicy,
 };
 pub use log_records::{LogAppend, LogCaps, LogLine, NewLogLine, TRUNCATED_LINE};
 pub use policy_records::{
-    BackfillRecord, BackfillStep, CalendarRecord, PolicyStore, backfill_state,
+    BackfillRecord, BackfillStep, CalendarRecord, InstantEnd, JobInstant, PolicyStore,
 };
 pub use rules::attempt_end::PlainSuccessCheck;
 pub use task_records::{
-    Enqueued, TaskFilter, TaskRecord, TaskStore, TaskWrite, TasksFired, task_of_job_id, task_state,
+    Enqueued, TaskFilter, TaskRecord, TaskStore, TaskWrite, TasksFired, task_of_job_id,
 };
 pub use url::{Backend, DatabaseUrl};
-pub use workflow_records::{StepRunRecord, WorkflowRunRecord, WorkflowStore, job_kind, params_of};
+pub use workflow_records::{StepRunRecord, WorkflowRunRecord, WorkflowStore, params_of};
 
 /// Connection settings for one pool.
 #[derive(Debug, Clone)]
@@ -214,7 +215,7 @@ pub trait JobStore: Send + Sync + std::fmt::Debug + 'static {
         &self,
         job: &JobRecord,
         node_id: &str,
-        state: &str,
+        state: RunState,
         message: Option<&str>,
         input: Option<&str>,
     ) -> Result<RunRecord, Error>;
@@ -271,13 +272,17 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
     async fn runs_start(&self, runs: &[(RunRecord, Vec<NewAttempt>)]) -> Result<usize, Error>;
 
     /// Ends an unfinished run without (more) attempts, e.g. when no executor can take it.
-    async fn run_end(&self, run_id: i64, state: &str, message: Option<&str>)
-    -> Result<bool, Error>;
+    async fn run_end(
+        &self,
+        run_id: i64,
+        state: RunState,
+        message: Option<&str>,
+    ) -> Result<bool, Error>;
 
     /// Cancels an unfinished run and its unfinished attempts; returns the attempts that were
     /// running (their executors should be told), or `None` if the run was not unfinished.
     async fn run_cancel(&self, run_id: i64) -> Result<Option<Vec<AttemptRecord>>, Error> {
-        self.run_end_with_attempts(run_id, run_state::CANCELLED, "cancelled through the API")
+        self.run_end_with_attempts(run_id, RunState::Cancelled, "cancelled through the API")
             .await
     }
 
@@ -287,7 +292,7 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
     async fn run_end_with_attempts(
         &self,
         run_id: i64,
-        state: &str,
+        state: RunState,
         message: &str,
     ) -> Result<Option<Vec<AttemptRecord>>, Error>;
 
@@ -369,11 +374,7 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
     /// runs end `succeeded` in two statements (one transaction) whatever their number. An
     /// attempt no longer unfinished is left alone, and so is its run. Returns how many runs
     /// ended.
-    async fn attempts_succeed(
-        &self,
-        executor_id: &str,
-        attempts: &[(i64, i64)],
-    ) -> Result<u64, Error>;
+    async fn attempts_succeed(&self, executor_id: &str, attempt_ids: &[i64]) -> Result<u64, Error>;
 
     /// [`attempt_end`](Self::attempt_end) for many attempts in one transaction, in the order
     /// given; returns what became of each.

@@ -3,7 +3,22 @@
 
 use async_trait::async_trait;
 
-use super::Error;
+use super::{Error, JobPolicyRow};
+use crate::states::{BackfillState, RunState};
+
+/// An instant of a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct JobInstant {
+    pub job_id: i64,
+    pub scheduled_at_ms: i64,
+}
+
+/// The run of an instant, and when it finished (`None`: not yet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InstantEnd {
+    pub instant: JobInstant,
+    pub finished_at_ms: Option<i64>,
+}
 
 /// A row of `calendars`. The definition is JSON that only `schedule::calendar` interprets.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -28,21 +43,14 @@ pub struct BackfillRecord {
     pub cursor_ms: i64,
     /// Most of its runs unfinished at once.
     pub max_in_flight: i64,
-    /// `running`, `done` or `cancelled`.
-    pub state: String,
+    #[sqlx(try_from = "String")]
+    pub state: BackfillState,
     /// Instants claimed so far (skipped ones included; an instant that already had a run is
     /// not claimed again and not counted).
     pub fired: i64,
     pub message: Option<String>,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
-}
-
-/// The states of a backfill.
-pub mod backfill_state {
-    pub const RUNNING: &str = "running";
-    pub const DONE: &str = "done";
-    pub const CANCELLED: &str = "cancelled";
 }
 
 /// One step of a backfill: the instants it claims, where its cursor goes, under which fence.
@@ -56,7 +64,7 @@ pub struct BackfillStep {
     pub expected_cursor_ms: i64,
     pub cursor_ms: i64,
     /// `(instant, state, message)`: `pending`, or `skipped` with the calendar that holds it.
-    pub instants: Vec<(i64, &'static str, Option<String>)>,
+    pub instants: Vec<(i64, RunState, Option<String>)>,
     pub priority: i64,
     /// No instant of the range is left: the backfill is `done`.
     pub done: bool,
@@ -70,15 +78,11 @@ pub trait PolicyStore: Send + Sync + std::fmt::Debug + 'static {
     /// Marks a running job `done` (its bounds are past) if it is still at `version`.
     async fn job_finish(&self, job_id: i64, version: i64) -> Result<bool, Error>;
 
-    /// For each `(job_id, scheduled_at_ms)` that has a run: the run's end, if it has ended.
-    async fn runs_finished_at(
-        &self,
-        runs: &[(i64, i64)],
-    ) -> Result<Vec<(i64, i64, Option<i64>)>, Error>;
+    /// For each instant of `instants` that has a run: the run's end, if it has ended.
+    async fn runs_finished_at(&self, instants: &[JobInstant]) -> Result<Vec<InstantEnd>, Error>;
 
-    /// Jobs whose policy may name calendar `name` (`(job_id, name, policy_json)`; the caller
-    /// reads each policy to be sure).
-    async fn jobs_naming_calendar(&self, name: &str) -> Result<Vec<(i64, String, String)>, Error>;
+    /// Jobs whose policy may name calendar `name` (the caller reads each policy to be sure).
+    async fn jobs_naming_calendar(&self, name: &str) -> Result<Vec<JobPolicyRow>, Error>;
 
     /// A new calendar; [`Error::Conflict`] when the name is taken.
     async fn calendar_insert(

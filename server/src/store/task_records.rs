@@ -2,17 +2,8 @@
 
 use async_trait::async_trait;
 
-use super::{Error, JobRecord};
-
-/// A task's stored states. A fired task's progress is its run's.
-pub mod task_state {
-    /// Waiting for its instant.
-    pub const PENDING: &str = "pending";
-    /// Its run exists (`runs.job_id = -task_id`).
-    pub const FIRED: &str = "fired";
-    /// How the API shows a task it cancelled and deleted (no row is stored so).
-    pub const CANCELLED: &str = "cancelled";
-}
+use super::{Error, JobRecord, PartitionEpoch};
+use crate::states::{JobKind, JobState, TaskState};
 
 /// A task to insert, its id and partition chosen by the node.
 #[derive(Debug, Clone)]
@@ -51,7 +42,8 @@ pub struct TaskRecord {
     pub stored_policy: super::StoredPolicy,
     pub priority: i64,
     pub due_at_ms: i64,
-    pub state: String,
+    #[sqlx(try_from = "String")]
+    pub state: TaskState,
     pub created_at_ms: i64,
     pub ended_at_ms: Option<i64>,
     pub message: Option<String>,
@@ -85,14 +77,14 @@ impl TaskRecord {
             timezone: "UTC".to_owned(),
             args_json: self.args_json.clone(),
             stored_policy: self.stored_policy.clone(),
-            state: super::job_state::RUNNING.to_owned(),
+            state: JobState::Running,
             version: 1,
             last_fired_at_ms: None,
             created_at_ms: self.created_at_ms,
             updated_at_ms: self.created_at_ms,
             started_at_ms: None,
             fired_count: 0,
-            kind: super::job_kind::JOB.to_owned(),
+            kind: JobKind::Job,
         }
     }
 }
@@ -171,7 +163,7 @@ pub trait TaskStore: Send + Sync + std::fmt::Debug + 'static {
     async fn tasks_fire(
         &self,
         node_id: &str,
-        partitions: &[(i64, i64)],
+        partitions: &[PartitionEpoch],
         due_by_ms: i64,
         limit: i64,
     ) -> Result<TasksFired, Error>;

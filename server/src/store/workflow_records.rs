@@ -5,17 +5,7 @@
 use async_trait::async_trait;
 
 use super::{AttemptRecord, Error, RunRecord};
-
-/// What a row of `jobs` is (`jobs.kind`).
-pub mod job_kind {
-    /// A job of the API (`/api/v1/jobs`).
-    pub const JOB: &str = "job";
-    /// A workflow (`/api/v1/workflows`): scheduled like a job, its runs run steps.
-    pub const WORKFLOW: &str = "workflow";
-    /// A workflow step's own handler, arguments and policies: never scheduled, run only as a
-    /// step, listed with its workflow.
-    pub const STEP: &str = "step";
-}
+use crate::states::StepState;
 
 /// A row of `workflow_runs`: the definition a workflow run runs, pinned when it started.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -90,8 +80,8 @@ impl WorkflowRunRecord {
 pub struct StepRunRecord {
     pub workflow_run_id: i64,
     pub step_name: String,
-    /// `crate::workflows::step_state`.
-    pub state: String,
+    #[sqlx(try_from = "String")]
+    pub state: StepState,
     /// The step's own run, once it has one.
     pub run_id: Option<i64>,
     /// What the step's run answered (JSON), once it ended.

@@ -18,7 +18,8 @@ use tracing::{debug, warn};
 use crate::clock::ClusterClock;
 use crate::cluster::LocalView;
 use crate::observe::NodeMetrics;
-use crate::store::{self, TaskStore, TasksFired};
+use crate::states::TriggerKind;
+use crate::store::{self, PartitionEpoch, TaskStore, TasksFired};
 
 /// How the firer reads its windows.
 #[derive(Debug, Clone, Copy)]
@@ -100,11 +101,14 @@ impl TaskFirer {
 
     /// Fires one window.
     async fn pass(&self) -> Result<TasksFired, store::Error> {
-        let partitions: Vec<(i64, i64)> = self
+        let partitions: Vec<PartitionEpoch> = self
             .view
             .owned_partitions()
             .iter()
-            .map(|p| (p.partition_id, p.epoch))
+            .map(|p| PartitionEpoch {
+                partition_id: p.partition_id,
+                epoch: p.epoch,
+            })
             .collect();
         if partitions.is_empty() {
             return Ok(TasksFired::default());
@@ -121,7 +125,9 @@ impl TaskFirer {
             )
             .await?;
         if fired.fired > 0 {
-            self.metrics.fires.add("task", fired.fired as u64);
+            self.metrics
+                .fires
+                .add(TriggerKind::Task.as_str(), fired.fired as u64);
             self.dispatcher.notify_one();
         }
         if fired.fenced > 0 {

@@ -6,7 +6,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::{Definition, On, step_state};
+use super::{Definition, On};
+use crate::states::{RunState, StepState};
 
 /// What to do next in a workflow run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -16,18 +17,16 @@ pub struct Next {
     /// Steps that will never run, in definition order.
     pub skipped: Vec<String>,
     /// The workflow run's end (`succeeded` or `failed`), when no step is left to wait for.
-    pub finished: Option<&'static str>,
+    pub finished: Option<RunState>,
 }
 
 /// What comes next, from each step's state (a step missing from `states` is waiting).
-pub fn next(definition: &Definition, states: &HashMap<String, String>) -> Next {
-    let mut state: HashMap<&str, &str> = definition
+pub fn next(definition: &Definition, states: &HashMap<String, StepState>) -> Next {
+    let mut state: HashMap<&str, StepState> = definition
         .steps
         .iter()
         .map(|s| {
-            let st = states
-                .get(&s.name)
-                .map_or(step_state::WAITING, String::as_str);
+            let st = states.get(&s.name).copied().unwrap_or(StepState::Waiting);
             (s.name.as_str(), st)
         })
         .collect();
@@ -35,7 +34,7 @@ pub fn next(definition: &Definition, states: &HashMap<String, String>) -> Next {
     loop {
         let mut moved = false;
         for step in &definition.steps {
-            if state.get(step.name.as_str()) != Some(&step_state::WAITING) {
+            if state.get(step.name.as_str()) != Some(&StepState::Waiting) {
                 continue;
             }
             let mut all_met = true;
@@ -44,19 +43,19 @@ pub fn next(definition: &Definition, states: &HashMap<String, String>) -> Next {
                 let up = state
                     .get(need.step.as_str())
                     .copied()
-                    .unwrap_or(step_state::SKIPPED);
-                if !step_state::is_over(up) {
+                    .unwrap_or(StepState::Skipped);
+                if !up.is_over() {
                     all_met = false;
                 } else if !need.on.accepts(up) {
                     impossible = true;
                 }
             }
             if impossible {
-                state.insert(&step.name, step_state::SKIPPED);
+                state.insert(&step.name, StepState::Skipped);
                 next.skipped.push(step.name.clone());
                 moved = true;
             } else if all_met {
-                state.insert(&step.name, step_state::RUNNING);
+                state.insert(&step.name, StepState::Running);
                 next.ready.push(step.name.clone());
                 moved = true;
             }
@@ -65,7 +64,7 @@ pub fn next(definition: &Definition, states: &HashMap<String, String>) -> Next {
             break;
         }
     }
-    if state.values().all(|s| step_state::is_over(s)) {
+    if state.values().all(|s| s.is_over()) {
         next.finished = Some(outcome(definition, &state));
     }
     next
@@ -73,7 +72,7 @@ pub fn next(definition: &Definition, states: &HashMap<String, String>) -> Next {
 
 /// `failed` when a step failed with no step downstream taking its failure (one that needs it
 /// `on: failure` or `always`), or a step was cancelled; `succeeded` otherwise.
-fn outcome(definition: &Definition, state: &HashMap<&str, &str>) -> &'static str {
+fn outcome(definition: &Definition, state: &HashMap<&str, StepState>) -> RunState {
     let handled: HashSet<&str> = definition
         .steps
         .iter()
@@ -85,11 +84,15 @@ fn outcome(definition: &Definition, state: &HashMap<&str, &str>) -> &'static str
         .steps
         .iter()
         .any(|s| match state.get(s.name.as_str()) {
-            Some(&step_state::FAILED) => !handled.contains(s.name.as_str()),
-            Some(&step_state::CANCELLED) => true,
+            Some(&StepState::Failed) => !handled.contains(s.name.as_str()),
+            Some(&StepState::Cancelled) => true,
             _ => false,
         });
-    if failed { "failed" } else { "succeeded" }
+    if failed {
+        RunState::Failed
+    } else {
+        RunState::Succeeded
+    }
 }
 
 #[cfg(test)]
@@ -111,10 +114,10 @@ mod tests {
         }
     }
 
-    fn states(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    fn states(pairs: &[(&str, &str)]) -> HashMap<String, StepState> {
         pairs
             .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .map(|(k, v)| ((*k).to_owned(), v.parse().expect("a step state")))
             .collect()
     }
 
@@ -159,7 +162,7 @@ mod tests {
         );
         // load can no longer run, so report and alert (which need load) are skipped too.
         assert_eq!(failed.skipped, ["load", "report", "alert"]);
-        assert_eq!(failed.finished, Some("failed"));
+        assert_eq!(failed.finished, Some(RunState::Failed));
         let load_failed = next(
             &d,
             &states(&[
@@ -181,7 +184,7 @@ mod tests {
                 ("alert", "succeeded"),
             ]),
         );
-        assert_eq!(handled.finished, Some("succeeded"));
+        assert_eq!(handled.finished, Some(RunState::Succeeded));
     }
 
     #[test]
@@ -197,6 +200,6 @@ mod tests {
         assert_eq!(b_failed.ready, ["cleanup"]);
         let a_failed = next(&d, &states(&[("a", "failed")]));
         assert_eq!(a_failed.skipped, ["b", "cleanup"]);
-        assert_eq!(a_failed.finished, Some("failed"));
+        assert_eq!(a_failed.finished, Some(RunState::Failed));
     }
 }

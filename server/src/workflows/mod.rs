@@ -13,6 +13,8 @@ pub mod input;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::states::StepState;
+
 /// Most steps a workflow may have.
 pub const MAX_STEPS: usize = 500;
 
@@ -31,11 +33,11 @@ pub enum On {
 
 impl On {
     /// Whether an upstream step that ended in `state` (a step state) satisfies this.
-    pub fn accepts(self, state: &str) -> bool {
+    pub fn accepts(self, state: StepState) -> bool {
         match self {
-            On::Success => state == step_state::SUCCEEDED,
-            On::Failure => state == step_state::FAILED,
-            On::Always => state == step_state::SUCCEEDED || state == step_state::FAILED,
+            On::Success => state == StepState::Succeeded,
+            On::Failure => state == StepState::Failed,
+            On::Always => state == StepState::Succeeded || state == StepState::Failed,
         }
     }
 }
@@ -63,32 +65,4 @@ pub struct Step {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Definition {
     pub steps: Vec<Step>,
-}
-
-/// The states of a step within a workflow run.
-pub mod step_state {
-    /// Its upstream steps have not all ended.
-    pub const WAITING: &str = "waiting";
-    /// Its run was created (pending, then running).
-    pub const RUNNING: &str = "running";
-    pub const SUCCEEDED: &str = "succeeded";
-    /// Its run failed or found no executor.
-    pub const FAILED: &str = "failed";
-    /// Never run: what it needs of an upstream step can no longer happen.
-    pub const SKIPPED: &str = "skipped";
-    /// Its run, or the workflow run, was cancelled.
-    pub const CANCELLED: &str = "cancelled";
-
-    /// The step state of a step whose run ended in `run_state`.
-    pub fn of_run(run_state: &str) -> &'static str {
-        match run_state {
-            "succeeded" => SUCCEEDED,
-            "cancelled" | "skipped" => CANCELLED,
-            _ => FAILED,
-        }
-    }
-
-    pub fn is_over(state: &str) -> bool {
-        !matches!(state, WAITING | RUNNING)
-    }
 }

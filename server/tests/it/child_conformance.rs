@@ -10,8 +10,9 @@ use crate::support;
 
 use std::sync::Arc;
 
+use carillon_server::states::{AttemptState, RunState};
 use carillon_server::store::{
-    AttemptEnd, AttemptEnded, ClaimOutcome, JobWrite, NewAttempt, RunRecord, Store, run_state,
+    AttemptEnd, AttemptEnded, ClaimOutcome, JobWrite, NewAttempt, RunRecord, Store,
 };
 use serde_json::{Value, json};
 use support::db::TestDb;
@@ -74,7 +75,7 @@ fn with_policy(name: &str, policy: &Value) -> JobWrite {
 async fn started_run(store: &Arc<dyn Store>, job_id: i64, at: i64, shards: i64) -> (i64, Vec<i64>) {
     assert_eq!(
         store
-            .runs_claim("n1", &[claim(job_id, at, run_state::PENDING)])
+            .runs_claim("n1", &[claim(job_id, at, RunState::Pending)])
             .await
             .unwrap(),
         vec![ClaimOutcome::Claimed]
@@ -107,11 +108,11 @@ async fn started_run(store: &Arc<dyn Store>, job_id: i64, at: i64, shards: i64) 
     (run.run_id, ids.into_iter().map(|(_, id)| id).collect())
 }
 
-fn ended(state: &'static str, output: Option<&str>) -> AttemptEnd {
+fn ended(state: AttemptState, output: Option<&str>) -> AttemptEnd {
     AttemptEnd {
         state,
         output: output.map(str::to_owned),
-        error: (state != "succeeded").then(|| "it broke".to_owned()),
+        error: (state != AttemptState::Succeeded).then(|| "it broke".to_owned()),
         executor_id: Some("e1".into()),
         retry_after_ms: None,
         retry_to_same_executor: false,
@@ -138,17 +139,23 @@ async fn a_run_that_ends_creates_each_child_once_with_its_output(db: TestDb) {
 
     // One shard ending leaves the run going: no children yet.
     let first = store
-        .attempt_end(attempts[0], &ended("succeeded", Some(r#"{"rows":12}"#)))
+        .attempt_end(
+            attempts[0],
+            &ended(AttemptState::Succeeded, Some(r#"{"rows":12}"#)),
+        )
         .await
         .unwrap();
     assert_eq!(first, AttemptEnded::RunContinues);
     assert!(runs_of(&store, ON_SUCCESS).await.is_empty());
 
     let last = store
-        .attempt_end(attempts[1], &ended("succeeded", Some("plain text")))
+        .attempt_end(
+            attempts[1],
+            &ended(AttemptState::Succeeded, Some("plain text")),
+        )
         .await
         .unwrap();
-    assert_eq!(last, AttemptEnded::RunEnded("succeeded".into()));
+    assert_eq!(last, AttemptEnded::RunEnded(RunState::Succeeded));
     for (child, partition) in [(ON_SUCCESS, 0), (ON_SUCCESS_TOO, 1), (ALWAYS, 2)] {
         let runs = runs_of(&store, child).await;
         assert_eq!(runs.len(), 1, "one run of child {child}");
@@ -179,13 +186,16 @@ async fn a_run_that_ends_creates_each_child_once_with_its_output(db: TestDb) {
         "a success does not run the failure children"
     );
     let recorded = store.child_runs_of_run(run_id).await.unwrap();
-    let children: Vec<i64> = recorded.iter().map(|(job, _)| *job).collect();
+    let children: Vec<i64> = recorded.iter().map(|c| c.child_job_id).collect();
     assert_eq!(children, vec![ON_SUCCESS, ON_SUCCESS_TOO, ALWAYS]);
 
     // The same report again changes nothing and creates nothing.
     assert_eq!(
         store
-            .attempt_end(attempts[1], &ended("succeeded", Some("plain text")))
+            .attempt_end(
+                attempts[1],
+                &ended(AttemptState::Succeeded, Some("plain text"))
+            )
             .await
             .unwrap(),
         AttemptEnded::AlreadyEnded
@@ -197,10 +207,10 @@ async fn a_run_that_ends_creates_each_child_once_with_its_output(db: TestDb) {
     let (failed_run, attempts) = started_run(&store, PARENT, at + 1_000, 1).await;
     assert_eq!(
         store
-            .attempt_end(attempts[0], &ended("failed", None))
+            .attempt_end(attempts[0], &ended(AttemptState::Failed, None))
             .await
             .unwrap(),
-        AttemptEnded::RunEnded("failed".into())
+        AttemptEnded::RunEnded(RunState::Failed)
     );
     let failure = runs_of(&store, ON_FAILURE).await;
     assert_eq!(failure.len(), 1);
@@ -222,7 +232,11 @@ async fn shards_ending_at_once_create_the_children_once(db: TestDb) {
     let endings = attempts.iter().map(|id| {
         let store = Arc::clone(&store);
         let id = *id;
-        tokio::spawn(async move { store.attempt_end(id, &ended("succeeded", None)).await })
+        tokio::spawn(async move {
+            store
+                .attempt_end(id, &ended(AttemptState::Succeeded, None))
+                .await
+        })
     });
     let results: Vec<AttemptEnded> = futures_join(endings).await;
     assert_eq!(
@@ -260,7 +274,7 @@ async fn a_run_without_an_executor_triggers_its_failure_children_and_a_cancelled
         let at = at + i as i64 * 1_000;
         assert_eq!(
             store
-                .runs_claim("n1", &[claim(PARENT, at, run_state::PENDING)])
+                .runs_claim("n1", &[claim(PARENT, at, RunState::Pending)])
                 .await
                 .unwrap(),
             vec![ClaimOutcome::Claimed]
@@ -268,11 +282,11 @@ async fn a_run_without_an_executor_triggers_its_failure_children_and_a_cancelled
         let run = store.runs_of_job(PARENT, None, 1).await.unwrap().remove(0);
         let ended = match how {
             "no_executor" => store
-                .run_end(run.run_id, run_state::NO_EXECUTOR, Some("nowhere"))
+                .run_end(run.run_id, RunState::NoExecutor, Some("nowhere"))
                 .await
                 .unwrap(),
             "no_executor_with_attempts" => store
-                .run_end_with_attempts(run.run_id, run_state::NO_EXECUTOR, "nowhere")
+                .run_end_with_attempts(run.run_id, RunState::NoExecutor, "nowhere")
                 .await
                 .unwrap()
                 .is_some(),
@@ -307,8 +321,8 @@ async fn children_of_one_job_due_in_one_millisecond_take_distinct_instants(db: T
     let (second_run, second) = started_run(&store, 6, at, 1).await;
     let ends = store
         .attempts_end(&[
-            (first[0], ended("succeeded", None)),
-            (second[0], ended("succeeded", None)),
+            (first[0], ended(AttemptState::Succeeded, None)),
+            (second[0], ended(AttemptState::Succeeded, None)),
         ])
         .await
         .unwrap();

@@ -10,10 +10,8 @@
 
 use crate::support;
 
-use carillon_server::store::{
-    AttemptEnd, BackfillStep, ClaimOutcome, OverlapRule, RunClaim, backfill_state, job_state,
-    run_state,
-};
+use carillon_server::states::{AttemptState, BackfillState, JobState, RunState, TriggerKind};
+use carillon_server::store::{AttemptEnd, BackfillStep, ClaimOutcome, OverlapRule, RunClaim};
 use support::db::{Engine, TestDb};
 use support::records::{claim, ended_claim, job_write, shard};
 
@@ -140,7 +138,7 @@ async fn overlap_rules_decide_the_state_of_a_claimed_run(db: TestDb) {
     let store = db.store_owning_partition_0().await;
     store.job_insert(1, 0, &job_write("a"), true).await.unwrap();
     let unfinished = RunClaim {
-        state: run_state::PENDING,
+        state: RunState::Pending,
         ..ended_claim(1, 1, 1_000)
     };
     store.runs_claim("n1", &[unfinished]).await.unwrap();
@@ -166,9 +164,9 @@ async fn overlap_rules_decide_the_state_of_a_claimed_run(db: TestDb) {
     assert_eq!(
         states(store.runs_of_job(1, None, 10).await.unwrap()),
         vec![
-            (3_000, "queued".into()),
-            (2_000, "skipped".into()),
-            (1_000, "pending".into())
+            (3_000, RunState::Queued),
+            (2_000, RunState::Skipped),
+            (1_000, RunState::Pending)
         ]
     );
     // The unfinished run has started: its attempt is under way.
@@ -190,12 +188,13 @@ async fn overlap_rules_decide_the_state_of_a_claimed_run(db: TestDb) {
         .unwrap();
     let replaced = store.attempt_get(attempt).await.unwrap().unwrap();
     assert_eq!(
-        replaced.state, "cancelled",
+        replaced.state,
+        AttemptState::Cancelled,
         "a replaced run's attempt stops too"
     );
     // Its executor's report comes too late to change anything.
     let failed = AttemptEnd {
-        state: "failed",
+        state: AttemptState::Failed,
         output: None,
         error: Some("late".into()),
         executor_id: Some("e1".into()),
@@ -210,10 +209,10 @@ async fn overlap_rules_decide_the_state_of_a_claimed_run(db: TestDb) {
     assert_eq!(
         states(store.runs_of_job(1, None, 10).await.unwrap()),
         vec![
-            (4_000, "no_executor".into()),
-            (3_000, "cancelled".into()),
-            (2_000, "skipped".into()),
-            (1_000, "cancelled".into())
+            (4_000, RunState::NoExecutor),
+            (3_000, RunState::Cancelled),
+            (2_000, RunState::Skipped),
+            (1_000, RunState::Cancelled)
         ]
     );
     store
@@ -222,7 +221,7 @@ async fn overlap_rules_decide_the_state_of_a_claimed_run(db: TestDb) {
         .unwrap();
     assert_eq!(
         store.runs_of_job(1, None, 1).await.unwrap()[0].state,
-        "no_executor",
+        RunState::NoExecutor,
         "nothing unfinished"
     );
 }
@@ -240,7 +239,7 @@ async fn a_one_shot_claim_marks_the_job_done(db: TestDb) {
     store.runs_claim("n1", &[last]).await.unwrap();
     assert_eq!(
         store.job_get(1).await.unwrap().unwrap().state,
-        job_state::DONE
+        JobState::Done
     );
     assert!(store.jobs_in_partition(0).await.unwrap().is_empty());
 }
@@ -249,7 +248,7 @@ async fn a_claim_of_an_instant_a_manual_run_holds_advances_the_job_only(db: Test
     let store = db.store_owning_partition_0().await;
     let record = store.job_insert(1, 0, &job_write("a"), true).await.unwrap();
     let manual = store
-        .run_insert_manual(&record, "n1", "no_executor", Some("by hand"), None)
+        .run_insert_manual(&record, "n1", RunState::NoExecutor, Some("by hand"), None)
         .await
         .unwrap();
     let at = manual.scheduled_at_ms;
@@ -268,7 +267,7 @@ async fn a_claim_of_an_instant_a_manual_run_holds_advances_the_job_only(db: Test
         "the manual run keeps its instant; no second run there"
     );
     let held = runs.iter().find(|r| r.scheduled_at_ms == at).unwrap();
-    assert_eq!(held.trigger_kind, "manual");
+    assert_eq!(held.trigger_kind, TriggerKind::Manual);
     assert_eq!(
         store.job_get(1).await.unwrap().unwrap().last_fired_at_ms,
         Some(at + 1_000)
@@ -281,7 +280,7 @@ async fn runs_claimed_ahead_start_at_once_and_fall_due_at_their_instant(db: Test
     let now = store.now_ms().await.unwrap();
     let soon = now + 60_000;
     let mut ahead = ended_claim(1, 1, soon);
-    ahead.state = run_state::PENDING;
+    ahead.state = RunState::Pending;
     ahead.message = None;
     assert_eq!(
         store.runs_claim("n1", &[ahead]).await.unwrap(),
@@ -322,7 +321,7 @@ async fn runs_claimed_ahead_start_at_once_and_fall_due_at_their_instant(db: Test
         1
     );
     let running = store.attempt_get(id).await.unwrap().unwrap();
-    assert_eq!(running.state, "running");
+    assert_eq!(running.state, AttemptState::Running);
     assert_eq!(running.executor_id.as_deref(), Some("e1"));
     assert!(running.deadline_ms.is_some());
     assert_eq!(
@@ -337,12 +336,12 @@ async fn claims_count_fired_instants_but_not_calendar_skips(db: TestDb) {
     let store = db.store_owning_partition_0().await;
     store.job_insert(1, 0, &job_write("a"), true).await.unwrap();
     let pending = |at| RunClaim {
-        state: run_state::PENDING,
+        state: RunState::Pending,
         message: None,
         ..ended_claim(1, 1, at)
     };
     let skipped = |at| RunClaim {
-        state: run_state::SKIPPED,
+        state: RunState::Skipped,
         message: Some("in calendar \"holidays\"".into()),
         overlap: OverlapRule::Queue,
         ..ended_claim(1, 1, at)
@@ -368,14 +367,14 @@ async fn claims_count_fired_instants_but_not_calendar_skips(db: TestDb) {
     // A calendar's skip stands under an overlap rule, though a run is unfinished.
     let runs = store.runs_of_job(1, None, 10).await.unwrap();
     let third = runs.iter().find(|r| r.scheduled_at_ms == 3_000).unwrap();
-    assert_eq!(third.state, "skipped");
+    assert_eq!(third.state, RunState::Skipped);
     assert!(third.finished_at_ms.is_some());
     // A job past its bounds is finished only at the version it was loaded at.
     assert!(!store.job_finish(1, 7).await.unwrap());
     assert!(store.job_finish(1, 1).await.unwrap());
     assert_eq!(
         store.job_get(1).await.unwrap().unwrap().state,
-        job_state::DONE
+        JobState::Done
     );
 }
 
@@ -387,7 +386,7 @@ async fn a_backfill_step_is_fenced_by_epoch_and_cursor_and_fires_each_instant_on
         .runs_claim(
             "n1",
             &[RunClaim {
-                state: run_state::PENDING,
+                state: RunState::Pending,
                 ..ended_claim(1, 1, 2_000)
             }],
         )
@@ -396,7 +395,7 @@ async fn a_backfill_step_is_fenced_by_epoch_and_cursor_and_fires_each_instant_on
     assert_eq!(fired, [ClaimOutcome::Claimed]);
     let backfill = store.backfill_insert(1, 0, 1_000, 3_000, 2).await.unwrap();
     assert_eq!(backfill.cursor_ms, 999);
-    assert_eq!(backfill.state, backfill_state::RUNNING);
+    assert_eq!(backfill.state, BackfillState::Running);
     let step = |epoch, expected, instants: Vec<i64>, done| BackfillStep {
         backfill_id: backfill.backfill_id,
         partition_id: 0,
@@ -405,7 +404,7 @@ async fn a_backfill_step_is_fenced_by_epoch_and_cursor_and_fires_each_instant_on
         cursor_ms: *instants.last().unwrap(),
         instants: instants
             .into_iter()
-            .map(|at| (at, run_state::PENDING, None))
+            .map(|at| (at, RunState::Pending, None))
             .collect(),
         priority: 5,
         done,
@@ -439,7 +438,7 @@ async fn a_backfill_step_is_fenced_by_epoch_and_cursor_and_fires_each_instant_on
             .await
             .unwrap()
             .iter()
-            .all(|r| r.trigger_kind != "backfill")
+            .all(|r| r.trigger_kind != TriggerKind::Backfill)
     );
     // The instant that has a run keeps it.
     assert_eq!(
@@ -469,15 +468,15 @@ async fn a_backfill_step_is_fenced_by_epoch_and_cursor_and_fires_each_instant_on
         .unwrap()
         .unwrap();
     assert_eq!(
-        (done.state.as_str(), done.fired, done.cursor_ms),
-        (backfill_state::DONE, 2, 3_000)
+        (done.state, done.fired, done.cursor_ms),
+        (BackfillState::Done, 2, 3_000)
     );
     let mut triggers: Vec<(i64, String)> = store
         .runs_of_job(1, None, 10)
         .await
         .unwrap()
         .into_iter()
-        .map(|r| (r.scheduled_at_ms, r.trigger_kind))
+        .map(|r| (r.scheduled_at_ms, r.trigger_kind.as_str().to_owned()))
         .collect();
     triggers.sort();
     assert_eq!(
@@ -502,7 +501,7 @@ async fn a_backfill_step_is_fenced_by_epoch_and_cursor_and_fires_each_instant_on
 fn starting(job_id: i64, at: i64) -> RunClaim {
     RunClaim {
         start: true,
-        ..claim(job_id, at, run_state::PENDING)
+        ..claim(job_id, at, RunState::Pending)
     }
 }
 
@@ -520,7 +519,7 @@ async fn a_starting_claim_inserts_its_run_running_with_one_attempt_of_the_jobs_a
         .await
         .unwrap();
     let manual = store
-        .run_insert_manual(&held, "n1", run_state::PENDING, None, None)
+        .run_insert_manual(&held, "n1", RunState::Pending, None, None)
         .await
         .unwrap();
     let at = store.now_ms().await.unwrap() + 60_000;
@@ -530,7 +529,7 @@ async fn a_starting_claim_inserts_its_run_running_with_one_attempt_of_the_jobs_a
             &[
                 starting(1, at),
                 starting(1, at + 1_000),
-                claim(2, at, run_state::PENDING),
+                claim(2, at, RunState::Pending),
                 starting(3, manual.scheduled_at_ms),
             ],
         )
@@ -543,19 +542,19 @@ async fn a_starting_claim_inserts_its_run_running_with_one_attempt_of_the_jobs_a
     if db.engine == Engine::Mysql {
         // MySQL leaves every claimed run to the start pass (it is faster there).
         for run in &runs {
-            assert_eq!(run.state, run_state::PENDING, "{run:?}");
+            assert_eq!(run.state, RunState::Pending, "{run:?}");
             assert!(store.attempts_of_run(run.run_id).await.unwrap().is_empty());
         }
         assert_eq!(store.runs_pending(&[0], 0, 10).await.unwrap().len(), 4);
         return;
     }
     for run in &runs {
-        assert_eq!(run.state, run_state::RUNNING, "{run:?}");
+        assert_eq!(run.state, RunState::Running, "{run:?}");
         assert!(run.started_at_ms.is_some(), "{run:?}");
         let attempts = store.attempts_of_run(run.run_id).await.unwrap();
         assert_eq!(attempts.len(), 1, "exactly one attempt: {attempts:?}");
         let attempt = &attempts[0];
-        assert_eq!(attempt.state, "pending");
+        assert_eq!(attempt.state, AttemptState::Pending);
         assert_eq!((attempt.shard_index, attempt.shard_total), (0, 1));
         assert_eq!(attempt.attempt_no, 1);
         assert_eq!(attempt.args_json, r#"{"region":"eu"}"#);
@@ -569,7 +568,7 @@ async fn a_starting_claim_inserts_its_run_running_with_one_attempt_of_the_jobs_a
     // A claim that does not start leaves its run to the start pass.
     let waiting = store.runs_of_job(2, None, 10).await.unwrap();
     assert_eq!(waiting.len(), 1);
-    assert_eq!(waiting[0].state, run_state::PENDING);
+    assert_eq!(waiting[0].state, RunState::Pending);
     assert!(
         store
             .attempts_of_run(waiting[0].run_id)
@@ -582,7 +581,7 @@ async fn a_starting_claim_inserts_its_run_running_with_one_attempt_of_the_jobs_a
     let kept = store.runs_of_job(3, None, 10).await.unwrap();
     assert_eq!(kept.len(), 1, "{kept:?}");
     assert_eq!(kept[0].run_id, manual.run_id);
-    assert_eq!(kept[0].state, run_state::PENDING);
+    assert_eq!(kept[0].state, RunState::Pending);
     assert!(
         store
             .attempts_of_run(manual.run_id)

@@ -12,9 +12,10 @@ use crate::support;
 
 use std::sync::Arc;
 
+use carillon_server::states::{AttemptState, JobKind, RunState};
 use carillon_server::store::{
     AttemptEnd, ClaimOutcome, JobHistoryRule, JobWrite, LogCaps, NewAttempt, NewLogLine,
-    PurgeScope, PurgeStates, Purged, RunFilter, Store, TRUNCATED_LINE, run_state,
+    PurgeScope, PurgeStates, Purged, RunFilter, Store, TRUNCATED_LINE,
 };
 use support::db::TestDb;
 use support::records::{claim, job_write};
@@ -52,7 +53,7 @@ fn job(name: &str, keep_ms: Option<i64>, max_runs: Option<i64>) -> JobWrite {
     JobWrite {
         history_keep_ms: keep_ms,
         history_max_runs: max_runs,
-        kind: "job",
+        kind: JobKind::Job,
         ..job_write(name)
     }
 }
@@ -67,7 +68,7 @@ async fn owned(db: &TestDb) -> Arc<dyn Store> {
 async fn runs(store: &Arc<dyn Store>, job_id: i64, at: &[i64], still_running: i64) -> Vec<i64> {
     let claims: Vec<_> = at
         .iter()
-        .map(|a| claim(job_id, *a, run_state::PENDING))
+        .map(|a| claim(job_id, *a, RunState::Pending))
         .collect();
     let outcomes = store.runs_claim("n1", &claims).await.unwrap();
     assert!(outcomes.iter().all(|o| *o == ClaimOutcome::Claimed));
@@ -95,7 +96,7 @@ async fn runs(store: &Arc<dyn Store>, job_id: i64, at: &[i64], still_running: i6
             continue;
         }
         let end = AttemptEnd {
-            state: "succeeded",
+            state: AttemptState::Succeeded,
             output: None,
             error: None,
             executor_id: Some("e1".into()),
@@ -145,7 +146,7 @@ async fn only_finished_runs_in_scope_are_deleted_with_their_attempts(db: TestDb)
     let now = store.now_ms().await.unwrap();
     // A dead letter first: claims only move forward.
     let outcomes = store
-        .runs_claim("n1", &[claim(1, now - 5_000, run_state::NO_EXECUTOR)])
+        .runs_claim("n1", &[claim(1, now - 5_000, RunState::NoExecutor)])
         .await
         .unwrap();
     assert_eq!(outcomes, vec![ClaimOutcome::Claimed]);
@@ -161,7 +162,7 @@ async fn only_finished_runs_in_scope_are_deleted_with_their_attempts(db: TestDb)
     let dead = store
         .runs_list(&RunFilter {
             job_id: Some(1),
-            state: Some(run_state::NO_EXECUTOR.into()),
+            state: Some(RunState::NoExecutor.as_str().to_owned()),
             oldest_first: false,
             after_id: None,
             limit: 10,

@@ -9,9 +9,9 @@ use crate::support;
 
 use std::sync::Arc;
 
+use carillon_server::states::{AttemptState, JobKind, JobState, RunState};
 use carillon_server::store::{
     AttemptEnd, ClaimOutcome, Error, JobFilter, JobInsert, JobKey, JobOrder, JobWrite, Store,
-    job_state, run_state,
 };
 use support::db::TestDb;
 use support::records::{ended_claim, shard};
@@ -48,7 +48,7 @@ fn job(name: &str) -> JobWrite {
         policy_json: r#"{"priority":7}"#.into(),
         history_keep_ms: None,
         history_max_runs: None,
-        kind: "job",
+        kind: JobKind::Job,
     }
 }
 
@@ -218,7 +218,10 @@ async fn a_duplicate_job_name_is_a_conflict_and_nothing_is_overwritten(db: TestD
         matches!(&err, Error::Conflict { what } if what.contains("id")),
         "{err}"
     );
-    assert_eq!(store.job_get(1).await.unwrap().unwrap().state, "stopped");
+    assert_eq!(
+        store.job_get(1).await.unwrap().unwrap().state,
+        JobState::Stopped
+    );
     assert!(store.job_get(2).await.unwrap().is_none());
 }
 
@@ -243,14 +246,14 @@ async fn an_import_stores_every_job_or_none(db: TestDb) {
     let j600 = some.iter().find(|j| j.job_id == 600).unwrap();
     assert_eq!(j600.name, "imported-600");
     assert_eq!(j600.partition_id, 0);
-    assert_eq!(j600.state, job_state::RUNNING);
-    assert_eq!(j600.kind, "job");
+    assert_eq!(j600.state, JobState::Running);
+    assert_eq!(j600.kind, JobKind::Job);
     assert!(
         j600.started_at_ms.is_some(),
         "a started job is anchored at its start"
     );
     let j1 = some.iter().find(|j| j.job_id == 1).unwrap();
-    assert_eq!(j1.state, job_state::STOPPED);
+    assert_eq!(j1.state, JobState::Stopped);
     assert!(j1.started_at_ms.is_none());
     assert_eq!(
         store.jobs_in_partition(0).await.unwrap().len(),
@@ -391,11 +394,11 @@ async fn manual_runs_take_a_free_millisecond(db: TestDb) {
     let store = db.migrated_store().await;
     let record = store.job_insert(1, 0, &job("a"), false).await.unwrap();
     let first = store
-        .run_insert_manual(&record, "n1", "no_executor", Some("m"), None)
+        .run_insert_manual(&record, "n1", RunState::NoExecutor, Some("m"), None)
         .await
         .unwrap();
     let second = store
-        .run_insert_manual(&record, "n1", "no_executor", None, None)
+        .run_insert_manual(&record, "n1", RunState::NoExecutor, None, None)
         .await
         .unwrap();
     assert_ne!(first.scheduled_at_ms, second.scheduled_at_ms);
@@ -453,7 +456,7 @@ async fn finished_runs_are_counted_by_minute_and_late_first_dispatches_found(db:
     let mut claims = Vec::new();
     for at in [now - 120_000, now - 2, now - 1] {
         let mut c = ended_claim(1, 1, at);
-        c.state = run_state::PENDING;
+        c.state = RunState::Pending;
         c.message = None;
         claims.push(c);
     }
@@ -471,7 +474,11 @@ async fn finished_runs_are_counted_by_minute_and_late_first_dispatches_found(db:
     for (i, d) in due.iter().enumerate() {
         let id = d.attempt.attempt_id;
         assert!(store.attempt_dispatched(id, "e1", 0).await.unwrap());
-        let state = if i == 2 { "failed" } else { "succeeded" };
+        let state = if i == 2 {
+            AttemptState::Failed
+        } else {
+            AttemptState::Succeeded
+        };
         let end = AttemptEnd {
             state,
             output: None,
@@ -501,7 +508,7 @@ async fn finished_runs_are_counted_by_minute_and_late_first_dispatches_found(db:
     let total = |state: &str| -> i64 {
         counts
             .iter()
-            .filter(|c| c.state == state)
+            .filter(|c| c.state.as_str() == state)
             .map(|c| c.runs)
             .sum()
     };
@@ -555,7 +562,7 @@ async fn shards_ending_at_once_end_their_run(db: TestDb) {
     let now = store.now_ms().await.unwrap();
     for round in 0..20_i64 {
         let mut c = ended_claim(1, 1, now - 100_000 + round);
-        c.state = run_state::PENDING;
+        c.state = RunState::Pending;
         c.message = None;
         store.runs_claim("n1", &[c]).await.unwrap();
         let pending = store.runs_pending(&[0], 0, 10).await.unwrap();
@@ -570,7 +577,7 @@ async fn shards_ending_at_once_end_their_run(db: TestDb) {
             let id = a.attempt_id;
             tokio::spawn(async move {
                 let end = AttemptEnd {
-                    state: "succeeded",
+                    state: AttemptState::Succeeded,
                     output: None,
                     error: None,
                     executor_id: Some("e1".into()),
@@ -583,12 +590,12 @@ async fn shards_ending_at_once_end_their_run(db: TestDb) {
         });
         let ended: Vec<_> = futures_join(ends.collect()).await;
         let run = store.run_get(run_id).await.unwrap().unwrap();
-        assert_eq!(run.state, "succeeded", "round {round}: {ended:?}");
+        assert_eq!(run.state, RunState::Succeeded, "round {round}: {ended:?}");
         assert_eq!(
             ended
                 .iter()
                 .filter(
-                    |e| **e == carillon_server::store::AttemptEnded::RunEnded("succeeded".into())
+                    |e| **e == carillon_server::store::AttemptEnded::RunEnded(RunState::Succeeded)
                 )
                 .count(),
             1,

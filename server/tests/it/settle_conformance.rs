@@ -8,7 +8,8 @@
 
 use crate::support;
 
-use carillon_server::store::{AttemptEnd, AttemptEnded, ClaimOutcome, NewAttempt, run_state};
+use carillon_server::states::{AttemptState, RunState};
+use carillon_server::store::{AttemptEnd, AttemptEnded, ClaimOutcome, NewAttempt};
 use support::db::TestDb;
 use support::records::{claim, job_write};
 
@@ -34,7 +35,7 @@ async fn plain_successes_end_their_runs_but_not_a_run_whose_attempt_ended_elsewh
             .unwrap();
         assert_eq!(
             store
-                .runs_claim("n1", &[claim(job_id, at, run_state::PENDING)])
+                .runs_claim("n1", &[claim(job_id, at, RunState::Pending)])
                 .await
                 .unwrap(),
             vec![ClaimOutcome::Claimed]
@@ -63,7 +64,7 @@ async fn plain_successes_end_their_runs_but_not_a_run_whose_attempt_ended_elsewh
     // The third timed out here first, and its retry is queued: the executor's late success
     // must not end that run.
     let timed_out = AttemptEnd {
-        state: "timed_out",
+        state: AttemptState::TimedOut,
         output: None,
         error: Some("the job's timeout passed".into()),
         executor_id: None,
@@ -77,33 +78,47 @@ async fn plain_successes_end_their_runs_but_not_a_run_whose_attempt_ended_elsewh
     );
 
     assert_eq!(
-        store.attempts_succeed("e1", &ids).await.unwrap(),
+        store
+            .attempts_succeed("e1", &attempt_ids(&ids))
+            .await
+            .unwrap(),
         2,
         "two runs end: the third's attempt had ended already"
     );
     for &(attempt_id, run_id) in &ids[..2] {
         let attempt = store.attempt_get(attempt_id).await.unwrap().unwrap();
-        assert_eq!(attempt.state, "succeeded");
+        assert_eq!(attempt.state, AttemptState::Succeeded);
         assert_eq!(attempt.executor_id.as_deref(), Some("e1"));
         let run = store.run_get(run_id).await.unwrap().unwrap();
-        assert_eq!(run.state, "succeeded");
+        assert_eq!(run.state, RunState::Succeeded);
         assert!(run.finished_at_ms.is_some());
     }
     let (attempt_id, run_id) = ids[2];
     assert_eq!(
         store.attempt_get(attempt_id).await.unwrap().unwrap().state,
-        "timed_out"
+        AttemptState::TimedOut
     );
     assert_eq!(
         store.run_get(run_id).await.unwrap().unwrap().state,
-        "running",
+        RunState::Running,
         "its retry is still to come"
     );
     let attempts = store.attempts_of_run(run_id).await.unwrap();
     assert_eq!(attempts.len(), 2);
-    assert!(attempts.iter().any(|a| a.state == "pending"));
+    assert!(attempts.iter().any(|a| a.state == AttemptState::Pending));
 
     // Again, nothing changes: every attempt named has ended.
-    assert_eq!(store.attempts_succeed("e1", &ids).await.unwrap(), 0);
+    assert_eq!(
+        store
+            .attempts_succeed("e1", &attempt_ids(&ids))
+            .await
+            .unwrap(),
+        0
+    );
     assert_eq!(store.attempts_succeed("e1", &[]).await.unwrap(), 0);
+}
+
+/// The attempt ids of `(attempt, run)` pairs.
+fn attempt_ids(pairs: &[(i64, i64)]) -> Vec<i64> {
+    pairs.iter().map(|(attempt_id, _)| *attempt_id).collect()
 }

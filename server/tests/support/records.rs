@@ -2,7 +2,8 @@
 //! of one of its instants on partition 0 (owned by `n1` at epoch 1, as
 //! `TestDb::store_owning_partition_0` sets it up).
 
-use carillon_server::store::{JobWrite, NewAttempt, OverlapRule, RunClaim, run_state};
+use carillon_server::states::{JobKind, RunState, TriggerKind};
+use carillon_server::store::{JobWrite, NewAttempt, OverlapRule, RunClaim};
 
 /// A job firing every second, with no arguments and default policies.
 pub fn job_write(name: &str) -> JobWrite {
@@ -16,19 +17,19 @@ pub fn job_write(name: &str) -> JobWrite {
         policy_json: "{}".into(),
         history_keep_ms: None,
         history_max_runs: None,
-        kind: "job",
+        kind: JobKind::Job,
     }
 }
 
 /// A scheduled claim of instant `at` of job `job_id` (version 1), entering `state`.
-pub fn claim(job_id: i64, at: i64, state: &'static str) -> RunClaim {
+pub fn claim(job_id: i64, at: i64, state: RunState) -> RunClaim {
     RunClaim {
         job_id,
         job_version: 1,
         partition_id: 0,
         epoch: 1,
         scheduled_at_ms: at,
-        trigger_kind: "schedule",
+        trigger_kind: TriggerKind::Schedule,
         priority: 5,
         state,
         message: None,
@@ -44,7 +45,7 @@ pub fn ended_claim(job_id: i64, version: i64, at: i64) -> RunClaim {
     RunClaim {
         job_version: version,
         message: Some("nowhere to go".into()),
-        ..claim(job_id, at, run_state::NO_EXECUTOR)
+        ..claim(job_id, at, RunState::NoExecutor)
     }
 }
 

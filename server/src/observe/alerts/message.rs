@@ -151,6 +151,7 @@ fn chat_escaped(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::states::{RunState, TriggerKind};
 
     #[test]
     fn a_failed_run_is_described_with_its_job_and_error_in_both_formats() {
@@ -167,8 +168,8 @@ mod tests {
             partition_id: 0,
             epoch: 1,
             node_id: "n1".to_owned(),
-            trigger_kind: "schedule".to_owned(),
-            state: "failed".to_owned(),
+            trigger_kind: TriggerKind::Schedule,
+            state: RunState::Failed,
             priority: 5,
             created_at_ms: 0,
             started_at_ms: None,

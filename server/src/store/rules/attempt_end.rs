@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 
 use super::super::child_records::{EndedRun, run_output};
-use super::super::dispatch_records::{AttemptEnd, AttemptEnded, AttemptRecord, attempt_state};
+use super::super::dispatch_records::{AttemptEnd, AttemptEnded, AttemptRecord};
 use super::super::error::Error;
-use super::super::job_records::run_state;
+use crate::states::{AttemptState, RunState};
 
 /// The next attempt of a shard whose attempt failed, timed out or was lost.
 #[derive(Debug, Clone, Copy)]
@@ -57,7 +57,7 @@ pub(crate) trait EndingTx: Send {
     async fn end_run(
         &mut self,
         run_id: i64,
-        state: &str,
+        state: RunState,
         message: Option<&str>,
     ) -> Result<bool, Error>;
 
@@ -89,7 +89,7 @@ pub(crate) async fn end_attempt<T: EndingTx + ?Sized>(
             after: &attempt,
             // Failover does not use up the retry budget: the next attempt knows how many of
             // those before it were lost.
-            lost_before: attempt.lost_before + i64::from(end.state == attempt_state::LOST),
+            lost_before: attempt.lost_before + i64::from(end.state == AttemptState::Lost),
             delay_ms: delay.max(0),
             avoid_executor_id: last.filter(|_| !end.retry_to_same_executor),
             executor_id: last.filter(|_| end.retry_to_same_executor),
@@ -118,7 +118,7 @@ pub(crate) async fn end_attempt<T: EndingTx + ?Sized>(
         node_id: run.node_id,
         may_be_step: run.has_input,
         may_have_children: end.job_has_children,
-        state: state.to_owned(),
+        state,
         output: run_output(
             &latest
                 .iter()
@@ -127,7 +127,7 @@ pub(crate) async fn end_attempt<T: EndingTx + ?Sized>(
         ),
     });
     tx.release_next_queued(attempt.job_id).await?;
-    Ok(AttemptEnded::RunEnded(state.to_owned()))
+    Ok(AttemptEnded::RunEnded(state))
 }
 
 /// What the plain-success path needs of a write transaction.
@@ -164,7 +164,7 @@ impl PlainSuccessCheck<'_> {
     /// [`end_attempt`], which does all of that.
     pub fn holds(&self) -> bool {
         let end = self.end;
-        end.state == attempt_state::SUCCEEDED
+        end.state == AttemptState::Succeeded
             && end.output.is_none()
             && end.error.is_none()
             && end.retry_after_ms.is_none()
@@ -202,7 +202,7 @@ pub(crate) async fn succeed_plainly<T: PlainSuccessTx + ?Sized>(
 /// not succeed; with the latest attempt of each shard. `None` while a shard is unfinished.
 fn run_end_of(
     attempts: &[AttemptRecord],
-) -> Option<(&'static str, Option<String>, BTreeMap<i64, &AttemptRecord>)> {
+) -> Option<(RunState, Option<String>, BTreeMap<i64, &AttemptRecord>)> {
     let mut latest: BTreeMap<i64, &AttemptRecord> = BTreeMap::new();
     for a in attempts {
         let newer = latest
@@ -212,40 +212,36 @@ fn run_end_of(
             latest.insert(a.shard_index, a);
         }
     }
-    fn state_of<'a>(a: &&'a AttemptRecord) -> &'a str {
-        a.state.as_str()
+    fn state_of(a: &&AttemptRecord) -> AttemptState {
+        a.state
     }
-    if latest
-        .values()
-        .map(state_of)
-        .any(|s| s == attempt_state::PENDING || s == attempt_state::RUNNING)
-    {
+    if latest.values().map(state_of).any(AttemptState::is_live) {
         return None;
     }
     let (state, message) = if latest
         .values()
         .map(state_of)
-        .all(|s| s == attempt_state::SUCCEEDED)
+        .all(|s| s == AttemptState::Succeeded)
     {
-        (run_state::SUCCEEDED, None)
+        (RunState::Succeeded, None)
     } else if latest
         .values()
         .map(state_of)
-        .any(|s| s == attempt_state::CANCELLED)
+        .any(|s| s == AttemptState::Cancelled)
     {
         (
-            run_state::CANCELLED,
+            RunState::Cancelled,
             Some("a shard was cancelled".to_owned()),
         )
     } else {
         let failed = latest
             .iter()
-            .filter(|(_, a)| a.state != attempt_state::SUCCEEDED)
+            .filter(|(_, a)| a.state != AttemptState::Succeeded)
             .map(|(shard, a)| format!("shard {shard}: {}", a.state))
             .collect::<Vec<_>>()
             .join(", ");
         (
-            run_state::FAILED,
+            RunState::Failed,
             Some(format!("failed after its last attempt ({failed})")),
         )
     };
@@ -256,6 +252,7 @@ fn run_end_of(
 mod tests {
     use super::super::memory::{MemoryDb, MemoryRun, attempt_row};
     use super::*;
+    use crate::states::TriggerKind;
 
     const JOB: i64 = 7;
     const RUN: i64 = 1;
@@ -263,10 +260,10 @@ mod tests {
     /// Run `RUN` of `JOB`, running, with one running attempt per shard (ids 1, 2, …).
     fn db(shards: i64) -> MemoryDb {
         let mut db = MemoryDb::default();
-        db.runs.push(run(RUN, run_state::RUNNING));
+        db.runs.push(run(RUN, RunState::Running));
         for shard in 0..shards {
             db.attempts.push(AttemptRecord {
-                state: attempt_state::RUNNING.to_owned(),
+                state: AttemptState::Running,
                 executor_id: Some("e1".to_owned()),
                 ..attempt_row(shard + 1, RUN, JOB, (shard, shards), 1)
             });
@@ -274,7 +271,7 @@ mod tests {
         db
     }
 
-    fn run(run_id: i64, state: &str) -> MemoryRun {
+    fn run(run_id: i64, state: RunState) -> MemoryRun {
         MemoryRun {
             run_id,
             job_id: JOB,
@@ -282,8 +279,8 @@ mod tests {
             partition_id: 0,
             epoch: 1,
             node_id: "n1".to_owned(),
-            trigger_kind: "schedule".to_owned(),
-            state: state.to_owned(),
+            trigger_kind: TriggerKind::Schedule,
+            state,
             priority: 5,
             message: None,
             started: true,
@@ -292,7 +289,7 @@ mod tests {
         }
     }
 
-    fn ending(state: &'static str, output: Option<&str>) -> AttemptEnd {
+    fn ending(state: AttemptState, output: Option<&str>) -> AttemptEnd {
         AttemptEnd {
             state,
             output: output.map(str::to_owned),
@@ -318,7 +315,7 @@ mod tests {
 
     fn run_state_of(db: &MemoryDb, run_id: i64) -> (String, Option<String>) {
         let run = db.runs.iter().find(|r| r.run_id == run_id).unwrap();
-        (run.state.clone(), run.message.clone())
+        (run.state.as_str().to_owned(), run.message.clone())
     }
 
     #[tokio::test]
@@ -326,7 +323,7 @@ mod tests {
         let mut db = db(1);
         let failed = AttemptEnd {
             retry_after_ms: Some(2_000),
-            ..ending(attempt_state::FAILED, None)
+            ..ending(AttemptState::Failed, None)
         };
         assert_eq!(end(&mut db, 1, &failed).await.0, AttemptEnded::Retrying);
         let retry = db.attempts[1].clone();
@@ -341,12 +338,12 @@ mod tests {
         );
         assert_eq!(retry.executor_id, None);
 
-        db.attempts[1].state = attempt_state::RUNNING.to_owned();
+        db.attempts[1].state = AttemptState::Running;
         db.attempts[1].executor_id = Some("e2".to_owned());
         let lost_effect_once = AttemptEnd {
             retry_after_ms: Some(0),
             retry_to_same_executor: true,
-            ..ending(attempt_state::LOST, None)
+            ..ending(AttemptState::Lost, None)
         };
         assert_eq!(
             end(&mut db, 2, &lost_effect_once).await.0,
@@ -365,7 +362,7 @@ mod tests {
     #[tokio::test]
     async fn an_attempt_ends_once() {
         let mut db = db(1);
-        let done = ending(attempt_state::SUCCEEDED, Some("1"));
+        let done = ending(AttemptState::Succeeded, Some("1"));
         assert!(matches!(
             end(&mut db, 1, &done).await.0,
             AttemptEnded::RunEnded(_)
@@ -378,10 +375,10 @@ mod tests {
     #[tokio::test]
     async fn a_run_ends_when_its_last_shard_does_with_every_shards_output() {
         let mut db = db(2);
-        let (first, none) = end(&mut db, 1, &ending(attempt_state::SUCCEEDED, Some("1"))).await;
+        let (first, none) = end(&mut db, 1, &ending(AttemptState::Succeeded, Some("1"))).await;
         assert_eq!((first, none.len()), (AttemptEnded::RunContinues, 0));
-        let (last, ended) = end(&mut db, 2, &ending(attempt_state::SUCCEEDED, Some("2"))).await;
-        assert_eq!(last, AttemptEnded::RunEnded("succeeded".to_owned()));
+        let (last, ended) = end(&mut db, 2, &ending(AttemptState::Succeeded, Some("2"))).await;
+        assert_eq!(last, AttemptEnded::RunEnded(RunState::Succeeded));
         assert_eq!(run_state_of(&db, RUN), ("succeeded".to_owned(), None));
         let ended = &ended[0];
         assert_eq!(
@@ -394,8 +391,8 @@ mod tests {
     #[tokio::test]
     async fn a_cancelled_shard_beats_a_failed_one_and_a_failure_names_its_shards() {
         let mut db1 = db(2);
-        end(&mut db1, 1, &ending(attempt_state::FAILED, None)).await;
-        end(&mut db1, 2, &ending(attempt_state::CANCELLED, None)).await;
+        end(&mut db1, 1, &ending(AttemptState::Failed, None)).await;
+        end(&mut db1, 2, &ending(AttemptState::Cancelled, None)).await;
         assert_eq!(
             run_state_of(&db1, RUN),
             (
@@ -404,9 +401,9 @@ mod tests {
             )
         );
         let mut db2 = db(2);
-        end(&mut db2, 1, &ending(attempt_state::TIMED_OUT, None)).await;
-        let (ended, _) = end(&mut db2, 2, &ending(attempt_state::SUCCEEDED, None)).await;
-        assert_eq!(ended, AttemptEnded::RunEnded("failed".to_owned()));
+        end(&mut db2, 1, &ending(AttemptState::TimedOut, None)).await;
+        let (ended, _) = end(&mut db2, 2, &ending(AttemptState::Succeeded, None)).await;
+        assert_eq!(ended, AttemptEnded::RunEnded(RunState::Failed));
         assert_eq!(
             run_state_of(&db2, RUN).1.as_deref(),
             Some("failed after its last attempt (shard 0: timed_out)")
@@ -416,21 +413,21 @@ mod tests {
     #[tokio::test]
     async fn only_each_shards_latest_attempt_decides() {
         let mut db = db(1);
-        db.attempts[0].state = attempt_state::FAILED.to_owned();
+        db.attempts[0].state = AttemptState::Failed;
         db.attempts.push(AttemptRecord {
-            state: attempt_state::RUNNING.to_owned(),
+            state: AttemptState::Running,
             ..attempt_row(2, RUN, JOB, (0, 1), 2)
         });
-        let (ended, _) = end(&mut db, 2, &ending(attempt_state::SUCCEEDED, None)).await;
-        assert_eq!(ended, AttemptEnded::RunEnded("succeeded".to_owned()));
+        let (ended, _) = end(&mut db, 2, &ending(AttemptState::Succeeded, None)).await;
+        assert_eq!(ended, AttemptEnded::RunEnded(RunState::Succeeded));
     }
 
     #[tokio::test]
     async fn a_run_ended_already_stays_as_it_is_and_releases_nothing() {
         let mut db = db(1);
-        db.runs[0].state = run_state::CANCELLED.to_owned();
-        db.runs.push(run(2, run_state::QUEUED));
-        let (ended, runs) = end(&mut db, 1, &ending(attempt_state::SUCCEEDED, None)).await;
+        db.runs[0].state = RunState::Cancelled;
+        db.runs.push(run(2, RunState::Queued));
+        let (ended, runs) = end(&mut db, 1, &ending(AttemptState::Succeeded, None)).await;
         assert_eq!((ended, runs.len()), (AttemptEnded::AlreadyEnded, 0));
         assert_eq!(run_state_of(&db, RUN).0, "cancelled");
         assert_eq!(run_state_of(&db, 2).0, "queued");
@@ -439,10 +436,10 @@ mod tests {
     #[tokio::test]
     async fn a_runs_end_passes_its_jobs_turn_to_the_oldest_queued_run() {
         let mut db = db(1);
-        db.runs.push(run(3, run_state::QUEUED));
-        db.runs.push(run(2, run_state::QUEUED));
-        let (_, ended) = end(&mut db, 1, &ending(attempt_state::FAILED, None)).await;
-        assert_eq!(ended[0].state, "failed");
+        db.runs.push(run(3, RunState::Queued));
+        db.runs.push(run(2, RunState::Queued));
+        let (_, ended) = end(&mut db, 1, &ending(AttemptState::Failed, None)).await;
+        assert_eq!(ended[0].state, RunState::Failed);
         assert_eq!(run_state_of(&db, 2).0, "pending");
         assert_eq!(run_state_of(&db, 3).0, "queued");
     }
@@ -450,9 +447,9 @@ mod tests {
     #[tokio::test]
     async fn plain_successes_end_their_runs_and_an_attempt_ended_elsewhere_leaves_its_run() {
         let mut db = db(1);
-        db.runs.push(run(2, run_state::RUNNING));
+        db.runs.push(run(2, RunState::Running));
         db.attempts.push(AttemptRecord {
-            state: attempt_state::TIMED_OUT.to_owned(),
+            state: AttemptState::TimedOut,
             ..attempt_row(2, 2, JOB, (0, 1), 1)
         });
         let ended = succeed_plainly(&mut db, "e9", &[2, 1]).await.unwrap();
@@ -473,7 +470,7 @@ mod tests {
 
     #[test]
     fn only_a_bare_success_of_a_runs_only_shard_with_nothing_to_follow_takes_the_plain_path() {
-        let plain = ending(attempt_state::SUCCEEDED, None);
+        let plain = ending(AttemptState::Succeeded, None);
         let check = |end: &AttemptEnd, shards: i64, queues: bool, input: bool| {
             PlainSuccessCheck {
                 end,
@@ -496,7 +493,7 @@ mod tests {
             !check(&plain, 1, false, true),
             "a step's end moves its workflow on"
         );
-        let with_output = ending(attempt_state::SUCCEEDED, Some("{}"));
+        let with_output = ending(AttemptState::Succeeded, Some("{}"));
         assert!(
             !check(&with_output, 1, false, false),
             "its output is recorded"
@@ -504,7 +501,7 @@ mod tests {
         let mut with_children = plain.clone();
         with_children.job_has_children = true;
         assert!(!check(&with_children, 1, false, false), "its children run");
-        let failed = ending(attempt_state::FAILED, None);
+        let failed = ending(AttemptState::Failed, None);
         assert!(!check(&failed, 1, false, false));
     }
 }

@@ -6,9 +6,9 @@
 use async_trait::async_trait;
 
 use super::super::error::Error;
-use super::super::job_records::run_state;
 use super::super::policy_records::BackfillStep;
 use super::fence::{FenceTx, owned};
+use crate::states::RunState;
 
 /// A backfilled instant's run.
 #[derive(Debug, Clone, Copy)]
@@ -17,13 +17,13 @@ pub(crate) struct BackfillRun<'a> {
     pub(crate) step: &'a BackfillStep,
     pub(crate) scheduled_at_ms: i64,
     /// `pending`, or `skipped` (finished at once) with the calendar that holds it.
-    pub(crate) state: &'static str,
+    pub(crate) state: RunState,
     pub(crate) message: Option<&'a str>,
 }
 
 impl BackfillRun<'_> {
     pub(crate) fn finished(&self) -> bool {
-        !run_state::UNFINISHED.contains(&self.state)
+        !RunState::UNFINISHED.contains(&self.state)
     }
 }
 
@@ -70,7 +70,7 @@ pub(crate) async fn backfill_step<T: BackfillTx + ?Sized>(
                 job_id,
                 step,
                 scheduled_at_ms: *at,
-                state,
+                state: *state,
                 message: message.as_deref(),
             };
             fired += u64::from(tx.insert_backfill_run(node_id, &run).await?);
@@ -117,7 +117,10 @@ mod tests {
             epoch: 4,
             expected_cursor_ms,
             cursor_ms: instants.last().copied().unwrap_or(expected_cursor_ms),
-            instants: instants.iter().map(|at| (*at, "pending", None)).collect(),
+            instants: instants
+                .iter()
+                .map(|at| (*at, RunState::Pending, None))
+                .collect(),
             priority: 5,
             done,
             message: None,

@@ -8,16 +8,16 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 
 use super::super::error::Error;
-use super::super::job_records::{ClaimOutcome, OverlapRule, RunClaim, job_state, run_state};
+use super::super::job_records::{ClaimOutcome, OverlapRule, RunClaim};
 use super::fence::{FenceTx, owned};
+use crate::states::{JobState, RunState};
 
 /// A job as the claim locked it: what decides whether an instant is still its to fire.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ClaimJob {
     pub(crate) job_id: i64,
     pub(crate) version: i64,
-    /// `stopped`, `running` or `done`.
-    pub(crate) state: String,
+    pub(crate) state: JobState,
     pub(crate) last_fired_at_ms: Option<i64>,
     /// Its arguments, read only when asked for (a run of it starts in the claim).
     pub(crate) args_json: Option<String>,
@@ -43,9 +43,9 @@ pub(crate) struct ClaimedRun<'a> {
 
 impl ClaimedRun<'_> {
     /// The state it is inserted in.
-    pub(crate) fn state(&self) -> &'static str {
+    pub(crate) fn state(&self) -> RunState {
         if self.starts {
-            run_state::RUNNING
+            RunState::Running
         } else {
             self.claim.state
         }
@@ -53,7 +53,7 @@ impl ClaimedRun<'_> {
 
     /// Whether it is inserted finished (a calendar's skip).
     pub(crate) fn finished(&self) -> bool {
-        !run_state::UNFINISHED.contains(&self.claim.state)
+        !RunState::UNFINISHED.contains(&self.claim.state)
     }
 }
 
@@ -133,7 +133,7 @@ pub(crate) trait ClaimTx: FenceTx + FirstAttemptTx {
         &mut self,
         node_id: &str,
         claim: &RunClaim,
-        state: &'static str,
+        state: RunState,
         message: Option<&str>,
     ) -> Result<(), Error>;
 }
@@ -199,7 +199,7 @@ async fn claim_set_based<T: ClaimTx + ?Sized>(
     // Only a pending run starts in its claim (never one a calendar skipped), and only where
     // the driver allows it.
     let starts =
-        |claim: &RunClaim| starts_in_claim && claim.start && claim.state == run_state::PENDING;
+        |claim: &RunClaim| starts_in_claim && claim.start && claim.state == RunState::Pending;
     let starting = chosen.iter().any(|&i| starts(&claims[i]));
     let mut args: HashMap<i64, String> = HashMap::new();
     let mut jobs: HashMap<i64, (i64, bool, Option<i64>)> = HashMap::new();
@@ -207,7 +207,7 @@ async fn claim_set_based<T: ClaimTx + ?Sized>(
         if let Some(job_args) = job.args_json {
             args.insert(job.job_id, job_args);
         }
-        let running = job.state == job_state::RUNNING;
+        let running = job.state == JobState::Running;
         jobs.insert(job.job_id, (job.version, running, job.last_fired_at_ms));
     }
     // The same rule as `advance_job_if_current`, claim after claim in batch order.
@@ -283,9 +283,9 @@ async fn claim_set_based<T: ClaimTx + ?Sized>(
 async fn overlap_decision<T: ClaimTx + ?Sized>(
     tx: &mut T,
     claim: &RunClaim,
-) -> Result<(&'static str, Option<String>), Error> {
+) -> Result<(RunState, Option<String>), Error> {
     // A calendar's skip stands whatever the overlap rule.
-    if claim.overlap == OverlapRule::Allow || claim.state == run_state::SKIPPED {
+    if claim.overlap == OverlapRule::Allow || claim.state == RunState::Skipped {
         return Ok((claim.state, claim.message.clone()));
     }
     let Some(previous) = tx.unfinished_run_of_job(claim.job_id).await? else {
@@ -294,13 +294,13 @@ async fn overlap_decision<T: ClaimTx + ?Sized>(
     Ok(match claim.overlap {
         OverlapRule::Allow => (claim.state, claim.message.clone()),
         OverlapRule::Skip => (
-            run_state::SKIPPED,
+            RunState::Skipped,
             Some(format!(
                 "run {previous} of this job is unfinished (overlap: skip)"
             )),
         ),
         OverlapRule::Queue => (
-            run_state::QUEUED,
+            RunState::Queued,
             Some(format!(
                 "waiting for run {previous} of this job (overlap: queue)"
             )),
@@ -321,6 +321,7 @@ async fn overlap_decision<T: ClaimTx + ?Sized>(
 mod tests {
     use super::super::memory::{MemoryDb, MemoryJob, MemoryRun, attempt_row};
     use super::*;
+    use crate::states::{AttemptState, TriggerKind};
     use crate::store::dispatch_records::AttemptRecord;
 
     const NODE: &str = "n1";
@@ -340,7 +341,7 @@ mod tests {
             JOB,
             MemoryJob {
                 version: 1,
-                state: job_state::RUNNING.to_owned(),
+                state: JobState::Running,
                 args_json: r#"{"region":"eu"}"#.to_owned(),
                 ..MemoryJob::default()
             },
@@ -355,9 +356,9 @@ mod tests {
             partition_id: PARTITION,
             epoch: EPOCH,
             scheduled_at_ms: at_ms,
-            trigger_kind: "schedule",
+            trigger_kind: TriggerKind::Schedule,
             priority: 5,
-            state: run_state::PENDING,
+            state: RunState::Pending,
             message: None,
             overlap: OverlapRule::Allow,
             job_done: false,
@@ -372,7 +373,7 @@ mod tests {
     fn states(db: &MemoryDb) -> Vec<(i64, String)> {
         db.runs_of(JOB)
             .iter()
-            .map(|r| (r.scheduled_at_ms, r.state.clone()))
+            .map(|r| (r.scheduled_at_ms, r.state.as_str().to_owned()))
             .collect()
     }
 
@@ -396,7 +397,7 @@ mod tests {
         let mut changed = db(true);
         changed.jobs.get_mut(&JOB).unwrap().version = 2;
         let mut stopped = db(true);
-        stopped.jobs.get_mut(&JOB).unwrap().state = job_state::STOPPED.to_owned();
+        stopped.jobs.get_mut(&JOB).unwrap().state = JobState::Stopped;
         let mut fired = db(true);
         fired.jobs.get_mut(&JOB).unwrap().last_fired_at_ms = Some(1_000);
         let mut deleted = db(true);
@@ -479,8 +480,8 @@ mod tests {
             partition_id: PARTITION,
             epoch: EPOCH,
             node_id: NODE.to_owned(),
-            trigger_kind: "manual".to_owned(),
-            state: run_state::RUNNING.to_owned(),
+            trigger_kind: TriggerKind::Manual,
+            state: RunState::Running,
             priority: 5,
             message: None,
             started: true,
@@ -493,7 +494,7 @@ mod tests {
         };
         assert_eq!(run(&mut db, &[claim]).await, [ClaimOutcome::Claimed]);
         assert_eq!(db.runs.len(), 1, "one run per (job, instant)");
-        assert_eq!(db.runs[0].trigger_kind, "manual");
+        assert_eq!(db.runs[0].trigger_kind, TriggerKind::Manual);
         assert!(db.attempts.is_empty());
         assert_eq!(
             db.job(JOB).last_fired_at_ms,
@@ -509,7 +510,7 @@ mod tests {
             let claims = [
                 claim_at(1_000),
                 RunClaim {
-                    state: run_state::SKIPPED,
+                    state: RunState::Skipped,
                     message: Some("in calendar holidays".to_owned()),
                     overlap,
                     start: true,
@@ -527,7 +528,7 @@ mod tests {
                 ("skipped", true, Some("in calendar holidays")),
                 "{overlap:?}"
             );
-            assert_eq!(db.runs_of(JOB)[0].state, "pending", "{overlap:?}");
+            assert_eq!(db.runs_of(JOB)[0].state, RunState::Pending, "{overlap:?}");
             assert_eq!(db.job(JOB).fired_count, 1, "{overlap:?}");
             assert!(db.attempts.is_empty(), "{overlap:?}");
         }
@@ -563,14 +564,14 @@ mod tests {
             assert_eq!(run(&mut db, &[first_claim]).await, [ClaimOutcome::Claimed]);
             db.attempts.push(AttemptRecord {
                 partition_id: PARTITION,
-                state: "running".to_owned(),
+                state: AttemptState::Running,
                 ..attempt_row(1, 1, JOB, (0, 1), 1)
             });
             assert_eq!(run(&mut db, &[second_claim]).await, [ClaimOutcome::Claimed]);
             let attempt = if overlap == OverlapRule::Replace {
-                "cancelled"
+                AttemptState::Cancelled
             } else {
-                "running"
+                AttemptState::Running
             };
             assert_eq!(db.attempts[0].state, attempt, "{overlap:?}");
             assert_eq!(
@@ -604,14 +605,14 @@ mod tests {
         };
         assert_eq!(run(&mut db, &[claim]).await, [ClaimOutcome::Claimed]);
         assert_eq!(states(&db), [(1_000, "pending".to_owned())]);
-        assert_eq!(db.job(JOB).state, "done");
+        assert_eq!(db.job(JOB).state, JobState::Done);
         let mut allow = self::db(false);
         let last = RunClaim {
             job_done: true,
             ..claim_at(1_000)
         };
         run(&mut allow, &[last, claim_at(2_000)]).await;
-        assert_eq!(allow.job(JOB).state, "done");
+        assert_eq!(allow.job(JOB).state, JobState::Done);
         assert_eq!(allow.runs.len(), 1, "nothing after the last instant");
     }
 }

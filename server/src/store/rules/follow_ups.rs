@@ -7,10 +7,11 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 
-use super::super::child_records::{EndedRun, policy_children, triggered_lists};
+use super::super::child_records::{EndedRun, policy_children};
 use super::super::error::Error;
-use super::super::job_records::{StoredPolicy, policy_priority, run_state};
+use super::super::job_records::{StoredPolicy, policy_priority};
 use super::claim::{FirstAttempt, FirstAttemptTx};
+use crate::states::{ChildOutcome, RunState, TriggerKind};
 
 /// A run that follows another's end (a child job's, a workflow's next step, a rerun).
 #[derive(Debug, Clone, Copy)]
@@ -20,7 +21,7 @@ pub(crate) struct FollowUp<'a> {
     /// The node that created the run it follows.
     pub(crate) node_id: &'a str,
     /// `child`, `step` or `manual`.
-    pub(crate) trigger_kind: &'static str,
+    pub(crate) trigger_kind: TriggerKind,
     /// JSON.
     pub(crate) input: &'a str,
     /// The job's arguments and policy (JSON): a run that is one attempt with the job's
@@ -37,7 +38,7 @@ pub(crate) struct FollowUpRow<'a> {
     pub(crate) run: &'a FollowUp<'a>,
     pub(crate) scheduled_at_ms: i64,
     /// `running` (started with its attempt) or `pending`.
-    pub(crate) state: &'static str,
+    pub(crate) state: RunState,
     pub(crate) priority: i64,
 }
 
@@ -94,7 +95,9 @@ pub(crate) async fn children<T: FollowUpTx + ?Sized>(
 ) -> Result<usize, Error> {
     let mut job_ids: Vec<i64> = ended
         .iter()
-        .filter(|r| r.may_have_children && r.job_id > 0 && !triggered_lists(&r.state).is_empty())
+        .filter(|r| {
+            r.may_have_children && r.job_id > 0 && !ChildOutcome::triggered_by(r.state).is_empty()
+        })
         .map(|r| r.job_id)
         .collect();
     job_ids.sort_unstable();
@@ -123,7 +126,7 @@ pub(crate) async fn children<T: FollowUpTx + ?Sized>(
                 continue;
             }
         };
-        let lists = triggered_lists(&run.state);
+        let lists = ChildOutcome::triggered_by(run.state);
         let mut children: Vec<i64> = named
             .into_iter()
             .filter(|(list, _)| lists.contains(list))
@@ -169,7 +172,7 @@ pub(crate) async fn children<T: FollowUpTx + ?Sized>(
             job_id: job.job_id,
             partition_id: job.partition_id,
             node_id: &parent.node_id,
-            trigger_kind: "child",
+            trigger_kind: TriggerKind::Child,
             input,
             args_json: &job.args_json,
             policy_json: &job.policy_json,
@@ -210,9 +213,9 @@ pub(crate) async fn follow_up_runs<T: FollowUpTx + ?Sized>(
         let one_attempt = policy.decoded().is_some_and(|p| p.starts_as_one_attempt());
         let priority = i64::from(policy_priority(&policy));
         let state = if one_attempt {
-            run_state::RUNNING
+            RunState::Running
         } else {
-            run_state::PENDING
+            RunState::Pending
         };
         let from = next_free.get(&run.job_id).copied().unwrap_or(now_ms);
         let mut placed = None;
@@ -300,7 +303,7 @@ mod tests {
             node_id: "n1".to_owned(),
             may_be_step: false,
             may_have_children: true,
-            state: state.to_owned(),
+            state: state.parse().unwrap(),
             output: Some(serde_json::json!({"rows": 3})),
         }
     }
@@ -309,7 +312,7 @@ mod tests {
     fn created(db: &MemoryDb) -> Vec<(i64, i64, String)> {
         db.runs
             .iter()
-            .map(|r| (r.job_id, r.scheduled_at_ms, r.state.clone()))
+            .map(|r| (r.job_id, r.scheduled_at_ms, r.state.as_str().to_owned()))
             .collect()
     }
 

@@ -52,7 +52,7 @@ pub(crate) async fn purge_step<D: PurgeDriver + ?Sized>(
     let ids: Vec<i64> = candidates
         .iter()
         .filter(|c| {
-            states.contains(&c.state.as_str())
+            states.iter().any(|s| s.as_str() == c.state)
                 && scope
                     .partitions
                     .as_ref()
@@ -101,7 +101,7 @@ mod tests {
         for (i, (job, at, state)) in ends.iter().enumerate() {
             let run = add_pending_run(&mut db, *job, i as i64, None).run_id;
             let row = db.runs.iter_mut().find(|r| r.run_id == run).unwrap();
-            row.state = (*state).to_owned();
+            row.state = state.parse().unwrap();
             row.finished_at_ms = (*state != "running").then_some(*at);
             let attempt = attempt_row(i as i64 + 1, run, *job, (0, 1), 1);
             db.attempts.push(attempt);

@@ -7,16 +7,16 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 
-use super::super::dispatch_records::attempt_state;
 use super::super::error::Error;
 use super::super::log_records::{LogAppend, LogCaps, NewLogLine, TRUNCATED_LINE};
+use crate::states::AttemptState;
 
 /// Whose an attempt is, for its lines.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LogOwner {
     pub(crate) run_id: i64,
     pub(crate) executor_id: Option<String>,
-    pub(crate) state: String,
+    pub(crate) state: AttemptState,
 }
 
 /// What an attempt's log keeps so far.
@@ -72,7 +72,7 @@ pub(crate) async fn append_logs<D: LogDriver + ?Sized>(
             None => outcome.dropped += lines.len() as u64,
             Some(owner)
                 if owner.executor_id.as_deref() == Some(executor_id)
-                    || owner.state == attempt_state::PENDING =>
+                    || owner.state == AttemptState::Pending =>
             {
                 taken.push((*attempt_id, owner.run_id, lines));
             }
@@ -158,7 +158,7 @@ mod tests {
             (3, "running", Some("e2")),
         ] {
             let mut attempt = attempt_row(id, id * 10, 7, (0, 1), 1);
-            attempt.state = state.to_owned();
+            attempt.state = state.parse().unwrap();
             attempt.executor_id = executor.map(str::to_owned);
             db.attempts.push(attempt);
         }

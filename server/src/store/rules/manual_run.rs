@@ -5,7 +5,8 @@
 use async_trait::async_trait;
 
 use super::super::error::Error;
-use super::super::job_records::{JobRecord, RunRecord, run_state};
+use super::super::job_records::{JobRecord, RunRecord};
+use crate::states::RunState;
 
 /// A run to insert now.
 #[derive(Debug, Clone, Copy)]
@@ -13,7 +14,7 @@ pub(crate) struct ManualRun<'a> {
     pub(crate) job: &'a JobRecord,
     pub(crate) node_id: &'a str,
     /// `pending`, or a finished state (a trigger recorded as skipped).
-    pub(crate) state: &'a str,
+    pub(crate) state: RunState,
     pub(crate) message: Option<&'a str>,
     /// JSON.
     pub(crate) input: Option<&'a str>,
@@ -21,7 +22,7 @@ pub(crate) struct ManualRun<'a> {
 
 impl ManualRun<'_> {
     pub(crate) fn finished(&self) -> bool {
-        !run_state::UNFINISHED.contains(&self.state)
+        !RunState::UNFINISHED.contains(&self.state)
     }
 }
 
@@ -62,6 +63,7 @@ pub(crate) async fn insert_manual_run<D: ManualRunDriver + ?Sized>(
 mod tests {
     use super::super::memory::MemoryDb;
     use super::*;
+    use crate::states::{JobKind, JobState};
 
     fn job() -> JobRecord {
         JobRecord {
@@ -74,14 +76,14 @@ mod tests {
             timezone: "UTC".to_owned(),
             args_json: "{}".to_owned(),
             stored_policy: r#"{"priority":8}"#.to_owned().into(),
-            state: "stopped".to_owned(),
+            state: JobState::Stopped,
             version: 1,
             last_fired_at_ms: None,
             created_at_ms: 0,
             updated_at_ms: 0,
             started_at_ms: None,
             fired_count: 0,
-            kind: "job".to_owned(),
+            kind: JobKind::Job,
         }
     }
 
@@ -95,7 +97,7 @@ mod tests {
         let run = ManualRun {
             job: &job,
             node_id: "n1",
-            state: "pending",
+            state: RunState::Pending,
             message: None,
             input: Some(r#"{"params":{}}"#),
         };
@@ -124,7 +126,7 @@ mod tests {
         let run = ManualRun {
             job: &job,
             node_id: "n1",
-            state: "skipped",
+            state: RunState::Skipped,
             message: Some("paused"),
             input: None,
         };

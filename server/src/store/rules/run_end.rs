@@ -6,12 +6,11 @@
 use async_trait::async_trait;
 
 use super::super::child_records::{EndedRun, FollowedUp};
-use super::super::dispatch_records::{AttemptRecord, attempt_state};
+use super::super::dispatch_records::AttemptRecord;
 use super::super::error::Error;
-use super::super::job_records::run_state;
 use super::workflow_start::{RunHead, WorkflowStartTx};
 use super::workflows::{StepEnd, follow_ups};
-use crate::workflows::step_state;
+use crate::states::{AttemptState, RunState, StepState};
 
 /// Why a workflow run's cancel ended a run or an attempt.
 const WHY: &str = "the workflow run was cancelled";
@@ -28,7 +27,7 @@ pub(crate) trait RunEndTx: WorkflowStartTx {
 pub(crate) async fn end_run<T: RunEndTx + ?Sized>(
     tx: &mut T,
     run_id: i64,
-    state: &str,
+    state: RunState,
     message: Option<&str>,
 ) -> Result<Option<FollowedUp>, Error> {
     let Some(run) = tx.run_head(run_id).await? else {
@@ -46,7 +45,7 @@ pub(crate) async fn end_run<T: RunEndTx + ?Sized>(
 pub(crate) async fn end_run_with_attempts<T: RunEndTx + ?Sized>(
     tx: &mut T,
     run_id: i64,
-    state: &str,
+    state: RunState,
     message: &str,
 ) -> Result<Option<(Vec<AttemptRecord>, FollowedUp)>, Error> {
     let Some(run) = tx.run_head(run_id).await? else {
@@ -75,12 +74,12 @@ pub(crate) async fn cancel_workflow_run<T: RunEndTx + ?Sized>(
     let Some(run) = tx.run_head(run_id).await? else {
         return Ok(None);
     };
-    if !end_passing_turn(tx, run_id, &run, run_state::CANCELLED, Some(WHY)).await? {
+    if !end_passing_turn(tx, run_id, &run, RunState::Cancelled, Some(WHY)).await? {
         return Ok(None);
     }
     let mut running = Vec::new();
     cancel_steps(tx, run_id, &mut running).await?;
-    let followed = follow_ups(tx, &[ended(run_id, &run, run_state::CANCELLED)]).await?;
+    let followed = follow_ups(tx, &[ended(run_id, &run, RunState::Cancelled)]).await?;
     Ok(Some((running, followed)))
 }
 
@@ -95,21 +94,21 @@ fn cancel_steps<'a, T: RunEndTx + ?Sized>(
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), Error>> + Send + 'a>> {
     Box::pin(async move {
         for step in tx.steps_of(run_id).await? {
-            match (step.state.as_str(), step.run_id) {
-                (step_state::WAITING, _) => {
-                    tx.close_waiting_step(run_id, &step.step_name, step_state::CANCELLED, None)
+            match (step.state, step.run_id) {
+                (StepState::Waiting, _) => {
+                    tx.close_waiting_step(run_id, &step.step_name, StepState::Cancelled, None)
                         .await?;
                 }
-                (step_state::RUNNING, Some(step_run)) => {
+                (StepState::Running, Some(step_run)) => {
                     if let Some(head) = tx.run_head(step_run).await?
-                        && end_passing_turn(tx, step_run, &head, run_state::CANCELLED, Some(WHY))
+                        && end_passing_turn(tx, step_run, &head, RunState::Cancelled, Some(WHY))
                             .await?
                     {
                         end_attempts_or_steps(tx, step_run, WHY, running).await?;
                     }
                     let end = StepEnd {
                         step_name: &step.step_name,
-                        state: step_state::CANCELLED,
+                        state: StepState::Cancelled,
                         output: None,
                     };
                     tx.end_steps(run_id, std::slice::from_ref(&end)).await?;
@@ -127,7 +126,7 @@ async fn end_passing_turn<T: RunEndTx + ?Sized>(
     tx: &mut T,
     run_id: i64,
     run: &RunHead,
-    state: &str,
+    state: RunState,
     message: Option<&str>,
 ) -> Result<bool, Error> {
     if !tx.end_run(run_id, state, message).await? {
@@ -159,14 +158,14 @@ async fn end_attempts_or_steps<T: RunEndTx + ?Sized>(
     running.extend(
         attempts
             .into_iter()
-            .filter(|a| a.state == attempt_state::RUNNING),
+            .filter(|a| a.state == AttemptState::Running),
     );
     tx.cancel_attempts_of_run(run_id, why).await
 }
 
 /// The run as it ended, for its follow-ups (a cancelled run triggers no children, but a
 /// cancelled step moves its workflow run on).
-fn ended(run_id: i64, run: &RunHead, state: &str) -> EndedRun {
+fn ended(run_id: i64, run: &RunHead, state: RunState) -> EndedRun {
     EndedRun {
         run_id,
         job_id: run.job_id,
@@ -228,7 +227,12 @@ mod tests {
     }
 
     fn state(db: &MemoryDb, run_id: i64) -> &str {
-        &db.runs.iter().find(|r| r.run_id == run_id).unwrap().state
+        db.runs
+            .iter()
+            .find(|r| r.run_id == run_id)
+            .unwrap()
+            .state
+            .as_str()
     }
 
     fn set_state(db: &mut MemoryDb, run_id: i64, to: &str) {
@@ -236,7 +240,7 @@ mod tests {
             .iter_mut()
             .find(|r| r.run_id == run_id)
             .unwrap()
-            .state = to.to_owned();
+            .state = to.parse().unwrap();
     }
 
     /// A live attempt of `run_id` in `state`.
@@ -244,7 +248,7 @@ mod tests {
         let id = db.attempts.len() as i64 + 1;
         let job_id = db.runs.iter().find(|r| r.run_id == run_id).unwrap().job_id;
         let mut attempt = attempt_row(id, run_id, job_id, (0, 1), 1);
-        attempt.state = state.to_owned();
+        attempt.state = state.parse().unwrap();
         db.attempts.push(attempt);
         id
     }
@@ -255,7 +259,7 @@ mod tests {
         let run = add_pending_run(&mut db, JOB, 1_000, None).run_id;
         let queued = add_pending_run(&mut db, JOB, 2_000, None).run_id;
         set_state(&mut db, queued, "queued");
-        let followed = end_run(&mut db, run, "no_executor", Some("no executor"))
+        let followed = end_run(&mut db, run, RunState::NoExecutor, Some("no executor"))
             .await
             .unwrap()
             .expect("it was unfinished");
@@ -264,7 +268,7 @@ mod tests {
         assert_eq!(state(&db, queued), "pending");
         assert_eq!(db.child_runs.len(), 1);
         assert!(
-            end_run(&mut db, run, "failed", None)
+            end_run(&mut db, run, RunState::Failed, None)
                 .await
                 .unwrap()
                 .is_none()
@@ -284,7 +288,7 @@ mod tests {
         let third = add_pending_run(&mut db, JOB, 3_000, None).run_id;
         set_state(&mut db, second, "queued");
         set_state(&mut db, third, "queued");
-        end_run_with_attempts(&mut db, second, "cancelled", "cancelled by alice")
+        end_run_with_attempts(&mut db, second, RunState::Cancelled, "cancelled by alice")
             .await
             .unwrap()
             .unwrap();
@@ -301,7 +305,7 @@ mod tests {
         let running = add_attempt(&mut db, run, "running");
         let pending = add_attempt(&mut db, run, "pending");
         let (told, followed) =
-            end_run_with_attempts(&mut db, run, "cancelled", "cancelled by alice")
+            end_run_with_attempts(&mut db, run, RunState::Cancelled, "cancelled by alice")
                 .await
                 .unwrap()
                 .unwrap();
@@ -318,7 +322,7 @@ mod tests {
             );
         }
         assert!(
-            end_run_with_attempts(&mut db, run, "cancelled", "again")
+            end_run_with_attempts(&mut db, run, RunState::Cancelled, "again")
                 .await
                 .unwrap()
                 .is_none()
@@ -340,7 +344,7 @@ mod tests {
             .unwrap();
         let workflow_run = workflow_run.run_id;
         let a_run = db.steps(workflow_run)[0].run_id.unwrap();
-        db.attempts[0].state = "running".to_owned();
+        db.attempts[0].state = AttemptState::Running;
         // Runs queued behind the workflow run and behind its running step's run.
         let after_workflow = add_pending_run(&mut db, 1, 2_000, None).run_id;
         let after_step = add_pending_run(&mut db, 10, 2_000, None).run_id;
@@ -361,7 +365,7 @@ mod tests {
             (state(&db, workflow_run), state(&db, a_run)),
             ("cancelled", "cancelled")
         );
-        assert_eq!(db.attempts[0].state, "cancelled");
+        assert_eq!(db.attempts[0].state, AttemptState::Cancelled);
         assert_eq!(
             (state(&db, after_workflow), state(&db, after_step)),
             ("pending", "pending")
@@ -381,14 +385,14 @@ mod tests {
         let ended: Vec<i64> = followed.workflows_ended.iter().map(|r| r.run_id).collect();
         assert_eq!(ended, [outer.run_id]);
         assert_eq!(state(&db, outer.run_id), "failed");
-        assert_eq!(db.steps(outer.run_id)[0].state, "cancelled");
+        assert_eq!(db.steps(outer.run_id)[0].state, StepState::Cancelled);
     }
 
     #[tokio::test]
     async fn an_outer_workflow_runs_cancel_reaches_the_steps_of_an_inner_one() {
         let (mut db, outer, inner) = nested().await;
         let a_run = db.steps(inner)[0].run_id.unwrap();
-        db.attempts[0].state = "running".to_owned();
+        db.attempts[0].state = AttemptState::Running;
         let (told, _) = cancel_workflow_run(&mut db, outer.run_id)
             .await
             .unwrap()
@@ -402,8 +406,8 @@ mod tests {
             ),
             ("cancelled", "cancelled", "cancelled")
         );
-        assert_eq!(db.steps(inner)[0].state, "cancelled");
-        assert_eq!(db.steps(outer.run_id)[0].state, "cancelled");
+        assert_eq!(db.steps(inner)[0].state, StepState::Cancelled);
+        assert_eq!(db.steps(outer.run_id)[0].state, StepState::Cancelled);
     }
 
     #[tokio::test]
@@ -419,13 +423,13 @@ mod tests {
         end_run_with_attempts(
             &mut db,
             run.run_id,
-            "cancelled",
+            RunState::Cancelled,
             "cancelled through the API",
         )
         .await
         .unwrap()
         .unwrap();
         assert_eq!(state(&db, a_run), "cancelled");
-        assert_eq!(db.steps(run.run_id)[0].state, "cancelled");
+        assert_eq!(db.steps(run.run_id)[0].state, StepState::Cancelled);
     }
 }

@@ -63,6 +63,7 @@ mod tests {
     use super::super::memory::MemoryDb;
     use super::super::memory::workflows::{add_pending_run, run_record};
     use super::*;
+    use crate::states::RunState;
 
     fn shard(index: i64, total: i64, delay_ms: i64, prefer: Option<&str>) -> NewAttempt {
         NewAttempt {
@@ -88,7 +89,7 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(started, 1);
-        assert_eq!(run_record(&db, run.run_id).state, "running");
+        assert_eq!(run_record(&db, run.run_id).state, RunState::Running);
         let attempts: Vec<(i64, i64, Option<&str>)> = db
             .attempts
             .iter()
@@ -102,7 +103,7 @@ mod tests {
         let mut db = MemoryDb::default();
         let cancelled = add_pending_run(&mut db, 7, 10_000, None);
         let pending = add_pending_run(&mut db, 7, 11_000, None);
-        db.runs[0].state = "cancelled".to_owned();
+        db.runs[0].state = RunState::Cancelled;
         let batch = [
             (cancelled.clone(), vec![shard(0, 1, 0, None)]),
             (pending.clone(), vec![shard(0, 1, 0, None)]),
@@ -110,7 +111,7 @@ mod tests {
         assert_eq!(start_runs(&mut db, &batch).await.unwrap(), 1);
         assert_eq!(db.attempts.len(), 1);
         assert_eq!(db.attempts[0].run_id, pending.run_id);
-        assert_eq!(run_record(&db, cancelled.run_id).state, "cancelled");
+        assert_eq!(run_record(&db, cancelled.run_id).state, RunState::Cancelled);
         // A second starter of the same batch moves nothing and adds nothing.
         assert_eq!(start_runs(&mut db, &batch).await.unwrap(), 0);
         assert_eq!(db.attempts.len(), 1);

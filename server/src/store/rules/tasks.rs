@@ -6,11 +6,12 @@ use std::collections::{HashMap, HashSet};
 
 use async_trait::async_trait;
 
+use super::super::cluster_records::PartitionEpoch;
 use super::super::error::Error;
-use super::super::job_records::run_state;
-use super::super::task_records::{Enqueued, TaskRecord, TaskWrite, TasksFired, task_state};
+use super::super::task_records::{Enqueued, TaskRecord, TaskWrite, TasksFired};
 use super::claim::{FirstAttempt, FirstAttemptTx};
 use super::fence::{FenceTx, owned};
+use crate::states::{RunState, TaskState};
 
 /// Rounds of giving keys up and inserting again in one enqueue: a key changes hands between
 /// two reads only when another enqueue or the retention pass races this one.
@@ -67,13 +68,12 @@ pub(crate) trait TaskTx: FenceTx + FirstAttemptTx {
 /// Whether a task still holds its key for itself: not cancelled, and not fired with its run
 /// ended (or purged).
 pub(crate) fn holds_key(task: &TaskRecord) -> bool {
-    match task.state.as_str() {
-        task_state::PENDING => true,
-        task_state::FIRED => task
-            .run_state
-            .as_deref()
-            .is_some_and(|s| run_state::UNFINISHED.contains(&s)),
-        _ => false,
+    match task.state {
+        TaskState::Pending => true,
+        TaskState::Fired => RunState::UNFINISHED
+            .iter()
+            .any(|s| task.run_state.as_deref() == Some(s.as_str())),
+        TaskState::Cancelled => false,
     }
 }
 
@@ -148,10 +148,13 @@ pub(crate) async fn enqueue_keyed<T: TaskTx + ?Sized>(
 pub(crate) async fn fire<T: TaskTx + ?Sized>(
     tx: &mut T,
     node_id: &str,
-    partitions: &[(i64, i64)],
+    partitions: &[PartitionEpoch],
     due: &[DueTask],
 ) -> Result<TasksFired, Error> {
-    let epochs: HashMap<i64, i64> = partitions.iter().copied().collect();
+    let epochs: HashMap<i64, i64> = partitions
+        .iter()
+        .map(|p| (p.partition_id, p.epoch))
+        .collect();
     let epoch_of = |task: &DueTask| epochs.get(&task.partition_id).copied();
     let wanted: Vec<(i64, i64)> = due
         .iter()
@@ -215,6 +218,13 @@ mod tests {
     use super::super::memory::tasks::task_row;
     use super::*;
 
+    fn held(partition_id: i64, epoch: i64) -> PartitionEpoch {
+        PartitionEpoch {
+            partition_id,
+            epoch,
+        }
+    }
+
     const NODE: &str = "n1";
 
     fn write(task_id: i64, key: Option<&str>) -> TaskWrite {
@@ -240,7 +250,7 @@ mod tests {
     fn due(db: &MemoryDb) -> Vec<DueTask> {
         db.tasks
             .iter()
-            .filter(|t| t.state == task_state::PENDING)
+            .filter(|t| t.state == TaskState::Pending)
             .map(|t| DueTask {
                 task_id: t.task_id,
                 partition_id: t.partition_id,
@@ -274,13 +284,13 @@ mod tests {
         enqueue(&mut db, &[write(1, Some("k"))]).await.unwrap();
         db.partitions.insert(1, (Some(NODE.to_owned()), 1));
         let window = due(&db);
-        fire(&mut db, NODE, &[(1, 1)], &window).await.unwrap();
+        fire(&mut db, NODE, &[held(1, 1)], &window).await.unwrap();
         assert_eq!(
             enqueue(&mut db, &[write(3, Some("k"))]).await.unwrap(),
             [Enqueued::Existing(1)],
             "its run is still running"
         );
-        db.runs[0].state = "succeeded".to_owned();
+        db.runs[0].state = RunState::Succeeded;
         assert_eq!(
             enqueue(&mut db, &[write(5, Some("k"))]).await.unwrap(),
             [Enqueued::Created(5)]
@@ -292,7 +302,7 @@ mod tests {
         );
         assert_eq!(db.task(5).unwrap().task_key.as_deref(), Some("k"));
         // A cancelled holder gives its key up too.
-        db.tasks.iter_mut().find(|t| t.task_id == 5).unwrap().state = "cancelled".to_owned();
+        db.tasks.iter_mut().find(|t| t.task_id == 5).unwrap().state = TaskState::Cancelled;
         assert_eq!(
             enqueue(&mut db, &[write(7, Some("k"))]).await.unwrap(),
             [Enqueued::Created(7)]
@@ -305,7 +315,7 @@ mod tests {
         // A holder that reads back finished but whose key no release frees: as if another
         // enqueue kept taking it between this one's reads.
         let mut holder = task_row(&write(1, Some("k")));
-        holder.state = "cancelled".to_owned();
+        holder.state = TaskState::Cancelled;
         db.tasks.push(holder);
         let mut stuck = StuckKeys(db);
         let refused =
@@ -370,18 +380,22 @@ mod tests {
         db.partitions.insert(1, (Some("n2".to_owned()), 2));
         let window = due(&db);
         // Task 4 is cancelled after the window was read.
-        db.tasks.iter_mut().find(|t| t.task_id == 4).unwrap().state = "cancelled".to_owned();
-        let fired = fire(&mut db, NODE, &[(0, 1), (1, 1)], &window)
+        db.tasks.iter_mut().find(|t| t.task_id == 4).unwrap().state = TaskState::Cancelled;
+        let fired = fire(&mut db, NODE, &[held(0, 1), held(1, 1)], &window)
             .await
             .unwrap();
         assert_eq!((fired.read, fired.fired, fired.fenced), (3, 1, 1));
-        assert_eq!(db.task(2).unwrap().state, "fired");
+        assert_eq!(db.task(2).unwrap().state, TaskState::Fired);
         assert_eq!(
             db.task(3).unwrap().state,
-            "pending",
+            TaskState::Pending,
             "kept for the next owner"
         );
-        assert_eq!(db.task(4).unwrap().state, "cancelled", "stays cancelled");
+        assert_eq!(
+            db.task(4).unwrap().state,
+            TaskState::Cancelled,
+            "stays cancelled"
+        );
         let run = &db.runs[0];
         assert_eq!(
             (
@@ -401,7 +415,7 @@ mod tests {
             ),
             (run.run_id, r#"{"task":2}"#, 1_002)
         );
-        let again = fire(&mut db, NODE, &[(0, 1)], &window).await.unwrap();
+        let again = fire(&mut db, NODE, &[held(0, 1)], &window).await.unwrap();
         assert_eq!(again.fired, 0, "a task fires once");
         assert_eq!(db.runs.len(), 1);
     }

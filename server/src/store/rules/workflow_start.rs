@@ -8,18 +8,19 @@ use async_trait::async_trait;
 
 use super::super::child_records::FollowedUp;
 use super::super::error::Error;
-use super::super::job_records::{RunRecord, run_state};
+use super::super::job_records::RunRecord;
 use super::super::workflow_records::{WorkflowRunRecord, params_of};
 use super::follow_ups::{FollowUp, follow_up_runs};
 use super::workflows::{WorkflowRunKey, WorkflowTx, advance_new, end_workflow_run, follow_ups};
-use crate::workflows::{Definition, step_state};
+use crate::states::{RunState, StepState, TriggerKind};
+use crate::workflows::Definition;
 
 /// A row of `step_runs` as a start or a rerun inserts it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct NewStep<'a> {
     pub(crate) step_name: &'a str,
     /// `waiting`, or `succeeded` when a rerun keeps it.
-    pub(crate) state: &'static str,
+    pub(crate) state: StepState,
     pub(crate) run_id: Option<i64>,
     pub(crate) output_json: Option<&'a str>,
 }
@@ -30,14 +31,14 @@ pub(crate) struct RunHead {
     pub(crate) job_id: i64,
     /// The node that created it: its follow-ups are recorded as created by the same node.
     pub(crate) node_id: String,
-    pub(crate) state: String,
+    pub(crate) state: RunState,
 }
 
 impl RunHead {
     /// Whether it holds its job's turn (pending or running, not queued): its end passes the
     /// turn to the job's next queued run, whichever way it ends.
     pub(crate) fn holds_turn(&self) -> bool {
-        self.state == run_state::PENDING || self.state == run_state::RUNNING
+        self.state == RunState::Pending || self.state == RunState::Running
     }
 }
 
@@ -104,7 +105,7 @@ pub(crate) async fn start_workflow_run<T: WorkflowStartTx + ?Sized>(
                 workflow_id: run.job_id,
             };
             let over =
-                end_workflow_run(tx, key, &run.node_id, run_state::FAILED, Some(&why)).await?;
+                end_workflow_run(tx, key, &run.node_id, RunState::Failed, Some(&why)).await?;
             let mut followed = FollowedUp::default();
             if let Some(over) = over {
                 followed = follow_ups(tx, std::slice::from_ref(&over)).await?;
@@ -122,7 +123,7 @@ pub(crate) async fn start_workflow_run<T: WorkflowStartTx + ?Sized>(
             .iter()
             .map(|step| NewStep {
                 step_name: &step.name,
-                state: step_state::WAITING,
+                state: StepState::Waiting,
                 run_id: None,
                 output_json: None,
             })
@@ -166,7 +167,7 @@ pub(crate) async fn rerun_workflow_run<T: WorkflowStartTx + ?Sized>(
             }
         }
     };
-    if run_state::UNFINISHED.contains(&run.state.as_str()) {
+    if RunState::UNFINISHED.contains(&run.state) {
         return Err(Error::Conflict {
             what: format!("workflow run {run_id}, which has not ended"),
         });
@@ -184,7 +185,7 @@ pub(crate) async fn rerun_workflow_run<T: WorkflowStartTx + ?Sized>(
         job_id: pinned.workflow_id,
         partition_id: workflow.partition_id,
         node_id,
-        trigger_kind: "manual",
+        trigger_kind: TriggerKind::Manual,
         input: &input,
         args_json: &workflow.args_json,
         policy_json: &workflow.policy_json,
@@ -211,10 +212,10 @@ pub(crate) async fn rerun_workflow_run<T: WorkflowStartTx + ?Sized>(
         .map(|step| {
             let kept = before
                 .iter()
-                .find(|b| b.step_name == step.name && b.state == step_state::SUCCEEDED);
+                .find(|b| b.step_name == step.name && b.state == StepState::Succeeded);
             NewStep {
                 step_name: &step.name,
-                state: kept.map_or(step_state::WAITING, |_| step_state::SUCCEEDED),
+                state: kept.map_or(StepState::Waiting, |_| StepState::Succeeded),
                 run_id: kept.and_then(|k| k.run_id),
                 output_json: kept.and_then(|k| k.output_json.as_deref()),
             }
@@ -250,7 +251,7 @@ mod tests {
     fn step_states(db: &MemoryDb, workflow_run: i64) -> Vec<(String, String)> {
         db.steps(workflow_run)
             .into_iter()
-            .map(|s| (s.step_name.clone(), s.state.clone()))
+            .map(|s| (s.step_name.clone(), s.state.as_str().to_owned()))
             .collect()
     }
 
@@ -272,7 +273,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(followed.created, 1);
-        assert_eq!(run(&db, pending.run_id).state, "running");
+        assert_eq!(run(&db, pending.run_id).state, RunState::Running);
         let pinned = db.pinned_run(pending.run_id).await.unwrap().unwrap();
         assert_eq!(
             pinned.params_json, r#"{"day":"tue"}"#,
@@ -314,7 +315,7 @@ mod tests {
         let ended: Vec<i64> = followed.workflows_ended.iter().map(|r| r.run_id).collect();
         assert_eq!(ended, [broken.run_id]);
         let failed = run(&db, broken.run_id);
-        assert_eq!(failed.state, "failed");
+        assert_eq!(failed.state, RunState::Failed);
         let message = failed.message.clone().unwrap();
         assert!(
             message.contains(&format!(
@@ -339,7 +340,7 @@ mod tests {
             .iter_mut()
             .find(|r| r.run_id == queued)
             .unwrap()
-            .state = "queued".to_owned();
+            .state = RunState::Queued;
         start_workflow_run(&mut db, &pending, "{}")
             .await
             .unwrap()
@@ -349,7 +350,7 @@ mod tests {
             (failed.state.as_str(), failed.message.as_deref()),
             ("failed", Some("the workflow has no definition"))
         );
-        assert_eq!(run(&db, queued).state, "pending");
+        assert_eq!(run(&db, queued).state, RunState::Pending);
     }
 
     /// A run of the two-step workflow whose `a` succeeded (output `{"rows":3}`) and `b`
@@ -371,19 +372,21 @@ mod tests {
                 .find(|s| s.step_name == step)
                 .and_then(|s| s.run_id)
                 .unwrap();
-            db.end_run(step_run, state, None).await.unwrap();
+            db.end_run(step_run, state.parse().unwrap(), None)
+                .await
+                .unwrap();
             let ended = crate::store::EndedRun {
                 run_id: step_run,
                 job_id: run(db, step_run).job_id,
                 node_id: "n1".to_owned(),
                 may_be_step: true,
                 may_have_children: true,
-                state: state.to_owned(),
+                state: state.parse().unwrap(),
                 output,
             };
             follow_ups(db, &[ended]).await.unwrap();
         }
-        assert_eq!(run(db, run_id).state, "failed");
+        assert_eq!(run(db, run_id).state, RunState::Failed);
         run_id
     }
 
@@ -422,7 +425,7 @@ mod tests {
             ("succeeded", a_run),
             "a keeps its run"
         );
-        assert_eq!(steps[1].state, "running");
+        assert_eq!(steps[1].state, StepState::Running);
         let b_input: serde_json::Value =
             serde_json::from_str(run(&db, steps[1].run_id.unwrap()).input.as_deref().unwrap())
                 .unwrap();
@@ -476,7 +479,9 @@ mod tests {
             1_000,
             Some(r#"{"params":{"day":"wed"}}"#),
         );
-        db.end_run(pending.run_id, "cancelled", None).await.unwrap();
+        db.end_run(pending.run_id, RunState::Cancelled, None)
+            .await
+            .unwrap();
         let (rerun, _) = rerun_workflow_run(&mut db, pending.run_id, "n1")
             .await
             .unwrap()

@@ -12,18 +12,18 @@ use async_trait::async_trait;
 
 use super::super::child_records::{CHILD_OUTPUT_CAP, EndedRun, FollowedUp};
 use super::super::error::Error;
-use super::super::job_records::run_state;
 use super::super::workflow_records::{StepRunRecord, WorkflowRunRecord};
 use super::attempt_end::EndingTx;
 use super::follow_ups::{FollowUp, FollowUpJob, FollowUpTx, children, follow_up_runs};
-use crate::workflows::{advance, step_state};
+use crate::states::{RunState, StepState, TriggerKind};
+use crate::workflows::advance;
 
 /// A running step whose run ended: the step's state, and its run's output (JSON) when it has
 /// one that fits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct StepEnd<'a> {
     pub(crate) step_name: &'a str,
-    pub(crate) state: &'static str,
+    pub(crate) state: StepState,
     pub(crate) output: Option<String>,
 }
 
@@ -54,7 +54,7 @@ pub(crate) trait WorkflowTx: FollowUpTx + EndingTx {
         &mut self,
         workflow_run_id: i64,
         step_name: &str,
-        state: &'static str,
+        state: StepState,
         output: Option<&str>,
     ) -> Result<(), Error>;
 
@@ -116,7 +116,7 @@ async fn steps_ended<T: WorkflowTx + ?Sized>(
                 let run = ended.iter().find(|r| Some(r.run_id) == step.run_id)?;
                 Some(StepEnd {
                     step_name: &step.step_name,
-                    state: step_state::of_run(&run.state),
+                    state: StepState::of_run(run.state),
                     output: run
                         .output
                         .as_ref()
@@ -151,20 +151,20 @@ pub(crate) async fn advance_run<T: WorkflowTx + ?Sized>(
             // not read.
             let message = e.to_string();
             let over =
-                end_workflow_run(tx, &pinned, node_id, run_state::FAILED, Some(&message)).await?;
+                end_workflow_run(tx, &pinned, node_id, RunState::Failed, Some(&message)).await?;
             return Ok((0, over));
         }
     };
     let mut created = 0;
     loop {
         let steps = tx.steps_of(workflow_run).await?;
-        let states: HashMap<String, String> = steps
+        let states: HashMap<String, StepState> = steps
             .iter()
-            .map(|s| (s.step_name.clone(), s.state.clone()))
+            .map(|s| (s.step_name.clone(), s.state))
             .collect();
         let next = advance::next(&definition, &states);
         for name in &next.skipped {
-            tx.close_waiting_step(workflow_run, name, step_state::SKIPPED, None)
+            tx.close_waiting_step(workflow_run, name, StepState::Skipped, None)
                 .await?;
         }
         let ready: Vec<(&str, &crate::workflows::Step)> = next
@@ -200,7 +200,7 @@ pub(crate) async fn advance_run<T: WorkflowTx + ?Sized>(
                 Ok((job, input)) => starting.push((name, job, input)),
                 Err(why) => {
                     let why = serde_json::Value::String(why).to_string();
-                    tx.close_waiting_step(workflow_run, name, step_state::FAILED, Some(&why))
+                    tx.close_waiting_step(workflow_run, name, StepState::Failed, Some(&why))
                         .await?;
                     failed_now = true;
                 }
@@ -214,7 +214,7 @@ pub(crate) async fn advance_run<T: WorkflowTx + ?Sized>(
                     job_id: job.job_id,
                     partition_id: job.partition_id,
                     node_id,
-                    trigger_kind: "step",
+                    trigger_kind: TriggerKind::Step,
                     input,
                     args_json: &job.args_json,
                     policy_json: &job.policy_json,
@@ -235,7 +235,7 @@ pub(crate) async fn advance_run<T: WorkflowTx + ?Sized>(
         let Some(state) = next.finished else {
             return Ok((created, None));
         };
-        let message = (state != run_state::SUCCEEDED).then_some("a step failed or was cancelled");
+        let message = (state != RunState::Succeeded).then_some("a step failed or was cancelled");
         let over = end_workflow_run(tx, &pinned, node_id, state, message).await?;
         return Ok((created, over));
     }
@@ -284,7 +284,7 @@ pub(crate) async fn end_workflow_run<T: WorkflowTx + ?Sized>(
     tx: &mut T,
     run: impl Into<WorkflowRunKey> + Send,
     node_id: &str,
-    state: &str,
+    state: RunState,
     message: Option<&str>,
 ) -> Result<Option<EndedRun>, Error> {
     let run: WorkflowRunKey = run.into();
@@ -332,7 +332,7 @@ mod tests {
     async fn end(
         db: &mut MemoryDb,
         run_id: i64,
-        state: &str,
+        state: RunState,
         output: Option<serde_json::Value>,
     ) -> FollowedUp {
         assert!(
@@ -361,7 +361,7 @@ mod tests {
                     .run_id
                     .and_then(|r| db.runs.iter().find(|run| run.run_id == r))
                     .map(|r| r.job_id);
-                (s.step_name.clone(), s.state.clone(), job)
+                (s.step_name.clone(), s.state.as_str().to_owned(), job)
             })
             .collect()
     }
@@ -381,7 +381,7 @@ mod tests {
 
     fn state_of(db: &MemoryDb, run_id: i64) -> (String, Option<String>) {
         let run = db.runs.iter().find(|r| r.run_id == run_id).unwrap();
-        (run.state.clone(), run.message.clone())
+        (run.state.as_str().to_owned(), run.message.clone())
     }
 
     const FAN_OUT: &str = r#"{"steps":[
@@ -413,7 +413,7 @@ mod tests {
         let followed = end(
             &mut db,
             extract,
-            "succeeded",
+            RunState::Succeeded,
             Some(serde_json::json!({"rows": 3})),
         )
         .await;
@@ -438,15 +438,15 @@ mod tests {
             1,
             "a one-attempt step starts with its attempt"
         );
-        end(&mut db, load, "succeeded", None).await;
+        end(&mut db, load, RunState::Succeeded, None).await;
         assert_eq!(state_of(&db, run).0, "running", "report is still running");
         let report = run_of_step(&db, run, "report");
-        let followed = end(&mut db, report, "succeeded", None).await;
+        let followed = end(&mut db, report, RunState::Succeeded, None).await;
         assert_eq!(state_of(&db, run), ("succeeded".to_owned(), None));
         let ended: Vec<i64> = followed.workflows_ended.iter().map(|r| r.run_id).collect();
         assert_eq!(ended, [run]);
         // Ending a step again changes nothing.
-        assert!(!db.end_run(report, "failed", None).await.unwrap());
+        assert!(!db.end_run(report, RunState::Failed, None).await.unwrap());
     }
 
     #[tokio::test]
@@ -457,7 +457,7 @@ mod tests {
             {"name":"c","job_id":11,"needs":[{"step":"b"}]}]}"#);
         let run = started(&mut db, WORKFLOW).await;
         let a = run_of_step(&db, run, "a");
-        let followed = end(&mut db, a, "succeeded", None).await;
+        let followed = end(&mut db, a, RunState::Succeeded, None).await;
         assert_eq!(followed.created, 0);
         assert_eq!(
             steps(&db, run),
@@ -490,13 +490,13 @@ mod tests {
         let run = started(&mut db, WORKFLOW).await;
         // The output as a hand edit leaves it, the step's end committed before the advance.
         let a = run_of_step(&db, run, "a");
-        db.end_run(a, "succeeded", None).await.unwrap();
+        db.end_run(a, RunState::Succeeded, None).await.unwrap();
         let step = db
             .step_runs
             .iter_mut()
             .find(|s| s.step_name == "a")
             .unwrap();
-        step.state = "succeeded".to_owned();
+        step.state = StepState::Succeeded;
         step.output_json = Some("{\"rows\":".to_owned());
         let (created, over) = advance_run(&mut db, run, "n1").await.unwrap();
         assert_eq!(created, 0, "b gets no run");
@@ -505,7 +505,7 @@ mod tests {
             .into_iter()
             .find(|s| s.step_name == "b")
             .unwrap();
-        assert_eq!(b.state, "failed");
+        assert_eq!(b.state, StepState::Failed);
         let why: String = serde_json::from_str(b.output_json.as_deref().unwrap()).unwrap();
         assert!(
             why.contains(&format!(
@@ -513,7 +513,7 @@ mod tests {
             )),
             "{why}"
         );
-        assert_eq!(over.map(|o| o.state).as_deref(), Some("failed"));
+        assert_eq!(over.map(|o| o.state), Some(RunState::Failed));
     }
 
     #[tokio::test]
@@ -552,7 +552,7 @@ mod tests {
             .unwrap()
             .unwrap();
         let a = run_of_step(&db, inner, "a");
-        let followed = end(&mut db, a, "succeeded", None).await;
+        let followed = end(&mut db, a, RunState::Succeeded, None).await;
         let ended: Vec<i64> = followed.workflows_ended.iter().map(|r| r.run_id).collect();
         assert_eq!(
             ended,
@@ -567,7 +567,7 @@ mod tests {
             ]
         );
         let after = run_of_step(&db, outer, "after");
-        let followed = end(&mut db, after, "failed", None).await;
+        let followed = end(&mut db, after, RunState::Failed, None).await;
         assert_eq!(
             followed
                 .workflows_ended
@@ -588,9 +588,9 @@ mod tests {
             .iter_mut()
             .find(|r| r.run_id == queued)
             .unwrap()
-            .state = "queued".to_owned();
+            .state = RunState::Queued;
         let a = run_of_step(&db, run, "a");
-        end(&mut db, a, "cancelled", None).await;
+        end(&mut db, a, RunState::Cancelled, None).await;
         assert_eq!(
             state_of(&db, run).0,
             "failed",

@@ -83,7 +83,7 @@ macro_rules! attempt_end_store {
                 end: &AttemptEnd,
             ) -> Result<bool, Error> {
                 let ended = sqlx::query::<$db>(sql(&self.store.q.attempt_end))
-                    .bind(end.state)
+                    .bind(end.state.as_str())
                     .bind(end.output.as_deref())
                     .bind(end.error.as_deref())
                     .bind(end.executor_id.as_deref())
@@ -143,11 +143,11 @@ macro_rules! attempt_end_store {
             async fn end_run(
                 &mut self,
                 run_id: i64,
-                state: &str,
+                state: RunState,
                 message: Option<&str>,
             ) -> Result<bool, Error> {
                 let ended = sqlx::query::<$db>(sql(&self.store.q.run_end))
-                    .bind(state)
+                    .bind(state.as_str())
                     .bind(message)
                     .bind(run_id)
                     .execute(&mut **self.tx)

@@ -9,6 +9,7 @@
 
 use super::super::dialect::postgres_now;
 use super::*;
+use crate::states::RunState;
 
 /// The claim's run insert from arrays. A run already at its instant (a manual one) keeps it;
 /// the rows inserted come back, and the `running` ones are the claims that start here.
@@ -87,7 +88,7 @@ impl PostgresStore {
         let ints =
             |pick: fn(&RunClaim) -> i64| runs.iter().map(|r| pick(r.claim)).collect::<Vec<_>>();
         let started: Vec<bool> = runs.iter().map(|r| r.starts).collect();
-        let states: Vec<&str> = runs.iter().map(ClaimedRun::state).collect();
+        let states: Vec<&str> = runs.iter().map(|r| r.state().as_str()).collect();
         let finished: Vec<bool> = runs.iter().map(ClaimedRun::finished).collect();
         let rows =
             sqlx::query_as::<Postgres, (i64, i64, i64, i64, i64, String)>(POSTGRES_CLAIMED_RUNS)
@@ -98,7 +99,7 @@ impl PostgresStore {
                 .bind(ints(|c| c.epoch))
                 .bind(
                     runs.iter()
-                        .map(|r| r.claim.trigger_kind)
+                        .map(|r| r.claim.trigger_kind.as_str())
                         .collect::<Vec<&str>>(),
                 )
                 .bind(states)
@@ -150,7 +151,7 @@ impl PostgresStore {
 /// The runs a claim's insert returned that were inserted `running`.
 fn started_runs(rows: Vec<(i64, i64, i64, i64, i64, String)>) -> Vec<StartedRun> {
     rows.into_iter()
-        .filter(|row| row.5 == run_state::RUNNING)
+        .filter(|row| row.5 == RunState::Running.as_str())
         .map(
             |(run_id, job_id, partition_id, priority, scheduled_at_ms, _)| StartedRun {
                 run_id,
@@ -261,8 +262,8 @@ macro_rules! values_bulk_store {
                         .push_bind(claim.partition_id)
                         .push_bind(claim.epoch)
                         .push_bind(node_id.to_owned())
-                        .push_bind(claim.trigger_kind)
-                        .push_bind(run.state())
+                        .push_bind(claim.trigger_kind.as_str())
+                        .push_bind(run.state().as_str())
                         .push_bind(claim.priority)
                         .push(now)
                         .push(if run.starts { now } else { "NULL" })

@@ -81,12 +81,19 @@ macro_rules! claim_store {
                 let Some(lock) = with_partitions(text, job_ids) else {
                     return Ok(Vec::new());
                 };
-                let job = |job_id, version, state, last_fired_at_ms, args_json| ClaimJob {
-                    job_id,
-                    version,
-                    state,
-                    last_fired_at_ms,
-                    args_json,
+                let job = |job_id,
+                           version,
+                           state: String,
+                           last_fired_at_ms,
+                           args_json|
+                 -> Result<ClaimJob, Error> {
+                    Ok(ClaimJob {
+                        job_id,
+                        version,
+                        state: state.parse()?,
+                        last_fired_at_ms,
+                        args_json,
+                    })
                 };
                 Ok(if with_args {
                     sqlx::query_as::<$db, (i64, i64, String, Option<i64>, String)>(lock)
@@ -96,15 +103,15 @@ macro_rules! claim_store {
                         .map(|(id, version, state, last, args)| {
                             job(id, version, state, last, Some(args))
                         })
-                        .collect()
+                        .collect::<Result<_, Error>>()
                 } else {
                     sqlx::query_as::<$db, (i64, i64, String, Option<i64>)>(lock)
                         .fetch_all(&mut **self.tx)
                         .await?
                         .into_iter()
                         .map(|(id, version, state, last)| job(id, version, state, last, None))
-                        .collect()
-                })
+                        .collect::<Result<_, Error>>()
+                }?)
             }
 
             async fn advance_jobs(&mut self, rows: &[JobAdvance]) -> Result<(), Error> {
@@ -166,18 +173,18 @@ macro_rules! claim_store {
                 &mut self,
                 node_id: &str,
                 claim: &RunClaim,
-                state: &'static str,
+                state: RunState,
                 message: Option<&str>,
             ) -> Result<(), Error> {
-                let finished = i64::from(!run_state::UNFINISHED.contains(&state));
+                let finished = i64::from(!RunState::UNFINISHED.contains(&state));
                 sqlx::query::<$db>(sql(&self.store.q.run_insert))
                     .bind(claim.job_id)
                     .bind(claim.scheduled_at_ms)
                     .bind(claim.partition_id)
                     .bind(claim.epoch)
                     .bind(node_id)
-                    .bind(claim.trigger_kind)
-                    .bind(state)
+                    .bind(claim.trigger_kind.as_str())
+                    .bind(state.as_str())
                     .bind(claim.priority)
                     .bind(finished)
                     .bind(message)

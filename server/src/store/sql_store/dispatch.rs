@@ -270,7 +270,7 @@ macro_rules! dispatch_store {
             async fn run_end(
                 &self,
                 run_id: i64,
-                state: &str,
+                state: RunState,
                 message: Option<&str>,
             ) -> Result<bool, Error> {
                 retry_transient(|| async {
@@ -299,7 +299,7 @@ macro_rules! dispatch_store {
             async fn run_end_with_attempts(
                 &self,
                 run_id: i64,
-                state: &str,
+                state: RunState,
                 message: &str,
             ) -> Result<Option<Vec<AttemptRecord>>, Error> {
                 let mut tx = self.begin_write().await?;
@@ -514,9 +514,8 @@ macro_rules! dispatch_store {
             async fn attempts_succeed(
                 &self,
                 executor_id: &str,
-                attempts: &[(i64, i64)],
+                attempt_ids: &[i64],
             ) -> Result<u64, Error> {
-                let attempt_ids: Vec<i64> = attempts.iter().map(|(a, _)| *a).collect();
                 if attempt_ids.is_empty() {
                     return Ok(0);
                 }

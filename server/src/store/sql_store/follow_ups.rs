@@ -19,9 +19,9 @@ macro_rules! follow_ups_store {
 
         #[async_trait]
         impl ChildStore for $store {
-            async fn child_runs_of_run(&self, run_id: i64) -> Result<Vec<(i64, i64)>, Error> {
+            async fn child_runs_of_run(&self, run_id: i64) -> Result<Vec<ChildRunRef>, Error> {
                 Ok(
-                    sqlx::query_as::<$db, (i64, i64)>(sql(&self.q.child_runs_of_run))
+                    sqlx::query_as::<$db, ChildRunRef>(sql(&self.q.child_runs_of_run))
                         .bind(run_id)
                         .fetch_all(&self.pool)
                         .await?,
@@ -42,9 +42,9 @@ macro_rules! follow_ups_store {
                 Arc::clone(&self.events)
             }
 
-            async fn jobs_with_children(&self) -> Result<Vec<(i64, String, String)>, Error> {
+            async fn jobs_with_children(&self) -> Result<Vec<JobPolicyRow>, Error> {
                 Ok(
-                    sqlx::query_as::<$db, (i64, String, String)>(sql(&self.q.jobs_with_children))
+                    sqlx::query_as::<$db, JobPolicyRow>(sql(&self.q.jobs_with_children))
                         .fetch_all(&self.pool)
                         .await?,
                 )
@@ -118,10 +118,10 @@ macro_rules! follow_ups_store {
                 .bind(row.scheduled_at_ms)
                 .bind(run.partition_id)
                 .bind(run.node_id)
-                .bind(run.trigger_kind)
-                .bind(row.state)
+                .bind(run.trigger_kind.as_str())
+                .bind(row.state.as_str())
                 .bind(row.priority)
-                .bind(row.state)
+                .bind(row.state.as_str())
                 .bind(run.input)
                 .bind(run.job_id)
                 .bind(row.scheduled_at_ms);

@@ -24,7 +24,7 @@ macro_rules! job_store {
                     .bind(0_i64)
                     .bind(run.node_id)
                     .bind("manual")
-                    .bind(run.state)
+                    .bind(run.state.as_str())
                     .bind(i64::from(job.policy_priority()))
                     .bind(i64::from(run.finished()))
                     .bind(run.message)
@@ -69,7 +69,7 @@ macro_rules! job_store {
                     .bind(job.history_max_runs)
                     .bind(if start { "running" } else { "stopped" })
                     .bind(i64::from(start))
-                    .bind(job.kind)
+                    .bind(job.kind.as_str())
                     .execute(&self.pool)
                     .await
                     .map_err(Error::from);
@@ -116,8 +116,8 @@ macro_rules! job_store {
                     JobOrder::NameDescending => &self.q.jobs_by_name_desc,
                 };
                 let query = sqlx::query_as::<$db, JobRecord>(sql(query))
-                    .bind(filter.kind)
-                    .bind(filter.kind)
+                    .bind(filter.kind.map(JobKind::as_str))
+                    .bind(filter.kind.map(JobKind::as_str))
                     .bind(filter.app.as_deref())
                     .bind(filter.app.as_deref())
                     .bind(filter.state.as_deref())
@@ -254,9 +254,9 @@ macro_rules! job_store {
                     );
                     insert.push_values(chunk, |mut row, job| {
                         let state = if job.start {
-                            job_state::RUNNING
+                            JobState::Running
                         } else {
-                            job_state::STOPPED
+                            JobState::Stopped
                         };
                         let w = &job.write;
                         row.push_bind(job.job_id)
@@ -270,12 +270,12 @@ macro_rules! job_store {
                             .push_bind(w.policy_json.clone())
                             .push_bind(w.history_keep_ms)
                             .push_bind(w.history_max_runs)
-                            .push_bind(state)
+                            .push_bind(state.as_str())
                             .push("1, NULL, NULL")
                             .push_bind(now)
                             .push_bind(now)
                             .push_bind(job.start.then_some(now))
-                            .push_bind(w.kind);
+                            .push_bind(w.kind.as_str());
                     });
                     match insert.build().execute(&mut *tx).await.map_err(Error::from) {
                         Ok(_) => {}
@@ -367,7 +367,7 @@ macro_rules! job_store {
                 &self,
                 job: &JobRecord,
                 node_id: &str,
-                state: &str,
+                state: RunState,
                 message: Option<&str>,
                 input: Option<&str>,
             ) -> Result<RunRecord, Error> {

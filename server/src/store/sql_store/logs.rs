@@ -25,11 +25,11 @@ macro_rules! log_store {
                             let owner = LogOwner {
                                 run_id,
                                 executor_id,
-                                state,
+                                state: state.parse()?,
                             };
-                            (id, owner)
+                            Ok((id, owner))
                         })
-                        .collect(),
+                        .collect::<Result<_, Error>>()?,
                 )
             }
 

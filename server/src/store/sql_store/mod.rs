@@ -36,7 +36,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{AssertSqlSafe, Connection, Executor, Transaction};
 
-use super::child_records::{ChildStore, EndedRun, FollowUpEvents, FollowedUp};
+use super::child_records::{ChildRunRef, ChildStore, EndedRun, FollowUpEvents, FollowedUp};
 use super::dialect::Queries;
 use super::dispatch_records::{
     AttemptEnd, AttemptEnded, AttemptRecord, DueAttempt, ExecutorList, ExecutorRecord,
@@ -44,11 +44,11 @@ use super::dispatch_records::{
 };
 use super::history_records::{FINISHED_STATES, JobHistoryRule, PurgeScope, PurgeStep, Purged};
 use super::job_records::{
-    ClaimOutcome, JobChanges, JobFilter, JobInsert, JobKey, JobOrder, JobRecord, JobWrite,
-    RunClaim, RunRecord, ScheduledJob, job_state, run_state,
+    ClaimOutcome, JobChanges, JobFilter, JobInsert, JobKey, JobOrder, JobPolicyRow, JobRecord,
+    JobWrite, RunClaim, RunRecord, ScheduledJob,
 };
 use super::log_records::{LogAppend, LogCaps, LogLine, NewLogLine, TRUNCATED_LINE};
-use super::policy_records::{BackfillRecord, BackfillStep, CalendarRecord};
+use super::policy_records::{BackfillRecord, BackfillStep, CalendarRecord, InstantEnd, JobInstant};
 use super::rules::attempt_end::{EndingTx, PlainSuccessTx, RetryAttempt, RunEnding};
 use super::rules::backfill::{BackfillRun, BackfillTx};
 use super::rules::claim::{
@@ -70,6 +70,7 @@ use super::{
     LeaderFence, LeaderRecord, LogStore, NodeList, NodeRecord, NodeRegistration, PartitionChange,
     PartitionRecord, PolicyStore, PoolOptions, StandbyStore,
 };
+use crate::states::{JobKind, JobState, RunState, StepState};
 use logs::LOG_ROWS_PER_INSERT;
 use pg_pool::{PgDb, PgTx};
 

@@ -18,38 +18,42 @@ macro_rules! policy_store {
 
             async fn runs_finished_at(
                 &self,
-                runs: &[(i64, i64)],
-            ) -> Result<Vec<(i64, i64, Option<i64>)>, Error> {
-                let mut found = Vec::with_capacity(runs.len());
-                for chunk in runs.chunks(RUN_ROWS_PER_INSERT) {
+                instants: &[JobInstant],
+            ) -> Result<Vec<InstantEnd>, Error> {
+                let mut found = Vec::with_capacity(instants.len());
+                for chunk in instants.chunks(RUN_ROWS_PER_INSERT) {
                     let mut select = sqlx::QueryBuilder::<$db>::new(
                         "SELECT job_id, scheduled_at_ms, finished_at_ms FROM runs WHERE ",
                     );
                     let mut any = select.separated(" OR ");
-                    for (job_id, at) in chunk {
+                    for instant in chunk {
                         any.push("(job_id = ")
-                            .push_bind_unseparated(*job_id)
+                            .push_bind_unseparated(instant.job_id)
                             .push_unseparated(" AND scheduled_at_ms = ")
-                            .push_bind_unseparated(*at)
+                            .push_bind_unseparated(instant.scheduled_at_ms)
                             .push_unseparated(")");
                     }
-                    found.extend(
-                        select
-                            .build_query_as::<(i64, i64, Option<i64>)>()
-                            .fetch_all(&self.pool)
-                            .await?,
-                    );
+                    let rows = select
+                        .build_query_as::<(i64, i64, Option<i64>)>()
+                        .fetch_all(&self.pool)
+                        .await?;
+                    found.extend(rows.into_iter().map(|(job_id, scheduled_at_ms, finished)| {
+                        InstantEnd {
+                            instant: JobInstant {
+                                job_id,
+                                scheduled_at_ms,
+                            },
+                            finished_at_ms: finished,
+                        }
+                    }));
                 }
                 Ok(found)
             }
 
-            async fn jobs_naming_calendar(
-                &self,
-                name: &str,
-            ) -> Result<Vec<(i64, String, String)>, Error> {
+            async fn jobs_naming_calendar(&self, name: &str) -> Result<Vec<JobPolicyRow>, Error> {
                 let pattern = format!("%{}", like_prefix(&format!("\"{name}\"")));
                 Ok(
-                    sqlx::query_as::<$db, (i64, String, String)>(sql(&self.q.jobs_naming_calendar))
+                    sqlx::query_as::<$db, JobPolicyRow>(sql(&self.q.jobs_naming_calendar))
                         .bind(pattern)
                         .fetch_all(&self.pool)
                         .await?,
@@ -274,7 +278,7 @@ macro_rules! policy_store {
                     .bind(run.step.epoch)
                     .bind(node_id)
                     .bind("backfill")
-                    .bind(run.state)
+                    .bind(run.state.as_str())
                     .bind(run.step.priority)
                     .bind(i64::from(run.finished()))
                     .bind(run.message)

@@ -7,9 +7,9 @@
 
 use super::super::dialect::postgres_now;
 use super::*;
-use crate::store::TaskStore;
 use crate::store::rules::tasks::{DueTask, FiringTask, TaskTx};
 use crate::store::task_records::{Enqueued, TaskFilter, TaskRecord, TaskWrite, TasksFired};
+use crate::store::{PartitionEpoch, TaskStore};
 
 /// Tasks per multi-row insert on MySQL and SQLite: 10 parameters each.
 const TASK_ROWS_PER_INSERT: usize = 2_000;
@@ -259,11 +259,11 @@ macro_rules! task_store {
             async fn tasks_fire(
                 &self,
                 node_id: &str,
-                partitions: &[(i64, i64)],
+                partitions: &[PartitionEpoch],
                 due_by_ms: i64,
                 limit: i64,
             ) -> Result<TasksFired, Error> {
-                let ids: Vec<i64> = partitions.iter().map(|(p, _)| *p).collect();
+                let ids: Vec<i64> = partitions.iter().map(|p| p.partition_id).collect();
                 let Some(window) = with_partitions(&self.q.tasks_due, &ids) else {
                     return Ok(TasksFired::default());
                 };

@@ -95,11 +95,14 @@ macro_rules! workflow_store {
                     std::collections::BTreeMap::new();
                 for end in ends {
                     let Some(output) = &end.output else {
-                        quiet.entry(end.state).or_default().push(end.step_name);
+                        quiet
+                            .entry(end.state.as_str())
+                            .or_default()
+                            .push(end.step_name);
                         continue;
                     };
                     sqlx::query::<$db>(sql(&self.store.q.step_run_end))
-                        .bind(end.state)
+                        .bind(end.state.as_str())
                         .bind(output)
                         .bind(workflow_run_id)
                         .bind(end.step_name)
@@ -153,11 +156,11 @@ macro_rules! workflow_store {
                 &mut self,
                 workflow_run_id: i64,
                 step_name: &str,
-                state: &'static str,
+                state: StepState,
                 output: Option<&str>,
             ) -> Result<(), Error> {
                 sqlx::query::<$db>(sql(&self.store.q.step_run_unstarted))
-                    .bind(state)
+                    .bind(state.as_str())
                     .bind(output)
                     .bind(workflow_run_id)
                     .bind(step_name)
@@ -277,7 +280,7 @@ macro_rules! workflow_store {
                     sqlx::query::<$db>(sql(&self.store.q.step_run_insert_copy))
                         .bind(workflow_run_id)
                         .bind(step.step_name)
-                        .bind(step.state)
+                        .bind(step.state.as_str())
                         .bind(step.run_id)
                         .bind(step.output_json)
                         .execute(&mut **self.tx)

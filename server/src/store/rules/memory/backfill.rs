@@ -3,6 +3,7 @@
 use async_trait::async_trait;
 
 use super::{MemoryDb, MemoryRun};
+use crate::states::TriggerKind;
 use crate::store::error::Error;
 use crate::store::policy_records::BackfillStep;
 use crate::store::rules::backfill::{BackfillRun, BackfillTx};
@@ -38,7 +39,7 @@ impl BackfillTx for MemoryDb {
                 partition_id: run.step.partition_id,
                 epoch: run.step.epoch,
                 node_id: node_id.to_owned(),
-                trigger_kind: "backfill".to_owned(),
+                trigger_kind: TriggerKind::Backfill,
                 state: run.state.to_owned(),
                 priority: run.step.priority,
                 message: run.message.map(str::to_owned),

@@ -4,9 +4,9 @@
 use async_trait::async_trait;
 
 use super::{MemoryDb, MemoryRun};
-use crate::store::dispatch_records::attempt_state;
+use crate::states::{AttemptState, RunState, TriggerKind};
 use crate::store::error::Error;
-use crate::store::job_records::{RunRecord, run_state};
+use crate::store::job_records::RunRecord;
 use crate::store::rules::attempt_end::PlainSuccessTx;
 use crate::store::rules::manual_run::{ManualRun, ManualRunDriver};
 use crate::store::rules::run_start::RunStartTx;
@@ -16,8 +16,8 @@ impl RunStartTx for MemoryDb {
     async fn start_pending_runs(&mut self, run_ids: &[i64]) -> Result<Vec<i64>, Error> {
         let mut moved = Vec::new();
         for run in &mut self.runs {
-            if run_ids.contains(&run.run_id) && run.state == run_state::PENDING {
-                run.state = run_state::RUNNING.to_owned();
+            if run_ids.contains(&run.run_id) && run.state == RunState::Pending {
+                run.state = RunState::Running;
                 run.started = true;
                 moved.push(run.run_id);
             }
@@ -35,12 +35,9 @@ impl PlainSuccessTx for MemoryDb {
     ) -> Result<Vec<i64>, Error> {
         let mut runs = Vec::new();
         for attempt in &mut self.attempts {
-            let live = matches!(
-                attempt.state.as_str(),
-                attempt_state::PENDING | attempt_state::RUNNING
-            );
+            let live = attempt.state.is_live();
             if live && attempt_ids.contains(&attempt.attempt_id) {
-                attempt.state = attempt_state::SUCCEEDED.to_owned();
+                attempt.state = AttemptState::Succeeded;
                 attempt.executor_id = Some(executor_id.to_owned());
                 runs.push(attempt.run_id);
             }
@@ -52,9 +49,8 @@ impl PlainSuccessTx for MemoryDb {
         let now = self.now_ms;
         let mut ended = 0;
         for run in &mut self.runs {
-            if run_ids.contains(&run.run_id) && run_state::UNFINISHED.contains(&run.state.as_str())
-            {
-                run.state = run_state::SUCCEEDED.to_owned();
+            if run_ids.contains(&run.run_id) && RunState::UNFINISHED.contains(&run.state) {
+                run.state = RunState::Succeeded;
                 run.finished_at_ms = Some(now);
                 ended += 1;
             }
@@ -82,7 +78,7 @@ impl ManualRunDriver for MemoryDb {
             partition_id: run.job.partition_id,
             epoch: 0,
             node_id: run.node_id.to_owned(),
-            trigger_kind: "manual".to_owned(),
+            trigger_kind: TriggerKind::Manual,
             state: run.state.to_owned(),
             priority: i64::from(run.job.policy_priority()),
             message: run.message.map(str::to_owned),

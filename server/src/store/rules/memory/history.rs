@@ -28,7 +28,7 @@ impl PurgeDriver for MemoryDb {
             .map(|r| PurgeCandidate {
                 run_id: r.run_id,
                 finished_at_ms: r.finished_at_ms.unwrap_or_default(),
-                state: r.state.clone(),
+                state: r.state.as_str().to_owned(),
                 partition_id: r.partition_id,
                 job_keeps_own: self
                     .jobs
@@ -44,7 +44,7 @@ impl PurgeDriver for MemoryDb {
     async fn delete_finished_runs(&mut self, run_ids: &[i64]) -> Result<Purged, Error> {
         let gone = |r: &super::MemoryRun| {
             run_ids.contains(&r.run_id)
-                && FINISHED_STATES.contains(&r.state.as_str())
+                && FINISHED_STATES.contains(&r.state)
                 && r.finished_at_ms.is_some()
         };
         let deleted: Vec<i64> = self

@@ -20,7 +20,7 @@ impl LogDriver for MemoryDb {
                 let owner = LogOwner {
                     run_id: a.run_id,
                     executor_id: a.executor_id.clone(),
-                    state: a.state.clone(),
+                    state: a.state,
                 };
                 (a.attempt_id, owner)
             })

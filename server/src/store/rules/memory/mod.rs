@@ -14,9 +14,10 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 
-use crate::store::dispatch_records::{AttemptEnd, AttemptRecord, attempt_state};
+use crate::states::{AttemptState, JobState, RunState, TriggerKind};
+use crate::store::dispatch_records::{AttemptEnd, AttemptRecord};
 use crate::store::error::Error;
-use crate::store::job_records::{RunClaim, job_state, run_state};
+use crate::store::job_records::RunClaim;
 use crate::store::rules::attempt_end::{EndingTx, RetryAttempt, RunEnding};
 use crate::store::rules::claim::{
     ClaimJob, ClaimTx, ClaimedRun, FirstAttempt, FirstAttemptTx, JobAdvance, StartedRun,
@@ -28,20 +29,37 @@ use crate::store::rules::follow_ups::{
 use crate::store::task_records::TaskRecord;
 use crate::store::workflow_records::{StepRunRecord, WorkflowRunRecord};
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct MemoryJob {
     pub(crate) name: String,
     pub(crate) partition_id: i64,
     pub(crate) policy_json: String,
     pub(crate) version: i64,
-    pub(crate) state: String,
+    pub(crate) state: JobState,
     pub(crate) last_fired_at_ms: Option<i64>,
     pub(crate) fired_count: i64,
     pub(crate) args_json: String,
-    /// It is a workflow (`job_kind::WORKFLOW`).
+    /// It is a workflow (`JobKind::Workflow`).
     pub(crate) workflow: bool,
     /// It keeps its history for a time of its own (`history_keep_ms`).
     pub(crate) history_keep_ms: Option<i64>,
+}
+
+impl Default for MemoryJob {
+    fn default() -> Self {
+        MemoryJob {
+            name: String::new(),
+            partition_id: 0,
+            policy_json: String::new(),
+            version: 0,
+            state: JobState::Stopped,
+            last_fired_at_ms: None,
+            fired_count: 0,
+            args_json: String::new(),
+            workflow: false,
+            history_keep_ms: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,8 +70,8 @@ pub(crate) struct MemoryRun {
     pub(crate) partition_id: i64,
     pub(crate) epoch: i64,
     pub(crate) node_id: String,
-    pub(crate) trigger_kind: String,
-    pub(crate) state: String,
+    pub(crate) trigger_kind: TriggerKind,
+    pub(crate) state: RunState,
     pub(crate) priority: i64,
     pub(crate) message: Option<String>,
     pub(crate) started: bool,
@@ -80,7 +98,7 @@ pub(crate) fn attempt_row(
         attempt_no,
         priority: 5,
         args_json: "null".to_owned(),
-        state: attempt_state::PENDING.to_owned(),
+        state: AttemptState::Pending,
         created_at_ms: 0,
         not_before_ms: 0,
         avoid_executor_id: None,
@@ -149,7 +167,7 @@ impl MemoryDb {
         &mut self,
         node_id: &str,
         claim: &RunClaim,
-        state: &str,
+        state: RunState,
         message: Option<&str>,
         started: bool,
     ) -> Option<i64> {
@@ -160,12 +178,12 @@ impl MemoryDb {
             partition_id: claim.partition_id,
             epoch: claim.epoch,
             node_id: node_id.to_owned(),
-            trigger_kind: claim.trigger_kind.to_owned(),
-            state: state.to_owned(),
+            trigger_kind: claim.trigger_kind,
+            state,
             priority: claim.priority,
             message: message.map(str::to_owned),
             started,
-            finished_at_ms: (!run_state::UNFINISHED.contains(&state)).then_some(self.now_ms),
+            finished_at_ms: (!RunState::UNFINISHED.contains(&state)).then_some(self.now_ms),
             input: None,
         })
     }
@@ -239,7 +257,7 @@ impl ClaimTx for MemoryDb {
                 self.jobs.get(id).map(|job| ClaimJob {
                     job_id: *id,
                     version: job.version,
-                    state: job.state.clone(),
+                    state: job.state,
                     last_fired_at_ms: job.last_fired_at_ms,
                     args_json: with_args.then(|| job.args_json.clone()),
                 })
@@ -253,7 +271,7 @@ impl ClaimTx for MemoryDb {
                 job.last_fired_at_ms = Some(row.at_ms);
                 job.fired_count += row.fired;
                 if row.done {
-                    job.state = job_state::DONE.to_owned();
+                    job.state = JobState::Done;
                 }
             }
         }
@@ -292,7 +310,7 @@ impl ClaimTx for MemoryDb {
             return Ok(false);
         };
         let current = job.version == claim.job_version
-            && job.state == job_state::RUNNING
+            && job.state == JobState::Running
             && job
                 .last_fired_at_ms
                 .is_none_or(|l| l < claim.scheduled_at_ms);
@@ -300,7 +318,7 @@ impl ClaimTx for MemoryDb {
             job.last_fired_at_ms = Some(claim.scheduled_at_ms);
             job.fired_count += i64::from(claim.counts_as_fired());
             if claim.job_done {
-                job.state = job_state::DONE.to_owned();
+                job.state = JobState::Done;
             }
         }
         Ok(current)
@@ -310,7 +328,7 @@ impl ClaimTx for MemoryDb {
         Ok(self
             .runs
             .iter()
-            .filter(|r| r.job_id == job_id && run_state::UNFINISHED.contains(&r.state.as_str()))
+            .filter(|r| r.job_id == job_id && RunState::UNFINISHED.contains(&r.state))
             .map(|r| r.run_id)
             .min())
     }
@@ -323,8 +341,8 @@ impl ClaimTx for MemoryDb {
     ) -> Result<(), Error> {
         let now = self.now_ms;
         for run in &mut self.runs {
-            if run.job_id == job_id && run_state::UNFINISHED.contains(&run.state.as_str()) {
-                run.state = run_state::CANCELLED.to_owned();
+            if run.job_id == job_id && RunState::UNFINISHED.contains(&run.state) {
+                run.state = RunState::Cancelled;
                 run.finished_at_ms = Some(now);
                 run.message = Some(why.to_owned());
             }
@@ -334,7 +352,7 @@ impl ClaimTx for MemoryDb {
                 && attempt.partition_id == partition_id
                 && matches!(attempt.state.as_str(), "pending" | "running")
             {
-                attempt.state = "cancelled".to_owned();
+                attempt.state = AttemptState::Cancelled;
                 attempt.error = Some(why.to_owned());
             }
         }
@@ -345,7 +363,7 @@ impl ClaimTx for MemoryDb {
         &mut self,
         node_id: &str,
         claim: &RunClaim,
-        state: &'static str,
+        state: RunState,
         message: Option<&str>,
     ) -> Result<(), Error> {
         self.insert_run_row(node_id, claim, state, message, false);
@@ -354,10 +372,6 @@ impl ClaimTx for MemoryDb {
 }
 
 /// Whether an attempt or a run in `state` is still live (a guarded update may end it).
-fn live(state: &str, live: &[&str]) -> bool {
-    live.contains(&state)
-}
-
 #[async_trait]
 impl EndingTx for MemoryDb {
     async fn lock_attempt(&mut self, attempt_id: i64) -> Result<Option<AttemptRecord>, Error> {
@@ -369,10 +383,11 @@ impl EndingTx for MemoryDb {
     }
 
     async fn end_attempt(&mut self, attempt_id: i64, end: &AttemptEnd) -> Result<bool, Error> {
-        let Some(attempt) = self.attempts.iter_mut().find(|a| {
-            a.attempt_id == attempt_id
-                && live(&a.state, &[attempt_state::PENDING, attempt_state::RUNNING])
-        }) else {
+        let Some(attempt) = self
+            .attempts
+            .iter_mut()
+            .find(|a| a.attempt_id == attempt_id && a.state.is_live())
+        else {
             return Ok(false);
         };
         attempt.state = end.state.to_owned();
@@ -431,18 +446,18 @@ impl EndingTx for MemoryDb {
     async fn end_run(
         &mut self,
         run_id: i64,
-        state: &str,
+        state: RunState,
         message: Option<&str>,
     ) -> Result<bool, Error> {
         let now = self.now_ms;
         let Some(run) = self
             .runs
             .iter_mut()
-            .find(|r| r.run_id == run_id && live(&r.state, &run_state::UNFINISHED))
+            .find(|r| r.run_id == run_id && RunState::UNFINISHED.contains(&r.state))
         else {
             return Ok(false);
         };
-        run.state = state.to_owned();
+        run.state = state;
         run.message = message.map(str::to_owned);
         run.finished_at_ms = Some(now);
         Ok(true)
@@ -452,10 +467,10 @@ impl EndingTx for MemoryDb {
         if let Some(next) = self
             .runs
             .iter_mut()
-            .filter(|r| r.job_id == job_id && r.state == run_state::QUEUED)
+            .filter(|r| r.job_id == job_id && r.state == RunState::Queued)
             .min_by_key(|r| r.run_id)
         {
-            next.state = run_state::PENDING.to_owned();
+            next.state = RunState::Pending;
         }
         Ok(())
     }
@@ -504,11 +519,11 @@ impl FollowUpTx for MemoryDb {
             partition_id: run.partition_id,
             epoch: 0,
             node_id: run.node_id.to_owned(),
-            trigger_kind: run.trigger_kind.to_owned(),
-            state: row.state.to_owned(),
+            trigger_kind: run.trigger_kind,
+            state: row.state,
             priority: row.priority,
             message: None,
-            started: row.state == run_state::RUNNING,
+            started: row.state == RunState::Running,
             finished_at_ms: None,
             input: Some(run.input.to_owned()),
         }))

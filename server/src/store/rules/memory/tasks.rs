@@ -6,9 +6,10 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 
 use super::{MemoryDb, MemoryRun};
+use crate::states::{RunState, TaskState, TriggerKind};
 use crate::store::error::Error;
 use crate::store::rules::tasks::{FiringTask, TaskTx};
-use crate::store::task_records::{TaskRecord, TaskWrite, task_state};
+use crate::store::task_records::{TaskRecord, TaskWrite};
 
 impl MemoryDb {
     /// The task as the SQL read gives it: with its run's id and state.
@@ -16,7 +17,7 @@ impl MemoryDb {
         let mut task = self.tasks.iter().find(|t| t.task_id == task_id)?.clone();
         if let Some(run) = self.runs.iter().find(|r| r.job_id == -task_id) {
             task.run_id = Some(run.run_id);
-            task.run_state = Some(run.state.clone());
+            task.run_state = Some(run.state.as_str().to_owned());
         }
         Some(task)
     }
@@ -34,7 +35,7 @@ pub(crate) fn task_row(write: &TaskWrite) -> TaskRecord {
         stored_policy: write.policy_json.clone().into(),
         priority: write.priority,
         due_at_ms: write.due_at_ms,
-        state: task_state::PENDING.to_owned(),
+        state: TaskState::Pending,
         created_at_ms: 0,
         ended_at_ms: None,
         message: None,
@@ -81,8 +82,8 @@ impl TaskTx for MemoryDb {
     async fn mark_fired(&mut self, ids: &[i64]) -> Result<Vec<i64>, Error> {
         let mut moved = Vec::new();
         for task in &mut self.tasks {
-            if ids.contains(&task.task_id) && task.state == task_state::PENDING {
-                task.state = task_state::FIRED.to_owned();
+            if ids.contains(&task.task_id) && task.state == TaskState::Pending {
+                task.state = TaskState::Fired;
                 moved.push(task.task_id);
             }
         }
@@ -104,8 +105,8 @@ impl TaskTx for MemoryDb {
                 partition_id: task.partition_id,
                 epoch: f.epoch,
                 node_id: node_id.to_owned(),
-                trigger_kind: "task".to_owned(),
-                state: "running".to_owned(),
+                trigger_kind: TriggerKind::Task,
+                state: RunState::Running,
                 priority: task.priority,
                 message: None,
                 started: true,

@@ -5,13 +5,12 @@
 use async_trait::async_trait;
 
 use super::MemoryDb;
+use crate::states::{AttemptState, RunState, StepState, TriggerKind};
 use crate::store::error::Error;
-use crate::store::job_records::run_state;
 use crate::store::rules::run_end::RunEndTx;
 use crate::store::rules::workflow_start::{NewStep, RunHead, WorkflowStartTx};
 use crate::store::rules::workflows::{StepEnd, WorkflowTx};
 use crate::store::workflow_records::{StepRunRecord, WorkflowRunRecord};
-use crate::workflows::step_state;
 
 impl MemoryDb {
     /// The step, if it is in state `from`.
@@ -19,7 +18,7 @@ impl MemoryDb {
         &mut self,
         workflow_run_id: i64,
         name: &str,
-        from: &str,
+        from: StepState,
     ) -> Option<&mut StepRunRecord> {
         self.step_runs.iter_mut().find(|s| {
             s.workflow_run_id == workflow_run_id && s.step_name == name && s.state == from
@@ -48,7 +47,7 @@ impl WorkflowTx for MemoryDb {
             .step_runs
             .iter()
             .filter(|s| {
-                s.state == step_state::RUNNING && s.run_id.is_some_and(|r| run_ids.contains(&r))
+                s.state == StepState::Running && s.run_id.is_some_and(|r| run_ids.contains(&r))
             })
             .cloned()
             .collect();
@@ -68,7 +67,7 @@ impl WorkflowTx for MemoryDb {
 
     async fn end_steps(&mut self, workflow_run_id: i64, ends: &[StepEnd<'_>]) -> Result<(), Error> {
         for end in ends {
-            if let Some(step) = self.step_in(workflow_run_id, end.step_name, step_state::RUNNING) {
+            if let Some(step) = self.step_in(workflow_run_id, end.step_name, StepState::Running) {
                 step.state = end.state.to_owned();
                 step.output_json.clone_from(&end.output);
             }
@@ -92,10 +91,10 @@ impl WorkflowTx for MemoryDb {
         &mut self,
         workflow_run_id: i64,
         step_name: &str,
-        state: &'static str,
+        state: StepState,
         output: Option<&str>,
     ) -> Result<(), Error> {
-        if let Some(step) = self.step_in(workflow_run_id, step_name, step_state::WAITING) {
+        if let Some(step) = self.step_in(workflow_run_id, step_name, StepState::Waiting) {
             step.state = state.to_owned();
             step.output_json = output.map(str::to_owned);
         }
@@ -108,8 +107,8 @@ impl WorkflowTx for MemoryDb {
         started: &[(&str, i64)],
     ) -> Result<(), Error> {
         for (name, run_id) in started {
-            if let Some(step) = self.step_in(workflow_run_id, name, step_state::WAITING) {
-                step.state = step_state::RUNNING.to_owned();
+            if let Some(step) = self.step_in(workflow_run_id, name, StepState::Waiting) {
+                step.state = StepState::Running;
                 step.run_id = Some(*run_id);
             }
         }
@@ -123,11 +122,11 @@ impl WorkflowStartTx for MemoryDb {
         let Some(run) = self
             .runs
             .iter_mut()
-            .find(|r| r.run_id == run_id && r.state == run_state::PENDING)
+            .find(|r| r.run_id == run_id && r.state == RunState::Pending)
         else {
             return Ok(false);
         };
-        run.state = run_state::RUNNING.to_owned();
+        run.state = RunState::Running;
         run.started = true;
         Ok(true)
     }
@@ -140,7 +139,7 @@ impl WorkflowStartTx for MemoryDb {
             .map(|r| RunHead {
                 job_id: r.job_id,
                 node_id: r.node_id.clone(),
-                state: r.state.clone(),
+                state: r.state,
             }))
     }
 
@@ -201,7 +200,7 @@ impl RunEndTx for MemoryDb {
     async fn cancel_attempts_of_run(&mut self, run_id: i64, why: &str) -> Result<(), Error> {
         for attempt in &mut self.attempts {
             if attempt.run_id == run_id && matches!(attempt.state.as_str(), "pending" | "running") {
-                attempt.state = "cancelled".to_owned();
+                attempt.state = AttemptState::Cancelled;
                 attempt.error = Some(why.to_owned());
             }
         }
@@ -271,8 +270,8 @@ pub(crate) fn add_pending_run(
             partition_id: job_id % 4,
             epoch: 1,
             node_id: "n1".to_owned(),
-            trigger_kind: "manual".to_owned(),
-            state: run_state::PENDING.to_owned(),
+            trigger_kind: TriggerKind::Manual,
+            state: RunState::Pending,
             priority: 5,
             message: None,
             started: false,
@@ -297,8 +296,8 @@ pub(crate) fn run_record(db: &MemoryDb, run_id: i64) -> crate::store::RunRecord 
         partition_id: run.partition_id,
         epoch: run.epoch,
         node_id: run.node_id.clone(),
-        trigger_kind: run.trigger_kind.clone(),
-        state: run.state.clone(),
+        trigger_kind: run.trigger_kind,
+        state: run.state,
         priority: run.priority,
         created_at_ms: 0,
         started_at_ms: None,
