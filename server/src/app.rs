@@ -24,8 +24,8 @@ use crate::observe::{
     self, AlertSettings, AlertWorker, FailedJobs, FailurePauser, NodeMetrics, Observer,
 };
 use crate::retention::HistoryPurger;
-use crate::scheduler::Scheduler;
 use crate::scheduler::backfill::BackfillDriver;
+use crate::scheduler::{Scheduler, SchedulerStores};
 use crate::store::{self, DatabaseUrl, NodeRegistration, PoolOptions, Store};
 use crate::tasks::firer::TaskFirer;
 
@@ -279,7 +279,7 @@ impl Application {
             Arc::clone(&metrics),
         );
         let scheduler = Scheduler::new(
-            Arc::clone(&api_store),
+            SchedulerStores::of(&api_store),
             Arc::clone(&view),
             Arc::clone(&clock),
             config.scheduler_settings(),

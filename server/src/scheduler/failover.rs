@@ -18,7 +18,7 @@ impl Scheduler {
     /// Reads the database's timeline; on a new one, forgets every partition so that
     /// `follow_cluster` loads them again, and says so.
     pub(super) async fn follow_timeline(&mut self) -> Result<bool, store::Error> {
-        let Some(timeline) = self.store.timeline().await? else {
+        let Some(timeline) = self.store.standbys.timeline().await? else {
             return Ok(false);
         };
         match self.timeline.replace(timeline.clone()) {

@@ -31,7 +31,9 @@ use crate::jobs::Overlap;
 use crate::observe::NodeMetrics;
 use crate::schedule::{NextHints, Schedule};
 use crate::states::{JobState, RunState, TriggerKind};
-use crate::store::{self, ClaimOutcome, OverlapRule, RunClaim, Store};
+use crate::store::{
+    self, ClaimOutcome, JobStore, OverlapRule, PolicyStore, RunClaim, StandbyStore, Store,
+};
 use timer::{Timer, TimerEntry};
 
 /// The scheduler's settings.
@@ -113,11 +115,31 @@ enum LoadReason {
     Edit,
 }
 
+/// The store as the scheduler uses it: jobs and their claims, the schedule policies' tables,
+/// and the database's timeline.
+#[derive(Debug, Clone)]
+pub struct SchedulerStores {
+    pub jobs: Arc<dyn JobStore>,
+    pub policies: Arc<dyn PolicyStore>,
+    pub standbys: Arc<dyn StandbyStore>,
+}
+
+impl SchedulerStores {
+    /// The parts of a whole store.
+    pub fn of(store: &Arc<dyn Store>) -> Self {
+        Self {
+            jobs: Arc::clone(store) as Arc<dyn JobStore>,
+            policies: Arc::clone(store) as Arc<dyn PolicyStore>,
+            standbys: Arc::clone(store) as Arc<dyn StandbyStore>,
+        }
+    }
+}
+
 /// The per-node scheduler.
 #[derive(Debug)]
 pub struct Scheduler {
     metrics: Arc<NodeMetrics>,
-    store: Arc<dyn Store>,
+    store: SchedulerStores,
     view: Arc<LocalView>,
     clock: Arc<ClusterClock>,
     settings: SchedulerSettings,
@@ -149,7 +171,7 @@ pub struct Scheduler {
 
 impl Scheduler {
     pub fn new(
-        store: Arc<dyn Store>,
+        store: SchedulerStores,
         view: Arc<LocalView>,
         clock: Arc<ClusterClock>,
         settings: SchedulerSettings,
@@ -256,7 +278,7 @@ impl Scheduler {
             .map(|(p, e)| (*p, *e))
             .collect();
         for (partition, epoch) in gained {
-            let jobs = self.store.jobs_in_partition(partition).await?;
+            let jobs = self.store.jobs.jobs_in_partition(partition).await?;
             self.partitions.insert(partition, epoch);
             let count = jobs.len();
             for job in jobs {
@@ -293,6 +315,7 @@ impl Scheduler {
         };
         let changes = self
             .store
+            .jobs
             .jobs_changed_since(since, after_job_id, CHANGE_PAGE)
             .await?;
         if changes.changed.len() as i64 >= CHANGE_PAGE {
@@ -394,7 +417,7 @@ impl Scheduler {
             let mut failure = None;
             let mut claimed = Vec::with_capacity(batch.len());
             let mut outcomes = Vec::with_capacity(batch.len());
-            for (lane, result) in claim_in_lanes(&self.store, &node_id, batch).await {
+            for (lane, result) in claim_in_lanes(&self.store.jobs, &node_id, batch).await {
                 match result {
                     Ok(lane_outcomes) => {
                         claimed.extend(lane);
@@ -512,7 +535,7 @@ impl Scheduler {
         let now = self.clock.now_ms();
         for job_id in reload {
             self.jobs.remove(&job_id);
-            match self.store.job_get(job_id).await? {
+            match self.store.jobs.job_get(job_id).await? {
                 Some(job)
                     if job.state == JobState::Running
                         && self.partitions.contains_key(&job.partition_id) =>
@@ -534,7 +557,7 @@ const CLAIM_LANES: i64 = 4;
 /// Claims `batch` in up to [`CLAIM_LANES`] concurrent transactions, by partition; returns each
 /// lane's claims with what became of them.
 async fn claim_in_lanes(
-    store: &Arc<dyn Store>,
+    store: &Arc<dyn JobStore>,
     node_id: &str,
     batch: Vec<RunClaim>,
 ) -> Vec<(Vec<RunClaim>, Result<Vec<ClaimOutcome>, store::Error>)> {

@@ -105,7 +105,7 @@ impl Scheduler {
     pub(super) async fn follow_policies(&mut self) -> Result<(), store::Error> {
         self.follow_fixed_delays().await?;
         for (job_id, version) in std::mem::take(&mut self.exhausted) {
-            if self.store.job_finish(job_id, version).await? {
+            if self.store.policies.job_finish(job_id, version).await? {
                 info!(job_id, "job done: no instant left within its bounds");
             }
         }
@@ -113,7 +113,7 @@ impl Scheduler {
     }
 
     async fn refresh_calendars(&mut self) -> Result<(), store::Error> {
-        let records = self.store.calendars_list().await?;
+        let records = self.store.policies.calendars_list().await?;
         let mut by_name = HashMap::with_capacity(records.len());
         for record in records {
             let known = self.calendars.by_name.remove(&record.name);
@@ -220,6 +220,7 @@ impl Scheduler {
             .collect();
         let found: HashMap<(i64, i64), Option<i64>> = self
             .store
+            .policies
             .runs_finished_at(&waiting)
             .await?
             .into_iter()
