@@ -102,7 +102,6 @@ pub struct AttemptRecord {
     pub attempt_no: i64,
     pub priority: i64,
     pub args_json: String,
-    #[sqlx(try_from = "String")]
     pub state: AttemptState,
     pub created_at_ms: i64,
     pub not_before_ms: i64,
@@ -136,7 +135,6 @@ impl AttemptRecord {
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct MinuteCount {
     pub minute_ms: i64,
-    #[sqlx(try_from = "String")]
     pub state: RunState,
     pub runs: i64,
     pub late: i64,

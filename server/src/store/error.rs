@@ -4,7 +4,7 @@
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("database error: {0}{hint}", hint = pooler_hint(.0))]
-    Database(#[from] sqlx::Error),
+    Database(sqlx::Error),
     #[error("applying migrations failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("cannot take the migration lock: {reason}")]
@@ -38,6 +38,20 @@ pub enum Error {
     /// A stored document (a calendar's definition) no longer reads as this version expects.
     #[error("{what} is unreadable: {reason}")]
     Unreadable { what: String, reason: String },
+}
+
+impl From<sqlx::Error> for Error {
+    /// A column that does not decode (a state this version does not know) is a record to
+    /// mend, not a database to wait for.
+    fn from(err: sqlx::Error) -> Self {
+        match err {
+            sqlx::Error::ColumnDecode { index, source } => Error::Unreadable {
+                what: format!("a stored row's column {index}"),
+                reason: source.to_string(),
+            },
+            err => Error::Database(err),
+        }
+    }
 }
 
 impl From<crate::states::UnknownText> for Error {

@@ -56,7 +56,6 @@ pub struct JobRecord {
     pub args_json: String,
     #[sqlx(rename = "policy_json", try_from = "String")]
     pub stored_policy: StoredPolicy,
-    #[sqlx(try_from = "String")]
     pub state: JobState,
     pub version: i64,
     pub last_fired_at_ms: Option<i64>,
@@ -66,7 +65,6 @@ pub struct JobRecord {
     pub started_at_ms: Option<i64>,
     /// Scheduled instants fired so far (`bounds.max_runs` counts them).
     pub fired_count: i64,
-    #[sqlx(try_from = "String")]
     pub kind: JobKind,
 }
 
@@ -242,9 +240,7 @@ pub struct RunRecord {
     pub partition_id: i64,
     pub epoch: i64,
     pub node_id: String,
-    #[sqlx(try_from = "String")]
     pub trigger_kind: TriggerKind,
-    #[sqlx(try_from = "String")]
     pub state: RunState,
     pub priority: i64,
     pub created_at_ms: i64,

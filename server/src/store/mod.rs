@@ -16,6 +16,7 @@ mod policy_records;
 mod rules;
 mod sql_store;
 mod task_records;
+mod text_columns;
 mod url;
 mod workflow_records;
 

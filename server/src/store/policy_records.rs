@@ -43,7 +43,6 @@ pub struct BackfillRecord {
     pub cursor_ms: i64,
     /// Most of its runs unfinished at once.
     pub max_in_flight: i64,
-    #[sqlx(try_from = "String")]
     pub state: BackfillState,
     /// Instants claimed so far (skipped ones included; an instant that already had a run is
     /// not claimed again and not counted).

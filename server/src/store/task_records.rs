@@ -42,7 +42,6 @@ pub struct TaskRecord {
     pub stored_policy: super::StoredPolicy,
     pub priority: i64,
     pub due_at_ms: i64,
-    #[sqlx(try_from = "String")]
     pub state: TaskState,
     pub created_at_ms: i64,
     pub ended_at_ms: Option<i64>,

@@ -80,7 +80,6 @@ impl WorkflowRunRecord {
 pub struct StepRunRecord {
     pub workflow_run_id: i64,
     pub step_name: String,
-    #[sqlx(try_from = "String")]
     pub state: StepState,
     /// The step's own run, once it has one.
     pub run_id: Option<i64>,

@@ -35,6 +35,7 @@ conformance!(
     jobs_are_found_by_any_part_of_their_name_ignoring_case,
     finished_runs_are_counted_by_minute_and_late_first_dispatches_found,
     shards_ending_at_once_end_their_run,
+    a_state_this_version_does_not_know_is_an_error_naming_it,
 );
 
 fn job(name: &str) -> JobWrite {
@@ -404,6 +405,49 @@ async fn manual_runs_take_a_free_millisecond(db: TestDb) {
     assert_ne!(first.scheduled_at_ms, second.scheduled_at_ms);
     assert_eq!((first.trigger_kind.as_str(), first.priority), ("manual", 7));
     assert_eq!(store.runs_of_job(1, None, 10).await.unwrap().len(), 2);
+}
+
+/// A row written by a newer version (or by hand) with a state this one does not know reads as
+/// an error naming the column's kind and the text, never as some default state; the row is
+/// left as it was.
+async fn a_state_this_version_does_not_know_is_an_error_naming_it(db: TestDb) {
+    let store = db.migrated_store().await;
+    let record = store.job_insert(1, 0, &job("a"), false).await.unwrap();
+    let run = store
+        .run_insert_manual(&record, "n1", RunState::NoExecutor, None, None)
+        .await
+        .unwrap();
+    db.execute_script(&format!(
+        "UPDATE runs SET state = 'paused' WHERE run_id = {}; \
+         UPDATE jobs SET state = 'sleeping' WHERE job_id = 1",
+        run.run_id
+    ))
+    .await;
+    let run_error = store.run_get(run.run_id).await.unwrap_err();
+    assert!(
+        matches!(run_error, Error::Unreadable { .. }),
+        "{run_error:?}"
+    );
+    let run_error = run_error.to_string();
+    assert!(
+        run_error.contains(
+            "column \"state\" is unreadable: `paused` is not a run state (expected one of: pending,"
+        ),
+        "{run_error}"
+    );
+    let job_error = store.job_get(1).await.unwrap_err().to_string();
+    assert!(
+        job_error
+            .contains("`sleeping` is not a job state (expected one of: stopped, running, done)"),
+        "{job_error}"
+    );
+    db.execute_script(&format!(
+        "UPDATE runs SET state = 'failed' WHERE run_id = {}",
+        run.run_id
+    ))
+    .await;
+    let read = store.run_get(run.run_id).await.unwrap().unwrap();
+    assert_eq!(read.state, RunState::Failed);
 }
 
 async fn jobs_are_found_by_any_part_of_their_name_ignoring_case(db: TestDb) {
