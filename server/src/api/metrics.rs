@@ -166,7 +166,7 @@ async fn cluster_gauges(state: &ApiState, out: &mut String) {
             out,
             "carillon_attempts_in_flight",
             "Attempts running on executors, cluster-wide.",
-            loads.iter().map(|(_, n)| *n).sum::<i64>() as f64,
+            loads.iter().map(|l| l.running).sum::<i64>() as f64,
         );
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::store::{ANY_HANDLER, ExecutorList, ExecutorRecord, JobRecord};
+use crate::store::{ANY_HANDLER, ExecutorList, ExecutorLoad, ExecutorRecord, JobRecord};
 
 /// The executors able to take work now, by app, with what each offers and carries.
 pub(super) struct Fleet {
@@ -21,7 +21,7 @@ pub(super) struct Fleet {
 }
 
 impl Fleet {
-    pub(super) fn new(list: ExecutorList, loads: Vec<(String, i64)>, lease_ms: i64) -> Self {
+    pub(super) fn new(list: ExecutorList, loads: Vec<ExecutorLoad>, lease_ms: i64) -> Self {
         let mut by_app: HashMap<String, Vec<ExecutorRecord>> = HashMap::new();
         let mut app_of: HashMap<String, String> = HashMap::new();
         for e in list.executors {
@@ -45,7 +45,10 @@ impl Fleet {
             by_app,
             handlers,
             registered_handlers,
-            load: loads.into_iter().collect(),
+            load: loads
+                .into_iter()
+                .map(|l| (l.executor_id, l.running))
+                .collect(),
             xxl_busy: HashSet::new(),
             now_ms: list.now_ms,
         }

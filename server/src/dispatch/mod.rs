@@ -232,7 +232,13 @@ impl Dispatcher {
             millis(self.settings.executor_lease),
         );
         if with_loads && fleet.has_xxl() {
-            fleet.xxl_busy = self.store.xxl_jobs_running().await?.into_iter().collect();
+            fleet.xxl_busy = self
+                .store
+                .xxl_jobs_running()
+                .await?
+                .into_iter()
+                .map(|r| (r.executor_id, r.job_id))
+                .collect();
         }
         Ok(fleet)
     }

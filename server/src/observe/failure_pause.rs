@@ -25,17 +25,19 @@ pub struct FailedJobs {
 impl FailedJobs {
     /// A run of `job_id` failed for good.
     pub fn note(&self, job_id: i64) {
-        if let Ok(mut jobs) = self.jobs.lock() {
-            jobs.insert(job_id);
-        }
+        self.jobs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(job_id);
         self.wake.notify_one();
     }
 
     fn take(&self) -> Vec<i64> {
         self.jobs
             .lock()
-            .map(|mut jobs| jobs.drain().collect())
-            .unwrap_or_default()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .drain()
+            .collect()
     }
 }
 

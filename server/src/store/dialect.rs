@@ -412,7 +412,7 @@ queries! {
         shard_total, attempt_no, lost_before, priority, args_json, state, created_at_ms, \
         not_before_ms, avoid_executor_id, executor_id) \
         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', {now}, {now} + ?, ?, ?)";
-    executor_loads = "SELECT executor_id, COUNT(*) FROM attempts \
+    executor_loads = "SELECT executor_id, COUNT(*) AS running FROM attempts \
         WHERE state = 'running' AND executor_id IS NOT NULL GROUP BY executor_id";
     xxl_jobs_running = "SELECT a.executor_id, a.job_id FROM executors e \
         JOIN attempts a ON a.executor_id = e.executor_id \

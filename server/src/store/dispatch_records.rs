@@ -42,6 +42,20 @@ pub struct ExecutorRecord {
     pub lease_ms: i64,
 }
 
+/// How many attempts an executor is running, cluster-wide.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ExecutorLoad {
+    pub executor_id: String,
+    pub running: i64,
+}
+
+/// A job with an attempt running on an XXL-JOB executor (which runs one of a job at a time).
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct XxlJobRunning {
+    pub executor_id: String,
+    pub job_id: i64,
+}
+
 /// The executor protocols (`executors.protocol`).
 pub mod executor_protocol {
     pub const CARILLON: &str = "carillon";

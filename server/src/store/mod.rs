@@ -36,8 +36,9 @@ pub use cluster_records::{
     PartitionChange, PartitionEpoch, PartitionRecord,
 };
 pub use dispatch_records::{
-    ANY_HANDLER, AttemptEnd, AttemptEnded, AttemptRecord, DueAttempt, ExecutorList, ExecutorRecord,
-    ExecutorRegistration, LateRun, MinuteCount, NewAttempt, RunFilter, executor_protocol,
+    ANY_HANDLER, AttemptEnd, AttemptEnded, AttemptRecord, DueAttempt, ExecutorList, ExecutorLoad,
+    ExecutorRecord, ExecutorRegistration, LateRun, MinuteCount, NewAttempt, RunFilter,
+    XxlJobRunning, executor_protocol,
 };
 pub use error::Error;
 pub use history_records::{
@@ -382,11 +383,11 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
     async fn attempts_end(&self, ends: &[(i64, AttemptEnd)]) -> Result<Vec<AttemptEnded>, Error>;
 
     /// Running attempts per executor, cluster-wide.
-    async fn executor_loads(&self) -> Result<Vec<(String, i64)>, Error>;
+    async fn executor_loads(&self) -> Result<Vec<ExecutorLoad>, Error>;
 
-    /// The jobs with an attempt running on an XXL-JOB executor, as (executor, job) pairs,
-    /// cluster-wide: such an executor runs one attempt of a job at a time.
-    async fn xxl_jobs_running(&self) -> Result<Vec<(String, i64)>, Error>;
+    /// The jobs with an attempt running on an XXL-JOB executor, cluster-wide: such an
+    /// executor runs one attempt of a job at a time.
+    async fn xxl_jobs_running(&self) -> Result<Vec<XxlJobRunning>, Error>;
 
     /// Runs finished in `[since_ms, until_ms)`, counted per minute of finishing and state,
     /// with how many of them were first dispatched more than `late_ms` after their instant.

@@ -553,17 +553,17 @@ macro_rules! dispatch_store {
                     .collect())
             }
 
-            async fn executor_loads(&self) -> Result<Vec<(String, i64)>, Error> {
+            async fn executor_loads(&self) -> Result<Vec<ExecutorLoad>, Error> {
                 Ok(
-                    sqlx::query_as::<$db, (String, i64)>(sql(&self.q.executor_loads))
+                    sqlx::query_as::<$db, ExecutorLoad>(sql(&self.q.executor_loads))
                         .fetch_all(&self.pool)
                         .await?,
                 )
             }
 
-            async fn xxl_jobs_running(&self) -> Result<Vec<(String, i64)>, Error> {
+            async fn xxl_jobs_running(&self) -> Result<Vec<XxlJobRunning>, Error> {
                 Ok(
-                    sqlx::query_as::<$db, (String, i64)>(sql(&self.q.xxl_jobs_running))
+                    sqlx::query_as::<$db, XxlJobRunning>(sql(&self.q.xxl_jobs_running))
                         .fetch_all(&self.pool)
                         .await?,
                 )

@@ -39,8 +39,9 @@ use sqlx::{AssertSqlSafe, Connection, Executor, Transaction};
 use super::child_records::{ChildRunRef, ChildStore, EndedRun, FollowUpEvents, FollowedUp};
 use super::dialect::Queries;
 use super::dispatch_records::{
-    AttemptEnd, AttemptEnded, AttemptRecord, DueAttempt, ExecutorList, ExecutorRecord,
-    ExecutorRegistration, LateRun, MinuteCount, NewAttempt, RunFilter,
+    AttemptEnd, AttemptEnded, AttemptRecord, DueAttempt, ExecutorList, ExecutorLoad,
+    ExecutorRecord, ExecutorRegistration, LateRun, MinuteCount, NewAttempt, RunFilter,
+    XxlJobRunning,
 };
 use super::history_records::{FINISHED_STATES, JobHistoryRule, PurgeScope, PurgeStep, Purged};
 use super::job_records::{
