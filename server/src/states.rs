@@ -108,10 +108,6 @@ impl RunState {
         RunState::Skipped,
         RunState::NoExecutor,
     ];
-
-    pub fn is_finished(self) -> bool {
-        !Self::UNFINISHED.contains(&self)
-    }
 }
 
 text_enum! {

@@ -219,12 +219,6 @@ const FINISHED_FILTER: &str = "done";
 
 const RUN_SORTS: &[&str] = &["-created", "created"];
 
-/// The states a dead letter ends in (the store's definition, which retention keeps apart).
-const DEAD_STATES: [&str; 2] = [
-    DEAD_LETTER_STATES[0].as_str(),
-    DEAD_LETTER_STATES[1].as_str(),
-];
-
 /// A page of the runs `query` asks for, in listing `listing` (whose cursors it takes).
 pub(super) async fn page_of(
     state: &ApiState,
@@ -309,7 +303,13 @@ pub(super) async fn dead_letters(
         ));
     }
     Ok(Json(
-        page_of(&state, "dead-letters", query, &DEAD_STATES).await?,
+        page_of(
+            &state,
+            "dead-letters",
+            query,
+            &DEAD_LETTER_STATES.map(RunState::as_str),
+        )
+        .await?,
     ))
 }
 

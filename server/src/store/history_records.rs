@@ -3,10 +3,6 @@
 
 use crate::states::RunState;
 
-/// The run states a purge may delete: finished ones only. A pending, queued or running run is
-/// never deleted, whatever its age.
-pub const FINISHED_STATES: [RunState; 5] = RunState::FINISHED;
-
 /// The finished states of a dead letter: failed after its last attempt, or never dispatched.
 pub const DEAD_LETTER_STATES: [RunState; 2] = [RunState::Failed, RunState::NoExecutor];
 
@@ -28,7 +24,7 @@ pub enum PurgeStates {
 impl PurgeStates {
     pub fn states(self) -> &'static [RunState] {
         match self {
-            PurgeStates::Finished => &FINISHED_STATES,
+            PurgeStates::Finished => &RunState::FINISHED,
             PurgeStates::DeadLetters => &DEAD_LETTER_STATES,
             PurgeStates::NotDeadLetters => &SETTLED_STATES,
         }

@@ -42,7 +42,7 @@ pub use dispatch_records::{
 };
 pub use error::Error;
 pub use history_records::{
-    DEAD_LETTER_STATES, FINISHED_STATES, JobHistoryRule, PurgeScope, PurgeStates, PurgeStep, Purged,
+    DEAD_LETTER_STATES, JobHistoryRule, PurgeScope, PurgeStates, PurgeStep, Purged,
 };
 pub use job_records::{
     ClaimOutcome, JobChanges, JobFilter, JobInsert, JobKey, JobOrder, JobPolicyRow, JobRecord,

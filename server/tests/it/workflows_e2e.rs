@@ -42,6 +42,13 @@ async fn post(node: &NodeProcess, path: &str, body: Value) -> Value {
     answer
 }
 
+/// Cancels through `path`, which must answer 200; the answer.
+async fn cancel(node: &NodeProcess, path: &str) -> Value {
+    let (status, answer) = node.call(Method::POST, path, None).await;
+    assert_eq!(status, 200, "{path}: {answer}");
+    answer
+}
+
 /// The workflow run `id` once it has ended.
 async fn ended(node: &NodeProcess, id: &Value) -> Value {
     wait_for(
@@ -413,14 +420,11 @@ async fn workflows_run_their_steps_in_order_once_each(db: TestDb) {
         },
     )
     .await;
-    let (status, cancelled) = node
-        .call(
-            Method::POST,
-            &format!("/api/v1/workflow-runs/{}/cancel", second["id"]),
-            None,
-        )
-        .await;
-    assert_eq!(status, 200, "{cancelled}");
+    let cancelled = cancel(
+        &node,
+        &format!("/api/v1/workflow-runs/{}/cancel", second["id"]),
+    )
+    .await;
     assert_eq!(cancelled["state"], "cancelled");
     assert_eq!(
         step_states(&cancelled),
@@ -453,14 +457,7 @@ async fn workflows_run_their_steps_in_order_once_each(db: TestDb) {
     )
     .await;
     let inner_run = inner_first_step_running(&node, &outer_run["id"]).await;
-    let (status, cancelled) = node
-        .call(
-            Method::POST,
-            &format!("/api/v1/workflow-runs/{inner_run}/cancel"),
-            None,
-        )
-        .await;
-    assert_eq!(status, 200, "{cancelled}");
+    cancel(&node, &format!("/api/v1/workflow-runs/{inner_run}/cancel")).await;
     let outer_done = ended(&node, &outer_run["id"]).await;
     assert_eq!(outer_done["state"], "failed", "{outer_done}");
     assert_eq!(
@@ -475,14 +472,11 @@ async fn workflows_run_their_steps_in_order_once_each(db: TestDb) {
     )
     .await;
     let inner_run = inner_first_step_running(&node, &outer_run["id"]).await;
-    let (status, cancelled) = node
-        .call(
-            Method::POST,
-            &format!("/api/v1/workflow-runs/{}/cancel", outer_run["id"]),
-            None,
-        )
-        .await;
-    assert_eq!(status, 200, "{cancelled}");
+    cancel(
+        &node,
+        &format!("/api/v1/workflow-runs/{}/cancel", outer_run["id"]),
+    )
+    .await;
     let inner_done = ended(&node, &inner_run).await;
     assert_eq!(inner_done["state"], "cancelled", "{inner_done}");
     assert_eq!(
@@ -497,14 +491,7 @@ async fn workflows_run_their_steps_in_order_once_each(db: TestDb) {
     )
     .await;
     first_step_running(&node, &third["id"]).await;
-    let (status, cancelled) = node
-        .call(
-            Method::POST,
-            &format!("/api/v1/runs/{}/cancel", third["id"]),
-            None,
-        )
-        .await;
-    assert_eq!(status, 200, "{cancelled}");
+    cancel(&node, &format!("/api/v1/runs/{}/cancel", third["id"])).await;
     let third_done = ended(&node, &third["id"]).await;
     assert_eq!(
         step_states(&third_done),

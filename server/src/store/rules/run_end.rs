@@ -206,6 +206,11 @@ mod tests {
         db
     }
 
+    /// Starts workflow run `run` with empty params; it must start.
+    async fn start(db: &mut MemoryDb, run: &crate::store::RunRecord) {
+        start_workflow_run(db, run, "{}").await.unwrap().unwrap();
+    }
+
     /// Workflow 2 whose only step is workflow 1, whose only step is job 10: both started; the
     /// outer run and the inner one's id.
     async fn nested() -> (MemoryDb, crate::store::RunRecord, i64) {
@@ -213,16 +218,10 @@ mod tests {
         add_workflow(&mut db, 1, r#"{"steps":[{"name":"a","job_id":10}]}"#);
         add_workflow(&mut db, 2, r#"{"steps":[{"name":"inner","job_id":1}]}"#);
         let outer = add_pending_run(&mut db, 2, 1_000, None);
-        start_workflow_run(&mut db, &outer, "{}")
-            .await
-            .unwrap()
-            .unwrap();
+        start(&mut db, &outer).await;
         let inner = db.steps(outer.run_id)[0].run_id.unwrap();
         let inner_run = run_record(&db, inner);
-        start_workflow_run(&mut db, &inner_run, "{}")
-            .await
-            .unwrap()
-            .unwrap();
+        start(&mut db, &inner_run).await;
         (db, outer, inner)
     }
 
@@ -338,10 +337,7 @@ mod tests {
             r#"{"steps":[{"name":"a","job_id":10},{"name":"b","job_id":11,"needs":[{"step":"a"}]}]}"#,
         );
         let workflow_run = add_pending_run(&mut db, 1, 1_000, None);
-        start_workflow_run(&mut db, &workflow_run, "{}")
-            .await
-            .unwrap()
-            .unwrap();
+        start(&mut db, &workflow_run).await;
         let workflow_run = workflow_run.run_id;
         let a_run = db.steps(workflow_run)[0].run_id.unwrap();
         db.attempts[0].state = AttemptState::Running;
@@ -415,10 +411,7 @@ mod tests {
         let mut db = db();
         add_workflow(&mut db, 1, r#"{"steps":[{"name":"a","job_id":10}]}"#);
         let run = add_pending_run(&mut db, 1, 1_000, None);
-        start_workflow_run(&mut db, &run, "{}")
-            .await
-            .unwrap()
-            .unwrap();
+        start(&mut db, &run).await;
         let a_run = db.steps(run.run_id)[0].run_id.unwrap();
         end_run_with_attempts(
             &mut db,

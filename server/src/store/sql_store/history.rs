@@ -90,7 +90,7 @@ macro_rules! history_store {
 
             async fn delete_finished_runs(&mut self, ids: &[i64]) -> Result<Purged, Error> {
                 let list = ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
-                let finished = FINISHED_STATES
+                let finished = RunState::FINISHED
                     .iter()
                     .map(|s| format!("'{s}'"))
                     .collect::<Vec<_>>()

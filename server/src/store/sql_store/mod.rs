@@ -43,7 +43,7 @@ use super::dispatch_records::{
     ExecutorRecord, ExecutorRegistration, LateRun, MinuteCount, NewAttempt, RunFilter,
     XxlJobRunning,
 };
-use super::history_records::{FINISHED_STATES, JobHistoryRule, PurgeScope, PurgeStep, Purged};
+use super::history_records::{JobHistoryRule, PurgeScope, PurgeStep, Purged};
 use super::job_records::{
     ClaimOutcome, JobChanges, JobFilter, JobInsert, JobKey, JobOrder, JobPolicyRow, JobRecord,
     JobWrite, RunClaim, RunRecord, ScheduledJob,

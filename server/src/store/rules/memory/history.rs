@@ -3,8 +3,9 @@
 use async_trait::async_trait;
 
 use super::MemoryDb;
+use crate::states::RunState;
 use crate::store::error::Error;
-use crate::store::history_records::{FINISHED_STATES, PurgeScope, Purged};
+use crate::store::history_records::{PurgeScope, Purged};
 use crate::store::rules::history::{PurgeCandidate, PurgeDriver};
 
 #[async_trait]
@@ -44,7 +45,7 @@ impl PurgeDriver for MemoryDb {
     async fn delete_finished_runs(&mut self, run_ids: &[i64]) -> Result<Purged, Error> {
         let gone = |r: &super::MemoryRun| {
             run_ids.contains(&r.run_id)
-                && FINISHED_STATES.contains(&r.state)
+                && RunState::FINISHED.contains(&r.state)
                 && r.finished_at_ms.is_some()
         };
         let deleted: Vec<i64> = self
