@@ -8,6 +8,19 @@ CREATE TABLE cluster_meta (
     created_at_ms BIGINT NOT NULL
 );
 
+-- Namespaces: every job, task, calendar, executor app and run belongs to one; names are
+-- unique within it. `default` (id 1) holds what is created without naming one.
+CREATE TABLE namespaces (
+    namespace_id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    name VARCHAR(63) NOT NULL,
+    description VARCHAR(1024) NOT NULL DEFAULT '',
+    created_at_ms BIGINT NOT NULL
+);
+CREATE UNIQUE INDEX namespaces_name_idx ON namespaces (name);
+INSERT INTO namespaces (namespace_id, name, description, created_at_ms)
+    VALUES (1, 'default', 'What is created without naming a namespace.',
+    CAST(UNIX_TIMESTAMP(SYSDATE(3)) * 1000 AS SIGNED));
+
 -- Admin nodes. Liveness is heartbeat_at_ms compared with the database clock.
 CREATE TABLE nodes (
     node_id VARCHAR(64) NOT NULL PRIMARY KEY,
@@ -43,7 +56,9 @@ CREATE INDEX partitions_owner_idx ON partitions (owner_node_id);
 CREATE TABLE apps (
     app_name VARCHAR(128) NOT NULL PRIMARY KEY,
     description VARCHAR(1024) NOT NULL,
-    created_at_ms BIGINT NOT NULL
+    created_at_ms BIGINT NOT NULL,
+    -- App names are unique across the cluster; each app belongs to one namespace.
+    namespace_id BIGINT NOT NULL DEFAULT 1
 );
 
 CREATE TABLE executors (
@@ -97,9 +112,10 @@ CREATE TABLE jobs (
     history_max_runs BIGINT NULL,
     -- Scheduled instants fired so far (bounds.max_runs counts them).
     fired_count BIGINT NOT NULL DEFAULT 0,
-    kind VARCHAR(16) NOT NULL DEFAULT 'job'
+    kind VARCHAR(16) NOT NULL DEFAULT 'job',
+    namespace_id BIGINT NOT NULL DEFAULT 1
 );
-CREATE UNIQUE INDEX jobs_name_idx ON jobs (name);
+CREATE UNIQUE INDEX jobs_namespace_name_idx ON jobs (namespace_id, name);
 CREATE INDEX jobs_partition_idx ON jobs (partition_id, state);
 CREATE INDEX jobs_updated_idx ON jobs (updated_at_ms);
 CREATE INDEX jobs_history_keep_idx ON jobs (history_keep_ms);
@@ -128,7 +144,8 @@ CREATE TABLE runs (
     started_at_ms BIGINT NULL,
     finished_at_ms BIGINT NULL,
     message TEXT NULL,
-    input_json TEXT NULL
+    input_json TEXT NULL,
+    namespace_id BIGINT NOT NULL DEFAULT 1
 );
 CREATE UNIQUE INDEX runs_job_instant_idx ON runs (job_id, scheduled_at_ms);
 CREATE INDEX runs_state_idx ON runs (state, partition_id);
@@ -166,13 +183,16 @@ CREATE INDEX attempts_executor_idx ON attempts (executor_id, state);
 -- The dispatch queue in due order.
 CREATE INDEX attempts_pending_due_idx ON attempts (state, not_before_ms, attempt_id);
 
--- Named exclusion calendars shared by jobs (`calendars` in the job document).
+-- Named exclusion calendars shared by the jobs of a namespace (`calendars` in the job
+-- document).
 CREATE TABLE calendars (
-    name VARCHAR(128) NOT NULL PRIMARY KEY,
+    namespace_id BIGINT NOT NULL DEFAULT 1,
+    name VARCHAR(128) NOT NULL,
     definition_json TEXT NOT NULL,
     version BIGINT NOT NULL,
     created_at_ms BIGINT NOT NULL,
-    updated_at_ms BIGINT NOT NULL
+    updated_at_ms BIGINT NOT NULL,
+    PRIMARY KEY (namespace_id, name)
 );
 -- Backfills of past ranges, claimed a few instants at a time by the partition's owner.
 CREATE TABLE backfills (
@@ -197,7 +217,7 @@ CREATE TABLE tasks (
     task_id BIGINT NOT NULL PRIMARY KEY,
     partition_id BIGINT NOT NULL,
     -- The client's idempotency key: one unfinished task per key. A finished task gives its
-    -- key up (set to NULL) when the key is enqueued again.
+    -- key up (set to NULL) when the key is enqueued again. Keys are unique per namespace.
     task_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
     app_name VARCHAR(128) NOT NULL,
     handler_name VARCHAR(128) NOT NULL,
@@ -210,9 +230,10 @@ CREATE TABLE tasks (
     state VARCHAR(16) NOT NULL,
     created_at_ms BIGINT NOT NULL,
     ended_at_ms BIGINT NULL,
-    message TEXT NULL
+    message TEXT NULL,
+    namespace_id BIGINT NOT NULL DEFAULT 1
 );
-CREATE UNIQUE INDEX tasks_key_idx ON tasks (task_key);
+CREATE UNIQUE INDEX tasks_namespace_key_idx ON tasks (namespace_id, task_key);
 -- The windows the owners read: pending tasks in due order.
 CREATE INDEX tasks_pending_due_idx ON tasks (state, due_at_ms);
 

@@ -526,6 +526,7 @@ async fn insert_jobs(
             history_keep_ms: None,
             history_max_runs: None,
             kind: carillon_server::states::JobKind::Job,
+            namespace_id: store::NamespaceId::DEFAULT,
         });
     }
     // Ids below the current millisecond's, counting down: unique among themselves, and never

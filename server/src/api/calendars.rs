@@ -15,7 +15,7 @@ use super::params::NameParam;
 use super::{ApiError, ApiState, rfc3339};
 use crate::jobs::{JobDefinition, JobPolicy, check_calendar_name};
 use crate::schedule::calendar::{Calendar, CalendarRange, CalendarSpec};
-use crate::store::CalendarRecord;
+use crate::store::{CalendarRecord, NamespaceId};
 
 /// A calendar as the API shows it: its definition's fields with its name and version. (Not a
 /// flattened `CalendarSpec`: that one refuses unknown fields, so its schema would refuse these.)
@@ -74,6 +74,7 @@ pub(super) async fn list(State(state): State<ApiState>) -> Result<Json<CalendarL
         .calendars_list()
         .await?
         .into_iter()
+        .filter(|c| c.namespace_id == NamespaceId::DEFAULT)
         .map(view_of)
         .collect::<Result<_, _>>()?;
     Ok(Json(CalendarList { calendars }))
@@ -88,7 +89,7 @@ pub(super) async fn get(
 ) -> Result<Json<CalendarView>, ApiError> {
     let record = state
         .store
-        .calendar_get(&name)
+        .calendar_get(NamespaceId::DEFAULT, &name)
         .await?
         .ok_or_else(|| ApiError::missing(format!("calendar {name:?}")))?;
     Ok(Json(view_of(record)?))
@@ -115,10 +116,18 @@ pub(super) async fn put(
     Calendar::parse(&spec).map_err(|e| ApiError::invalid(&e.field, e.message))?;
     let json = serde_json::to_string(&spec).map_err(|e| unreadable(&name, &e))?;
     let expected = super::jobs::if_match(&headers)?;
-    if let Some(updated) = state.store.calendar_update(&name, &json, expected).await? {
+    if let Some(updated) = state
+        .store
+        .calendar_update(NamespaceId::DEFAULT, &name, &json, expected)
+        .await?
+    {
         return Ok((StatusCode::OK, Json(view_of(updated)?)));
     }
-    match (state.store.calendar_get(&name).await?, expected) {
+    let current = state
+        .store
+        .calendar_get(NamespaceId::DEFAULT, &name)
+        .await?;
+    match (current, expected) {
         (Some(current), _) => Err(ApiError::PreconditionFailed(format!(
             "calendar {name:?} is at version {}, not {}: read it again and reapply your change",
             current.version,
@@ -126,7 +135,10 @@ pub(super) async fn put(
         ))),
         (None, Some(_)) => Err(ApiError::missing(format!("calendar {name:?}"))),
         (None, None) => {
-            let created = state.store.calendar_insert(&name, &json).await?;
+            let created = state
+                .store
+                .calendar_insert(NamespaceId::DEFAULT, &name, &json)
+                .await?;
             Ok((StatusCode::CREATED, Json(view_of(created)?)))
         }
     }
@@ -145,7 +157,7 @@ pub(super) async fn delete(
 ) -> Result<StatusCode, ApiError> {
     let users: Vec<String> = state
         .store
-        .jobs_naming_calendar(&name)
+        .jobs_naming_calendar(NamespaceId::DEFAULT, &name)
         .await?
         .into_iter()
         .filter(|job| {
@@ -160,25 +172,31 @@ pub(super) async fn delete(
             users.join(", ")
         )));
     }
-    if state.store.calendar_delete(&name).await? {
+    if state
+        .store
+        .calendar_delete(NamespaceId::DEFAULT, &name)
+        .await?
+    {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::missing(format!("calendar {name:?}")))
     }
 }
 
-/// Refuses a job that names a calendar that does not exist.
+/// Refuses a job of `namespace` that names a calendar that does not exist there.
 pub(super) async fn check_named(
     state: &ApiState,
+    namespace: NamespaceId,
     definition: &JobDefinition,
 ) -> Result<(), ApiError> {
-    check_named_known(state, definition, &mut HashMap::new()).await
+    check_named_known(state, namespace, definition, &mut HashMap::new()).await
 }
 
 /// [`check_named`], remembering in `known` which names exist, so that many jobs naming the
 /// same calendars (a bulk create) look each up once.
 pub(super) async fn check_named_known(
     state: &ApiState,
+    namespace: NamespaceId,
     definition: &JobDefinition,
     known: &mut HashMap<String, bool>,
 ) -> Result<(), ApiError> {
@@ -186,7 +204,7 @@ pub(super) async fn check_named_known(
         let exists = match known.get(name) {
             Some(exists) => *exists,
             None => {
-                let exists = state.store.calendar_get(name).await?.is_some();
+                let exists = state.store.calendar_get(namespace, name).await?.is_some();
                 known.insert(name.clone(), exists);
                 exists
             }
@@ -203,18 +221,20 @@ pub(super) async fn check_named_known(
     Ok(())
 }
 
-/// The calendars of `names`, parsed, for a preview.
+/// The calendars of `namespace` named `names`, parsed, for a preview.
 pub(super) async fn load_named(
     state: &ApiState,
+    namespace: NamespaceId,
     names: &[String],
 ) -> Result<Vec<(String, Calendar)>, ApiError> {
     let mut calendars = Vec::with_capacity(names.len());
     for (i, name) in names.iter().enumerate() {
         let field = format!("calendars[{i}]");
-        let record =
-            state.store.calendar_get(name).await?.ok_or_else(|| {
-                ApiError::invalid(&field, format!("there is no calendar {name:?}"))
-            })?;
+        let record = state
+            .store
+            .calendar_get(namespace, name)
+            .await?
+            .ok_or_else(|| ApiError::invalid(&field, format!("there is no calendar {name:?}")))?;
         let calendar = Calendar::from_stored(&record.definition_json)
             .map_err(|why| ApiError::invalid(&field, format!("calendar {name:?}: {why}")))?;
         calendars.push((name.clone(), calendar));

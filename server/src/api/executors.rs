@@ -19,7 +19,7 @@ use crate::dispatch::finish::{Ending, finish_attempt_by};
 use crate::jobs::JobInput;
 use crate::schedule::ScheduleSpec;
 use crate::states::AttemptState;
-use crate::store::{self, ExecutorRegistration, executor_protocol};
+use crate::store::{self, ExecutorRegistration, NamespaceId, executor_protocol};
 
 /// Refuses an app-limited token acting for another app's executor.
 pub(super) async fn check_scope(
@@ -193,7 +193,7 @@ async fn create_declared_job(
             return;
         }
     };
-    match super::jobs::insert(state, &definition, true).await {
+    match super::jobs::insert(state, NamespaceId::DEFAULT, &definition, true).await {
         Ok(_) => info!(job = %definition.name, "created the job declared in code"),
         Err(store::Error::Conflict { .. }) => {}
         Err(err) => {

@@ -19,7 +19,7 @@ use crate::jobs::{
 };
 use crate::schedule::{NextHints, ScheduleSpec};
 use crate::states::{JobKind, JobState};
-use crate::store::{self, JobFilter, JobKey, JobOrder, JobRecord, JobWrite};
+use crate::store::{self, JobFilter, JobKey, JobOrder, JobRecord, JobWrite, NamespaceId};
 
 impl From<JobError> for ApiError {
     fn from(err: JobError) -> Self {
@@ -76,7 +76,8 @@ pub(super) fn definition_of(record: &JobRecord) -> Result<JobDefinition, ApiErro
     })
 }
 
-pub(super) fn write_of(definition: &JobDefinition) -> JobWrite {
+/// The row of `definition`, a job of `namespace` (kept by an edit: jobs do not move).
+pub(super) fn write_of(namespace: NamespaceId, definition: &JobDefinition) -> JobWrite {
     // Serialising our own plain data types cannot fail.
     let json = |value: serde_json::Result<String>| value.unwrap_or_else(|_| "null".to_owned());
     JobWrite {
@@ -98,6 +99,7 @@ pub(super) fn write_of(definition: &JobDefinition) -> JobWrite {
             .and_then(|h| h.max_runs)
             .map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
         kind: JobKind::Job,
+        namespace_id: namespace,
     }
 }
 
@@ -216,14 +218,15 @@ pub(super) fn a_job(record: &JobRecord) -> Result<(), ApiError> {
     }
 }
 
-/// Stores a new job under a freshly drawn id (drawing again if the id is taken); a taken name
-/// is [`store::Error::Conflict`].
+/// Stores a new job of `namespace` under a freshly drawn id (drawing again if the id is
+/// taken); a name taken in the namespace is [`store::Error::Conflict`].
 pub(super) async fn insert(
     state: &ApiState,
+    namespace: NamespaceId,
     definition: &JobDefinition,
     start: bool,
 ) -> Result<JobRecord, store::Error> {
-    insert_write(state, &write_of(definition), start).await
+    insert_write(state, &write_of(namespace, definition), start).await
 }
 
 /// [`insert`] of a row already written out (a workflow's), in the partition its id hashes to.
@@ -284,9 +287,10 @@ pub(super) async fn create(
     if start || definition.schedule.manual.is_none() {
         check_fires(&state, &definition)?;
     }
-    super::calendars::check_named(&state, &definition).await?;
+    let namespace = NamespaceId::DEFAULT;
+    super::calendars::check_named(&state, namespace, &definition).await?;
     super::children::check(&state, None, &definition.name, &definition.policy.children).await?;
-    let record = insert(&state, &definition, start).await?;
+    let record = insert(&state, namespace, &definition, start).await?;
     let mut headers = HeaderMap::new();
     if let Ok(location) = HeaderValue::from_str(&format!("/api/v1/jobs/{}", record.job_id)) {
         headers.insert(header::LOCATION, location);
@@ -364,6 +368,7 @@ pub(super) async fn list(
         _ => JobOrder::NewestFirst,
     };
     let filter = JobFilter {
+        namespace: Some(NamespaceId::DEFAULT),
         kind: Some(JobKind::Job),
         app: query.app,
         state: query.state,
@@ -467,7 +472,7 @@ pub(super) async fn update(
     if record.state == JobState::Running {
         check_fires(&state, &definition)?;
     }
-    super::calendars::check_named(&state, &definition).await?;
+    super::calendars::check_named(&state, record.namespace_id, &definition).await?;
     super::children::check(
         &state,
         Some(id),
@@ -477,7 +482,11 @@ pub(super) async fn update(
     .await?;
     let updated = state
         .store
-        .job_update(id, record.version, &write_of(&definition))
+        .job_update(
+            id,
+            record.version,
+            &write_of(record.namespace_id, &definition),
+        )
         .await?
         .ok_or_else(|| {
             ApiError::Conflict(format!(

@@ -16,7 +16,7 @@ use super::error::Problem;
 use super::jobs::{check_fires, write_of};
 use super::{ApiError, ApiState};
 use crate::jobs::{ItemError, JobDefinition, JobInput, new_job_id, partition_of};
-use crate::store::{self, JobInsert};
+use crate::store::{self, JobInsert, NamespaceId};
 
 /// Most jobs in one request.
 pub(super) const MAX_BULK_JOBS: usize = 100_000;
@@ -182,7 +182,8 @@ async fn check_one(
     if start || definition.schedule.manual.is_none() {
         check_fires(state, &definition)?;
     }
-    super::calendars::check_named_known(state, &definition, calendars_known).await?;
+    super::calendars::check_named_known(state, NamespaceId::DEFAULT, &definition, calendars_known)
+        .await?;
     super::children::check(state, None, &definition.name, &definition.policy.children).await?;
     Ok((definition, start))
 }
@@ -210,7 +211,7 @@ async fn names_free(
     // ignores case; PostgreSQL's and SQLite's do not, and return only exact ones).
     let taken: HashMap<String, i64> = state
         .store
-        .jobs_named(&names)
+        .jobs_named(NamespaceId::DEFAULT, &names)
         .await?
         .into_iter()
         .map(|(name, id)| (name.to_lowercase(), id))
@@ -252,7 +253,7 @@ fn rows_of(
             JobInsert {
                 job_id,
                 partition_id: partition_of(job_id, state.partition_count),
-                write: write_of(definition),
+                write: write_of(NamespaceId::DEFAULT, definition),
                 start: *start,
             }
         })

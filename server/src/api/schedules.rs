@@ -11,6 +11,7 @@ use super::body::JsonBody;
 use super::{ApiError, ApiState};
 use crate::jobs::{Bounds, JobError, jitter_delay_ms, window_of};
 use crate::schedule::{NextHints, Schedule, ScheduleSpec, parse_zone};
+use crate::store::NamespaceId;
 
 const MAX_COUNT: usize = 1_000;
 
@@ -88,7 +89,8 @@ pub(super) async fn preview(
     let schedule = Schedule::parse(&request.schedule, zone)
         .map_err(JobError::from)?
         .within(window);
-    let calendars = super::calendars::load_named(&state, &request.calendars).await?;
+    let calendars =
+        super::calendars::load_named(&state, NamespaceId::DEFAULT, &request.calendars).await?;
     let hints = NextHints {
         anchor: Some(after),
         cursor: None,

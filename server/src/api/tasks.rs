@@ -19,7 +19,7 @@ use crate::jobs::ItemError;
 use crate::jobs::partition_of;
 use crate::schedule::parse_instant;
 use crate::states::TaskState;
-use crate::store::{Enqueued, TaskFilter, TaskRecord, TaskWrite};
+use crate::store::{Enqueued, NamespaceId, TaskFilter, TaskRecord, TaskWrite};
 use crate::tasks::{TaskBatch, TaskInput, check_batch};
 
 /// A task as the API shows it.
@@ -178,6 +178,7 @@ pub(super) async fn enqueue(
         .map(|(task, id)| TaskWrite {
             task_id: id,
             partition_id: partition_of(id, state.partition_count),
+            namespace_id: NamespaceId::DEFAULT,
             key: task.key,
             app_name: task.app,
             handler_name: task.handler,
@@ -332,7 +333,7 @@ pub(super) async fn list(
     QueryParams(q): QueryParams<TasksQuery>,
 ) -> Result<Json<TaskPage>, ApiError> {
     if let Some(key) = &q.key {
-        let found = state.store.task_by_key(key).await?;
+        let found = state.store.task_by_key(NamespaceId::DEFAULT, key).await?;
         return Ok(Json(TaskPage {
             items: found
                 .into_iter()
@@ -358,6 +359,7 @@ pub(super) async fn list(
         .map(|c| paging::position_id(c, "tasks", "-id"))
         .transpose()?;
     let filter = TaskFilter {
+        namespace: Some(NamespaceId::DEFAULT),
         app: q.app,
         handler: q.handler,
         state: q.state,
@@ -432,7 +434,7 @@ pub(super) async fn cancel_by_key(
 ) -> Result<Json<TaskView>, ApiError> {
     let task = state
         .store
-        .task_by_key(&q.key)
+        .task_by_key(NamespaceId::DEFAULT, &q.key)
         .await?
         .ok_or_else(|| ApiError::missing(format!("task with key {:?}", q.key)))?;
     cancel_task(&state, task.task_id).await.map(Json)

@@ -25,7 +25,7 @@ use crate::clock::rfc3339;
 use crate::jobs::{JobDefinition, Misfire, Overlap};
 use crate::schedule::ScheduleSpec;
 use crate::states::{JobKind, JobState};
-use crate::store::{JobFilter, JobOrder, JobRecord};
+use crate::store::{JobFilter, JobOrder, JobRecord, NamespaceId};
 use crate::workflows::input::{JobRef, NeedInput, StepInput, WorkflowInput};
 use crate::workflows::{Definition, Need, Step, graph};
 
@@ -68,9 +68,13 @@ pub(super) struct TriggerInput {
 
 /// Checks a workflow document whole, before anything is written: the workflow as a job, the
 /// graph, each step's own handler or job (a job named by name is resolved to its id here).
-async fn checked(state: &ApiState, input: &mut WorkflowInput) -> Result<JobDefinition, ApiError> {
+async fn checked(
+    state: &ApiState,
+    namespace: NamespaceId,
+    input: &mut WorkflowInput,
+) -> Result<JobDefinition, ApiError> {
     let definition = input.job_definition()?;
-    resolve_job_names(state, input).await?;
+    resolve_job_names(state, namespace, input).await?;
     let needs: Vec<Vec<Need>> = input
         .steps
         .iter()
@@ -121,7 +125,11 @@ async fn checked(state: &ApiState, input: &mut WorkflowInput) -> Result<JobDefin
 
 /// Replaces each step's job given by name with its id (names are unique), else a `400` naming
 /// the step's field; `checked` then refuses a workflow's own step as it would by id.
-async fn resolve_job_names(state: &ApiState, input: &mut WorkflowInput) -> Result<(), ApiError> {
+async fn resolve_job_names(
+    state: &ApiState,
+    namespace: NamespaceId,
+    input: &mut WorkflowInput,
+) -> Result<(), ApiError> {
     let names: Vec<String> = input
         .steps
         .iter()
@@ -135,7 +143,7 @@ async fn resolve_job_names(state: &ApiState, input: &mut WorkflowInput) -> Resul
     }
     // One lookup for every step; the database compares names as it does for uniqueness
     // (ignoring case on MySQL): an exact match first.
-    let found = state.store.jobs_named(&names).await?;
+    let found = state.store.jobs_named(namespace, &names).await?;
     for (i, step) in input.steps.iter_mut().enumerate() {
         let Some(JobRef::Name(name)) = &step.job else {
             continue;
@@ -175,7 +183,7 @@ async fn save_steps(
         );
         let job_id = match step.own_job(i, &name)? {
             Some(own) => {
-                let mut write = write_of(&own);
+                let mut write = write_of(workflow.namespace_id, &own);
                 write.kind = JobKind::Step;
                 insert_write_in(state, &write, false, Some(workflow.partition_id))
                     .await?
@@ -342,12 +350,13 @@ pub(super) async fn create(
     State(state): State<ApiState>,
     JsonBody(mut input): JsonBody<WorkflowInput>,
 ) -> Result<(StatusCode, Json<WorkflowView>), ApiError> {
-    let definition = checked(&state, &mut input).await?;
+    let namespace = NamespaceId::DEFAULT;
+    let definition = checked(&state, namespace, &mut input).await?;
     if input.start {
         check_fires(&state, &definition)?;
     }
-    super::calendars::check_named(&state, &definition).await?;
-    let mut write = write_of(&definition);
+    super::calendars::check_named(&state, namespace, &definition).await?;
+    let mut write = write_of(namespace, &definition);
     write.kind = JobKind::Workflow;
     // Started only once its steps are stored: a run must find its definition.
     let mut record = insert_write(&state, &write, false).await?;
@@ -371,16 +380,16 @@ pub(super) async fn update(
     JsonBody(mut input): JsonBody<WorkflowInput>,
 ) -> Result<Json<WorkflowView>, ApiError> {
     let record = load_workflow(&state, id).await?;
-    let definition = checked(&state, &mut input).await?;
+    let definition = checked(&state, record.namespace_id, &mut input).await?;
     if record.state == JobState::Running {
         check_fires(&state, &definition)?;
     }
-    super::calendars::check_named(&state, &definition).await?;
+    super::calendars::check_named(&state, record.namespace_id, &definition).await?;
     // The same document again changes nothing (no new version, no new steps' jobs).
     if unchanged(&state, &record, &definition, &input).await? {
         return Ok(Json(view_of(&state, record).await?));
     }
-    let mut write = write_of(&definition);
+    let mut write = write_of(record.namespace_id, &definition);
     write.kind = JobKind::Workflow;
     let updated = state
         .store

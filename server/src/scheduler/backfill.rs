@@ -21,7 +21,9 @@ use crate::observe::NodeMetrics;
 use crate::schedule::calendar::Calendar;
 use crate::schedule::{NextHints, Schedule, ScheduleSpec, parse_zone};
 use crate::states::{RunState, TriggerKind};
-use crate::store::{self, BackfillRecord, BackfillStep, JobRecord, JobStore, PolicyStore};
+use crate::store::{
+    self, BackfillRecord, BackfillStep, JobRecord, JobStore, NamespaceId, PolicyStore,
+};
 
 /// Most instants one step claims, whatever `max_in_flight` allows.
 const MAX_STEP: usize = 100;
@@ -131,6 +133,7 @@ impl BackfillDriver {
             cursor_ms,
             instants,
             priority: 5,
+            namespace_id: NamespaceId::DEFAULT,
             done,
             message,
         };
@@ -161,7 +164,7 @@ impl BackfillDriver {
         if room == 0 {
             return Ok(None);
         }
-        let calendars = self.calendars(&policy.calendars).await?;
+        let calendars = self.calendars(job.namespace_id, &policy.calendars).await?;
         // An `every` schedule keeps the grid of the job's (last) start.
         let hints = NextHints {
             anchor: job.started_at_ms.and_then(DateTime::from_timestamp_millis),
@@ -203,15 +206,20 @@ impl BackfillDriver {
         }
         let mut planned = step(instants, cursor, done, None);
         planned.priority = i64::from(policy.priority);
+        planned.namespace_id = job.namespace_id;
         Ok(Some(planned))
     }
 
-    async fn calendars(&self, names: &[String]) -> Result<Vec<(String, Calendar)>, store::Error> {
+    async fn calendars(
+        &self,
+        namespace: NamespaceId,
+        names: &[String],
+    ) -> Result<Vec<(String, Calendar)>, store::Error> {
         let mut calendars = Vec::with_capacity(names.len());
         for name in names {
             let parsed = self
                 .policies
-                .calendar_get(name)
+                .calendar_get(namespace, name)
                 .await?
                 .and_then(|r| Calendar::from_stored(&r.definition_json).ok());
             if let Some(calendar) = parsed {

@@ -62,8 +62,9 @@ impl Scheduler {
             self.exhausted.push((job.job_id, job.version));
             return;
         }
-        let calendars = self.calendar_set_of(&policy.calendars);
-        self.calendars.note_names(&policy.calendars);
+        let calendars = self.calendar_set_of(job.namespace_id, &policy.calendars);
+        self.calendars
+            .note_names(job.namespace_id, &policy.calendars);
         if schedule.fixed_delay().is_some() {
             self.load_fixed_delay(
                 &job,
@@ -109,6 +110,7 @@ impl Scheduler {
         let loaded = LoadedJob {
             version: job.version,
             partition_id: job.partition_id,
+            namespace_id: job.namespace_id,
             anchor_ms: job.started_at_ms,
             next_ms: planned.next,
             schedule: schedule_index,

@@ -32,8 +32,10 @@ use crate::observe::NodeMetrics;
 use crate::schedule::{NextHints, Schedule};
 use crate::states::{JobState, RunState, TriggerKind};
 use crate::store::{
-    self, ClaimOutcome, JobStore, OverlapRule, PolicyStore, RunClaim, StandbyStore, Store,
+    self, ClaimOutcome, JobStore, NamespaceId, OverlapRule, PolicyStore, RunClaim, StandbyStore,
+    Store,
 };
+use policies::CalendarSet;
 use timer::{Timer, TimerEntry};
 
 /// The scheduler's settings.
@@ -81,6 +83,8 @@ const CHANGE_PAGE: i64 = 10_000;
 struct LoadedJob {
     version: i64,
     partition_id: i64,
+    /// Carried into its runs' rows.
+    namespace_id: NamespaceId,
     anchor_ms: Option<i64>,
     next_ms: Option<i64>,
     /// Index into `Scheduler::schedule_table`, or [`ONE_SHOT`].
@@ -157,9 +161,9 @@ pub struct Scheduler {
     /// Woken when runs are claimed, so they are dispatched at once rather than at its next tick.
     dispatcher: Arc<tokio::sync::Notify>,
     /// The lists of calendars jobs name, each kept once, by index.
-    calendar_sets: Vec<Vec<String>>,
-    calendar_set_ids: HashMap<Vec<String>, u32>,
-    /// Every calendar as last read, by name.
+    calendar_sets: Vec<CalendarSet>,
+    calendar_set_ids: HashMap<CalendarSet, u32>,
+    /// Every calendar as last read, by namespace and name.
     calendars: policies::Calendars,
     /// `fixed_delay` jobs waiting for the run of their last fired instant to end.
     awaiting_end: HashMap<i64, i64>,
@@ -377,6 +381,7 @@ impl Scheduler {
         };
         Some(RunClaim {
             job_id,
+            namespace_id: job.namespace_id,
             job_version: job.version,
             partition_id: job.partition_id,
             epoch,

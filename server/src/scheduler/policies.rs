@@ -14,12 +14,18 @@ use crate::jobs::JobPolicy;
 use crate::schedule::calendar::Calendar;
 use crate::schedule::{NextHints, Schedule};
 use crate::states::RunState;
-use crate::store::{self, JobInstant, ScheduledJob};
+use crate::store::{self, JobInstant, NamespaceId, ScheduledJob};
 
-/// Every calendar as last read: its version and parsed definition (`None`: unreadable).
+/// The calendars a job names: its namespace's, by name.
+pub(super) type CalendarSet = (NamespaceId, Vec<String>);
+
+/// A calendar as last read: its version and parsed definition (`None`: unreadable).
+type ReadCalendar = (i64, Option<Arc<Calendar>>);
+
+/// Every calendar as last read, by namespace and name.
 #[derive(Debug, Default)]
 pub(super) struct Calendars {
-    by_name: HashMap<String, (i64, Option<Arc<Calendar>>)>,
+    by_name: HashMap<(NamespaceId, String), ReadCalendar>,
     /// Whether they have been read at all.
     read_once: bool,
     /// A job loaded since the last read names a calendar that read did not have.
@@ -27,37 +33,46 @@ pub(super) struct Calendars {
 }
 
 impl Calendars {
-    /// A job naming these calendars was loaded: unknown names call for a read.
-    pub(super) fn note_names(&mut self, names: &[String]) {
-        if names.iter().any(|name| !self.by_name.contains_key(name)) {
+    /// A job of `namespace` naming these calendars was loaded: unknown names call for a read.
+    pub(super) fn note_names(&mut self, namespace: NamespaceId, names: &[String]) {
+        if names
+            .iter()
+            .any(|name| !self.by_name.contains_key(&(namespace, name.clone())))
+        {
             self.stale = true;
         }
     }
 }
 
 impl Scheduler {
-    /// The index of a job's list of calendars, kept once per distinct list.
-    pub(super) fn calendar_set_of(&mut self, names: &[String]) -> u32 {
+    /// The index of a job's list of calendars (in its namespace), kept once per distinct list.
+    pub(super) fn calendar_set_of(&mut self, namespace: NamespaceId, names: &[String]) -> u32 {
         if names.is_empty() {
             return NO_CALENDARS;
         }
-        if let Some(&index) = self.calendar_set_ids.get(names) {
+        let set = (namespace, names.to_vec());
+        if let Some(&index) = self.calendar_set_ids.get(&set) {
             return index;
         }
         let Ok(index) = u32::try_from(self.calendar_sets.len()) else {
             return NO_CALENDARS;
         };
-        self.calendar_sets.push(names.to_vec());
-        self.calendar_set_ids.insert(names.to_vec(), index);
+        self.calendar_sets.push(set.clone());
+        self.calendar_set_ids.insert(set, index);
         index
     }
 
     /// Why the instant `at` of a job with calendar list `set` is skipped, if it is.
     pub(super) fn calendar_skip(&self, set: u32, at: i64) -> Option<String> {
-        let names = self.calendar_sets.get(set as usize)?;
+        let (namespace, names) = self.calendar_sets.get(set as usize)?;
         let instant = DateTime::from_timestamp_millis(at)?;
         names.iter().find_map(|name| {
-            let calendar = self.calendars.by_name.get(name)?.1.as_ref()?;
+            let calendar = self
+                .calendars
+                .by_name
+                .get(&(*namespace, name.clone()))?
+                .1
+                .as_ref()?;
             calendar
                 .excludes(instant)
                 .map(|why| format!("in calendar {name:?}: {why}"))
@@ -116,22 +131,23 @@ impl Scheduler {
         let records = self.store.policies.calendars_list().await?;
         let mut by_name = HashMap::with_capacity(records.len());
         for record in records {
-            let known = self.calendars.by_name.remove(&record.name);
+            let key = (record.namespace_id, record.name);
+            let known = self.calendars.by_name.remove(&key);
             let entry = match known {
                 Some((version, parsed)) if version == record.version => (version, parsed),
                 _ => {
                     let parsed = match Calendar::from_stored(&record.definition_json) {
                         Ok(calendar) => Some(Arc::new(calendar)),
                         Err(err) => {
-                            warn!(calendar = %record.name, error = %err, "calendar unreadable; it excludes nothing");
+                            warn!(calendar = %key.1, namespace = %key.0, error = %err, "calendar unreadable; it excludes nothing");
                             None
                         }
                     };
-                    debug!(calendar = %record.name, version = record.version, "calendar read");
+                    debug!(calendar = %key.1, namespace = %key.0, version = record.version, "calendar read");
                     (record.version, parsed)
                 }
             };
-            by_name.insert(record.name, entry);
+            by_name.insert(key, entry);
         }
         self.calendars.by_name = by_name;
         Ok(())
@@ -156,6 +172,7 @@ impl Scheduler {
         let loaded = LoadedJob {
             version: job.version,
             partition_id: job.partition_id,
+            namespace_id: job.namespace_id,
             anchor_ms: job.started_at_ms,
             next_ms: None,
             schedule: schedule_index,

@@ -98,8 +98,9 @@ macro_rules! jobs_list {
         concat!(
             "SELECT job_id, partition_id, name, app_name, handler_name, schedule_json, \
             timezone, args_json, policy_json, state, version, last_fired_at_ms, created_at_ms, \
-            updated_at_ms, started_at_ms, fired_count, kind FROM jobs \
-            WHERE (? IS NULL OR kind = ?) AND (? IS NULL OR app_name = ?) AND (? IS NULL OR state = ?) \
+            updated_at_ms, started_at_ms, fired_count, kind, namespace_id FROM jobs \
+            WHERE (? IS NULL OR namespace_id = ?) AND (? IS NULL OR kind = ?) \
+            AND (? IS NULL OR app_name = ?) AND (? IS NULL OR state = ?) \
             AND (? IS NULL OR name LIKE ? ESCAPE '!') \
             AND (? IS NULL OR LOWER(name) LIKE LOWER(?) ESCAPE '!') AND (? IS NULL OR ",
             $after,
@@ -116,7 +117,7 @@ macro_rules! runs_list {
         concat!(
             "SELECT run_id, job_id, scheduled_at_ms, partition_id, epoch, node_id, \
             trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, \
-            message FROM runs WHERE (? IS NULL OR job_id = ?) AND (? IS NULL OR state = ?) \
+            message, namespace_id FROM runs WHERE (? IS NULL OR job_id = ?) AND (? IS NULL OR state = ?) \
             AND (? IS NULL OR ",
             $after,
             ") ORDER BY ",
@@ -133,7 +134,7 @@ macro_rules! tasks_where {
         concat!(
             "SELECT t.task_id, t.partition_id, t.task_key, t.app_name, t.handler_name, \
             t.args_json, t.policy_json, t.priority, t.due_at_ms, t.state, t.created_at_ms, \
-            t.ended_at_ms, t.message, r.run_id, r.state AS run_state FROM tasks t \
+            t.ended_at_ms, t.message, r.run_id, r.state AS run_state, t.namespace_id FROM tasks t \
             LEFT JOIN runs r ON r.job_id = -t.task_id AND r.scheduled_at_ms = t.due_at_ms \
             WHERE ",
             $condition
@@ -217,28 +218,28 @@ queries! {
     job_insert = "INSERT INTO jobs (job_id, partition_id, name, app_name, handler_name, \
         schedule_json, timezone, args_json, policy_json, history_keep_ms, history_max_runs, \
         state, version, next_fire_at_ms, last_fired_at_ms, created_at_ms, updated_at_ms, \
-        started_at_ms, kind) \
+        started_at_ms, kind, namespace_id) \
         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, NULL, NULL, {now}, {now}, \
-        CASE WHEN ? = 1 THEN {now} ELSE NULL END, ?)";
+        CASE WHEN ? = 1 THEN {now} ELSE NULL END, ?, ?)";
     job_id_max = "SELECT MAX(job_id) FROM jobs";
     // Rows of a long bulk insert stamped again just before its commit (by their id range).
     jobs_touch_range = "UPDATE jobs SET updated_at_ms = {now} WHERE job_id BETWEEN ? AND ?";
     job_get = "SELECT job_id, partition_id, name, app_name, handler_name, schedule_json, \
         timezone, args_json, policy_json, state, version, last_fired_at_ms, created_at_ms, \
-        updated_at_ms, started_at_ms, fired_count, kind FROM jobs WHERE job_id = ?";
+        updated_at_ms, started_at_ms, fired_count, kind, namespace_id FROM jobs WHERE job_id = ?";
     jobs_by_id_desc = jobs_list!("job_id < ?", "job_id DESC");
     jobs_by_id_asc = jobs_list!("job_id > ?", "job_id");
     jobs_by_name_asc = jobs_list!("name > ?", "name");
     jobs_by_name_desc = jobs_list!("name < ?", "name DESC");
     jobs_in_partition = "SELECT job_id, partition_id, schedule_json, timezone, policy_json, \
-        version, last_fired_at_ms, created_at_ms, started_at_ms, fired_count FROM jobs \
-        WHERE partition_id = ? AND state = 'running'";
+        version, last_fired_at_ms, created_at_ms, started_at_ms, fired_count, namespace_id \
+        FROM jobs WHERE partition_id = ? AND state = 'running'";
     jobs_get_many = "SELECT job_id, partition_id, name, app_name, handler_name, schedule_json, \
         timezone, args_json, policy_json, state, version, last_fired_at_ms, created_at_ms, \
-        updated_at_ms, started_at_ms, fired_count, kind FROM jobs WHERE job_id IN ({partitions})";
+        updated_at_ms, started_at_ms, fired_count, kind, namespace_id FROM jobs WHERE job_id IN ({partitions})";
     jobs_changed_since = "SELECT job_id, partition_id, name, app_name, handler_name, \
         schedule_json, timezone, args_json, policy_json, state, version, last_fired_at_ms, \
-        created_at_ms, updated_at_ms, started_at_ms, fired_count, kind FROM jobs \
+        created_at_ms, updated_at_ms, started_at_ms, fired_count, kind, namespace_id FROM jobs \
         WHERE updated_at_ms > ? OR (updated_at_ms = ? AND job_id > ?) \
         ORDER BY updated_at_ms, job_id LIMIT ?";
     job_update = "UPDATE jobs SET name = ?, app_name = ?, handler_name = ?, \
@@ -277,32 +278,33 @@ queries! {
     attempts_cancel_of_job = "UPDATE attempts SET state = 'cancelled', finished_at_ms = {now}, \
         error = ? WHERE partition_id = ? AND state IN ('pending', 'running') AND job_id = ?";
     run_insert = "INSERT INTO runs (job_id, scheduled_at_ms, partition_id, epoch, node_id, \
-        trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, message) \
-        SELECT ?, ?, ?, ?, ?, ?, ?, ?, {now}, NULL, \
-        CASE WHEN ? = 1 THEN {now} ELSE NULL END, ? {from_dual} \
+        trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, message, \
+        namespace_id) SELECT ?, ?, ?, ?, ?, ?, ?, ?, {now}, NULL, \
+        CASE WHEN ? = 1 THEN {now} ELSE NULL END, ?, ? {from_dual} \
         WHERE NOT EXISTS (SELECT 1 FROM runs WHERE job_id = ? AND scheduled_at_ms = ?)";
     run_insert_manual = "INSERT INTO runs (job_id, scheduled_at_ms, partition_id, epoch, node_id, \
         trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, message, \
-        input_json) SELECT ?, ?, ?, ?, ?, ?, ?, ?, {now}, NULL, \
-        CASE WHEN ? = 1 THEN {now} ELSE NULL END, ?, ? {from_dual} \
+        input_json, namespace_id) SELECT ?, ?, ?, ?, ?, ?, ?, ?, {now}, NULL, \
+        CASE WHEN ? = 1 THEN {now} ELSE NULL END, ?, ?, ? {from_dual} \
         WHERE NOT EXISTS (SELECT 1 FROM runs WHERE job_id = ? AND scheduled_at_ms = ?)";
     runs_of_job = "SELECT run_id, job_id, scheduled_at_ms, partition_id, epoch, node_id, \
-        trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, message \
-        FROM runs WHERE job_id = ? AND (? IS NULL OR run_id < ?) ORDER BY run_id DESC LIMIT ?";
+        trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, message, \
+        namespace_id FROM runs WHERE job_id = ? AND (? IS NULL OR run_id < ?) ORDER BY run_id DESC LIMIT ?";
     // Schedule policies: bounds, fixed delay, calendars, backfills.
     job_finish = "UPDATE jobs SET state = 'done', version = version + 1, updated_at_ms = {now} \
         WHERE job_id = ? AND version = ? AND state = 'running'";
     jobs_naming_calendar = "SELECT job_id, name, policy_json FROM jobs \
-        WHERE policy_json LIKE ? ESCAPE '!'";
-    calendar_insert = "INSERT INTO calendars (name, definition_json, version, created_at_ms, \
-        updated_at_ms) VALUES (?, ?, 1, {now}, {now})";
+        WHERE namespace_id = ? AND policy_json LIKE ? ESCAPE '!'";
+    calendar_insert = "INSERT INTO calendars (namespace_id, name, definition_json, version, \
+        created_at_ms, updated_at_ms) VALUES (?, ?, ?, 1, {now}, {now})";
     calendar_update = "UPDATE calendars SET definition_json = ?, version = version + 1, \
-        updated_at_ms = {now} WHERE name = ? AND (? IS NULL OR version = ?)";
-    calendar_get = "SELECT name, definition_json, version, created_at_ms, updated_at_ms \
-        FROM calendars WHERE name = ?";
-    calendars_list = "SELECT name, definition_json, version, created_at_ms, updated_at_ms \
-        FROM calendars ORDER BY name";
-    calendar_delete = "DELETE FROM calendars WHERE name = ?";
+        updated_at_ms = {now} WHERE namespace_id = ? AND name = ? \
+        AND (? IS NULL OR version = ?)";
+    calendar_get = "SELECT namespace_id, name, definition_json, version, created_at_ms, \
+        updated_at_ms FROM calendars WHERE namespace_id = ? AND name = ?";
+    calendars_list = "SELECT namespace_id, name, definition_json, version, created_at_ms, \
+        updated_at_ms FROM calendars ORDER BY namespace_id, name";
+    calendar_delete = "DELETE FROM calendars WHERE namespace_id = ? AND name = ?";
     backfill_insert = "INSERT INTO backfills (job_id, partition_id, from_ms, to_ms, cursor_ms, \
         max_in_flight, state, fired, message, created_at_ms, updated_at_ms) \
         VALUES (?, ?, ?, ?, ?, ?, 'running', 0, NULL, {now}, {now})";
@@ -376,8 +378,8 @@ queries! {
     run_end = "UPDATE runs SET state = ?, finished_at_ms = {now}, message = ? \
         WHERE run_id = ? AND state IN ('pending', 'queued', 'running')";
     run_get = "SELECT run_id, job_id, scheduled_at_ms, partition_id, epoch, node_id, \
-        trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, message \
-        FROM runs WHERE run_id = ?";
+        trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, message, \
+        namespace_id FROM runs WHERE run_id = ?";
     runs_by_id_desc = runs_list!("run_id < ?", "run_id DESC");
     // The smallest id among the runs finished in `[?, ?)`: their first attempts have ids of
     // runs at least this, so the joins below read the attempts' unique key from there
@@ -398,7 +400,8 @@ queries! {
     // Binds: the first run id, the range, the late threshold, the limit.
     runs_late = "SELECT r.run_id, r.job_id, r.scheduled_at_ms, r.partition_id, r.epoch, \
         r.node_id, r.trigger_kind, r.state, r.priority, r.created_at_ms, r.started_at_ms, \
-        r.finished_at_ms, r.message, a.dispatched_at_ms - r.scheduled_at_ms AS lateness_ms \
+        r.finished_at_ms, r.message, r.namespace_id, \
+        a.dispatched_at_ms - r.scheduled_at_ms AS lateness_ms \
         FROM runs r JOIN attempts a \
         ON a.run_id = r.run_id AND a.shard_index = 0 AND a.attempt_no = 1 AND a.run_id >= ? \
         WHERE r.finished_at_ms >= ? AND r.finished_at_ms < ? \
@@ -456,7 +459,7 @@ queries! {
 
     // `{partitions}` is filled at call time with the node's partition ids (integers we format).
     runs_pending = "SELECT run_id, job_id, scheduled_at_ms, partition_id, epoch, node_id, trigger_kind, \
-        state, priority, created_at_ms, started_at_ms, finished_at_ms, message FROM runs WHERE \
+        state, priority, created_at_ms, started_at_ms, finished_at_ms, message, namespace_id FROM runs WHERE \
         state = 'pending' AND partition_id IN ({partitions}) AND run_id > ? ORDER BY run_id LIMIT ?";
     // With the run's instant, which every dispatch carries. The horizon is bound, read from
     // the clock once: `{now}` in the filter is read again for every row on PostgreSQL and
@@ -498,8 +501,8 @@ queries! {
         AND state = 'running' AND attempt_id IN ({partitions})";
 
     run_by_instant = "SELECT run_id, job_id, scheduled_at_ms, partition_id, epoch, node_id, \
-        trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, message \
-        FROM runs WHERE job_id = ? AND scheduled_at_ms = ?";
+        trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, message, \
+        namespace_id FROM runs WHERE job_id = ? AND scheduled_at_ms = ?";
 
     // Child jobs (`sql_store/follow_ups.rs`). `{partitions}`: the jobs of runs that ended; only
     // a policy that names children has the key.
@@ -507,12 +510,13 @@ queries! {
         WHERE job_id IN ({partitions}) AND policy_json LIKE '%\"children\"%'";
     // `{partitions}`: child job ids, locked in id order: follow-ups of one child job take
     // their instants one transaction at a time.
-    child_jobs_lock = "SELECT job_id, partition_id, policy_json, args_json FROM jobs \
+    child_jobs_lock = "SELECT job_id, partition_id, policy_json, args_json, namespace_id FROM jobs \
         WHERE job_id IN ({partitions}) ORDER BY job_id {for_update}";
     // `pending`, or `running` (with `started_at_ms`) when it starts with its attempt here.
     child_run_insert = "INSERT INTO runs (job_id, scheduled_at_ms, partition_id, epoch, \
-        node_id, trigger_kind, state, priority, created_at_ms, started_at_ms, input_json) \
-        SELECT ?, ?, ?, 0, ?, ?, ?, ?, {now}, CASE WHEN ? = 'running' THEN {now} END, ? \
+        node_id, trigger_kind, state, priority, created_at_ms, started_at_ms, input_json, \
+        namespace_id) \
+        SELECT ?, ?, ?, 0, ?, ?, ?, ?, {now}, CASE WHEN ? = 'running' THEN {now} END, ?, ? \
         {from_dual} WHERE NOT EXISTS (SELECT 1 FROM runs WHERE job_id = ? AND scheduled_at_ms = ?)";
     run_id_at_instant = "SELECT run_id FROM runs WHERE job_id = ? AND scheduled_at_ms = ?";
     child_runs_of_run = "SELECT child_job_id, child_run_id FROM child_runs \
@@ -549,11 +553,12 @@ queries! {
     task_ids_lock = "SELECT next_id FROM id_blocks WHERE name = 'tasks' {for_update}";
     task_ids_advance = "UPDATE id_blocks SET next_id = next_id + ? WHERE name = 'tasks'";
     task_get = tasks_where!("t.task_id = ?");
-    task_by_key = tasks_where!("t.task_key = ?");
+    task_by_key = tasks_where!("t.namespace_id = ? AND t.task_key = ?");
     // `{partitions}`: task ids.
     tasks_get_many = tasks_where!("t.task_id IN ({partitions})");
     tasks_list = tasks_where!(
-        "(? IS NULL OR t.app_name = ?) AND (? IS NULL OR t.handler_name = ?) \
+        "(? IS NULL OR t.namespace_id = ?) \
+        AND (? IS NULL OR t.app_name = ?) AND (? IS NULL OR t.handler_name = ?) \
         AND (? IS NULL OR t.state = ?) AND (? IS NULL OR t.due_at_ms >= ?) \
         AND (? IS NULL OR t.due_at_ms < ?) AND (? IS NULL OR t.task_id < ?) \
         ORDER BY t.task_id DESC LIMIT ?"
@@ -562,7 +567,8 @@ queries! {
     task_remove = "DELETE FROM tasks WHERE task_id = ?";
     task_release_key = "UPDATE tasks SET task_key = NULL WHERE task_id = ? AND task_key = ?";
     // The window: `{partitions}` the node's partitions, in due order (the pending-due index).
-    tasks_due = "SELECT task_id, partition_id, priority, due_at_ms, args_json FROM tasks \
+    tasks_due = "SELECT task_id, partition_id, priority, due_at_ms, args_json, namespace_id \
+        FROM tasks \
         WHERE state = 'pending' AND due_at_ms <= ? AND partition_id IN ({partitions}) \
         ORDER BY due_at_ms, task_id LIMIT ?";
     // `{partitions}`: task ids.

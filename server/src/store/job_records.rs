@@ -1,5 +1,6 @@
 //! Rows and parameters of the job tables: jobs, job deletions, runs.
 
+use super::NamespaceId;
 use crate::jobs::JobPolicy;
 use crate::states::{JobKind, JobState, RunState, TriggerKind};
 
@@ -66,6 +67,7 @@ pub struct JobRecord {
     /// Scheduled instants fired so far (`bounds.max_runs` counts them).
     pub fired_count: i64,
     pub kind: JobKind,
+    pub namespace_id: NamespaceId,
 }
 
 impl JobRecord {
@@ -125,6 +127,8 @@ pub struct ScheduledJob {
     pub created_at_ms: i64,
     pub started_at_ms: Option<i64>,
     pub fired_count: i64,
+    /// Whose runs its instants are (each run carries its namespace).
+    pub namespace_id: NamespaceId,
 }
 
 impl ScheduledJob {
@@ -147,6 +151,7 @@ impl From<JobRecord> for ScheduledJob {
             created_at_ms: job.created_at_ms,
             started_at_ms: job.started_at_ms,
             fired_count: job.fired_count,
+            namespace_id: job.namespace_id,
         }
     }
 }
@@ -176,6 +181,8 @@ pub struct JobWrite {
     pub history_max_runs: Option<i64>,
     /// Set when the row is created.
     pub kind: JobKind,
+    /// Set when the row is created: a job does not move between namespaces.
+    pub namespace_id: NamespaceId,
 }
 
 /// A job row to insert among many (`JobStore::jobs_insert_many`).
@@ -191,6 +198,8 @@ pub struct JobInsert {
 /// Filters of a job listing, one page in `order` after `after`.
 #[derive(Debug, Clone, Default)]
 pub struct JobFilter {
+    /// Rows of this namespace only; of every namespace when `None`.
+    pub namespace: Option<NamespaceId>,
     /// Rows of this kind only; all when `None`.
     pub kind: Option<JobKind>,
     pub app: Option<String>,
@@ -215,7 +224,8 @@ pub enum JobOrder {
     NameDescending,
 }
 
-/// A position in a job listing: the sort key of a job (names are unique).
+/// A position in a job listing: the sort key of a job (names are unique within a namespace,
+/// so a listing by name pages exactly when it is filtered to one).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JobKey {
     Id(i64),
@@ -247,6 +257,7 @@ pub struct RunRecord {
     pub started_at_ms: Option<i64>,
     pub finished_at_ms: Option<i64>,
     pub message: Option<String>,
+    pub namespace_id: NamespaceId,
 }
 
 /// How a claimed instant treats an unfinished earlier run of the same job.
@@ -262,6 +273,8 @@ pub enum OverlapRule {
 #[derive(Debug, Clone)]
 pub struct RunClaim {
     pub job_id: i64,
+    /// The job's, carried from the scheduled job into its run's row.
+    pub namespace_id: NamespaceId,
     /// The job version the instant was computed from: a job changed since is not claimed.
     pub job_version: i64,
     pub partition_id: i64,

@@ -12,6 +12,7 @@ mod error;
 mod history_records;
 mod job_records;
 mod log_records;
+mod namespace_records;
 mod policy_records;
 mod rules;
 mod sql_store;
@@ -49,6 +50,7 @@ pub use job_records::{
     JobWrite, OverlapRule, RunClaim, RunRecord, ScheduledJob, StoredPolicy,
 };
 pub use log_records::{LogAppend, LogCaps, LogLine, NewLogLine, TRUNCATED_LINE};
+pub use namespace_records::NamespaceId;
 pub use policy_records::{
     BackfillRecord, BackfillStep, CalendarRecord, InstantEnd, JobInstant, PolicyStore,
 };
@@ -186,9 +188,13 @@ pub trait JobStore: Send + Sync + std::fmt::Debug + 'static {
     /// The largest job id, if there is a job.
     async fn job_id_max(&self) -> Result<Option<i64>, Error>;
 
-    /// The jobs (of any kind) named one of `names`, as `(name, job_id)`, in one statement per
-    /// few hundred names.
-    async fn jobs_named(&self, names: &[String]) -> Result<Vec<(String, i64)>, Error>;
+    /// The jobs (of any kind) of `namespace` named one of `names`, as `(name, job_id)`, in one
+    /// statement per few thousand names.
+    async fn jobs_named(
+        &self,
+        namespace: NamespaceId,
+        names: &[String],
+    ) -> Result<Vec<(String, i64)>, Error>;
 
     /// Jobs updated and deleted after `since_ms` (database clock), at most `limit` updated.
     /// Paged by the key `(updated_at_ms, job_id)`: the page starts after `since_ms` and, among

@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 
-use super::{Error, JobPolicyRow};
+use super::{Error, JobPolicyRow, NamespaceId};
 use crate::states::{BackfillState, RunState};
 
 /// An instant of a job.
@@ -23,6 +23,8 @@ pub struct InstantEnd {
 /// A row of `calendars`. The definition is JSON that only `schedule::calendar` interprets.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct CalendarRecord {
+    /// Jobs of this namespace name it; its name is unique in it.
+    pub namespace_id: NamespaceId,
     pub name: String,
     pub definition_json: String,
     pub version: i64,
@@ -65,6 +67,8 @@ pub struct BackfillStep {
     /// `(instant, state, message)`: `pending`, or `skipped` with the calendar that holds it.
     pub instants: Vec<(i64, RunState, Option<String>)>,
     pub priority: i64,
+    /// The job's: its runs carry it.
+    pub namespace_id: NamespaceId,
     /// No instant of the range is left: the backfill is `done`.
     pub done: bool,
     pub message: Option<String>,
@@ -80,12 +84,18 @@ pub trait PolicyStore: Send + Sync + std::fmt::Debug + 'static {
     /// For each instant of `instants` that has a run: the run's end, if it has ended.
     async fn runs_finished_at(&self, instants: &[JobInstant]) -> Result<Vec<InstantEnd>, Error>;
 
-    /// Jobs whose policy may name calendar `name` (the caller reads each policy to be sure).
-    async fn jobs_naming_calendar(&self, name: &str) -> Result<Vec<JobPolicyRow>, Error>;
+    /// Jobs of `namespace` whose policy may name calendar `name` (the caller reads each
+    /// policy to be sure).
+    async fn jobs_naming_calendar(
+        &self,
+        namespace: NamespaceId,
+        name: &str,
+    ) -> Result<Vec<JobPolicyRow>, Error>;
 
-    /// A new calendar; [`Error::Conflict`] when the name is taken.
+    /// A new calendar; [`Error::Conflict`] when the name is taken in its namespace.
     async fn calendar_insert(
         &self,
+        namespace: NamespaceId,
         name: &str,
         definition_json: &str,
     ) -> Result<CalendarRecord, Error>;
@@ -94,17 +104,22 @@ pub trait PolicyStore: Send + Sync + std::fmt::Debug + 'static {
     /// given); `None` when it is gone or at another version.
     async fn calendar_update(
         &self,
+        namespace: NamespaceId,
         name: &str,
         definition_json: &str,
         expected_version: Option<i64>,
     ) -> Result<Option<CalendarRecord>, Error>;
 
-    async fn calendar_get(&self, name: &str) -> Result<Option<CalendarRecord>, Error>;
+    async fn calendar_get(
+        &self,
+        namespace: NamespaceId,
+        name: &str,
+    ) -> Result<Option<CalendarRecord>, Error>;
 
-    /// Every calendar, by name.
+    /// Every calendar of every namespace, by namespace and name.
     async fn calendars_list(&self) -> Result<Vec<CalendarRecord>, Error>;
 
-    async fn calendar_delete(&self, name: &str) -> Result<bool, Error>;
+    async fn calendar_delete(&self, namespace: NamespaceId, name: &str) -> Result<bool, Error>;
 
     /// A new running backfill of `[from_ms, to_ms]`.
     async fn backfill_insert(

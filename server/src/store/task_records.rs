@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 
-use super::{Error, JobRecord, PartitionEpoch};
+use super::{Error, JobRecord, NamespaceId, PartitionEpoch};
 use crate::states::{JobKind, JobState, TaskState};
 
 /// A task to insert, its id and partition chosen by the node.
@@ -10,6 +10,8 @@ use crate::states::{JobKind, JobState, TaskState};
 pub struct TaskWrite {
     pub task_id: i64,
     pub partition_id: i64,
+    pub namespace_id: NamespaceId,
+    /// Unique among the namespace's unfinished tasks.
     pub key: Option<String>,
     pub app_name: String,
     pub handler_name: String,
@@ -49,6 +51,7 @@ pub struct TaskRecord {
     /// Its run, once fired.
     pub run_id: Option<i64>,
     pub run_state: Option<String>,
+    pub namespace_id: NamespaceId,
 }
 
 impl TaskRecord {
@@ -84,6 +87,7 @@ impl TaskRecord {
             started_at_ms: None,
             fired_count: 0,
             kind: JobKind::Job,
+            namespace_id: self.namespace_id,
         }
     }
 }
@@ -96,6 +100,8 @@ pub fn task_of_job_id(job_id: i64) -> Option<i64> {
 /// What `tasks_list` returns, newest first.
 #[derive(Debug, Clone, Default)]
 pub struct TaskFilter {
+    /// Tasks of this namespace only; of every namespace when `None`.
+    pub namespace: Option<NamespaceId>,
     pub app: Option<String>,
     pub handler: Option<String>,
     /// `pending` or `fired`.
@@ -133,7 +139,11 @@ pub trait TaskStore: Send + Sync + std::fmt::Debug + 'static {
 
     async fn task_get(&self, task_id: i64) -> Result<Option<TaskRecord>, Error>;
 
-    async fn task_by_key(&self, key: &str) -> Result<Option<TaskRecord>, Error>;
+    async fn task_by_key(
+        &self,
+        namespace: NamespaceId,
+        key: &str,
+    ) -> Result<Option<TaskRecord>, Error>;
 
     /// The tasks of `task_ids` that exist, in any order.
     async fn tasks_get_many(&self, task_ids: &[i64]) -> Result<Vec<TaskRecord>, Error>;

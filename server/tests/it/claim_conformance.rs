@@ -11,7 +11,9 @@
 use crate::support;
 
 use carillon_server::states::{AttemptState, BackfillState, JobState, RunState, TriggerKind};
-use carillon_server::store::{AttemptEnd, BackfillStep, ClaimOutcome, OverlapRule, RunClaim};
+use carillon_server::store::{
+    AttemptEnd, BackfillStep, ClaimOutcome, NamespaceId, OverlapRule, RunClaim,
+};
 use support::db::{Engine, TestDb};
 use support::records::{claim, ended_claim, job_write, shard};
 
@@ -407,6 +409,7 @@ async fn a_backfill_step_is_fenced_by_epoch_and_cursor_and_fires_each_instant_on
             .map(|at| (at, RunState::Pending, None))
             .collect(),
         priority: 5,
+        namespace_id: NamespaceId::DEFAULT,
         done,
         message: None,
     };

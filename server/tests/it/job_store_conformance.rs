@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use carillon_server::states::{AttemptState, JobKind, JobState, RunState};
 use carillon_server::store::{
-    AttemptEnd, ClaimOutcome, Error, JobFilter, JobInsert, JobKey, JobOrder, JobWrite, Store,
+    AttemptEnd, ClaimOutcome, Error, JobFilter, JobInsert, JobKey, JobOrder, JobWrite, NamespaceId,
+    Store,
 };
 use support::db::TestDb;
 use support::records::{ended_claim, shard};
@@ -50,6 +51,7 @@ fn job(name: &str) -> JobWrite {
         history_keep_ms: None,
         history_max_runs: None,
         kind: JobKind::Job,
+        namespace_id: NamespaceId::DEFAULT,
     }
 }
 
@@ -267,11 +269,14 @@ async fn an_import_stores_every_job_or_none(db: TestDb) {
         "the largest id, for a bulk create's next ids"
     );
     let mut named = store
-        .jobs_named(&[
-            "imported-3".to_owned(),
-            "imported-1200".to_owned(),
-            "nobody".to_owned(),
-        ])
+        .jobs_named(
+            NamespaceId::DEFAULT,
+            &[
+                "imported-3".to_owned(),
+                "imported-1200".to_owned(),
+                "nobody".to_owned(),
+            ],
+        )
         .await
         .unwrap();
     named.sort();
@@ -283,7 +288,14 @@ async fn an_import_stores_every_job_or_none(db: TestDb) {
         ]
     );
     let many: Vec<String> = (1..=1_100).map(|i| format!("imported-{i}")).collect();
-    assert_eq!(store.jobs_named(&many).await.unwrap().len(), 1_100);
+    assert_eq!(
+        store
+            .jobs_named(NamespaceId::DEFAULT, &many)
+            .await
+            .unwrap()
+            .len(),
+        1_100
+    );
 
     // One taken name fails the whole import: none of its other jobs is stored.
     let clash = vec![

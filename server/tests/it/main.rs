@@ -27,6 +27,7 @@ mod executors_e2e;
 mod history_conformance;
 mod job_store_conformance;
 mod jobs_api;
+mod namespace_conformance;
 mod observability;
 mod retention;
 mod schedule_policies;

@@ -248,6 +248,39 @@ impl TestDb {
             .await;
     }
 
+    /// Applies the migrations up to `version` only: the schema a release of that version left.
+    pub async fn migrate_to(&self, version: i64) {
+        match self.engine {
+            Engine::Postgres => {
+                let mut c = sqlx::PgConnection::connect(&self.url)
+                    .await
+                    .expect("connect");
+                sqlx::migrate!("../migrations/postgres")
+                    .run_to(version, &mut c)
+                    .await
+                    .expect("migrate");
+            }
+            Engine::Mysql => {
+                let mut c = sqlx::MySqlConnection::connect(&self.url)
+                    .await
+                    .expect("connect");
+                sqlx::migrate!("../migrations/mysql")
+                    .run_to(version, &mut c)
+                    .await
+                    .expect("migrate");
+            }
+            Engine::Sqlite => {
+                let mut c = sqlx::SqliteConnection::connect(&format!("{}?mode=rwc", self.url))
+                    .await
+                    .expect("connect");
+                sqlx::migrate!("../migrations/sqlite")
+                    .run_to(version, &mut c)
+                    .await
+                    .expect("migrate");
+            }
+        }
+    }
+
     /// Runs a multi-statement SQL script.
     pub async fn execute_script(&self, script: &str) {
         let script = AssertSqlSafe(script.to_owned());

@@ -3,7 +3,7 @@
 //! `TestDb::store_owning_partition_0` sets it up).
 
 use carillon_server::states::{JobKind, RunState, TriggerKind};
-use carillon_server::store::{JobWrite, NewAttempt, OverlapRule, RunClaim};
+use carillon_server::store::{JobWrite, NamespaceId, NewAttempt, OverlapRule, RunClaim};
 
 /// A job firing every second, with no arguments and default policies.
 pub fn job_write(name: &str) -> JobWrite {
@@ -18,6 +18,7 @@ pub fn job_write(name: &str) -> JobWrite {
         history_keep_ms: None,
         history_max_runs: None,
         kind: JobKind::Job,
+        namespace_id: NamespaceId::DEFAULT,
     }
 }
 
@@ -25,6 +26,7 @@ pub fn job_write(name: &str) -> JobWrite {
 pub fn claim(job_id: i64, at: i64, state: RunState) -> RunClaim {
     RunClaim {
         job_id,
+        namespace_id: NamespaceId::DEFAULT,
         job_version: 1,
         partition_id: 0,
         epoch: 1,

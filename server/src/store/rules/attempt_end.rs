@@ -283,6 +283,7 @@ mod tests {
             state,
             priority: 5,
             message: None,
+            namespace_id: crate::store::NamespaceId::DEFAULT,
             started: true,
             finished_at_ms: None,
             input: None,

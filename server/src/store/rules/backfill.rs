@@ -122,6 +122,7 @@ mod tests {
                 .map(|at| (*at, RunState::Pending, None))
                 .collect(),
             priority: 5,
+            namespace_id: crate::store::NamespaceId::DEFAULT,
             done,
             message: None,
         }

@@ -323,6 +323,7 @@ mod tests {
     use super::*;
     use crate::states::{AttemptState, TriggerKind};
     use crate::store::dispatch_records::AttemptRecord;
+    use crate::store::namespace_records::NamespaceId;
 
     const NODE: &str = "n1";
     const JOB: i64 = 7;
@@ -352,6 +353,7 @@ mod tests {
     fn claim_at(at_ms: i64) -> RunClaim {
         RunClaim {
             job_id: JOB,
+            namespace_id: NamespaceId(3),
             job_version: 1,
             partition_id: PARTITION,
             epoch: EPOCH,
@@ -439,6 +441,10 @@ mod tests {
             states(&db),
             [(1_000, "pending".to_owned()), (2_000, "pending".to_owned())]
         );
+        assert!(
+            db.runs.iter().all(|r| r.namespace_id == NamespaceId(3)),
+            "each run is its claim's namespace's"
+        );
     }
 
     #[tokio::test]
@@ -484,6 +490,7 @@ mod tests {
             state: RunState::Running,
             priority: 5,
             message: None,
+            namespace_id: NamespaceId(3),
             started: true,
             finished_at_ms: None,
             input: None,

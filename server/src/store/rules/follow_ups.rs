@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use super::super::child_records::{EndedRun, policy_children};
 use super::super::error::Error;
 use super::super::job_records::{StoredPolicy, policy_priority};
+use super::super::namespace_records::NamespaceId;
 use super::claim::{FirstAttempt, FirstAttemptTx};
 use crate::states::{ChildOutcome, RunState, TriggerKind};
 
@@ -18,6 +19,8 @@ use crate::states::{ChildOutcome, RunState, TriggerKind};
 pub(crate) struct FollowUp<'a> {
     pub(crate) job_id: i64,
     pub(crate) partition_id: i64,
+    /// The job's.
+    pub(crate) namespace_id: NamespaceId,
     /// The node that created the run it follows.
     pub(crate) node_id: &'a str,
     /// `child`, `step` or `manual`.
@@ -55,6 +58,7 @@ pub(crate) struct ParentJob {
 pub(crate) struct FollowUpJob {
     pub(crate) job_id: i64,
     pub(crate) partition_id: i64,
+    pub(crate) namespace_id: NamespaceId,
     pub(crate) policy_json: String,
     pub(crate) args_json: String,
 }
@@ -171,6 +175,7 @@ pub(crate) async fn children<T: FollowUpTx + ?Sized>(
         .map(|(parent, job, input)| FollowUp {
             job_id: job.job_id,
             partition_id: job.partition_id,
+            namespace_id: job.namespace_id,
             node_id: &parent.node_id,
             trigger_kind: TriggerKind::Child,
             input,

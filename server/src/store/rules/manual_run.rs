@@ -70,6 +70,7 @@ mod tests {
             job_id: 4,
             partition_id: 2,
             name: "report".to_owned(),
+            namespace_id: crate::store::NamespaceId::DEFAULT,
             app_name: "py".to_owned(),
             handler_name: "echo".to_owned(),
             schedule_json: r#"{"manual":true}"#.to_owned(),

@@ -1,5 +1,5 @@
-//! Tasks: the keyed enqueue (a key is unique among all tasks, and a finished holder gives it up
-//! to a new task enqueued with it) and the fenced fire of a window of due tasks (each fires once,
+//! Tasks: the keyed enqueue (a key is unique among a namespace's tasks, and a finished holder
+//! gives it up to a new task enqueued with it) and the fenced fire of a window of due tasks (each fires once,
 //! as a run of its own started with its one attempt).
 
 use std::collections::{HashMap, HashSet};
@@ -8,6 +8,7 @@ use async_trait::async_trait;
 
 use super::super::cluster_records::PartitionEpoch;
 use super::super::error::Error;
+use super::super::namespace_records::NamespaceId;
 use super::super::task_records::{Enqueued, TaskRecord, TaskWrite, TasksFired};
 use super::claim::{FirstAttempt, FirstAttemptTx};
 use super::fence::{FenceTx, owned};
@@ -25,6 +26,7 @@ pub(crate) struct DueTask {
     pub(crate) priority: i64,
     pub(crate) due_at_ms: i64,
     pub(crate) args_json: String,
+    pub(crate) namespace_id: NamespaceId,
 }
 
 impl DueTask {
@@ -47,8 +49,12 @@ pub(crate) trait TaskTx: FenceTx + FirstAttemptTx {
     /// Inserts the tasks, skipping any whose id or key another task holds.
     async fn insert_tasks(&mut self, tasks: &[TaskWrite]) -> Result<(), Error>;
 
-    /// The tasks holding `keys`, with their runs' states.
-    async fn tasks_by_keys(&mut self, keys: &[&str]) -> Result<Vec<TaskRecord>, Error>;
+    /// The tasks of `namespace` holding `keys`, with their runs' states.
+    async fn tasks_by_keys(
+        &mut self,
+        namespace: NamespaceId,
+        keys: &[&str],
+    ) -> Result<Vec<TaskRecord>, Error>;
 
     /// Task `task_id` gives `key` up.
     async fn release_key(&mut self, task_id: i64, key: &str) -> Result<(), Error>;
@@ -88,18 +94,13 @@ pub(crate) async fn enqueue_keyed<T: TaskTx + ?Sized>(
     tasks: &[TaskWrite],
 ) -> Result<Vec<Enqueued>, Error> {
     tx.insert_tasks(sorted).await?;
-    let keys: Vec<&str> = sorted.iter().filter_map(|t| t.key.as_deref()).collect();
-    let mut holders: HashMap<String, TaskRecord> = tx
-        .tasks_by_keys(&keys)
-        .await?
-        .into_iter()
-        .filter_map(|t| t.task_key.clone().map(|k| (k, t)))
-        .collect();
+    let mut holders = HashMap::new();
+    read_holders(tx, sorted, &mut holders).await?;
     for _ in 0..KEY_ROUNDS {
         let mut again = Vec::new();
         for task in sorted {
             let Some(key) = &task.key else { continue };
-            match holders.get(key) {
+            match holders.get(&(task.namespace_id, key.clone())) {
                 // Held by a finished task: it gives the key up, this one takes it.
                 Some(holder) if holder.task_id != task.task_id && !holds_key(holder) => {
                     tx.release_key(holder.task_id, key).await?;
@@ -113,12 +114,7 @@ pub(crate) async fn enqueue_keyed<T: TaskTx + ?Sized>(
             break;
         }
         tx.insert_tasks(&again).await?;
-        let keys: Vec<&str> = again.iter().filter_map(|t| t.key.as_deref()).collect();
-        for holder in tx.tasks_by_keys(&keys).await? {
-            if let Some(key) = holder.task_key.clone() {
-                holders.insert(key, holder);
-            }
-        }
+        read_holders(tx, &again, &mut holders).await?;
     }
     tasks
         .iter()
@@ -126,7 +122,7 @@ pub(crate) async fn enqueue_keyed<T: TaskTx + ?Sized>(
             let Some(key) = &task.key else {
                 return Ok(Enqueued::Created(task.task_id));
             };
-            match holders.get(key) {
+            match holders.get(&(task.namespace_id, key.clone())) {
                 Some(holder) if holder.task_id == task.task_id => {
                     Ok(Enqueued::Created(task.task_id))
                 }
@@ -139,6 +135,32 @@ pub(crate) async fn enqueue_keyed<T: TaskTx + ?Sized>(
             }
         })
         .collect()
+}
+
+/// The holders of the keys of `tasks`, read per namespace (a batch is usually of one), into
+/// `holders` by namespace and key.
+async fn read_holders<T: TaskTx + ?Sized>(
+    tx: &mut T,
+    tasks: &[TaskWrite],
+    holders: &mut HashMap<(NamespaceId, String), TaskRecord>,
+) -> Result<(), Error> {
+    let mut keys_by_namespace: HashMap<NamespaceId, Vec<&str>> = HashMap::new();
+    for task in tasks {
+        if let Some(key) = task.key.as_deref() {
+            keys_by_namespace
+                .entry(task.namespace_id)
+                .or_default()
+                .push(key);
+        }
+    }
+    for (namespace, keys) in keys_by_namespace {
+        for holder in tx.tasks_by_keys(namespace, &keys).await? {
+            if let Some(key) = holder.task_key.clone() {
+                holders.insert((holder.namespace_id, key), holder);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Fires the tasks of `due` (read from `partitions`, each with the epoch `node_id` owns it at)
@@ -231,6 +253,7 @@ mod tests {
         TaskWrite {
             task_id,
             partition_id: task_id % 2,
+            namespace_id: NamespaceId::DEFAULT,
             key: key.map(str::to_owned),
             app_name: "billing".to_owned(),
             handler_name: "invoice".to_owned(),
@@ -257,6 +280,7 @@ mod tests {
                 priority: t.priority,
                 due_at_ms: t.due_at_ms,
                 args_json: t.args_json.clone(),
+                namespace_id: t.namespace_id,
             })
             .collect()
     }
@@ -276,6 +300,24 @@ mod tests {
         .unwrap();
         assert_eq!(again, [Enqueued::Existing(1), Enqueued::Existing(1)]);
         assert_eq!(db.tasks.len(), 2, "no task stored for a key already held");
+    }
+
+    #[tokio::test]
+    async fn a_key_is_held_once_per_namespace_even_in_one_batch() {
+        let mut db = MemoryDb::default();
+        let team_b = |task_id| TaskWrite {
+            namespace_id: NamespaceId(2),
+            ..write(task_id, Some("order-7"))
+        };
+        let first = enqueue(&mut db, &[write(1, Some("order-7")), team_b(2)])
+            .await
+            .unwrap();
+        assert_eq!(first, [Enqueued::Created(1), Enqueued::Created(2)]);
+        let again = enqueue(&mut db, &[team_b(3), write(4, Some("order-7"))])
+            .await
+            .unwrap();
+        assert_eq!(again, [Enqueued::Existing(2), Enqueued::Existing(1)]);
+        assert_eq!(db.tasks.len(), 2);
     }
 
     #[tokio::test]
@@ -351,8 +393,12 @@ mod tests {
         async fn insert_tasks(&mut self, tasks: &[TaskWrite]) -> Result<(), Error> {
             self.0.insert_tasks(tasks).await
         }
-        async fn tasks_by_keys(&mut self, keys: &[&str]) -> Result<Vec<TaskRecord>, Error> {
-            self.0.tasks_by_keys(keys).await
+        async fn tasks_by_keys(
+            &mut self,
+            namespace: NamespaceId,
+            keys: &[&str],
+        ) -> Result<Vec<TaskRecord>, Error> {
+            self.0.tasks_by_keys(namespace, keys).await
         }
         async fn release_key(&mut self, _: i64, _: &str) -> Result<(), Error> {
             Ok(())

@@ -184,6 +184,7 @@ pub(crate) async fn rerun_workflow_run<T: WorkflowStartTx + ?Sized>(
     let follow_up = FollowUp {
         job_id: pinned.workflow_id,
         partition_id: workflow.partition_id,
+        namespace_id: workflow.namespace_id,
         node_id,
         trigger_kind: TriggerKind::Manual,
         input: &input,

@@ -213,6 +213,7 @@ pub(crate) async fn advance_run<T: WorkflowTx + ?Sized>(
                 .map(|(_, job, input)| FollowUp {
                     job_id: job.job_id,
                     partition_id: job.partition_id,
+                    namespace_id: job.namespace_id,
                     node_id,
                     trigger_kind: TriggerKind::Step,
                     input,

@@ -15,7 +15,7 @@ use crate::states::RunState;
 /// the rows inserted come back, and the `running` ones are the claims that start here.
 const POSTGRES_CLAIMED_RUNS: &str = concat!(
     "INSERT INTO runs (job_id, scheduled_at_ms, partition_id, epoch, node_id, trigger_kind, \
-     state, priority, created_at_ms, started_at_ms, finished_at_ms, message) \
+     state, priority, created_at_ms, started_at_ms, finished_at_ms, message, namespace_id) \
      SELECT v.job_id, v.at_ms, v.partition_id, v.epoch, $1, v.trigger_kind, v.state, \
      v.priority, ",
     postgres_now!(),
@@ -23,11 +23,11 @@ const POSTGRES_CLAIMED_RUNS: &str = concat!(
     postgres_now!(),
     " END, CASE WHEN v.finished THEN ",
     postgres_now!(),
-    " END, v.message \
+    " END, v.message, v.namespace_id \
      FROM unnest($2::BIGINT[], $3::BIGINT[], $4::BIGINT[], $5::BIGINT[], $6::TEXT[], \
-     $7::TEXT[], $8::BIGINT[], $9::BOOLEAN[], $10::BOOLEAN[], $11::TEXT[]) \
+     $7::TEXT[], $8::BIGINT[], $9::BOOLEAN[], $10::BOOLEAN[], $11::TEXT[], $12::BIGINT[]) \
      AS v(job_id, at_ms, partition_id, epoch, trigger_kind, state, priority, started, \
-     finished, message) \
+     finished, message, namespace_id) \
      ON CONFLICT (job_id, scheduled_at_ms) DO NOTHING \
      RETURNING run_id, job_id, partition_id, priority, scheduled_at_ms, state"
 );
@@ -111,6 +111,7 @@ impl PostgresStore {
                         .map(|r| r.claim.message.as_deref())
                         .collect::<Vec<Option<&str>>>(),
                 )
+                .bind(ints(|c| c.namespace_id.0))
                 .fetch_all(&mut **tx)
                 .await?;
         Ok(started_runs(rows))
@@ -253,7 +254,7 @@ macro_rules! values_bulk_store {
                 let mut insert = sqlx::QueryBuilder::<$db>::new(
                     "INSERT INTO runs (job_id, scheduled_at_ms, partition_id, epoch, \
                     node_id, trigger_kind, state, priority, created_at_ms, started_at_ms, \
-                    finished_at_ms, message) ",
+                    finished_at_ms, message, namespace_id) ",
                 );
                 insert.push_values(runs, |mut row, run| {
                     let claim = run.claim;
@@ -268,7 +269,8 @@ macro_rules! values_bulk_store {
                         .push(now)
                         .push(if run.starts { now } else { "NULL" })
                         .push(if run.finished() { now } else { "NULL" })
-                        .push_bind(claim.message.clone());
+                        .push_bind(claim.message.clone())
+                        .push_bind(claim.namespace_id);
                 });
                 insert.push(" ").push(&*self.q.run_insert_ignore_duplicate);
                 if !runs.iter().any(|r| r.starts) {

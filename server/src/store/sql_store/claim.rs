@@ -188,6 +188,7 @@ macro_rules! claim_store {
                     .bind(claim.priority)
                     .bind(finished)
                     .bind(message)
+                    .bind(claim.namespace_id)
                     .bind(claim.job_id)
                     .bind(claim.scheduled_at_ms)
                     .execute(&mut **self.tx)

@@ -80,16 +80,19 @@ macro_rules! follow_ups_store {
                 let Some(lock) = with_partitions(&self.store.q.child_jobs_lock, job_ids) else {
                     return Ok(Vec::new());
                 };
-                let rows: Vec<(i64, i64, String, String)> =
+                let rows: Vec<(i64, i64, String, String, NamespaceId)> =
                     rows_as(&sqlx::raw_sql(lock).fetch_all(&mut **self.tx).await?)?;
                 Ok(rows
                     .into_iter()
                     .map(
-                        |(job_id, partition_id, policy_json, args_json)| FollowUpJob {
-                            job_id,
-                            partition_id,
-                            policy_json,
-                            args_json,
+                        |(job_id, partition_id, policy_json, args_json, namespace_id)| {
+                            FollowUpJob {
+                                job_id,
+                                partition_id,
+                                namespace_id,
+                                policy_json,
+                                args_json,
+                            }
                         },
                     )
                     .collect())
@@ -123,6 +126,7 @@ macro_rules! follow_ups_store {
                 .bind(row.priority)
                 .bind(row.state.as_str())
                 .bind(run.input)
+                .bind(run.namespace_id)
                 .bind(run.job_id)
                 .bind(row.scheduled_at_ms);
                 if $backend != Backend::Mysql {

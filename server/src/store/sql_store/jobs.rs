@@ -29,6 +29,7 @@ macro_rules! job_store {
                     .bind(i64::from(run.finished()))
                     .bind(run.message)
                     .bind(run.input)
+                    .bind(job.namespace_id)
                     .bind(job.job_id)
                     .bind(at_ms)
                     .execute(&self.store.pool)
@@ -70,6 +71,7 @@ macro_rules! job_store {
                     .bind(if start { "running" } else { "stopped" })
                     .bind(i64::from(start))
                     .bind(job.kind.as_str())
+                    .bind(job.namespace_id)
                     .execute(&self.pool)
                     .await
                     .map_err(Error::from);
@@ -77,6 +79,7 @@ macro_rules! job_store {
                     Ok(_) => {}
                     Err(err) if err.is_unique_violation() => {
                         let name_taken = self.jobs_list(&JobFilter {
+                            namespace: Some(job.namespace_id),
                             name_prefix: Some(job.name.clone()),
                             limit: 1_000,
                             ..JobFilter::default()
@@ -116,6 +119,8 @@ macro_rules! job_store {
                     JobOrder::NameDescending => &self.q.jobs_by_name_desc,
                 };
                 let query = sqlx::query_as::<$db, JobRecord>(sql(query))
+                    .bind(filter.namespace)
+                    .bind(filter.namespace)
                     .bind(filter.kind.map(JobKind::as_str))
                     .bind(filter.kind.map(JobKind::as_str))
                     .bind(filter.app.as_deref())
@@ -232,7 +237,7 @@ macro_rules! job_store {
             }
 
             async fn jobs_insert_many(&self, jobs: &[JobInsert]) -> Result<(), Error> {
-                // Rows per statement: 19 parameters each, under the backend's limit of bound
+                // Rows per statement: 17 bound parameters each, under the backend's limit of bound
                 // parameters (65,535 on PostgreSQL and MySQL, 32,766 on SQLite); fewer, larger
                 // statements insert a bulk create's rows sooner.
                 let rows_per_statement: usize = match $backend {
@@ -250,7 +255,7 @@ macro_rules! job_store {
                         "INSERT INTO jobs (job_id, partition_id, name, app_name, handler_name, \
                         schedule_json, timezone, args_json, policy_json, history_keep_ms, \
                         history_max_runs, state, version, next_fire_at_ms, last_fired_at_ms, \
-                        created_at_ms, updated_at_ms, started_at_ms, kind) ",
+                        created_at_ms, updated_at_ms, started_at_ms, kind, namespace_id) ",
                     );
                     insert.push_values(chunk, |mut row, job| {
                         let state = if job.start {
@@ -275,7 +280,8 @@ macro_rules! job_store {
                             .push_bind(now)
                             .push_bind(now)
                             .push_bind(job.start.then_some(now))
-                            .push_bind(w.kind.as_str());
+                            .push_bind(w.kind.as_str())
+                            .push_bind(w.namespace_id);
                     });
                     match insert.build().execute(&mut *tx).await.map_err(Error::from) {
                         Ok(_) => {}
@@ -308,12 +314,18 @@ macro_rules! job_store {
                     .await?)
             }
 
-            async fn jobs_named(&self, names: &[String]) -> Result<Vec<(String, i64)>, Error> {
+            async fn jobs_named(
+                &self,
+                namespace: NamespaceId,
+                names: &[String],
+            ) -> Result<Vec<(String, i64)>, Error> {
                 let mut found = Vec::new();
                 // One bound parameter a name, under every backend's limit.
                 for chunk in names.chunks(10_000) {
-                    let mut query =
-                        sqlx::QueryBuilder::<$db>::new("SELECT name, job_id FROM jobs WHERE name IN (");
+                    let mut query = sqlx::QueryBuilder::<$db>::new(
+                        "SELECT name, job_id FROM jobs WHERE namespace_id = ",
+                    );
+                    query.push_bind(namespace).push(" AND name IN (");
                     let mut list = query.separated(", ");
                     for name in chunk {
                         list.push_bind(name.clone());

@@ -49,6 +49,7 @@ use super::job_records::{
     JobWrite, RunClaim, RunRecord, ScheduledJob,
 };
 use super::log_records::{LogAppend, LogCaps, LogLine, NewLogLine, TRUNCATED_LINE};
+use super::namespace_records::NamespaceId;
 use super::policy_records::{BackfillRecord, BackfillStep, CalendarRecord, InstantEnd, JobInstant};
 use super::rules::attempt_end::{EndingTx, PlainSuccessTx, RetryAttempt, RunEnding};
 use super::rules::backfill::{BackfillRun, BackfillTx};
@@ -160,7 +161,7 @@ impl Connections for Sqlite {
 type Db<DB> = <DB as Connections>::Db;
 type Tx<DB> = <DB as Connections>::Tx;
 
-/// Rows per multi-row run insert: 9 parameters each.
+/// Rows per multi-row run insert: 10 parameters each.
 const RUN_ROWS_PER_INSERT: usize = 500;
 
 /// A store's write transaction, as the rules' traits see it (`super::rules`): the store for its

@@ -50,10 +50,15 @@ macro_rules! policy_store {
                 Ok(found)
             }
 
-            async fn jobs_naming_calendar(&self, name: &str) -> Result<Vec<JobPolicyRow>, Error> {
+            async fn jobs_naming_calendar(
+                &self,
+                namespace: NamespaceId,
+                name: &str,
+            ) -> Result<Vec<JobPolicyRow>, Error> {
                 let pattern = format!("%{}", like_prefix(&format!("\"{name}\"")));
                 Ok(
                     sqlx::query_as::<$db, JobPolicyRow>(sql(&self.q.jobs_naming_calendar))
+                        .bind(namespace)
                         .bind(pattern)
                         .fetch_all(&self.pool)
                         .await?,
@@ -62,10 +67,12 @@ macro_rules! policy_store {
 
             async fn calendar_insert(
                 &self,
+                namespace: NamespaceId,
                 name: &str,
                 definition_json: &str,
             ) -> Result<CalendarRecord, Error> {
                 let inserted = sqlx::query::<$db>(sql(&self.q.calendar_insert))
+                    .bind(namespace)
                     .bind(name)
                     .bind(definition_json)
                     .execute(&self.pool)
@@ -80,32 +87,41 @@ macro_rules! policy_store {
                     }
                     Err(err) => return Err(err),
                 }
-                self.calendar_get(name).await?.ok_or(Error::NotInitialised)
+                self.calendar_get(namespace, name)
+                    .await?
+                    .ok_or(Error::NotInitialised)
             }
 
             async fn calendar_update(
                 &self,
+                namespace: NamespaceId,
                 name: &str,
                 definition_json: &str,
                 expected_version: Option<i64>,
             ) -> Result<Option<CalendarRecord>, Error> {
                 let updated = sqlx::query::<$db>(sql(&self.q.calendar_update))
                     .bind(definition_json)
+                    .bind(namespace)
                     .bind(name)
                     .bind(expected_version)
                     .bind(expected_version)
                     .execute(&self.pool)
                     .await?;
                 if updated.rows_affected() == 1 {
-                    self.calendar_get(name).await
+                    self.calendar_get(namespace, name).await
                 } else {
                     Ok(None)
                 }
             }
 
-            async fn calendar_get(&self, name: &str) -> Result<Option<CalendarRecord>, Error> {
+            async fn calendar_get(
+                &self,
+                namespace: NamespaceId,
+                name: &str,
+            ) -> Result<Option<CalendarRecord>, Error> {
                 Ok(
                     sqlx::query_as::<$db, CalendarRecord>(sql(&self.q.calendar_get))
+                        .bind(namespace)
                         .bind(name)
                         .fetch_optional(&self.pool)
                         .await?,
@@ -120,8 +136,13 @@ macro_rules! policy_store {
                 )
             }
 
-            async fn calendar_delete(&self, name: &str) -> Result<bool, Error> {
+            async fn calendar_delete(
+                &self,
+                namespace: NamespaceId,
+                name: &str,
+            ) -> Result<bool, Error> {
                 Ok(sqlx::query::<$db>(sql(&self.q.calendar_delete))
+                    .bind(namespace)
                     .bind(name)
                     .execute(&self.pool)
                     .await?
@@ -282,6 +303,7 @@ macro_rules! policy_store {
                     .bind(run.step.priority)
                     .bind(i64::from(run.finished()))
                     .bind(run.message)
+                    .bind(run.step.namespace_id)
                     .bind(run.job_id)
                     .bind(run.scheduled_at_ms)
                     .execute(&mut **self.tx)

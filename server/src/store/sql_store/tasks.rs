@@ -18,26 +18,26 @@ const KEYS_PER_READ: usize = 1_000;
 /// The batch from arrays: one statement whatever its size. A key held already skips the row.
 const POSTGRES_TASKS_INSERT: &str = concat!(
     "INSERT INTO tasks (task_id, partition_id, task_key, app_name, handler_name, args_json, \
-     policy_json, priority, due_at_ms, state, created_at_ms) \
+     policy_json, priority, due_at_ms, namespace_id, state, created_at_ms) \
      SELECT v.task_id, v.partition_id, v.task_key, v.app_name, v.handler_name, v.args_json, \
-     v.policy_json, v.priority, v.due_at_ms, 'pending', ",
+     v.policy_json, v.priority, v.due_at_ms, v.namespace_id, 'pending', ",
     postgres_now!(),
     " FROM unnest($1::BIGINT[], $2::BIGINT[], $3::TEXT[], $4::TEXT[], $5::TEXT[], $6::TEXT[], \
-     $7::TEXT[], $8::BIGINT[], $9::BIGINT[]) \
+     $7::TEXT[], $8::BIGINT[], $9::BIGINT[], $10::BIGINT[]) \
      AS v(task_id, partition_id, task_key, app_name, handler_name, args_json, policy_json, \
-     priority, due_at_ms) ON CONFLICT DO NOTHING"
+     priority, due_at_ms, namespace_id) ON CONFLICT DO NOTHING"
 );
 
 /// The fired tasks' runs from arrays, `running` from now.
 const POSTGRES_TASK_RUNS: &str = concat!(
     "INSERT INTO runs (job_id, scheduled_at_ms, partition_id, epoch, node_id, trigger_kind, \
-     state, priority, created_at_ms, started_at_ms) \
+     state, priority, created_at_ms, started_at_ms, namespace_id) \
      SELECT v.job_id, v.at_ms, v.partition_id, v.epoch, $1, 'task', 'running', v.priority, ",
     postgres_now!(),
     ", ",
     postgres_now!(),
-    " FROM unnest($2::BIGINT[], $3::BIGINT[], $4::BIGINT[], $5::BIGINT[], $6::BIGINT[]) \
-     AS v(job_id, at_ms, partition_id, epoch, priority) \
+    ", v.namespace_id FROM unnest($2::BIGINT[], $3::BIGINT[], $4::BIGINT[], $5::BIGINT[], \
+     $6::BIGINT[], $7::BIGINT[]) AS v(job_id, at_ms, partition_id, epoch, priority, namespace_id) \
      ON CONFLICT (job_id, scheduled_at_ms) DO NOTHING RETURNING run_id, job_id"
 );
 
@@ -73,16 +73,22 @@ macro_rules! task_store {
                 self.store.insert_tasks(&mut **self.tx, tasks).await
             }
 
-            async fn tasks_by_keys(&mut self, keys: &[&str]) -> Result<Vec<TaskRecord>, Error> {
+            async fn tasks_by_keys(
+                &mut self,
+                namespace: NamespaceId,
+                keys: &[&str],
+            ) -> Result<Vec<TaskRecord>, Error> {
                 let mut found = Vec::with_capacity(keys.len());
                 let select: &str = &self.store.q.task_by_key;
                 // The single-key text up to its condition, which becomes an `IN` list.
                 let head = select
-                    .rsplit_once("t.task_key")
+                    .rsplit_once("t.namespace_id")
                     .map_or(select, |(head, _)| head);
                 for chunk in keys.chunks(KEYS_PER_READ) {
                     let mut read = sqlx::QueryBuilder::<$db>::new(head);
-                    read.push("t.task_key IN (");
+                    read.push("t.namespace_id = ")
+                        .push_bind(namespace)
+                        .push(" AND t.task_key IN (");
                     let mut list = read.separated(", ");
                     for key in chunk {
                         list.push_bind((*key).to_owned());
@@ -167,7 +173,7 @@ macro_rules! task_store {
                 }
                 // Rows in key order: two batches sharing keys lock them in the same order.
                 let mut sorted: Vec<TaskWrite> = tasks.to_vec();
-                sorted.sort_by(|a, b| a.key.cmp(&b.key));
+                sorted.sort_by(|a, b| (a.namespace_id, &a.key).cmp(&(b.namespace_id, &b.key)));
                 retry_transient(|| self.enqueue_keyed(&sorted, tasks)).await
             }
 
@@ -178,8 +184,13 @@ macro_rules! task_store {
                     .await?)
             }
 
-            async fn task_by_key(&self, key: &str) -> Result<Option<TaskRecord>, Error> {
+            async fn task_by_key(
+                &self,
+                namespace: NamespaceId,
+                key: &str,
+            ) -> Result<Option<TaskRecord>, Error> {
                 Ok(sqlx::query_as::<$db, TaskRecord>(sql(&self.q.task_by_key))
+                    .bind(namespace)
                     .bind(key)
                     .fetch_optional(&self.pool)
                     .await?)
@@ -202,6 +213,8 @@ macro_rules! task_store {
 
             async fn tasks_list(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, Error> {
                 Ok(sqlx::query_as::<$db, TaskRecord>(sql(&self.q.tasks_list))
+                    .bind(filter.namespace)
+                    .bind(filter.namespace)
                     .bind(filter.app.as_deref())
                     .bind(filter.app.as_deref())
                     .bind(filter.handler.as_deref())
@@ -267,22 +280,28 @@ macro_rules! task_store {
                 let Some(window) = with_partitions(&self.q.tasks_due, &ids) else {
                     return Ok(TasksFired::default());
                 };
-                let due: Vec<DueTask> = sqlx::query_as::<$db, (i64, i64, i64, i64, String)>(window)
-                    .bind(due_by_ms)
-                    .bind(limit)
-                    .fetch_all(&self.pool)
-                    .await?
-                    .into_iter()
-                    .map(
-                        |(task_id, partition_id, priority, due_at_ms, args_json)| DueTask {
+                let due: Vec<DueTask> = sqlx::query_as::<
+                    $db,
+                    (i64, i64, i64, i64, String, NamespaceId),
+                >(window)
+                .bind(due_by_ms)
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?
+                .into_iter()
+                .map(
+                    |(task_id, partition_id, priority, due_at_ms, args_json, namespace_id)| {
+                        DueTask {
                             task_id,
                             partition_id,
                             priority,
                             due_at_ms,
                             args_json,
-                        },
-                    )
-                    .collect();
+                            namespace_id,
+                        }
+                    },
+                )
+                .collect();
                 if due.is_empty() {
                     return Ok(TasksFired::default());
                 }
@@ -336,6 +355,7 @@ impl PostgresStore {
             .bind(texts(|t| &t.policy_json))
             .bind(ints(|t| t.priority))
             .bind(ints(|t| t.due_at_ms))
+            .bind(ints(|t| t.namespace_id.0))
             .execute(conn)
             .await?;
         Ok(())
@@ -356,6 +376,7 @@ impl PostgresStore {
             .bind(ints(|f| f.task.partition_id))
             .bind(ints(|f| f.epoch))
             .bind(ints(|f| f.task.priority))
+            .bind(ints(|f| f.task.namespace_id.0))
             .fetch_all(&mut **tx)
             .await?;
         Ok(rows.into_iter().map(|(run, job)| (job, run)).collect())
@@ -387,8 +408,8 @@ macro_rules! values_task_writes {
                 for chunk in tasks.chunks(TASK_ROWS_PER_INSERT) {
                     let mut insert = sqlx::QueryBuilder::<$db>::new(
                         "INSERT INTO tasks (task_id, partition_id, task_key, app_name, \
-                        handler_name, args_json, policy_json, priority, due_at_ms, state, \
-                        created_at_ms) ",
+                        handler_name, args_json, policy_json, priority, due_at_ms, \
+                        namespace_id, state, created_at_ms) ",
                     );
                     insert.push_values(chunk, |mut row, t| {
                         row.push_bind(t.task_id)
@@ -400,6 +421,7 @@ macro_rules! values_task_writes {
                             .push_bind(t.policy_json.clone())
                             .push_bind(t.priority)
                             .push_bind(t.due_at_ms)
+                            .push_bind(t.namespace_id)
                             .push("'pending'")
                             .push(now);
                     });
@@ -420,7 +442,8 @@ macro_rules! values_task_writes {
                 for chunk in firing.chunks(RUN_ROWS_PER_INSERT) {
                     let mut insert = sqlx::QueryBuilder::<$db>::new(
                         "INSERT INTO runs (job_id, scheduled_at_ms, partition_id, epoch, \
-                        node_id, trigger_kind, state, priority, created_at_ms, started_at_ms) ",
+                        node_id, trigger_kind, state, priority, created_at_ms, started_at_ms, \
+                        namespace_id) ",
                     );
                     insert.push_values(chunk, |mut row, f| {
                         row.push_bind(f.task.run_job_id())
@@ -432,7 +455,8 @@ macro_rules! values_task_writes {
                             .push("'running'")
                             .push_bind(f.task.priority)
                             .push(now)
-                            .push(now);
+                            .push(now)
+                            .push_bind(f.task.namespace_id);
                     });
                     insert.push(" ").push(&*self.q.run_insert_ignore_duplicate);
                     insert.build().execute(&mut **tx).await?;

@@ -43,6 +43,7 @@ impl BackfillTx for MemoryDb {
                 state: run.state.to_owned(),
                 priority: run.step.priority,
                 message: run.message.map(str::to_owned),
+                namespace_id: run.step.namespace_id,
                 started: false,
                 finished_at_ms: run.finished().then_some(now),
                 input: None,

@@ -82,6 +82,7 @@ impl ManualRunDriver for MemoryDb {
             state: run.state.to_owned(),
             priority: i64::from(run.job.policy_priority()),
             message: run.message.map(str::to_owned),
+            namespace_id: run.job.namespace_id,
             started: false,
             finished_at_ms: run.finished().then_some(now),
             input: run.input.map(str::to_owned),

@@ -18,6 +18,7 @@ use crate::states::{AttemptState, JobState, RunState, TriggerKind};
 use crate::store::dispatch_records::{AttemptEnd, AttemptRecord};
 use crate::store::error::Error;
 use crate::store::job_records::RunClaim;
+use crate::store::namespace_records::NamespaceId;
 use crate::store::rules::attempt_end::{EndingTx, RetryAttempt, RunEnding};
 use crate::store::rules::claim::{
     ClaimJob, ClaimTx, ClaimedRun, FirstAttempt, FirstAttemptTx, JobAdvance, StartedRun,
@@ -33,6 +34,7 @@ use crate::store::workflow_records::{StepRunRecord, WorkflowRunRecord};
 pub(crate) struct MemoryJob {
     pub(crate) name: String,
     pub(crate) partition_id: i64,
+    pub(crate) namespace_id: NamespaceId,
     pub(crate) policy_json: String,
     pub(crate) version: i64,
     pub(crate) state: JobState,
@@ -50,6 +52,7 @@ impl Default for MemoryJob {
         MemoryJob {
             name: String::new(),
             partition_id: 0,
+            namespace_id: NamespaceId::DEFAULT,
             policy_json: String::new(),
             version: 0,
             state: JobState::Stopped,
@@ -74,6 +77,7 @@ pub(crate) struct MemoryRun {
     pub(crate) state: RunState,
     pub(crate) priority: i64,
     pub(crate) message: Option<String>,
+    pub(crate) namespace_id: NamespaceId,
     pub(crate) started: bool,
     /// When it ended (the database's clock).
     pub(crate) finished_at_ms: Option<i64>,
@@ -182,6 +186,7 @@ impl MemoryDb {
             state,
             priority: claim.priority,
             message: message.map(str::to_owned),
+            namespace_id: claim.namespace_id,
             started,
             finished_at_ms: (!RunState::UNFINISHED.contains(&state)).then_some(self.now_ms),
             input: None,
@@ -499,6 +504,7 @@ impl FollowUpTx for MemoryDb {
                 self.jobs.get(id).map(|job| FollowUpJob {
                     job_id: *id,
                     partition_id: job.partition_id,
+                    namespace_id: job.namespace_id,
                     policy_json: job.policy_json.clone(),
                     args_json: job.args_json.clone(),
                 })
@@ -523,6 +529,7 @@ impl FollowUpTx for MemoryDb {
             state: row.state,
             priority: row.priority,
             message: None,
+            namespace_id: run.namespace_id,
             started: row.state == RunState::Running,
             finished_at_ms: None,
             input: Some(run.input.to_owned()),

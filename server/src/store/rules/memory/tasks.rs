@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use super::{MemoryDb, MemoryRun};
 use crate::states::{RunState, TaskState, TriggerKind};
 use crate::store::error::Error;
+use crate::store::namespace_records::NamespaceId;
 use crate::store::rules::tasks::{FiringTask, TaskTx};
 use crate::store::task_records::{TaskRecord, TaskWrite};
 
@@ -29,6 +30,7 @@ pub(crate) fn task_row(write: &TaskWrite) -> TaskRecord {
         task_id: write.task_id,
         partition_id: write.partition_id,
         task_key: write.key.clone(),
+        namespace_id: write.namespace_id,
         app_name: write.app_name.clone(),
         handler_name: write.handler_name.clone(),
         args_json: write.args_json.clone(),
@@ -49,7 +51,10 @@ impl TaskTx for MemoryDb {
     async fn insert_tasks(&mut self, tasks: &[TaskWrite]) -> Result<(), Error> {
         for write in tasks {
             let taken = self.tasks.iter().any(|t| {
-                t.task_id == write.task_id || (write.key.is_some() && t.task_key == write.key)
+                t.task_id == write.task_id
+                    || (write.key.is_some()
+                        && t.task_key == write.key
+                        && t.namespace_id == write.namespace_id)
             });
             if !taken {
                 self.tasks.push(task_row(write));
@@ -58,11 +63,18 @@ impl TaskTx for MemoryDb {
         Ok(())
     }
 
-    async fn tasks_by_keys(&mut self, keys: &[&str]) -> Result<Vec<TaskRecord>, Error> {
+    async fn tasks_by_keys(
+        &mut self,
+        namespace: NamespaceId,
+        keys: &[&str],
+    ) -> Result<Vec<TaskRecord>, Error> {
         let ids: Vec<i64> = self
             .tasks
             .iter()
-            .filter(|t| t.task_key.as_deref().is_some_and(|k| keys.contains(&k)))
+            .filter(|t| {
+                t.namespace_id == namespace
+                    && t.task_key.as_deref().is_some_and(|k| keys.contains(&k))
+            })
             .map(|t| t.task_id)
             .collect();
         Ok(ids.into_iter().filter_map(|id| self.task(id)).collect())
@@ -109,6 +121,7 @@ impl TaskTx for MemoryDb {
                 state: RunState::Running,
                 priority: task.priority,
                 message: None,
+                namespace_id: task.namespace_id,
                 started: true,
                 finished_at_ms: None,
                 input: None,

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use super::MemoryDb;
 use crate::states::{AttemptState, RunState, StepState, TriggerKind};
 use crate::store::error::Error;
+use crate::store::namespace_records::NamespaceId;
 use crate::store::rules::run_end::RunEndTx;
 use crate::store::rules::workflow_start::{NewStep, RunHead, WorkflowStartTx};
 use crate::store::rules::workflows::{StepEnd, WorkflowTx};
@@ -274,6 +275,10 @@ pub(crate) fn add_pending_run(
             state: RunState::Pending,
             priority: 5,
             message: None,
+            namespace_id: db
+                .jobs
+                .get(&job_id)
+                .map_or(NamespaceId::DEFAULT, |j| j.namespace_id),
             started: false,
             finished_at_ms: None,
             input: input.map(str::to_owned),
@@ -303,5 +308,6 @@ pub(crate) fn run_record(db: &MemoryDb, run_id: i64) -> crate::store::RunRecord 
         started_at_ms: None,
         finished_at_ms: None,
         message: run.message.clone(),
+        namespace_id: run.namespace_id,
     }
 }
