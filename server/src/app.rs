@@ -308,7 +308,11 @@ impl Application {
             vec![advertised.clone()],
             observer.clone(),
         );
+        let namespaces = Arc::new(crate::namespaces::Directory::new(
+            Arc::clone(&api_store) as Arc<dyn crate::store::NamespaceStore>
+        ));
         let api_state = ApiState {
+            namespaces,
             store: api_store,
             view,
             clock,

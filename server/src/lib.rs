@@ -14,6 +14,7 @@ pub mod dispatch;
 pub mod import;
 pub mod input_text;
 pub mod jobs;
+pub mod namespaces;
 pub mod observe;
 pub mod retention;
 pub mod schedule;

@@ -11,7 +11,8 @@ use utoipa::ToSchema;
 
 use super::body::JsonBody;
 use super::error::Problem;
-use super::params::NameParam;
+use super::namespaces::{Namespace, NamespaceQuery, resolve};
+use super::params::{NameParam, QueryParams};
 use super::{ApiError, ApiState, rfc3339};
 use crate::jobs::{JobDefinition, JobPolicy, check_calendar_name};
 use crate::schedule::calendar::{Calendar, CalendarRange, CalendarSpec};
@@ -21,6 +22,7 @@ use crate::store::{CalendarRecord, NamespaceId};
 /// flattened `CalendarSpec`: that one refuses unknown fields, so its schema would refuse these.)
 #[derive(Debug, Serialize, ToSchema)]
 pub(super) struct CalendarView {
+    namespace: String,
     name: String,
     timezone: String,
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -41,10 +43,12 @@ pub(super) struct CalendarList {
     calendars: Vec<CalendarView>,
 }
 
-fn view_of(record: CalendarRecord) -> Result<CalendarView, ApiError> {
+/// The view of `record`, a calendar of namespace `namespace`.
+fn view_of(namespace: &Namespace, record: CalendarRecord) -> Result<CalendarView, ApiError> {
     let definition: CalendarSpec =
         serde_json::from_str(&record.definition_json).map_err(|e| unreadable(&record.name, &e))?;
     Ok(CalendarView {
+        namespace: namespace.name.clone(),
         name: record.name,
         timezone: definition.timezone,
         description: definition.description,
@@ -65,34 +69,41 @@ fn checked_name(name: &str) -> Result<(), ApiError> {
     check_calendar_name(name).map_err(|why| ApiError::invalid("name", why))
 }
 
-/// Every calendar, by name.
+/// Every calendar of a namespace, by name.
 #[utoipa::path(get, operation_id = "listCalendars", path = "/calendars", tag = "calendars",
+    params(NamespaceQuery),
     responses((status = 200, description = "The calendars", body = CalendarList)))]
-pub(super) async fn list(State(state): State<ApiState>) -> Result<Json<CalendarList>, ApiError> {
+pub(super) async fn list(
+    State(state): State<ApiState>,
+    QueryParams(at): QueryParams<NamespaceQuery>,
+) -> Result<Json<CalendarList>, ApiError> {
+    let namespace = resolve(&state, at.namespace.as_deref()).await?;
     let calendars = state
         .store
         .calendars_list()
         .await?
         .into_iter()
-        .filter(|c| c.namespace_id == NamespaceId::DEFAULT)
-        .map(view_of)
+        .filter(|c| c.namespace_id == namespace.id)
+        .map(|c| view_of(&namespace, c))
         .collect::<Result<_, _>>()?;
     Ok(Json(CalendarList { calendars }))
 }
 
 #[utoipa::path(get, operation_id = "getCalendar", path = "/calendars/{name}", tag = "calendars",
-    params(("name" = String, Path, description = "The calendar's name")),
+    params(("name" = String, Path, description = "The calendar's name"), NamespaceQuery),
     responses((status = 200, description = "The calendar", body = CalendarView)))]
 pub(super) async fn get(
     State(state): State<ApiState>,
     NameParam(name): NameParam,
+    QueryParams(at): QueryParams<NamespaceQuery>,
 ) -> Result<Json<CalendarView>, ApiError> {
+    let namespace = resolve(&state, at.namespace.as_deref()).await?;
     let record = state
         .store
-        .calendar_get(NamespaceId::DEFAULT, &name)
+        .calendar_get(namespace.id, &name)
         .await?
         .ok_or_else(|| ApiError::missing(format!("calendar {name:?}")))?;
-    Ok(Json(view_of(record)?))
+    Ok(Json(view_of(&namespace, record)?))
 }
 
 /// Creates the calendar, or replaces its definition (from the version `If-Match` names, when
@@ -100,7 +111,8 @@ pub(super) async fn get(
 #[utoipa::path(put, operation_id = "putCalendar", path = "/calendars/{name}", tag = "calendars",
     request_body = CalendarSpec,
     params(("name" = String, Path, description = "The calendar's name"),
-        ("If-Match" = Option<String>, Header, description = "The ETag of the version this change was made from")),
+        ("If-Match" = Option<String>, Header, description = "The ETag of the version this change was made from"),
+        NamespaceQuery),
     responses(
         (status = 200, description = "Replaced", body = CalendarView),
         (status = 201, description = "Created", body = CalendarView),
@@ -109,24 +121,23 @@ pub(super) async fn get(
 pub(super) async fn put(
     State(state): State<ApiState>,
     NameParam(name): NameParam,
+    QueryParams(at): QueryParams<NamespaceQuery>,
     headers: HeaderMap,
     JsonBody(spec): JsonBody<CalendarSpec>,
 ) -> Result<(StatusCode, Json<CalendarView>), ApiError> {
     checked_name(&name)?;
+    let namespace = resolve(&state, at.namespace.as_deref()).await?;
     Calendar::parse(&spec).map_err(|e| ApiError::invalid(&e.field, e.message))?;
     let json = serde_json::to_string(&spec).map_err(|e| unreadable(&name, &e))?;
     let expected = super::jobs::if_match(&headers)?;
     if let Some(updated) = state
         .store
-        .calendar_update(NamespaceId::DEFAULT, &name, &json, expected)
+        .calendar_update(namespace.id, &name, &json, expected)
         .await?
     {
-        return Ok((StatusCode::OK, Json(view_of(updated)?)));
+        return Ok((StatusCode::OK, Json(view_of(&namespace, updated)?)));
     }
-    let current = state
-        .store
-        .calendar_get(NamespaceId::DEFAULT, &name)
-        .await?;
+    let current = state.store.calendar_get(namespace.id, &name).await?;
     match (current, expected) {
         (Some(current), _) => Err(ApiError::PreconditionFailed(format!(
             "calendar {name:?} is at version {}, not {}: read it again and reapply your change",
@@ -137,16 +148,16 @@ pub(super) async fn put(
         (None, None) => {
             let created = state
                 .store
-                .calendar_insert(NamespaceId::DEFAULT, &name, &json)
+                .calendar_insert(namespace.id, &name, &json)
                 .await?;
-            Ok((StatusCode::CREATED, Json(view_of(created)?)))
+            Ok((StatusCode::CREATED, Json(view_of(&namespace, created)?)))
         }
     }
 }
 
 /// Deletes a calendar no job names.
 #[utoipa::path(delete, operation_id = "deleteCalendar", path = "/calendars/{name}", tag = "calendars",
-    params(("name" = String, Path, description = "The calendar's name")),
+    params(("name" = String, Path, description = "The calendar's name"), NamespaceQuery),
     responses(
         (status = 204, description = "Deleted"),
         (status = 409, description = "Jobs name it", body = Problem, content_type = "application/problem+json"),
@@ -154,10 +165,12 @@ pub(super) async fn put(
 pub(super) async fn delete(
     State(state): State<ApiState>,
     NameParam(name): NameParam,
+    QueryParams(at): QueryParams<NamespaceQuery>,
 ) -> Result<StatusCode, ApiError> {
+    let namespace = resolve(&state, at.namespace.as_deref()).await?;
     let users: Vec<String> = state
         .store
-        .jobs_naming_calendar(NamespaceId::DEFAULT, &name)
+        .jobs_naming_calendar(namespace.id, &name)
         .await?
         .into_iter()
         .filter(|job| {
@@ -172,11 +185,7 @@ pub(super) async fn delete(
             users.join(", ")
         )));
     }
-    if state
-        .store
-        .calendar_delete(NamespaceId::DEFAULT, &name)
-        .await?
-    {
+    if state.store.calendar_delete(namespace.id, &name).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::missing(format!("calendar {name:?}")))

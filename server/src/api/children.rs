@@ -8,15 +8,16 @@ use super::ApiState;
 use super::error::ApiError;
 use crate::jobs::Children;
 use crate::states::ChildOutcome;
-use crate::store::{JobPolicyRow, policy_children};
+use crate::store::{JobPolicyRow, NamespaceId, policy_children};
 
 /// Most children a job may name, over its three lists.
 const MAX_CHILDREN: usize = 100;
 
-/// Refuses `children` of the job `job_id` (`None` for a job not created yet) named `name`,
-/// naming the field and the jobs at fault.
+/// Refuses `children` of the job `job_id` (`None` for a job not created yet) named `name`, of
+/// `namespace`, naming the field and the jobs at fault. A child is of the same namespace.
 pub(super) async fn check(
     state: &ApiState,
+    namespace: NamespaceId,
     job_id: Option<i64>,
     name: &str,
     children: &Children,
@@ -34,11 +35,13 @@ pub(super) async fn check(
     let mut ids: Vec<i64> = named.iter().map(|(_, id)| *id).collect();
     ids.sort_unstable();
     ids.dedup();
+    // Another team's job is as good as none: its existence is not told.
     let found: HashMap<i64, String> = state
         .store
         .jobs_get_many(&ids)
         .await?
         .into_iter()
+        .filter(|j| j.namespace_id == namespace)
         .map(|j| (j.job_id, j.name))
         .collect();
     let positions = positions(children);
@@ -51,7 +54,10 @@ pub(super) async fn check(
             ));
         }
         if !found.contains_key(id) {
-            return Err(ApiError::invalid(&field, format!("there is no job {id}")));
+            return Err(ApiError::invalid(
+                &field,
+                format!("there is no job {id} in this job's namespace"),
+            ));
         }
     }
     // A new job has no parents yet, so nothing it names can lead back to it.

@@ -9,6 +9,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::body::JsonBody;
 use super::error::Problem;
+use super::namespaces::NamespaceQuery;
 use super::paging;
 use super::params::{IdParam, QueryParams};
 use super::runs::{JobRunsQuery, RunList, RunView, page_of, query_state};
@@ -34,6 +35,7 @@ impl From<JobError> for ApiError {
 #[derive(Debug, Serialize, ToSchema)]
 pub(super) struct JobView {
     id: i64,
+    namespace: String,
     name: String,
     app: String,
     handler: String,
@@ -103,7 +105,8 @@ pub(super) fn write_of(namespace: NamespaceId, definition: &JobDefinition) -> Jo
     }
 }
 
-fn view_of(state: &ApiState, record: JobRecord) -> Result<JobView, ApiError> {
+/// The view of `record`, a job of namespace `namespace`.
+fn view_of(state: &ApiState, namespace: String, record: JobRecord) -> Result<JobView, ApiError> {
     let definition = definition_of(&record)?;
     // A fixed delay's next instant depends on when its running run ends: not shown.
     let fixed_delay =
@@ -132,6 +135,7 @@ fn view_of(state: &ApiState, record: JobRecord) -> Result<JobView, ApiError> {
     };
     Ok(JobView {
         id: record.job_id,
+        namespace,
         name: definition.name,
         app: definition.app,
         handler: definition.handler,
@@ -154,7 +158,8 @@ fn view_of(state: &ApiState, record: JobRecord) -> Result<JobView, ApiError> {
 
 /// `view_of`, with the warnings an answer about one job carries.
 async fn view_warned(state: &ApiState, record: JobRecord) -> Result<JobView, ApiError> {
-    let mut view = view_of(state, record)?;
+    let namespace = super::namespaces::name_of(state, record.namespace_id).await?;
+    let mut view = view_of(state, namespace, record)?;
     view.warnings = super::served::handler_warning(state, &view.app, &view.handler)
         .await?
         .map(|warning| vec![warning]);
@@ -262,6 +267,7 @@ pub(super) async fn insert_write_in(
 
 /// Creates a job, stopped unless `start` is true.
 #[utoipa::path(post, operation_id = "createJob", path = "/jobs", tag = "jobs", request_body = JobInput,
+    params(NamespaceQuery),
     responses(
         (status = 201, description = "Created", body = JobView,
             headers(("Location" = String, description = "The job's URL")),
@@ -279,18 +285,26 @@ pub(super) async fn insert_write_in(
     ))]
 pub(super) async fn create(
     State(state): State<ApiState>,
+    QueryParams(at): QueryParams<NamespaceQuery>,
     JsonBody(input): JsonBody<JobInput>,
 ) -> Result<(StatusCode, HeaderMap, Json<JobView>), ApiError> {
+    let namespace = super::namespaces::resolve(&state, at.namespace.as_deref()).await?;
     let start = input.start;
     let definition = input.into_definition()?;
     // A job without a schedule is created stopped, to be triggered; only starting it is refused.
     if start || definition.schedule.manual.is_none() {
         check_fires(&state, &definition)?;
     }
-    let namespace = NamespaceId::DEFAULT;
-    super::calendars::check_named(&state, namespace, &definition).await?;
-    super::children::check(&state, None, &definition.name, &definition.policy.children).await?;
-    let record = insert(&state, namespace, &definition, start).await?;
+    super::calendars::check_named(&state, namespace.id, &definition).await?;
+    super::children::check(
+        &state,
+        namespace.id,
+        None,
+        &definition.name,
+        &definition.policy.children,
+    )
+    .await?;
+    let record = insert(&state, namespace.id, &definition, start).await?;
     let mut headers = HeaderMap::new();
     if let Ok(location) = HeaderValue::from_str(&format!("/api/v1/jobs/{}", record.job_id)) {
         headers.insert(header::LOCATION, location);
@@ -323,6 +337,9 @@ pub(super) struct ListQuery {
     limit: Option<i64>,
     /// The `next_cursor` of the previous page, asked with the same `sort`.
     cursor: Option<String>,
+    /// The namespace (default `default`).
+    #[param(max_length = 63, pattern = "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")]
+    namespace: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -367,8 +384,9 @@ pub(super) async fn list(
         "-name" => JobOrder::NameDescending,
         _ => JobOrder::NewestFirst,
     };
+    let namespace = super::namespaces::resolve(&state, query.namespace.as_deref()).await?;
     let filter = JobFilter {
-        namespace: Some(NamespaceId::DEFAULT),
+        namespace: Some(namespace.id),
         kind: Some(JobKind::Job),
         app: query.app,
         state: query.state,
@@ -388,7 +406,7 @@ pub(super) async fn list(
     });
     let jobs = records
         .into_iter()
-        .map(|r| view_of(&state, r))
+        .map(|r| view_of(&state, namespace.name.clone(), r))
         .collect::<Result<_, _>>()?;
     Ok(Json(JobList { jobs, next_cursor }))
 }
@@ -475,6 +493,7 @@ pub(super) async fn update(
     super::calendars::check_named(&state, record.namespace_id, &definition).await?;
     super::children::check(
         &state,
+        record.namespace_id,
         Some(id),
         &definition.name,
         &definition.policy.children,
@@ -559,9 +578,10 @@ pub(super) async fn trigger(
     let record = load(&state, id).await?;
     a_job(&record)?;
     let run = super::lifecycle::trigger(&state, &record, None, None).await?;
+    let namespace = super::namespaces::name_of(&state, record.namespace_id).await?;
     Ok((
         StatusCode::ACCEPTED,
-        Json(RunView::of(run, Some(record.name))),
+        Json(RunView::of(run, Some(record.name), namespace)),
     ))
 }
 

@@ -14,6 +14,8 @@ use utoipa::ToSchema;
 use super::body::{JsonBody, described};
 use super::error::Problem;
 use super::jobs::{check_fires, write_of};
+use super::namespaces::NamespaceQuery;
+use super::params::QueryParams;
 use super::{ApiError, ApiState};
 use crate::jobs::{ItemError, JobDefinition, JobInput, new_job_id, partition_of};
 use crate::store::{self, JobInsert, NamespaceId};
@@ -59,6 +61,7 @@ pub(super) struct CreatedJob {
 
 /// Creates many jobs at once: all of them, or none.
 #[utoipa::path(post, operation_id = "createJobs", path = "/jobs/bulk", tag = "jobs", request_body = BulkJobs,
+    params(NamespaceQuery),
     responses(
         (status = 201, description = "Every job created", body = BulkCreated),
         (status = 400, description = "Nothing created: every bad job by its index (`errors`), a name given twice or taken among them", body = Problem, content_type = "application/problem+json"),
@@ -66,14 +69,18 @@ pub(super) struct CreatedJob {
     ))]
 pub(super) async fn create(
     State(state): State<ApiState>,
+    QueryParams(at): QueryParams<NamespaceQuery>,
     JsonBody(body): JsonBody<Value>,
 ) -> Result<(StatusCode, Json<BulkCreated>), ApiError> {
+    let namespace = super::namespaces::resolve(&state, at.namespace.as_deref())
+        .await?
+        .id;
     let items = items_of(body)?;
     let mut errors = Vec::new();
     let mut checked: Vec<(usize, JobDefinition, bool)> = Vec::with_capacity(items.len());
     let mut calendars_known: HashMap<String, bool> = HashMap::new();
     for (index, item) in items.into_iter().enumerate() {
-        match check_one(&state, item, &mut calendars_known).await {
+        match check_one(&state, namespace, item, &mut calendars_known).await {
             Ok((definition, start)) => checked.push((index, definition, start)),
             Err(ApiError::Invalid { field, message }) => errors.push(ItemError {
                 index,
@@ -84,7 +91,7 @@ pub(super) async fn create(
             Err(err) => return Err(err),
         }
     }
-    names_free(&state, &checked, &mut errors).await?;
+    names_free(&state, namespace, &checked, &mut errors).await?;
     if !errors.is_empty() {
         return Err(refused(errors));
     }
@@ -94,12 +101,12 @@ pub(super) async fn create(
     let rows = loop {
         tries += 1;
         let largest = state.store.job_id_max().await?;
-        let rows = rows_of(&state, &checked, largest);
+        let rows = rows_of(&state, namespace, &checked, largest);
         match state.store.jobs_insert_many(&rows).await {
             Ok(()) => break rows,
             Err(store::Error::Conflict { .. }) => {
                 let mut errors = Vec::new();
-                names_free(&state, &checked, &mut errors).await?;
+                names_free(&state, namespace, &checked, &mut errors).await?;
                 if !errors.is_empty() {
                     return Err(refused(errors));
                 }
@@ -170,6 +177,7 @@ fn items_of(body: Value) -> Result<Vec<Value>, ApiError> {
 /// One job checked as `POST /api/v1/jobs` checks it; calendars looked up once per name.
 async fn check_one(
     state: &ApiState,
+    namespace: NamespaceId,
     item: Value,
     calendars_known: &mut HashMap<String, bool>,
 ) -> Result<(JobDefinition, bool), ApiError> {
@@ -182,15 +190,22 @@ async fn check_one(
     if start || definition.schedule.manual.is_none() {
         check_fires(state, &definition)?;
     }
-    super::calendars::check_named_known(state, NamespaceId::DEFAULT, &definition, calendars_known)
-        .await?;
-    super::children::check(state, None, &definition.name, &definition.policy.children).await?;
+    super::calendars::check_named_known(state, namespace, &definition, calendars_known).await?;
+    super::children::check(
+        state,
+        namespace,
+        None,
+        &definition.name,
+        &definition.policy.children,
+    )
+    .await?;
     Ok((definition, start))
 }
 
 /// Adds an error for each name given twice in the batch or already taken.
 async fn names_free(
     state: &ApiState,
+    namespace: NamespaceId,
     checked: &[(usize, JobDefinition, bool)],
     errors: &mut Vec<ItemError>,
 ) -> Result<(), ApiError> {
@@ -211,7 +226,7 @@ async fn names_free(
     // ignores case; PostgreSQL's and SQLite's do not, and return only exact ones).
     let taken: HashMap<String, i64> = state
         .store
-        .jobs_named(NamespaceId::DEFAULT, &names)
+        .jobs_named(namespace, &names)
         .await?
         .into_iter()
         .map(|(name, id)| (name.to_lowercase(), id))
@@ -233,6 +248,7 @@ async fn names_free(
 /// at random within it, never twice (ids are a millisecond and 12 random bits).
 fn rows_of(
     state: &ApiState,
+    namespace: NamespaceId,
     checked: &[(usize, JobDefinition, bool)],
     largest: Option<i64>,
 ) -> Vec<JobInsert> {
@@ -253,7 +269,7 @@ fn rows_of(
             JobInsert {
                 job_id,
                 partition_id: partition_of(job_id, state.partition_count),
-                write: write_of(NamespaceId::DEFAULT, definition),
+                write: write_of(namespace, definition),
                 start: *start,
             }
         })

@@ -16,6 +16,7 @@ mod jobs_bulk;
 mod lifecycle;
 mod logs;
 mod metrics;
+mod namespaces;
 mod openapi;
 mod paging;
 mod params;
@@ -54,6 +55,8 @@ use crate::store::Store;
 #[derive(Debug, Clone)]
 pub struct ApiState {
     pub store: Arc<dyn Store>,
+    /// The namespaces' names and ids.
+    pub namespaces: Arc<crate::namespaces::Directory>,
     pub view: Arc<LocalView>,
     pub clock: Arc<ClusterClock>,
     pub admin_token: Arc<Secret>,
@@ -94,6 +97,8 @@ fn routes_with(
 ) -> OpenApiRouter<ApiState> {
     let api = OpenApiRouter::new()
         .routes(routes!(cluster::show))
+        .routes(routes!(namespaces::list, namespaces::create))
+        .routes(routes!(namespaces::get, namespaces::delete))
         .routes(routes!(jobs::list, jobs::create))
         .routes(routes!(jobs::get, jobs::update, jobs::delete))
         .routes(routes!(jobs::start))

@@ -27,6 +27,7 @@ use super::error::Problem;
     ),
     security(("bearer" = [])),
     tags(
+        (name = "namespaces", description = "The teams' spaces: every job, workflow, task and calendar is in one"),
         (name = "jobs", description = "Cron, RRULE, interval and one-shot jobs"),
         (name = "workflows", description = "DAGs of steps with a schedule, and their runs"),
         (name = "runs", description = "Run logs, cancellation, dead letters and re-runs"),
@@ -58,7 +59,8 @@ pub(super) fn complete(mut doc: OpenApi) -> OpenApi {
 /// The errors any operation can answer, added to each from what it takes: every `/api/v1`
 /// operation needs a token (`401`), may be closed to the token's kind (`403`) and needs the
 /// database (`503`); one with parameters or a body may get them wrong (`400`); one with a body
-/// may send too much (`413`); one with a path parameter may name nothing (`404`).
+/// may send too much (`413`); one with a path parameter may name nothing, and one in a
+/// namespace may name none (`404`).
 struct CommonErrors;
 
 impl Modify for CommonErrors {
@@ -84,6 +86,16 @@ impl Modify for CommonErrors {
 fn add_errors(path: &str, operation: &mut Operation) {
     let has_params = operation.parameters.as_ref().is_some_and(|p| !p.is_empty());
     let has_body = operation.request_body.is_some();
+    let in_a_namespace = operation
+        .parameters
+        .iter()
+        .flatten()
+        .any(|p| matches!(p, RefOr::T(p) if p.name == "namespace"));
+    let missing = match (path.contains('{'), in_a_namespace) {
+        (true, true) => "Nothing has this name or id, or there is no such namespace",
+        (false, true) => "There is no such namespace",
+        _ => "Nothing has this id",
+    };
     let errors = [
         (true, "401", "No token, or not one of this cluster's"),
         (true, "403", "This token's kind may not do this"),
@@ -93,7 +105,7 @@ fn add_errors(path: &str, operation: &mut Operation) {
             "A parameter or field is wrong; `field` names it",
         ),
         (has_body, "413", body_limit(path)),
-        (path.contains('{'), "404", "Nothing has this id"),
+        (path.contains('{') || in_a_namespace, "404", missing),
         (true, "503", "The database did not answer; retry"),
     ];
     for (applies, status, description) in errors {

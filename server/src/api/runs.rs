@@ -16,6 +16,7 @@ use crate::store::{AttemptRecord, DEAD_LETTER_STATES, RunFilter, RunRecord};
 #[derive(Debug, Serialize, ToSchema)]
 pub(super) struct RunView {
     id: i64,
+    namespace: String,
     /// The job's id; for a task's run, the task's id negated (see `task_id`).
     job_id: i64,
     /// The job's name (`task <id>` for a task's run); `null` once the job is deleted.
@@ -38,10 +39,12 @@ pub(super) struct RunView {
 }
 
 impl RunView {
-    /// The view of `r`, a run of the job named `job_name` (`None`: deleted).
-    pub(super) fn of(r: RunRecord, job_name: Option<String>) -> Self {
+    /// The view of `r`, a run of the job named `job_name` (`None`: deleted), of namespace
+    /// `namespace`.
+    pub(super) fn of(r: RunRecord, job_name: Option<String>, namespace: String) -> Self {
         Self {
             id: r.run_id,
+            namespace,
             job_id: r.job_id,
             job_name,
             task_id: crate::store::task_of_job_id(r.job_id),
@@ -77,11 +80,19 @@ pub(super) async fn run_views(
             .map(|j| (j.job_id, j.name))
             .collect()
     };
+    let mut namespaces = std::collections::HashMap::new();
+    for run in &runs {
+        if let std::collections::hash_map::Entry::Vacant(slot) = namespaces.entry(run.namespace_id)
+        {
+            slot.insert(super::namespaces::name_of(state, run.namespace_id).await?);
+        }
+    }
     Ok(runs
         .into_iter()
         .map(|r| {
             let name = names.get(&r.job_id).cloned();
-            RunView::of(r, name)
+            let namespace = namespaces.get(&r.namespace_id).cloned().unwrap_or_default();
+            RunView::of(r, name, namespace)
         })
         .collect())
 }
@@ -163,6 +174,9 @@ pub(super) struct ChildRunView {
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RunsQuery {
+    /// The namespace (default `default`); a job's own runs (`job_id`) are of its namespace.
+    #[param(max_length = 63, pattern = "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")]
+    namespace: Option<String>,
     /// Only this job's runs.
     job_id: Option<i64>,
     /// Only runs in this state.
@@ -197,6 +211,7 @@ pub(super) struct JobRunsQuery {
 impl JobRunsQuery {
     pub(super) fn of_job(self, job_id: i64) -> RunsQuery {
         RunsQuery {
+            namespace: None,
             job_id: Some(job_id),
             state: self.state,
             sort: self.sort,
@@ -234,9 +249,15 @@ pub(super) async fn page_of(
         .map(|c| paging::position_id(c, listing, sort))
         .transpose()?;
     let oldest_first = sort == "created";
+    // A job's runs are its namespace's: the job id is filter enough.
+    let namespace = match (query.job_id, query.namespace.as_deref()) {
+        (Some(_), None) => None,
+        (_, name) => Some(super::namespaces::resolve(state, name).await?.id),
+    };
     let mut runs = Vec::new();
     for run_state in states {
         let filter = RunFilter {
+            namespace,
             job_id: query.job_id,
             state: Some((*run_state).to_owned()).filter(|s| !s.is_empty()),
             oldest_first,
@@ -342,8 +363,9 @@ pub(super) async fn get(
             run_id: child.child_run_id,
         })
         .collect();
+    let namespace = super::namespaces::name_of(&state, run.namespace_id).await?;
     Ok(Json(RunDetail {
-        run: RunView::of(run, job_name),
+        run: RunView::of(run, job_name, namespace),
         attempts: attempts
             .into_iter()
             .map(AttemptView::try_from)
@@ -375,9 +397,10 @@ pub(super) async fn rerun(
     // A child run's re-run is given its parent's run and output again.
     let input = state.store.run_input(id).await?;
     let again = super::lifecycle::trigger(&state, &job, Some(&message), input.as_deref()).await?;
+    let namespace = super::namespaces::name_of(&state, job.namespace_id).await?;
     Ok((
         axum::http::StatusCode::ACCEPTED,
-        Json(RunView::of(again, Some(job.name))),
+        Json(RunView::of(again, Some(job.name), namespace)),
     ))
 }
 

@@ -8,10 +8,11 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::body::JsonBody;
+use super::namespaces::NamespaceQuery;
+use super::params::QueryParams;
 use super::{ApiError, ApiState};
 use crate::jobs::{Bounds, JobError, jitter_delay_ms, window_of};
 use crate::schedule::{NextHints, Schedule, ScheduleSpec, parse_zone};
-use crate::store::NamespaceId;
 
 const MAX_COUNT: usize = 1_000;
 
@@ -67,9 +68,11 @@ pub(super) struct Preview {
 
 /// Checks a schedule and lists its next instants, computed as the scheduler computes them.
 #[utoipa::path(post, operation_id = "previewSchedule", path = "/schedules/preview", tag = "schedules", request_body = PreviewRequest,
+    params(NamespaceQuery),
     responses((status = 200, description = "The next instants, in UTC and in the zone", body = Preview)))]
 pub(super) async fn preview(
     State(state): State<ApiState>,
+    QueryParams(at): QueryParams<NamespaceQuery>,
     JsonBody(request): JsonBody<PreviewRequest>,
 ) -> Result<Json<Preview>, ApiError> {
     if !(1..=MAX_COUNT).contains(&request.count) {
@@ -89,8 +92,8 @@ pub(super) async fn preview(
     let schedule = Schedule::parse(&request.schedule, zone)
         .map_err(JobError::from)?
         .within(window);
-    let calendars =
-        super::calendars::load_named(&state, NamespaceId::DEFAULT, &request.calendars).await?;
+    let namespace = super::namespaces::resolve(&state, at.namespace.as_deref()).await?;
+    let calendars = super::calendars::load_named(&state, namespace.id, &request.calendars).await?;
     let hints = NextHints {
         anchor: Some(after),
         cursor: None,

@@ -12,6 +12,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::body::JsonBody;
 use super::error::Problem;
+use super::namespaces::NamespaceQuery;
 use super::paging;
 use super::params::{IdParam, QueryParams};
 use super::{ApiError, ApiState, rfc3339};
@@ -19,13 +20,14 @@ use crate::jobs::ItemError;
 use crate::jobs::partition_of;
 use crate::schedule::parse_instant;
 use crate::states::TaskState;
-use crate::store::{Enqueued, NamespaceId, TaskFilter, TaskRecord, TaskWrite};
+use crate::store::{Enqueued, TaskFilter, TaskRecord, TaskWrite};
 use crate::tasks::{TaskBatch, TaskInput, check_batch};
 
 /// A task as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]
 pub(super) struct TaskView {
     id: i64,
+    namespace: String,
     key: Option<String>,
     app: String,
     handler: String,
@@ -46,10 +48,9 @@ pub(super) struct TaskView {
     policy: serde_json::Value,
 }
 
-impl TryFrom<TaskRecord> for TaskView {
-    type Error = ApiError;
-
-    fn try_from(t: TaskRecord) -> Result<Self, ApiError> {
+impl TaskView {
+    /// The view of `t`, a task of namespace `namespace`.
+    fn of(t: TaskRecord, namespace: String) -> Result<Self, ApiError> {
         let id = t.task_id;
         let read = |what: &str, err| ApiError::unreadable(format!("the {what} of task {id}"), &err);
         let args = serde_json::from_str(&t.args_json).map_err(|e| read("args", e))?;
@@ -62,6 +63,7 @@ impl TryFrom<TaskRecord> for TaskView {
         };
         Ok(Self {
             id: t.task_id,
+            namespace,
             key: t.task_key,
             app: t.app_name,
             handler: t.handler_name,
@@ -155,14 +157,19 @@ fn tasks_of(body: serde_json::Value) -> Result<Vec<TaskInput>, ApiError> {
 
 /// Enqueues one task or a batch of up to 10,000, all or nothing.
 #[utoipa::path(post, operation_id = "enqueueTasks", path = "/tasks", tag = "tasks", request_body = TaskBatch,
+    params(NamespaceQuery),
     responses(
         (status = 201, description = "At least one task was created", body = EnqueueView),
         (status = 200, description = "Every task's key was held by an unfinished task: nothing created", body = EnqueueView),
     ))]
 pub(super) async fn enqueue(
     State(state): State<ApiState>,
+    QueryParams(at): QueryParams<NamespaceQuery>,
     JsonBody(body): JsonBody<serde_json::Value>,
 ) -> Result<(StatusCode, Json<EnqueueView>), ApiError> {
+    let namespace = super::namespaces::resolve(&state, at.namespace.as_deref())
+        .await?
+        .id;
     let tasks = tasks_of(body)?;
     let checked =
         check_batch(tasks, state.clock.now_ms(), state.task_horizon_ms).map_err(|err| {
@@ -178,7 +185,7 @@ pub(super) async fn enqueue(
         .map(|(task, id)| TaskWrite {
             task_id: id,
             partition_id: partition_of(id, state.partition_count),
-            namespace_id: NamespaceId::DEFAULT,
+            namespace_id: namespace,
             key: task.key,
             app_name: task.app,
             handler_name: task.handler,
@@ -294,6 +301,9 @@ async fn unknown_handlers(
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct TasksQuery {
+    /// The namespace (default `default`).
+    #[param(max_length = 63, pattern = "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")]
+    namespace: Option<String>,
     /// The task holding this key (a list of at most one).
     key: Option<String>,
     app: Option<String>,
@@ -332,13 +342,12 @@ pub(super) async fn list(
     State(state): State<ApiState>,
     QueryParams(q): QueryParams<TasksQuery>,
 ) -> Result<Json<TaskPage>, ApiError> {
+    let namespace = super::namespaces::resolve(&state, q.namespace.as_deref()).await?;
+    let view = |t| TaskView::of(t, namespace.name.clone());
     if let Some(key) = &q.key {
-        let found = state.store.task_by_key(NamespaceId::DEFAULT, key).await?;
+        let found = state.store.task_by_key(namespace.id, key).await?;
         return Ok(Json(TaskPage {
-            items: found
-                .into_iter()
-                .map(TaskView::try_from)
-                .collect::<Result<_, _>>()?,
+            items: found.into_iter().map(view).collect::<Result<_, _>>()?,
             next_cursor: None,
         }));
     }
@@ -359,7 +368,7 @@ pub(super) async fn list(
         .map(|c| paging::position_id(c, "tasks", "-id"))
         .transpose()?;
     let filter = TaskFilter {
-        namespace: Some(NamespaceId::DEFAULT),
+        namespace: Some(namespace.id),
         app: q.app,
         handler: q.handler,
         state: q.state,
@@ -371,10 +380,7 @@ pub(super) async fn list(
     let tasks = state.store.tasks_list(&filter).await?;
     let next_cursor = paging::next_cursor(&tasks, limit, "tasks", "-id", |t| t.task_id.to_string());
     Ok(Json(TaskPage {
-        items: tasks
-            .into_iter()
-            .map(TaskView::try_from)
-            .collect::<Result<_, _>>()?,
+        items: tasks.into_iter().map(view).collect::<Result<_, _>>()?,
         next_cursor,
     }))
 }
@@ -394,7 +400,8 @@ pub(super) async fn get(
         .task_get(id)
         .await?
         .ok_or_else(|| ApiError::missing(format!("task {id}")))?;
-    Ok(Json(task.try_into()?))
+    let namespace = super::namespaces::name_of(&state, task.namespace_id).await?;
+    Ok(Json(TaskView::of(task, namespace)?))
 }
 
 /// Deletes (cancels) a task: before it fires, nothing runs; once fired, its run is cancelled
@@ -419,6 +426,9 @@ pub(super) async fn cancel(
 pub(super) struct KeyQuery {
     /// The key of the task to cancel.
     key: String,
+    /// The namespace it is held in (default `default`).
+    #[param(max_length = 63, pattern = "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")]
+    namespace: Option<String>,
 }
 
 /// Deletes (cancels) the task holding a key, as `DELETE /tasks/{id}` does.
@@ -432,9 +442,10 @@ pub(super) async fn cancel_by_key(
     State(state): State<ApiState>,
     QueryParams(q): QueryParams<KeyQuery>,
 ) -> Result<Json<TaskView>, ApiError> {
+    let namespace = super::namespaces::resolve(&state, q.namespace.as_deref()).await?;
     let task = state
         .store
-        .task_by_key(NamespaceId::DEFAULT, &q.key)
+        .task_by_key(namespace.id, &q.key)
         .await?
         .ok_or_else(|| ApiError::missing(format!("task with key {:?}", q.key)))?;
     cancel_task(&state, task.task_id).await.map(Json)
@@ -446,12 +457,13 @@ pub(super) async fn cancel_by_key(
 async fn cancel_task(state: &ApiState, id: i64) -> Result<TaskView, ApiError> {
     let missing = || ApiError::missing(format!("task {id}"));
     let task = state.store.task_get(id).await?.ok_or_else(missing)?;
+    let namespace = super::namespaces::name_of(state, task.namespace_id).await?;
     let cancelled = |mut task: TaskRecord| {
         task.state = TaskState::Cancelled.to_owned();
         task.run_state = None;
         task.ended_at_ms = Some(state.clock.now_ms());
         task.message = Some("cancelled through the API".to_owned());
-        TaskView::try_from(task)
+        TaskView::of(task, namespace.clone())
     };
     // A guarded delete: a task that fired meanwhile stays, and its run is cancelled instead.
     if state.store.task_remove(id, true).await? {

@@ -130,9 +130,10 @@ async fn run_view(state: &ApiState, id: i64) -> Result<WorkflowRunView, ApiError
             })
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
+    let namespace = super::namespaces::name_of(state, run.namespace_id).await?;
     Ok(WorkflowRunView {
         workflow_id: run.job_id,
-        run: RunView::of(run, name),
+        run: RunView::of(run, name, namespace),
         params,
         rerun_of,
         steps,

@@ -18,6 +18,7 @@ use super::error::Problem;
 use super::jobs::{
     check_fires, definition_of, insert_write, insert_write_in, load, runs_of, write_of,
 };
+use super::namespaces::NamespaceQuery;
 use super::params::{IdParam, QueryParams};
 use super::runs::{JobRunsQuery, RunList, RunView};
 use super::{ApiError, ApiState};
@@ -33,6 +34,7 @@ use crate::workflows::{Definition, Need, Step, graph};
 #[derive(Debug, Serialize, ToSchema)]
 pub(super) struct WorkflowView {
     id: i64,
+    namespace: String,
     name: String,
     schedule: ScheduleSpec,
     timezone: String,
@@ -117,13 +119,20 @@ async fn checked(
                     format!("job {job} is another workflow's step"),
                 ));
             }
+            // Another team's job is as good as none: its existence is not told.
+            Some(record) if record.namespace_id != namespace => {
+                return Err(ApiError::invalid(
+                    &format!("steps[{i}].job"),
+                    format!("there is no job {job} in this workflow's namespace"),
+                ));
+            }
             Some(_) => {}
         }
     }
     Ok(definition)
 }
 
-/// Replaces each step's job given by name with its id (names are unique), else a `400` naming
+/// Replaces each step's job given by name with its id (names are unique in `namespace`), else a `400` naming
 /// the step's field; `checked` then refuses a workflow's own step as it would by id.
 async fn resolve_job_names(
     state: &ApiState,
@@ -313,6 +322,7 @@ async fn view_of(state: &ApiState, record: JobRecord) -> Result<WorkflowView, Ap
         .collect::<Result<Vec<_>, ApiError>>()?;
     Ok(WorkflowView {
         id: record.job_id,
+        namespace: super::namespaces::name_of(state, record.namespace_id).await?,
         name: record.name,
         schedule: job.schedule,
         timezone: job.timezone,
@@ -342,15 +352,19 @@ async fn load_workflow(state: &ApiState, id: i64) -> Result<JobRecord, ApiError>
 
 /// Creates a workflow, stopped unless `start` is true.
 #[utoipa::path(post, operation_id = "createWorkflow", path = "/workflows", tag = "workflows", request_body = WorkflowInput,
+    params(NamespaceQuery),
     responses(
         (status = 201, description = "Created", body = WorkflowView),
         (status = 409, description = "The name is taken", body = Problem, content_type = "application/problem+json"),
     ))]
 pub(super) async fn create(
     State(state): State<ApiState>,
+    QueryParams(at): QueryParams<NamespaceQuery>,
     JsonBody(mut input): JsonBody<WorkflowInput>,
 ) -> Result<(StatusCode, Json<WorkflowView>), ApiError> {
-    let namespace = NamespaceId::DEFAULT;
+    let namespace = super::namespaces::resolve(&state, at.namespace.as_deref())
+        .await?
+        .id;
     let definition = checked(&state, namespace, &mut input).await?;
     if input.start {
         check_fires(&state, &definition)?;
@@ -406,11 +420,17 @@ pub(super) async fn update(
 
 /// Lists the workflows, newest first.
 #[utoipa::path(get, operation_id = "listWorkflows", path = "/workflows", tag = "workflows",
+    params(NamespaceQuery),
     responses((status = 200, description = "The workflows", body = WorkflowList)))]
-pub(super) async fn list(State(state): State<ApiState>) -> Result<Json<WorkflowList>, ApiError> {
+pub(super) async fn list(
+    State(state): State<ApiState>,
+    QueryParams(at): QueryParams<NamespaceQuery>,
+) -> Result<Json<WorkflowList>, ApiError> {
+    let namespace = super::namespaces::resolve(&state, at.namespace.as_deref()).await?;
     let records = state
         .store
         .jobs_list(&JobFilter {
+            namespace: Some(namespace.id),
             kind: Some(JobKind::Workflow),
             order: JobOrder::NewestFirst,
             limit: 1_000,
@@ -484,9 +504,10 @@ pub(super) async fn trigger(
         .params
         .map(|params| serde_json::json!({ "params": params }).to_string());
     let run = super::lifecycle::trigger(&state, &record, None, input.as_deref()).await?;
+    let namespace = super::namespaces::name_of(&state, record.namespace_id).await?;
     Ok((
         StatusCode::ACCEPTED,
-        Json(RunView::of(run, Some(record.name))),
+        Json(RunView::of(run, Some(record.name), namespace)),
     ))
 }
 

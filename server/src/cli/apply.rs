@@ -16,6 +16,7 @@ use crate::jobs::{JobDefinition, JobInput};
 /// differs is updated to exactly the file's definition (fields the file omits take their
 /// defaults), and one that matches is not written at all, so applying twice changes nothing
 /// more. Every job of the file is checked before the first write, so a bad file changes nothing.
+/// The jobs are those of the file's `namespace`, else of the command's.
 pub(super) async fn apply(
     api: &ApiTarget,
     output: Output,
@@ -26,6 +27,13 @@ pub(super) async fn apply(
         path: file.to_owned(),
         reason,
     };
+    // A file may say whose its jobs are (`namespace: team-a`).
+    let in_file = match document.get("namespace") {
+        None => None,
+        Some(Value::String(namespace)) => Some(api.in_namespace(namespace).map_err(bad)?),
+        Some(_) => return Err(bad("namespace: must be a namespace's name".to_owned())),
+    };
+    let api = in_file.as_ref().unwrap_or(api);
     let workflows: Vec<Value> = document
         .get("workflows")
         .and_then(Value::as_array)
@@ -308,6 +316,7 @@ fn definition_of_view(view: &Value) -> Option<JobDefinition> {
     let mut fields = view.as_object()?.clone();
     for added in [
         "id",
+        "namespace",
         "state",
         "version",
         "partition",

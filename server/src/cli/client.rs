@@ -6,8 +6,23 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::client_config::{ClientConfig, ClientConfigError};
 use crate::config::Config;
 use crate::data_dir::DataDir;
+
+/// The paths of the operations that work in a namespace (collections and creates, and every
+/// calendar path): `namespace=` is added to them. A resource's own path (`/jobs/{id}`) takes
+/// none: ids are unique across namespaces.
+const IN_A_NAMESPACE: [&str; 8] = [
+    "/api/v1/jobs",
+    "/api/v1/jobs/bulk",
+    "/api/v1/workflows",
+    "/api/v1/tasks",
+    "/api/v1/runs",
+    "/api/v1/dead-letters",
+    "/api/v1/schedules/preview",
+    "/api/v1/calendars",
+];
 
 /// Where the API is and the token to use.
 #[derive(Debug, Clone)]
@@ -16,6 +31,11 @@ pub(crate) struct ApiTarget {
     token: String,
     /// Trusted for an `https://` node, beside the system's roots.
     ca_file: Option<PathBuf>,
+    /// The namespace of the calls that work in one (the server's `default` when `None`).
+    namespace: Option<String>,
+    /// `namespace` was given on the command line or in the environment, not by the settings
+    /// file: a file to apply that names another is refused rather than followed.
+    namespace_given: bool,
 }
 
 /// An error with its causes, as one line (reqwest says "error sending request" and keeps the
@@ -43,17 +63,27 @@ pub(crate) enum ClientError {
     Unreachable { url: String, reason: String },
     #[error("{status}: {detail}")]
     Refused { status: u16, detail: String },
+    #[error(transparent)]
+    Settings(#[from] ClientConfigError),
 }
 
 impl ApiTarget {
-    /// From flags or environment, else the default local node and its data directory.
+    /// From flags or environment, else the client settings file ([`ClientConfig`]), else the
+    /// default local node and its data directory.
     pub(crate) fn find(
         url: Option<String>,
         token: Option<String>,
         ca_file: Option<PathBuf>,
+        namespace: Option<String>,
     ) -> Result<Self, ClientError> {
+        let settings = ClientConfig::load()?;
         let config = Config::default();
-        let url = url.unwrap_or_else(|| format!("http://{}", config.http.listen));
+        let url = url
+            .or(settings.url)
+            .unwrap_or_else(|| format!("http://{}", config.http.listen));
+        let ca_file = ca_file.or(settings.ca_file);
+        let namespace_given = namespace.is_some();
+        let namespace = namespace.or(settings.namespace);
         let token = match token {
             Some(token) => token,
             None => {
@@ -73,7 +103,44 @@ impl ApiTarget {
             url: url.trim_end_matches('/').to_owned(),
             token,
             ca_file,
+            namespace,
+            namespace_given,
         })
+    }
+
+    /// The same node and token, working in `namespace` (a file's): refused when the command
+    /// line or environment named another.
+    pub(crate) fn in_namespace(&self, namespace: &str) -> Result<Self, String> {
+        match &self.namespace {
+            Some(given) if self.namespace_given && given != namespace => Err(format!(
+                "it is for namespace {namespace:?}, and --namespace (or CARILLON_NAMESPACE) \
+                 says {given:?}"
+            )),
+            _ => Ok(Self {
+                namespace: Some(namespace.to_owned()),
+                namespace_given: true,
+                ..self.clone()
+            }),
+        }
+    }
+
+    /// `path` with this target's namespace added when its operation works in one.
+    fn scoped(&self, path: &str) -> String {
+        let Some(namespace) = &self.namespace else {
+            return path.to_owned();
+        };
+        let (bare, query) = match path.split_once('?') {
+            Some((bare, query)) => (bare, Some(query)),
+            None => (path, None),
+        };
+        let in_one = IN_A_NAMESPACE.contains(&bare) || bare.starts_with("/api/v1/calendars/");
+        let named = query.is_some_and(|q| q.split('&').any(|p| p.starts_with("namespace=")));
+        if !in_one || named {
+            return path.to_owned();
+        }
+        let separator = if query.is_some() { '&' } else { '?' };
+        // A namespace's name is lowercase letters, digits and `-`: nothing to encode.
+        format!("{path}{separator}namespace={namespace}")
     }
 
     /// Calls `method path` with an optional JSON body; the answer's JSON, or a readable error.
@@ -97,7 +164,7 @@ impl ApiTarget {
             .build()
             .map_err(|e| unreachable(e.to_string()))?;
         let mut request = client
-            .request(method, format!("{}{path}", self.url))
+            .request(method, format!("{}{}", self.url, self.scoped(path)))
             .bearer_auth(&self.token);
         if let Some(body) = body {
             request = request.json(body);

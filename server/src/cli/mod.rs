@@ -6,6 +6,7 @@
 mod apply;
 mod apply_children;
 mod client;
+mod client_config;
 mod commands;
 mod import;
 mod job_fields;
@@ -50,6 +51,10 @@ pub struct Cli {
     /// A CA certificate (PEM) to trust for an https:// node, beside the system's roots.
     #[arg(long, global = true, env = "CARILLON_CA_FILE")]
     ca_file: Option<PathBuf>,
+    /// The namespace client commands work in (default: the client settings file's, else
+    /// `default`).
+    #[arg(long, short = 'n', global = true, env = "CARILLON_NAMESPACE")]
+    namespace: Option<String>,
     /// Output of client commands.
     #[arg(long, short = 'o', global = true, value_enum, default_value_t = commands::Output::Table)]
     output: commands::Output,
@@ -386,7 +391,8 @@ pub async fn run(cli: Cli) -> ExitCode {
             migrate(config).await
         }
         client_command => {
-            let api = match client::ApiTarget::find(cli.url, cli.token, cli.ca_file) {
+            let api = match client::ApiTarget::find(cli.url, cli.token, cli.ca_file, cli.namespace)
+            {
                 Ok(api) => api,
                 Err(err) => return fail_early(&err),
             };

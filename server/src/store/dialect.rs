@@ -117,7 +117,8 @@ macro_rules! runs_list {
         concat!(
             "SELECT run_id, job_id, scheduled_at_ms, partition_id, epoch, node_id, \
             trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, \
-            message, namespace_id FROM runs WHERE (? IS NULL OR job_id = ?) AND (? IS NULL OR state = ?) \
+            message, namespace_id FROM runs WHERE (? IS NULL OR namespace_id = ?) \
+            AND (? IS NULL OR job_id = ?) AND (? IS NULL OR state = ?) \
             AND (? IS NULL OR ",
             $after,
             ") ORDER BY ",
@@ -595,6 +596,22 @@ queries! {
         ORDER BY scheduled_at_ms DESC LIMIT 1 OFFSET ?";
 
     history_oldest_run = "SELECT created_at_ms FROM runs ORDER BY run_id LIMIT 1";
+
+    // Namespaces (`sql_store/namespaces.rs`).
+    namespaces_list = "SELECT namespace_id, name, description, created_at_ms FROM namespaces \
+        ORDER BY name";
+    namespace_by_name = "SELECT namespace_id, name, description, created_at_ms FROM namespaces \
+        WHERE name = ?";
+    namespace_insert = "INSERT INTO namespaces (name, description, created_at_ms) \
+        VALUES (?, ?, {now})";
+    namespace_lock = "SELECT namespace_id FROM namespaces WHERE namespace_id = ? {for_update}";
+    // Jobs and tasks by the indexes that lead with the namespace; calendars by their key.
+    namespace_usage = "SELECT \
+        (SELECT COUNT(*) FROM jobs WHERE namespace_id = ?), \
+        (SELECT COUNT(*) FROM tasks WHERE namespace_id = ? AND state = 'pending'), \
+        (SELECT COUNT(*) FROM calendars WHERE namespace_id = ?), \
+        (SELECT COUNT(*) FROM apps WHERE namespace_id = ?) {from_dual}";
+    namespace_delete = "DELETE FROM namespaces WHERE namespace_id = ?";
 }
 
 #[cfg(test)]

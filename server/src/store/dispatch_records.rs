@@ -224,6 +224,8 @@ pub enum AttemptEnded {
 /// first when `oldest_first`).
 #[derive(Debug, Clone, Default)]
 pub struct RunFilter {
+    /// Runs of this namespace only; of every namespace when `None`.
+    pub namespace: Option<super::NamespaceId>,
     pub job_id: Option<i64>,
     pub state: Option<String>,
     pub oldest_first: bool,

@@ -50,7 +50,9 @@ pub use job_records::{
     JobWrite, OverlapRule, RunClaim, RunRecord, ScheduledJob, StoredPolicy,
 };
 pub use log_records::{LogAppend, LogCaps, LogLine, NewLogLine, TRUNCATED_LINE};
-pub use namespace_records::NamespaceId;
+pub use namespace_records::{
+    NamespaceDeletion, NamespaceId, NamespaceRecord, NamespaceStore, NamespaceUsage,
+};
 pub use policy_records::{
     BackfillRecord, BackfillStep, CalendarRecord, InstantEnd, JobInstant, PolicyStore,
 };
@@ -431,6 +433,7 @@ pub trait Store:
     + StandbyStore
     + ChildStore
     + WorkflowStore
+    + NamespaceStore
 {
 }
 
@@ -444,7 +447,8 @@ impl<
         + LogStore
         + StandbyStore
         + ChildStore
-        + WorkflowStore,
+        + WorkflowStore
+        + NamespaceStore,
 > Store for T
 {
 }

@@ -3,6 +3,10 @@
 
 use std::fmt;
 
+use async_trait::async_trait;
+
+use super::Error;
+
 /// A namespace's id, the same on every node (its name is what people type).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, sqlx::Type)]
 #[sqlx(transparent)]
@@ -24,4 +28,59 @@ impl fmt::Display for NamespaceId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)
     }
+}
+
+/// A row of `namespaces`.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct NamespaceRecord {
+    pub namespace_id: NamespaceId,
+    pub name: String,
+    pub description: String,
+    pub created_at_ms: i64,
+}
+
+/// What a namespace still holds. Finished tasks and runs are history, which retention
+/// removes; they do not keep a namespace from being deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NamespaceUsage {
+    /// Jobs, workflows and their steps.
+    pub jobs: i64,
+    pub pending_tasks: i64,
+    pub calendars: i64,
+    pub apps: i64,
+}
+
+impl NamespaceUsage {
+    pub fn is_empty(&self) -> bool {
+        *self == NamespaceUsage::default()
+    }
+}
+
+/// What became of a namespace's deletion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NamespaceDeletion {
+    Deleted,
+    /// There is no such namespace.
+    Missing,
+    /// `default` is never deleted: what is created without a namespace goes there.
+    Default,
+    /// It still holds these: nothing was deleted.
+    InUse(NamespaceUsage),
+}
+
+/// The namespaces table.
+#[async_trait]
+pub trait NamespaceStore: Send + Sync + std::fmt::Debug + 'static {
+    /// Every namespace, by name.
+    async fn namespaces_list(&self) -> Result<Vec<NamespaceRecord>, Error>;
+
+    /// A new namespace; [`Error::Conflict`] when the name is taken.
+    async fn namespace_insert(
+        &self,
+        name: &str,
+        description: &str,
+    ) -> Result<NamespaceRecord, Error>;
+
+    /// Deletes an empty namespace other than `default`, in one transaction with the check.
+    async fn namespace_delete(&self, namespace: NamespaceId) -> Result<NamespaceDeletion, Error>;
 }

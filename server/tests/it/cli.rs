@@ -28,9 +28,13 @@ impl Cli<'_> {
         command
             .args(args)
             .env_remove("CARILLON_TOKEN")
+            .env_remove("CARILLON_NAMESPACE")
+            .env_remove("CARILLON_CLI_CONFIG")
             .env("CARILLON_URL", self.node.url(""))
-            // No default node's data here: the token must come from the flag or variable.
-            .env("XDG_DATA_HOME", self.home.path());
+            // No default node's data here: the token must come from the flag or variable;
+            // and no settings file but the test's own.
+            .env("XDG_DATA_HOME", self.home.path())
+            .env("XDG_CONFIG_HOME", self.home.path());
         if let Some(token) = token {
             command.env("CARILLON_TOKEN", token);
         }
@@ -520,5 +524,130 @@ workflows:
             .as_array()
             .unwrap()
             .is_empty()
+    );
+}
+
+/// The names of the jobs `carillon jobs ls` shows, in JSON.
+fn job_names(list: &Value) -> Vec<String> {
+    list["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_works_in_the_namespace_its_flag_file_or_settings_name() {
+    let node = Solo::start(|_| {}).await;
+    let cli = Cli {
+        node: &node,
+        home: tempfile::tempdir().unwrap(),
+    };
+    for name in ["team-a", "team-b"] {
+        let (status, made) = node
+            .call(
+                reqwest::Method::POST,
+                "/api/v1/namespaces",
+                Some(serde_json::json!({ "name": name })),
+            )
+            .await;
+        assert_eq!(status, 201, "{made}");
+    }
+    let create = |namespace: &str| {
+        cli.json(&[
+            "--namespace",
+            namespace,
+            "jobs",
+            "create",
+            "--name",
+            "nightly",
+            "--app",
+            "billing",
+            "--handler",
+            "report",
+            "--cron",
+            "0 30 2 * * ?",
+        ])
+    };
+    assert_eq!(create("team-a")["namespace"], "team-a");
+    assert_eq!(
+        create("default")["namespace"],
+        "default",
+        "the same name elsewhere"
+    );
+    let (ok, _, stderr) = cli.run(&[
+        "-n",
+        "team-a",
+        "jobs",
+        "create",
+        "--name",
+        "nightly",
+        "--app",
+        "billing",
+        "--handler",
+        "report",
+        "--cron",
+        "0 30 2 * * ?",
+    ]);
+    assert!(
+        !ok && stderr.contains("nightly"),
+        "taken in team-a: {stderr}"
+    );
+    assert_eq!(
+        job_names(&cli.json(&["-n", "team-b", "jobs", "ls"])),
+        Vec::<String>::new()
+    );
+
+    // The settings file's namespace, which the flag overrides.
+    let settings = cli.home.path().join("carillon");
+    std::fs::create_dir_all(&settings).unwrap();
+    std::fs::write(settings.join("cli.toml"), "namespace = \"team-b\"\n").unwrap();
+    cli.json(&[
+        "jobs",
+        "create",
+        "--name",
+        "weekly",
+        "--app",
+        "billing",
+        "--handler",
+        "report",
+        "--cron",
+        "0 0 3 * * MON",
+    ]);
+    assert_eq!(job_names(&cli.json(&["jobs", "ls"])), ["weekly"]);
+    assert_eq!(
+        job_names(&cli.json(&["-n", "team-a", "jobs", "ls"])),
+        ["nightly"]
+    );
+
+    // A file to apply names its namespace; a flag naming another is refused.
+    let file = cli.home.path().join("team-a.yaml");
+    std::fs::write(
+        &file,
+        "namespace: team-a\njobs:\n  - name: hourly\n    app: billing\n    handler: report\n    schedule: { cron: \"0 0 * * * ?\" }\n",
+    )
+    .unwrap();
+    let applied = cli.json(&["apply", "-f", file.to_str().unwrap()]);
+    assert_eq!(applied["jobs"][0]["action"], "created", "{applied}");
+    let mut names = job_names(&cli.json(&["-n", "team-a", "jobs", "ls"]));
+    names.sort();
+    assert_eq!(
+        names,
+        ["hourly", "nightly"],
+        "applied in the file's namespace"
+    );
+    let (ok, _, stderr) = cli.run(&["-n", "team-b", "apply", "-f", file.to_str().unwrap()]);
+    assert!(
+        !ok && stderr.contains("\"team-a\"") && stderr.contains("\"team-b\""),
+        "{stderr}"
+    );
+
+    // A settings file that does not read is named, with what is wrong.
+    std::fs::write(settings.join("cli.toml"), "namspace = \"team-b\"\n").unwrap();
+    let (ok, _, stderr) = cli.run(&["jobs", "ls"]);
+    assert!(
+        !ok && stderr.contains("cli.toml") && stderr.contains("namspace"),
+        "{stderr}"
     );
 }

@@ -161,6 +161,7 @@ async fn only_finished_runs_in_scope_are_deleted_with_their_attempts(db: TestDb)
     let running = plain[3];
     let dead = store
         .runs_list(&RunFilter {
+            namespace: None,
             job_id: Some(1),
             state: Some(RunState::NoExecutor.as_str().to_owned()),
             oldest_first: false,

@@ -28,6 +28,7 @@ mod history_conformance;
 mod job_store_conformance;
 mod jobs_api;
 mod namespace_conformance;
+mod namespaces_api;
 mod observability;
 mod retention;
 mod schedule_policies;

@@ -14,6 +14,7 @@ pub(super) mod logs;
 pub(super) mod manual_run;
 #[cfg(test)]
 mod memory;
+pub(super) mod namespaces;
 pub(super) mod run_end;
 pub(super) mod run_start;
 pub(super) mod tasks;

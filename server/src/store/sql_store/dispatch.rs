@@ -337,6 +337,8 @@ macro_rules! dispatch_store {
                     &self.q.runs_by_id_desc
                 };
                 Ok(sqlx::query_as::<$db, RunRecord>(sql(query))
+                    .bind(filter.namespace)
+                    .bind(filter.namespace)
                     .bind(filter.job_id)
                     .bind(filter.job_id)
                     .bind(filter.state.as_deref())

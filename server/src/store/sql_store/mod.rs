@@ -16,6 +16,7 @@ mod history;
 mod jobs;
 mod logs;
 mod migrate;
+mod namespaces;
 mod pg_pool;
 mod policies;
 mod standbys;
@@ -49,7 +50,9 @@ use super::job_records::{
     JobWrite, RunClaim, RunRecord, ScheduledJob,
 };
 use super::log_records::{LogAppend, LogCaps, LogLine, NewLogLine, TRUNCATED_LINE};
-use super::namespace_records::NamespaceId;
+use super::namespace_records::{
+    NamespaceDeletion, NamespaceId, NamespaceRecord, NamespaceStore, NamespaceUsage,
+};
 use super::policy_records::{BackfillRecord, BackfillStep, CalendarRecord, InstantEnd, JobInstant};
 use super::rules::attempt_end::{EndingTx, PlainSuccessTx, RetryAttempt, RunEnding};
 use super::rules::backfill::{BackfillRun, BackfillTx};
@@ -62,6 +65,7 @@ use super::rules::follow_ups::{ChildRunLink, FollowUpJob, FollowUpRow, FollowUpT
 use super::rules::history::{PurgeCandidate, PurgeDriver};
 use super::rules::logs::{LogDriver, LogOwner, LogRow, LogSize};
 use super::rules::manual_run::{ManualRun, ManualRunDriver};
+use super::rules::namespaces::NamespaceTx;
 use super::rules::run_end::RunEndTx;
 use super::rules::run_start::RunStartTx;
 use super::rules::workflow_start::{NewStep, RunHead, WorkflowStartTx};
@@ -412,6 +416,9 @@ history::history_store!(SqliteStore, Sqlite);
 policies::policy_store!(PostgresStore, Postgres);
 policies::policy_store!(MysqlStore, MySql);
 policies::policy_store!(SqliteStore, Sqlite);
+namespaces::namespace_store!(PostgresStore, Postgres);
+namespaces::namespace_store!(MysqlStore, MySql);
+namespaces::namespace_store!(SqliteStore, Sqlite);
 logs::log_store!(
     PostgresStore,
     Postgres,

@@ -7,10 +7,11 @@ pub(super) mod cluster;
 mod dispatch;
 mod history;
 mod logs;
+mod namespaces;
 pub(super) mod tasks;
 pub(super) mod workflows;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use async_trait::async_trait;
 
@@ -138,6 +139,7 @@ pub(crate) struct MemoryDb {
     pub(crate) tasks: Vec<TaskRecord>,
     pub(crate) backfills: BTreeMap<i64, backfill::MemoryBackfill>,
     pub(crate) logs: Vec<crate::store::rules::logs::LogRow>,
+    pub(crate) namespaces: BTreeSet<NamespaceId>,
     /// The database's clock.
     pub(crate) now_ms: i64,
 }

@@ -1,0 +1,179 @@
+//! `/namespaces`: the teams' spaces, and the `namespace` query parameter every collection and
+//! create takes (`default` when it is left out). Ids stay global, so a resource's own path
+//! (`/jobs/{id}`) names no namespace.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::body::JsonBody;
+use super::error::Problem;
+use super::params::NameParam;
+use super::{ApiError, ApiState, rfc3339};
+use crate::namespaces::{DEFAULT_NAME, check_name};
+use crate::store::{NamespaceDeletion, NamespaceId, NamespaceRecord};
+
+/// The namespace a request works in.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(super) struct NamespaceQuery {
+    /// The namespace (default `default`).
+    #[param(max_length = 63, pattern = "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")]
+    pub(super) namespace: Option<String>,
+}
+
+/// A namespace found by the name a request gave.
+#[derive(Debug, Clone)]
+pub(super) struct Namespace {
+    pub(super) id: NamespaceId,
+    pub(super) name: String,
+}
+
+/// The namespace `name` names (`default` when `None`); 404 when there is none.
+pub(super) async fn resolve(state: &ApiState, name: Option<&str>) -> Result<Namespace, ApiError> {
+    let name = name.unwrap_or(DEFAULT_NAME);
+    check_name(name).map_err(|why| ApiError::invalid("namespace", why))?;
+    let record = state
+        .namespaces
+        .find(name)
+        .await?
+        .ok_or_else(|| ApiError::missing(format!("namespace {name:?}")))?;
+    Ok(Namespace {
+        id: record.namespace_id,
+        name: record.name,
+    })
+}
+
+/// The name of namespace `id` for a view: `#<id>` once the namespace is deleted (its history
+/// stays until retention removes it).
+pub(super) async fn name_of(state: &ApiState, id: NamespaceId) -> Result<String, ApiError> {
+    Ok(state
+        .namespaces
+        .name_of(id)
+        .await?
+        .unwrap_or_else(|| format!("#{id}")))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct NamespaceView {
+    name: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    description: String,
+    created_at: Option<String>,
+}
+
+impl From<NamespaceRecord> for NamespaceView {
+    fn from(record: NamespaceRecord) -> Self {
+        Self {
+            name: record.name,
+            description: record.description,
+            created_at: rfc3339(record.created_at_ms),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct NamespaceList {
+    namespaces: Vec<NamespaceView>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct NamespaceInput {
+    /// 1 to 63 lowercase letters, digits and `-`, starting and ending with a letter or digit.
+    #[schema(max_length = 63, pattern = "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")]
+    name: String,
+    #[serde(default)]
+    #[schema(max_length = 1024)]
+    description: String,
+}
+
+const MAX_DESCRIPTION: usize = 1_024;
+
+/// Every namespace, by name.
+#[utoipa::path(get, operation_id = "listNamespaces", path = "/namespaces", tag = "namespaces",
+    responses((status = 200, description = "The namespaces", body = NamespaceList)))]
+pub(super) async fn list(State(state): State<ApiState>) -> Result<Json<NamespaceList>, ApiError> {
+    let namespaces = state
+        .namespaces
+        .list()
+        .await?
+        .into_iter()
+        .map(NamespaceView::from)
+        .collect();
+    Ok(Json(NamespaceList { namespaces }))
+}
+
+#[utoipa::path(get, operation_id = "getNamespace", path = "/namespaces/{name}", tag = "namespaces",
+    params(("name" = String, Path, description = "The namespace's name")),
+    responses((status = 200, description = "The namespace", body = NamespaceView)))]
+pub(super) async fn get(
+    State(state): State<ApiState>,
+    NameParam(name): NameParam,
+) -> Result<Json<NamespaceView>, ApiError> {
+    let record = state
+        .namespaces
+        .find(&name)
+        .await?
+        .ok_or_else(|| ApiError::missing(format!("namespace {name:?}")))?;
+    Ok(Json(record.into()))
+}
+
+/// Creates a namespace. Jobs, workflows, tasks and calendars are created in it with
+/// `?namespace=` (the name is unique in it); `default` holds what names none.
+#[utoipa::path(post, operation_id = "createNamespace", path = "/namespaces", tag = "namespaces",
+    request_body = NamespaceInput,
+    responses(
+        (status = 201, description = "Created", body = NamespaceView),
+        (status = 409, description = "The name is taken", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub(super) async fn create(
+    State(state): State<ApiState>,
+    JsonBody(input): JsonBody<NamespaceInput>,
+) -> Result<(StatusCode, Json<NamespaceView>), ApiError> {
+    check_name(&input.name).map_err(|why| ApiError::invalid("name", why))?;
+    if input.description.chars().count() > MAX_DESCRIPTION {
+        return Err(ApiError::invalid(
+            "description",
+            format!("must be at most {MAX_DESCRIPTION} characters"),
+        ));
+    }
+    let record = state
+        .store
+        .namespace_insert(&input.name, &input.description)
+        .await?;
+    state.namespaces.list().await?;
+    Ok((StatusCode::CREATED, Json(record.into())))
+}
+
+/// Deletes a namespace that holds no job, workflow, pending task, calendar or app; never
+/// `default`. Its finished runs stay until retention removes them.
+#[utoipa::path(delete, operation_id = "deleteNamespace", path = "/namespaces/{name}", tag = "namespaces",
+    params(("name" = String, Path, description = "The namespace's name")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 409, description = "It is `default`, or it still holds work", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub(super) async fn delete(
+    State(state): State<ApiState>,
+    NameParam(name): NameParam,
+) -> Result<StatusCode, ApiError> {
+    let namespace = resolve(&state, Some(&name)).await?;
+    let deletion = state.store.namespace_delete(namespace.id).await?;
+    state.namespaces.list().await?;
+    match deletion {
+        NamespaceDeletion::Deleted => Ok(StatusCode::NO_CONTENT),
+        NamespaceDeletion::Missing => Err(ApiError::missing(format!("namespace {name:?}"))),
+        NamespaceDeletion::Default => Err(ApiError::Conflict(format!(
+            "namespace {DEFAULT_NAME:?} is never deleted: what names no namespace goes there"
+        ))),
+        NamespaceDeletion::InUse(usage) => Err(ApiError::Conflict(format!(
+            "namespace {name:?} still holds {} job(s) and workflow step(s), {} pending \
+             task(s), {} calendar(s) and {} app(s): delete them first",
+            usage.jobs, usage.pending_tasks, usage.calendars, usage.apps
+        ))),
+    }
+}

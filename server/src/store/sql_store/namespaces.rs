@@ -1,0 +1,108 @@
+//! `NamespaceStore` on the three backends: the namespaces table, and the statements of a
+//! namespace's deletion (the rule: `super::rules::namespaces`).
+
+/// Implements it for one backend's store.
+macro_rules! namespace_store {
+    ($store:ident, $db:ty) => {
+        #[async_trait]
+        impl NamespaceTx for StoreTx<'_, $store, Tx<$db>> {
+            async fn lock_namespace(&mut self, namespace: NamespaceId) -> Result<bool, Error> {
+                Ok(
+                    sqlx::query_scalar::<$db, i64>(sql(&self.store.q.namespace_lock))
+                        .bind(namespace)
+                        .fetch_optional(&mut **self.tx)
+                        .await?
+                        .is_some(),
+                )
+            }
+
+            async fn namespace_usage(
+                &mut self,
+                namespace: NamespaceId,
+            ) -> Result<NamespaceUsage, Error> {
+                let (jobs, pending_tasks, calendars, apps) =
+                    sqlx::query_as::<$db, (i64, i64, i64, i64)>(sql(&self.store.q.namespace_usage))
+                        .bind(namespace)
+                        .bind(namespace)
+                        .bind(namespace)
+                        .bind(namespace)
+                        .fetch_one(&mut **self.tx)
+                        .await?;
+                Ok(NamespaceUsage {
+                    jobs,
+                    pending_tasks,
+                    calendars,
+                    apps,
+                })
+            }
+
+            async fn delete_namespace(&mut self, namespace: NamespaceId) -> Result<(), Error> {
+                sqlx::query::<$db>(sql(&self.store.q.namespace_delete))
+                    .bind(namespace)
+                    .execute(&mut **self.tx)
+                    .await?;
+                Ok(())
+            }
+        }
+
+        #[async_trait]
+        impl NamespaceStore for $store {
+            async fn namespaces_list(&self) -> Result<Vec<NamespaceRecord>, Error> {
+                Ok(
+                    sqlx::query_as::<$db, NamespaceRecord>(sql(&self.q.namespaces_list))
+                        .fetch_all(&self.pool)
+                        .await?,
+                )
+            }
+
+            async fn namespace_insert(
+                &self,
+                name: &str,
+                description: &str,
+            ) -> Result<NamespaceRecord, Error> {
+                let inserted = sqlx::query::<$db>(sql(&self.q.namespace_insert))
+                    .bind(name)
+                    .bind(description)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(Error::from);
+                match inserted {
+                    Ok(_) => {}
+                    Err(err) if err.is_unique_violation() => {
+                        return Err(Error::Conflict {
+                            what: format!("namespace name {name:?}"),
+                        });
+                    }
+                    Err(err) => return Err(err),
+                }
+                sqlx::query_as::<$db, NamespaceRecord>(sql(&self.q.namespace_by_name))
+                    .bind(name)
+                    .fetch_optional(&self.pool)
+                    .await?
+                    .ok_or(Error::NotInitialised)
+            }
+
+            async fn namespace_delete(
+                &self,
+                namespace: NamespaceId,
+            ) -> Result<NamespaceDeletion, Error> {
+                retry_transient(|| async {
+                    let mut tx = self.begin_write().await?;
+                    let deletion = super::rules::namespaces::delete(
+                        &mut StoreTx {
+                            store: self,
+                            tx: &mut tx,
+                        },
+                        namespace,
+                    )
+                    .await?;
+                    tx.commit().await?;
+                    Ok(deletion)
+                })
+                .await
+            }
+        }
+    };
+}
+
+pub(super) use namespace_store;
