@@ -14,7 +14,9 @@ CREATE TABLE namespaces (
     namespace_id INTEGER PRIMARY KEY AUTOINCREMENT,
     name VARCHAR(63) NOT NULL,
     description VARCHAR(1024) NOT NULL DEFAULT '',
-    created_at_ms BIGINT NOT NULL
+    created_at_ms BIGINT NOT NULL,
+    -- Where its jobs' alerts go when a job names no webhook of its own.
+    alert_webhook VARCHAR(2048) NULL
 );
 CREATE UNIQUE INDEX namespaces_name_idx ON namespaces (name);
 INSERT INTO namespaces (namespace_id, name, description, created_at_ms)

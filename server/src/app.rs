@@ -236,6 +236,7 @@ impl Application {
         let (alerter, alert_worker) = observe::alerts::alerts(
             Arc::clone(&api_store) as Arc<dyn store::JobStore>,
             Arc::clone(&api_store) as Arc<dyn store::DispatchStore>,
+            Arc::clone(&api_store) as Arc<dyn store::NamespaceStore>,
             Arc::clone(&view),
             AlertSettings::new(&config.alerts, config.dispatch.executor_lease_ms),
             Arc::clone(&metrics),

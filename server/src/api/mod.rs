@@ -98,7 +98,11 @@ fn routes_with(
     let api = OpenApiRouter::new()
         .routes(routes!(cluster::show))
         .routes(routes!(namespaces::list, namespaces::create))
-        .routes(routes!(namespaces::get, namespaces::delete))
+        .routes(routes!(
+            namespaces::get,
+            namespaces::update,
+            namespaces::delete
+        ))
         .routes(routes!(jobs::list, jobs::create))
         .routes(routes!(jobs::get, jobs::update, jobs::delete))
         .routes(routes!(jobs::start))

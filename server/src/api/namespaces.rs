@@ -12,8 +12,9 @@ use super::body::JsonBody;
 use super::error::Problem;
 use super::params::NameParam;
 use super::{ApiError, ApiState, rfc3339};
+use crate::jobs::check_webhook;
 use crate::namespaces::{DEFAULT_NAME, check_name};
-use crate::store::{NamespaceDeletion, NamespaceId, NamespaceRecord};
+use crate::store::{NamespaceDeletion, NamespaceId, NamespaceRecord, NamespaceWrite};
 
 /// The namespace a request works in.
 #[derive(Debug, Default, Deserialize, IntoParams)]
@@ -62,6 +63,9 @@ pub(super) struct NamespaceView {
     name: String,
     #[serde(skip_serializing_if = "String::is_empty")]
     description: String,
+    /// Where its jobs' alerts go when a job names no webhook of its own (beside the node's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    alert_webhook: Option<String>,
     created_at: Option<String>,
 }
 
@@ -70,6 +74,7 @@ impl From<NamespaceRecord> for NamespaceView {
         Self {
             name: record.name,
             description: record.description,
+            alert_webhook: record.alert_webhook,
             created_at: rfc3339(record.created_at_ms),
         }
     }
@@ -89,9 +94,38 @@ pub(super) struct NamespaceInput {
     #[serde(default)]
     #[schema(max_length = 1024)]
     description: String,
+    /// Where its jobs' alerts go when a job names no webhook of its own (an http:// or
+    /// https:// URL), beside the node's `alerts.webhook`.
+    #[serde(default)]
+    alert_webhook: Option<String>,
+}
+
+/// A change to a namespace: the fields given are set (`null` removes the webhook).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct NamespacePatch {
+    #[schema(max_length = 1024)]
+    description: Option<String>,
+    #[serde(default, deserialize_with = "crate::jobs::present")]
+    #[schema(value_type = Option<String>)]
+    alert_webhook: Option<Option<String>>,
 }
 
 const MAX_DESCRIPTION: usize = 1_024;
+
+/// Refuses a description or webhook that cannot be kept.
+fn checked(description: &str, alert_webhook: Option<&str>) -> Result<(), ApiError> {
+    if description.chars().count() > MAX_DESCRIPTION {
+        return Err(ApiError::invalid(
+            "description",
+            format!("must be at most {MAX_DESCRIPTION} characters"),
+        ));
+    }
+    if let Some(url) = alert_webhook {
+        check_webhook(url).map_err(|why| ApiError::invalid("alert_webhook", why))?;
+    }
+    Ok(())
+}
 
 /// Every namespace, by name.
 #[utoipa::path(get, operation_id = "listNamespaces", path = "/namespaces", tag = "namespaces",
@@ -135,18 +169,47 @@ pub(super) async fn create(
     JsonBody(input): JsonBody<NamespaceInput>,
 ) -> Result<(StatusCode, Json<NamespaceView>), ApiError> {
     check_name(&input.name).map_err(|why| ApiError::invalid("name", why))?;
-    if input.description.chars().count() > MAX_DESCRIPTION {
-        return Err(ApiError::invalid(
-            "description",
-            format!("must be at most {MAX_DESCRIPTION} characters"),
-        ));
-    }
+    checked(&input.description, input.alert_webhook.as_deref())?;
     let record = state
         .store
-        .namespace_insert(&input.name, &input.description)
+        .namespace_insert(&NamespaceWrite {
+            name: input.name,
+            description: input.description,
+            alert_webhook: input.alert_webhook,
+        })
         .await?;
     state.namespaces.list().await?;
     Ok((StatusCode::CREATED, Json(record.into())))
+}
+
+/// Changes a namespace's description or alert webhook.
+#[utoipa::path(patch, operation_id = "updateNamespace", path = "/namespaces/{name}", tag = "namespaces",
+    request_body = NamespacePatch,
+    params(("name" = String, Path, description = "The namespace's name")),
+    responses((status = 200, description = "The namespace as it is now", body = NamespaceView)))]
+pub(super) async fn update(
+    State(state): State<ApiState>,
+    NameParam(name): NameParam,
+    JsonBody(patch): JsonBody<NamespacePatch>,
+) -> Result<Json<NamespaceView>, ApiError> {
+    let current = state
+        .namespaces
+        .find(&name)
+        .await?
+        .ok_or_else(|| ApiError::missing(format!("namespace {name:?}")))?;
+    let write = NamespaceWrite {
+        name: current.name,
+        description: patch.description.unwrap_or(current.description),
+        alert_webhook: patch.alert_webhook.unwrap_or(current.alert_webhook),
+    };
+    checked(&write.description, write.alert_webhook.as_deref())?;
+    let updated = state
+        .store
+        .namespace_update(current.namespace_id, &write)
+        .await?
+        .ok_or_else(|| ApiError::missing(format!("namespace {name:?}")))?;
+    state.namespaces.list().await?;
+    Ok(Json(updated.into()))
 }
 
 /// Deletes a namespace that holds no job, workflow, pending task, calendar or app; never

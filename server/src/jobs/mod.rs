@@ -203,7 +203,7 @@ pub struct JobPatch {
 }
 
 /// A field that is present, even as `null`: serde calls this only for fields the document has.
-fn present<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+pub(crate) fn present<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
 where
     D: serde::Deserializer<'de>,
     T: Deserialize<'de>,

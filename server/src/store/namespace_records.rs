@@ -37,6 +37,17 @@ pub struct NamespaceRecord {
     pub name: String,
     pub description: String,
     pub created_at_ms: i64,
+    /// Where its jobs' alerts go when a job names no webhook of its own.
+    pub alert_webhook: Option<String>,
+}
+
+/// What a namespace row holds that people set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NamespaceWrite {
+    /// Set when it is created.
+    pub name: String,
+    pub description: String,
+    pub alert_webhook: Option<String>,
 }
 
 /// What a namespace still holds. Finished tasks and runs are history, which retention
@@ -75,11 +86,14 @@ pub trait NamespaceStore: Send + Sync + std::fmt::Debug + 'static {
     async fn namespaces_list(&self) -> Result<Vec<NamespaceRecord>, Error>;
 
     /// A new namespace; [`Error::Conflict`] when the name is taken.
-    async fn namespace_insert(
+    async fn namespace_insert(&self, namespace: &NamespaceWrite) -> Result<NamespaceRecord, Error>;
+
+    /// Sets a namespace's description and webhook; `None` when there is no such namespace.
+    async fn namespace_update(
         &self,
-        name: &str,
-        description: &str,
-    ) -> Result<NamespaceRecord, Error>;
+        namespace: NamespaceId,
+        write: &NamespaceWrite,
+    ) -> Result<Option<NamespaceRecord>, Error>;
 
     /// Deletes an empty namespace other than `default`, in one transaction with the check.
     async fn namespace_delete(&self, namespace: NamespaceId) -> Result<NamespaceDeletion, Error>;

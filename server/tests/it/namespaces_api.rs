@@ -95,6 +95,40 @@ async fn two_teams_share_names_and_see_only_their_own(db: TestDb) {
     )
     .await;
     assert_eq!(bad["field"], "name", "{bad}");
+    // A description and an alert webhook are changed in place; the same again changes nothing.
+    let change = json!({"description": "Billing team", "alert_webhook": "http://127.0.0.1:1/hook"});
+    for _ in 0..2 {
+        let changed = expect(
+            &node,
+            Method::PATCH,
+            "/api/v1/namespaces/team-a",
+            Some(change.clone()),
+            200,
+        )
+        .await;
+        assert_eq!(
+            (&changed["description"], &changed["alert_webhook"]),
+            (&json!("Billing team"), &json!("http://127.0.0.1:1/hook"))
+        );
+    }
+    let cleared = expect(
+        &node,
+        Method::PATCH,
+        "/api/v1/namespaces/team-a",
+        Some(json!({"alert_webhook": null})),
+        200,
+    )
+    .await;
+    assert!(cleared.get("alert_webhook").is_none(), "{cleared}");
+    assert_eq!(cleared["description"], "Billing team");
+    expect(
+        &node,
+        Method::PATCH,
+        "/api/v1/namespaces/team-z",
+        Some(json!({})),
+        404,
+    )
+    .await;
     let all = expect(&node, get.clone(), "/api/v1/namespaces", None, 200).await;
     assert_eq!(
         field_of(&all, "namespaces", "name"),

@@ -281,6 +281,98 @@ async fn alerts_reach_webhooks_when_a_run_fails_for_good_and_an_app_loses_its_ex
 }
 
 #[tokio::test]
+async fn a_namespace_webhook_gets_the_alerts_of_its_jobs_that_name_none() {
+    let receiver = Receiver::start().await;
+    let node = node_with(vec![]).await;
+    let (status, team) = node
+        .call(
+            Method::POST,
+            "/api/v1/namespaces",
+            Some(json!({"name": "team-a", "alert_webhook": receiver.url("/team-a/old")})),
+        )
+        .await;
+    assert_eq!(status, 201, "{team}");
+    let (status, team) = node
+        .call(
+            Method::PATCH,
+            "/api/v1/namespaces/team-a",
+            Some(json!({"alert_webhook": receiver.url("/team-a")})),
+        )
+        .await;
+    assert_eq!(
+        (status, &team["alert_webhook"]),
+        (200, &json!(receiver.url("/team-a")))
+    );
+    let (status, bad) = node
+        .call(
+            Method::PATCH,
+            "/api/v1/namespaces/team-a",
+            Some(json!({"alert_webhook": "ftp://example.com"})),
+        )
+        .await;
+    assert_eq!(
+        (status, &bad["field"]),
+        (400, &json!("alert_webhook")),
+        "{bad}"
+    );
+    let _py = Executor::start(&node, "py", "py-1", 1, &[]);
+    let failing = |name: &str, own: Option<String>| {
+        let mut job = json!({"name": name, "app": "py", "handler": "fail",
+            "schedule": {"every": "1d"}, "retry": {"max_attempts": 1}});
+        if let Some(url) = own {
+            job["alerts"] = json!({"webhook": url});
+        }
+        job
+    };
+    let mut ids = Vec::new();
+    for job in [
+        failing("team-report", None),
+        failing("own-hook", Some(receiver.url("/own"))),
+    ] {
+        let (status, made) = node
+            .call(Method::POST, "/api/v1/jobs?namespace=team-a", Some(job))
+            .await;
+        assert_eq!(status, 201, "{made}");
+        ids.push(made["id"].clone());
+    }
+    // The same job in `default`, which has no webhook: its failure goes nowhere.
+    let other = create(&node, failing("team-report", None)).await;
+    ids.push(other["id"].clone());
+    for id in &ids {
+        let (status, _) = node
+            .call(Method::POST, &format!("/api/v1/jobs/{id}/trigger"), None)
+            .await;
+        assert_eq!(status, 202);
+    }
+    let alert = receiver
+        .wait("/team-a", "team-a's job's alert", |b| {
+            b["event"] == "run_failed"
+        })
+        .await;
+    assert_eq!(alert["job"]["name"], "team-report", "{alert}");
+    assert_eq!(alert["job"]["namespace"], "team-a", "{alert}");
+    assert_eq!(alert["job"]["id"], ids[0], "{alert}");
+    let own = receiver
+        .wait("/own", "the job's own alert", |b| {
+            b["event"] == "run_failed"
+        })
+        .await;
+    assert_eq!(own["job"]["name"], "own-hook", "{own}");
+    wait_for(
+        Duration::from_secs(10),
+        "the default job's run to fail",
+        || async { (!runs_in(&node, &other, "failed").await.is_empty()).then_some(()) },
+    )
+    .await;
+    let to_team: Vec<Value> = receiver.bodies("/team-a");
+    assert!(
+        to_team.iter().all(|b| b["job"]["id"] == ids[0]),
+        "only team-report's alert goes to team-a: {to_team:?}"
+    );
+    assert!(receiver.bodies("/team-a/old").is_empty());
+}
+
+#[tokio::test]
 async fn a_late_fire_is_alerted_and_shown_in_the_statistics() {
     let receiver = Receiver::start().await;
     let node = node_with(vec![

@@ -17,6 +17,14 @@ pub struct Alert {
 }
 
 impl Alert {
+    /// Names the namespace of the alert's job in its document.
+    pub fn with_namespace(mut self, namespace: &str) -> Self {
+        if let Some(job) = self.document.get_mut("job").and_then(Value::as_object_mut) {
+            job.insert("namespace".to_owned(), Value::from(namespace));
+        }
+        self
+    }
+
     /// `run` is the run a `RunFailed` is about, as stored (its instant and message).
     pub fn describe(
         event: &AlertEvent,

@@ -9,6 +9,7 @@
 
 mod app_watch;
 mod message;
+mod namespace_webhooks;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,9 +26,10 @@ use super::metrics::NodeMetrics;
 use crate::cluster::LocalView;
 use crate::jobs::{AlertFormat, JobAlerts};
 use crate::secret::Secret;
-use crate::store::{DispatchStore, JobRecord, JobStore};
+use crate::store::{DispatchStore, JobRecord, JobStore, NamespaceStore};
 pub use app_watch::{AppLook, AppWatch};
 pub use message::Alert;
+use namespace_webhooks::NamespaceWebhooks;
 
 /// Alerts waiting for the worker; more are dropped (and counted), never waited for.
 const QUEUE: usize = 1_024;
@@ -146,6 +148,8 @@ pub struct AlertWorker {
     jobs: Arc<dyn JobStore>,
     /// Runs and executors.
     dispatch: Arc<dyn DispatchStore>,
+    /// The jobs' namespaces' own webhooks.
+    namespaces: NamespaceWebhooks,
     view: Arc<LocalView>,
     http: reqwest::Client,
     settings: AlertSettings,
@@ -164,6 +168,7 @@ struct Target {
 pub fn alerts(
     jobs: Arc<dyn JobStore>,
     dispatch: Arc<dyn DispatchStore>,
+    namespaces: Arc<dyn NamespaceStore>,
     view: Arc<LocalView>,
     settings: AlertSettings,
     metrics: Arc<NodeMetrics>,
@@ -185,6 +190,7 @@ pub fn alerts(
         queue: rx,
         jobs,
         dispatch,
+        namespaces: NamespaceWebhooks::new(namespaces),
         view,
         http,
         settings,
@@ -244,7 +250,12 @@ impl AlertWorker {
             }
             None => None,
         };
-        let targets = targets(&event, job_alerts, &self.settings);
+        let namespace = match &job {
+            Some(job) => self.namespaces.of(job.namespace_id).await,
+            None => None,
+        };
+        let namespace_webhook = namespace.as_ref().and_then(|n| n.webhook.as_deref());
+        let targets = targets(&event, job_alerts, namespace_webhook, &self.settings);
         if targets.is_empty() {
             return;
         }
@@ -254,7 +265,10 @@ impl AlertWorker {
             }
             _ => None,
         };
-        let alert = Alert::describe(&event, job.as_ref(), run.as_ref(), self.view.node_id());
+        let mut alert = Alert::describe(&event, job.as_ref(), run.as_ref(), self.view.node_id());
+        if let Some(namespace) = &namespace {
+            alert = alert.with_namespace(&namespace.name);
+        }
         for target in targets {
             // Waiting here for a free call holds up the queue, which then drops (and counts)
             // what it cannot hold: calls in flight, and their retries, stay bounded.
@@ -322,12 +336,13 @@ impl AlertWorker {
     }
 }
 
-/// Where `event` goes: the job's own webhook (for alerts about its runs) and the node's. A
-/// late fire goes to each only past its threshold: the job's (or else the node's) for the
-/// job's webhook, the node's for the node's.
+/// Where `event` goes: the job's own webhook (for alerts about its runs), else its namespace's
+/// (`namespace_webhook`), and the node's. A late fire goes to each only past its threshold: the
+/// job's (or else the node's) for the job's or namespace's webhook, the node's for the node's.
 fn targets(
     event: &AlertEvent,
     job_alerts: Option<JobAlerts>,
+    namespace_webhook: Option<&str>,
     settings: &AlertSettings,
 ) -> Vec<Target> {
     let lateness = match event {
@@ -336,16 +351,18 @@ fn targets(
     };
     let node_late = settings.late_after_ms;
     let mut targets = Vec::new();
-    if let Some(alerts) = job_alerts
-        && let Some(url) = alerts.webhook
+    let (own, format, threshold) = match job_alerts {
+        Some(alerts) => (
+            alerts.webhook,
+            alerts.format,
+            alerts.late_after_ms.unwrap_or(node_late),
+        ),
+        None => (None, settings.format, node_late),
+    };
+    if let Some(url) = own.or_else(|| namespace_webhook.map(str::to_owned))
+        && lateness.is_none_or(|late| threshold > 0 && late > threshold)
     {
-        let threshold = alerts.late_after_ms.unwrap_or(node_late);
-        if lateness.is_none_or(|late| threshold > 0 && late > threshold) {
-            targets.push(Target {
-                url,
-                format: alerts.format,
-            });
-        }
+        targets.push(Target { url, format });
     }
     if let Some(url) = &settings.webhook
         && !targets.iter().any(|t| t.url == url.expose())
@@ -417,21 +434,31 @@ mod tests {
         let urls = |targets: Vec<Target>| targets.into_iter().map(|t| t.url).collect::<Vec<_>>();
         // The job's threshold for its webhook, the node's for the node's.
         assert_eq!(
-            urls(targets(&late(2_000), job(Some(1_000)), &settings(5_000))),
+            urls(targets(
+                &late(2_000),
+                job(Some(1_000)),
+                None,
+                &settings(5_000)
+            )),
             ["http://job/hook"]
         );
         assert_eq!(
-            urls(targets(&late(6_000), job(Some(1_000)), &settings(5_000))),
+            urls(targets(
+                &late(6_000),
+                job(Some(1_000)),
+                None,
+                &settings(5_000)
+            )),
             ["http://job/hook", "http://node/hook"]
         );
         // No threshold of its own: the node's, for both.
-        assert!(targets(&late(2_000), job(None), &settings(5_000)).is_empty());
+        assert!(targets(&late(2_000), job(None), None, &settings(5_000)).is_empty());
         // The node's late alerts off: the job's own still go to its own webhook only.
         assert_eq!(
-            urls(targets(&late(2_000), job(Some(1_000)), &settings(0))),
+            urls(targets(&late(2_000), job(Some(1_000)), None, &settings(0))),
             ["http://job/hook"]
         );
-        assert!(targets(&late(2_000), job(None), &settings(0)).is_empty());
+        assert!(targets(&late(2_000), job(None), None, &settings(0)).is_empty());
         // Other alerts go to both, whatever the thresholds.
         let failed = AlertEvent::RunFailed {
             run_id: 1,
@@ -440,8 +467,27 @@ mod tests {
             error: None,
         };
         assert_eq!(
-            urls(targets(&failed, job(None), &settings(0))),
+            urls(targets(&failed, job(None), None, &settings(0))),
             ["http://job/hook", "http://node/hook"]
         );
+        // A job without a webhook of its own: its namespace's, under the job's threshold.
+        let team = Some("http://team/hook");
+        assert_eq!(
+            urls(targets(&failed, None, team, &settings(0))),
+            ["http://team/hook", "http://node/hook"]
+        );
+        assert_eq!(
+            urls(targets(&failed, job(None), team, &settings(0))),
+            ["http://job/hook", "http://node/hook"],
+            "the job's own wins"
+        );
+        let no_hook = Some(JobAlerts {
+            webhook: None,
+            format: AlertFormat::Slack,
+            late_after_ms: Some(1_000),
+        });
+        let sent = targets(&late(2_000), no_hook, team, &settings(5_000));
+        assert_eq!(urls(sent.clone()), ["http://team/hook"]);
+        assert_eq!(sent[0].format, AlertFormat::Slack);
     }
 }

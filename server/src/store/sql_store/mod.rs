@@ -51,7 +51,7 @@ use super::job_records::{
 };
 use super::log_records::{LogAppend, LogCaps, LogLine, NewLogLine, TRUNCATED_LINE};
 use super::namespace_records::{
-    NamespaceDeletion, NamespaceId, NamespaceRecord, NamespaceStore, NamespaceUsage,
+    NamespaceDeletion, NamespaceId, NamespaceRecord, NamespaceStore, NamespaceUsage, NamespaceWrite,
 };
 use super::policy_records::{BackfillRecord, BackfillStep, CalendarRecord, InstantEnd, JobInstant};
 use super::rules::attempt_end::{EndingTx, PlainSuccessTx, RetryAttempt, RunEnding};

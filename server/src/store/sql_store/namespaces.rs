@@ -57,12 +57,13 @@ macro_rules! namespace_store {
 
             async fn namespace_insert(
                 &self,
-                name: &str,
-                description: &str,
+                namespace: &NamespaceWrite,
             ) -> Result<NamespaceRecord, Error> {
+                let name = &namespace.name;
                 let inserted = sqlx::query::<$db>(sql(&self.q.namespace_insert))
                     .bind(name)
-                    .bind(description)
+                    .bind(&namespace.description)
+                    .bind(namespace.alert_webhook.as_deref())
                     .execute(&self.pool)
                     .await
                     .map_err(Error::from);
@@ -80,6 +81,26 @@ macro_rules! namespace_store {
                     .fetch_optional(&self.pool)
                     .await?
                     .ok_or(Error::NotInitialised)
+            }
+
+            async fn namespace_update(
+                &self,
+                namespace: NamespaceId,
+                write: &NamespaceWrite,
+            ) -> Result<Option<NamespaceRecord>, Error> {
+                // Read back whatever the update counted (MySQL counts only rows it changed).
+                sqlx::query::<$db>(sql(&self.q.namespace_update))
+                    .bind(&write.description)
+                    .bind(write.alert_webhook.as_deref())
+                    .bind(namespace)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(
+                    sqlx::query_as::<$db, NamespaceRecord>(sql(&self.q.namespace_by_id))
+                        .bind(namespace)
+                        .fetch_optional(&self.pool)
+                        .await?,
+                )
             }
 
             async fn namespace_delete(
