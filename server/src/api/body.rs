@@ -30,6 +30,13 @@ where
                     ApiError::invalid("body", rejection.body_text())
                 }
             })?;
+        // Every body is an object; serde would also take a list of a struct's field values.
+        if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+            return Err(ApiError::invalid(
+                "body",
+                "must be a JSON object, not a list",
+            ));
+        }
         let mut deserializer = serde_json::Deserializer::from_slice(&bytes);
         serde_path_to_error::deserialize(&mut deserializer)
             .map(JsonBody)

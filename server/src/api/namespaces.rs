@@ -104,6 +104,7 @@ pub(super) struct NamespaceInput {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct NamespacePatch {
+    /// Left out: kept (it cannot be `null`).
     #[schema(max_length = 1024)]
     description: Option<String>,
     #[serde(default, deserialize_with = "crate::jobs::present")]
@@ -192,10 +193,13 @@ pub(super) async fn update(
     NameParam(name): NameParam,
     JsonBody(patch): JsonBody<NamespacePatch>,
 ) -> Result<Json<NamespaceView>, ApiError> {
+    // From the database, not the node's cache: a field left out keeps what another node set.
     let current = state
         .namespaces
-        .find(&name)
+        .list()
         .await?
+        .into_iter()
+        .find(|n| n.name == name)
         .ok_or_else(|| ApiError::missing(format!("namespace {name:?}")))?;
     let write = NamespaceWrite {
         name: current.name,

@@ -113,17 +113,17 @@ async fn checked(
                     format!("there is no job {job}"),
                 ));
             }
-            Some(record) if record.kind == JobKind::Step => {
-                return Err(ApiError::invalid(
-                    &format!("steps[{i}].job"),
-                    format!("job {job} is another workflow's step"),
-                ));
-            }
             // Another team's job is as good as none: its existence is not told.
             Some(record) if record.namespace_id != namespace => {
                 return Err(ApiError::invalid(
                     &format!("steps[{i}].job"),
                     format!("there is no job {job} in this workflow's namespace"),
+                ));
+            }
+            Some(record) if record.kind == JobKind::Step => {
+                return Err(ApiError::invalid(
+                    &format!("steps[{i}].job"),
+                    format!("job {job} is another workflow's step"),
                 ));
             }
             Some(_) => {}

@@ -65,6 +65,8 @@ pub(crate) enum ClientError {
     Refused { status: u16, detail: String },
     #[error(transparent)]
     Settings(#[from] ClientConfigError),
+    #[error("--namespace: {0}")]
+    Namespace(String),
 }
 
 impl ApiTarget {
@@ -83,6 +85,9 @@ impl ApiTarget {
             .unwrap_or_else(|| format!("http://{}", config.http.listen));
         let ca_file = ca_file.or(settings.ca_file);
         let namespace_given = namespace.is_some();
+        if let Some(name) = &namespace {
+            crate::namespaces::check_name(name).map_err(ClientError::Namespace)?;
+        }
         let namespace = namespace.or(settings.namespace);
         let token = match token {
             Some(token) => token,
@@ -111,6 +116,7 @@ impl ApiTarget {
     /// The same node and token, working in `namespace` (a file's): refused when the command
     /// line or environment named another.
     pub(crate) fn in_namespace(&self, namespace: &str) -> Result<Self, String> {
+        crate::namespaces::check_name(namespace).map_err(|why| format!("namespace: {why}"))?;
         match &self.namespace {
             Some(given) if self.namespace_given && given != namespace => Err(format!(
                 "it is for namespace {namespace:?}, and --namespace (or CARILLON_NAMESPACE) \
@@ -135,7 +141,10 @@ impl ApiTarget {
         };
         let in_one = IN_A_NAMESPACE.contains(&bare) || bare.starts_with("/api/v1/calendars/");
         let named = query.is_some_and(|q| q.split('&').any(|p| p.starts_with("namespace=")));
-        if !in_one || named {
+        // A job's runs are its namespace's: the job id is filter enough.
+        let of_a_job = bare == "/api/v1/runs"
+            && query.is_some_and(|q| q.split('&').any(|p| p.starts_with("job_id=")));
+        if !in_one || named || of_a_job {
             return path.to_owned();
         }
         let separator = if query.is_some() { '&' } else { '?' };

@@ -125,6 +125,16 @@ impl BackfillDriver {
         backfill: &BackfillRecord,
         epoch: i64,
     ) -> Result<Option<BackfillStep>, store::Error> {
+        let job = self.jobs.job_get(backfill.job_id).await?;
+        // A step's runs are its job's: in its namespace, at its priority (the middle one when
+        // its policy does not read; such a step has no instant).
+        let namespace_id = job
+            .as_ref()
+            .map_or(NamespaceId::DEFAULT, |j| j.namespace_id);
+        let priority = job
+            .as_ref()
+            .and_then(|j| j.policy().ok())
+            .map_or(5, |p| i64::from(p.priority));
         let step = |instants, cursor_ms, done, message: Option<String>| BackfillStep {
             backfill_id: backfill.backfill_id,
             partition_id: backfill.partition_id,
@@ -132,12 +142,12 @@ impl BackfillDriver {
             expected_cursor_ms: backfill.cursor_ms,
             cursor_ms,
             instants,
-            priority: 5,
-            namespace_id: NamespaceId::DEFAULT,
+            priority,
+            namespace_id,
             done,
             message,
         };
-        let Some(job) = self.jobs.job_get(backfill.job_id).await? else {
+        let Some(job) = job else {
             let why = Some("the job was deleted".to_owned());
             return Ok(Some(step(Vec::new(), backfill.cursor_ms, true, why)));
         };
@@ -204,10 +214,7 @@ impl BackfillDriver {
                 .map(|after| schedule.next_after(after, hints));
             done = !matches!(after, Some(Ok(Some(n))) if n.timestamp_millis() <= backfill.to_ms);
         }
-        let mut planned = step(instants, cursor, done, None);
-        planned.priority = i64::from(policy.priority);
-        planned.namespace_id = job.namespace_id;
-        Ok(Some(planned))
+        Ok(Some(step(instants, cursor, done, None)))
     }
 
     async fn calendars(

@@ -643,6 +643,13 @@ async fn the_cli_works_in_the_namespace_its_flag_file_or_settings_name() {
         "{stderr}"
     );
 
+    // A namespace that cannot be one is refused before any call.
+    let (ok, _, stderr) = cli.run(&["-n", "a&state=running", "jobs", "ls"]);
+    assert!(
+        !ok && stderr.contains("is not a namespace name"),
+        "{stderr}"
+    );
+
     // A settings file that does not read is named, with what is wrong.
     std::fs::write(settings.join("cli.toml"), "namspace = \"team-b\"\n").unwrap();
     let (ok, _, stderr) = cli.run(&["jobs", "ls"]);

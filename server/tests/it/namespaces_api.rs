@@ -129,6 +129,16 @@ async fn two_teams_share_names_and_see_only_their_own(db: TestDb) {
         404,
     )
     .await;
+    // A list of the fields' values is no document (serde would take it for the struct).
+    let listed = expect(
+        &node,
+        Method::PATCH,
+        "/api/v1/namespaces/team-a",
+        Some(json!([null, null])),
+        400,
+    )
+    .await;
+    assert_eq!(listed["field"], "body", "{listed}");
     let all = expect(&node, get.clone(), "/api/v1/namespaces", None, 200).await;
     assert_eq!(
         field_of(&all, "namespaces", "name"),
