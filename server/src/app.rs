@@ -312,8 +312,12 @@ impl Application {
         let namespaces = Arc::new(crate::namespaces::Directory::new(
             Arc::clone(&api_store) as Arc<dyn crate::store::NamespaceStore>
         ));
+        let tokens = Arc::new(crate::access::tokens::ServiceTokens::new(
+            Arc::clone(&api_store) as Arc<dyn crate::store::TokenStore>,
+        ));
         let api_state = ApiState {
             namespaces,
+            tokens,
             store: api_store,
             view,
             clock,

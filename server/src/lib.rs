@@ -3,6 +3,7 @@
 //!
 //! See `ARCHITECTURE.md` at the repository root for the map.
 
+pub mod access;
 pub mod api;
 pub mod app;
 pub mod cli;

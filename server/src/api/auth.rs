@@ -1,34 +1,16 @@
-//! Bearer-token authentication of `/api/v1`.
+//! Bearer-token authentication of `/api/v1`: which caller a token is.
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, Method, header};
+use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
 use axum::response::Response;
 
 use super::{ApiError, ApiState};
+pub use crate::access::Principal;
+use crate::access::tokens::Lookup;
 
-/// What the executor tokens open (paths as seen inside `/api/v1`).
-const EXECUTOR_ENDPOINTS: [&str; 5] = [
-    "/executors/register",
-    "/executors/heartbeat",
-    "/executors/results",
-    "/executors/deregister",
-    "/executors/logs",
-];
-
-/// Who is calling, decided from the bearer token; handlers read it as an extension.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Principal {
-    Admin,
-    /// May read anything and change nothing.
-    ReadOnly,
-    /// An executor; `app` is `Some` when its token is limited to one app.
-    Executor {
-        app: Option<String>,
-    },
-}
-
-fn principal_of(state: &ApiState, token: &str) -> Option<Principal> {
+/// The caller of a token from the node's settings: admin, read-only, executor or app token.
+fn configured_principal(state: &ApiState, token: &str) -> Option<Principal> {
     // Every comparison runs, so timing does not tell which kind of token nearly matched.
     let admin = constant_time_eq(token, state.admin_token.expose());
     let read_only = state
@@ -54,49 +36,36 @@ fn principal_of(state: &ApiState, token: &str) -> Option<Principal> {
     }
 }
 
-/// Who presented the bearer token of `headers`; `401` for no token or an unknown one.
-fn caller(state: &ApiState, headers: &HeaderMap) -> Result<Principal, ApiError> {
-    headers
+/// Who presented the bearer token of `headers`: a token of the node's settings (checked
+/// first, so the admin token works whatever the database holds), else a service token;
+/// `401` for no token, an unknown one or an expired one.
+pub(super) async fn caller(state: &ApiState, headers: &HeaderMap) -> Result<Principal, ApiError> {
+    let token = headers
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.strip_prefix("Bearer "))
         .map(str::trim)
-        .and_then(|token| principal_of(state, token))
-        .ok_or(ApiError::Unauthorized)
+        .ok_or(ApiError::Unauthorized)?;
+    if let Some(principal) = configured_principal(state, token) {
+        return Ok(principal);
+    }
+    match state.tokens.lookup(token, state.clock.now_ms()).await? {
+        Lookup::Found(principal) => Ok(principal),
+        Lookup::Expired | Lookup::Unknown => Err(ApiError::Unauthorized),
+    }
 }
 
-pub(super) async fn require_admin(
+/// Puts the caller into the request's extensions, where `permissions::authorize` and the
+/// handlers read it; layered on every `/api/v1` path, known or not, so unknown paths reveal
+/// nothing to a caller without a token.
+pub(super) async fn authenticate(
     State(state): State<ApiState>,
     mut request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    let principal = caller(&state, request.headers())?;
-    let executor_endpoint = EXECUTOR_ENDPOINTS.contains(&request.uri().path());
-    let reading = matches!(*request.method(), Method::GET | Method::HEAD);
-    let allowed = match &principal {
-        Principal::Admin => true,
-        Principal::ReadOnly => reading && !executor_endpoint,
-        Principal::Executor { .. } => executor_endpoint,
-    };
-    if !allowed {
-        return Err(ApiError::Forbidden(match principal {
-            Principal::ReadOnly => "the read-only token cannot change anything".to_owned(),
-            _ => "this token does not open this endpoint".to_owned(),
-        }));
-    }
+    let principal = caller(&state, request.headers()).await?;
     request.extensions_mut().insert(principal);
     Ok(next.run(request).await)
-}
-
-/// Refuses a caller of a read endpoint outside `/api/v1` (`/metrics`) unless it presents the
-/// admin or the read-only token.
-pub(super) fn require_reader(state: &ApiState, headers: &HeaderMap) -> Result<(), ApiError> {
-    match caller(state, headers)? {
-        Principal::Admin | Principal::ReadOnly => Ok(()),
-        Principal::Executor { .. } => Err(ApiError::Forbidden(
-            "this token does not open this endpoint".to_owned(),
-        )),
-    }
 }
 
 /// Compares without stopping at the first difference, so response time does not reveal how

@@ -37,6 +37,9 @@ pub enum ApiError {
     TooLarge,
     #[error("storage failed: {0}")]
     Store(#[from] store::Error),
+    /// The node itself failed (it logged why); nothing was stored.
+    #[error("{0}")]
+    Internal(String),
 }
 
 /// An error, as RFC 9457 `application/problem+json`.
@@ -90,7 +93,9 @@ impl ApiError {
                 StatusCode::UNAUTHORIZED,
                 "urn:carillon:problem:unauthorized",
                 "Unauthorized",
-                "send Authorization: Bearer <admin token>".to_owned(),
+                "send Authorization: Bearer <token>: none was sent, or it is not one of this \
+                 cluster's, or it was revoked or has expired"
+                    .to_owned(),
             ),
             ApiError::NotFound => (
                 StatusCode::NOT_FOUND,
@@ -181,6 +186,12 @@ impl ApiError {
                     err.to_string(),
                 )
             }
+            ApiError::Internal(detail) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "urn:carillon:problem:internal",
+                "Internal Server Error",
+                detail.clone(),
+            ),
             ApiError::Store(err) => {
                 error!(error = %err, "request failed in storage");
                 (

@@ -10,13 +10,14 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 
 use super::error::Problem;
-use super::{ApiError, ApiState, auth};
+use super::{ApiError, ApiState, auth, permissions};
+use crate::access::Need;
 use crate::observe::prometheus::{gauge, labelled_gauge};
 
 /// How long the scrape waits for the database before it leaves its gauges out.
 const DATABASE_PROBE_LIMIT: Duration = Duration::from_secs(2);
 
-/// The node's metrics (admin or read-only token).
+/// The node's metrics (admin or read-only token: they describe every namespace).
 #[utoipa::path(get, operation_id = "getMetrics", path = "/metrics", tag = "health",
     responses(
         (status = 200, description = "Prometheus text format 0.0.4", content_type = "text/plain; version=0.0.4", body = String),
@@ -27,7 +28,10 @@ pub(super) async fn metrics(
     State(state): State<ApiState>,
     headers: HeaderMap,
 ) -> Result<impl IntoResponse, ApiError> {
-    auth::require_reader(&state, &headers)?;
+    let caller = auth::caller(&state, &headers).await?;
+    permissions::check(caller.decide(Need::ClusterViewer, None), || {
+        ApiError::NotFound
+    })?;
     let mut out = String::with_capacity(8 * 1024);
     state.observer.metrics.render(&mut out);
     node_gauges(&state, &mut out);

@@ -20,6 +20,7 @@ mod namespaces;
 mod openapi;
 mod paging;
 mod params;
+mod permissions;
 #[cfg(test)]
 mod reference;
 mod runs;
@@ -27,6 +28,7 @@ mod schedules;
 mod served;
 mod stats;
 mod tasks;
+mod tokens;
 mod workflow_runs;
 mod workflows;
 pub mod xxl;
@@ -64,6 +66,8 @@ pub struct ApiState {
     pub read_only_token: Option<Arc<Secret>>,
     /// Executor tokens limited to one app.
     pub app_tokens: Arc<Vec<(String, Secret)>>,
+    /// The service tokens of the database, as this node last read them.
+    pub tokens: Arc<crate::access::tokens::ServiceTokens>,
     pub timings: ClusterTimings,
     pub partition_count: i64,
     pub dispatch: DispatchClient,
@@ -147,6 +151,8 @@ fn routes_with(
         .routes(routes!(executors::results))
         .routes(routes!(executors::deregister))
         .routes(routes!(logs::append))
+        .routes(routes!(tokens::list, tokens::create))
+        .routes(routes!(tokens::revoke))
         .routes(routes!(openapi::openapi_json))
         .merge(
             OpenApiRouter::new()
@@ -174,14 +180,21 @@ fn routes() -> OpenApiRouter<ApiState> {
 /// The node's whole HTTP application.
 pub fn router(state: ApiState) -> Router {
     let auth_state = state.clone();
+    let permission_state = state.clone();
     let (app, _) = routes_with(|api| {
-        api.fallback(error::not_found)
-            .layer(DefaultBodyLimit::max(error::MAX_BODY_BYTES))
-            // Every /api/v1 path, known or not, needs the token: unknown paths reveal nothing.
-            .layer(middleware::from_fn_with_state(
-                auth_state,
-                auth::require_admin,
-            ))
+        // The check of each operation's need runs after routing, where the matched route
+        // says which operation a request is.
+        api.route_layer(middleware::from_fn_with_state(
+            permission_state,
+            permissions::authorize,
+        ))
+        .fallback(error::not_found)
+        .layer(DefaultBodyLimit::max(error::MAX_BODY_BYTES))
+        // Every /api/v1 path, known or not, needs a token: unknown paths reveal nothing.
+        .layer(middleware::from_fn_with_state(
+            auth_state,
+            auth::authenticate,
+        ))
     })
     .split_for_parts();
     let app = match &state.xxl {

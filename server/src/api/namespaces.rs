@@ -2,6 +2,7 @@
 //! create takes (`default` when it is left out). Ids stay global, so a resource's own path
 //! (`/jobs/{id}`) names no namespace.
 
+use axum::Extension;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -11,7 +12,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::body::JsonBody;
 use super::error::Problem;
 use super::params::NameParam;
-use super::{ApiError, ApiState, rfc3339};
+use super::{ApiError, ApiState, Principal, rfc3339};
 use crate::jobs::check_webhook;
 use crate::namespaces::{DEFAULT_NAME, check_name};
 use crate::store::{NamespaceDeletion, NamespaceId, NamespaceRecord, NamespaceWrite};
@@ -128,15 +129,19 @@ fn checked(description: &str, alert_webhook: Option<&str>) -> Result<(), ApiErro
     Ok(())
 }
 
-/// Every namespace, by name.
+/// The namespaces the caller has a role in (every one, for the cluster's tokens), by name.
 #[utoipa::path(get, operation_id = "listNamespaces", path = "/namespaces", tag = "namespaces",
     responses((status = 200, description = "The namespaces", body = NamespaceList)))]
-pub(super) async fn list(State(state): State<ApiState>) -> Result<Json<NamespaceList>, ApiError> {
+pub(super) async fn list(
+    State(state): State<ApiState>,
+    Extension(principal): Extension<Principal>,
+) -> Result<Json<NamespaceList>, ApiError> {
     let namespaces = state
         .namespaces
         .list()
         .await?
         .into_iter()
+        .filter(|namespace| principal.role_in(namespace.namespace_id).is_some())
         .map(NamespaceView::from)
         .collect();
     Ok(Json(NamespaceList { namespaces }))
@@ -217,7 +222,8 @@ pub(super) async fn update(
 }
 
 /// Deletes a namespace that holds no job, workflow, pending task, calendar or app; never
-/// `default`. Its finished runs stay until retention removes them.
+/// `default`. Its service tokens go with it; its finished runs stay until retention removes
+/// them.
 #[utoipa::path(delete, operation_id = "deleteNamespace", path = "/namespaces/{name}", tag = "namespaces",
     params(("name" = String, Path, description = "The namespace's name")),
     responses(
@@ -231,6 +237,8 @@ pub(super) async fn delete(
     let namespace = resolve(&state, Some(&name)).await?;
     let deletion = state.store.namespace_delete(namespace.id).await?;
     state.namespaces.list().await?;
+    // Its tokens went with it.
+    state.tokens.forget();
     match deletion {
         NamespaceDeletion::Deleted => Ok(StatusCode::NO_CONTENT),
         NamespaceDeletion::Missing => Err(ApiError::missing(format!("namespace {name:?}"))),

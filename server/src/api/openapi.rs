@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 
 use axum::http::header;
 use axum::response::IntoResponse;
+use utoipa::openapi::extensions::ExtensionsBuilder;
 use utoipa::openapi::path::Operation;
 use utoipa::openapi::response::ResponseBuilder;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
@@ -13,6 +14,7 @@ use utoipa::openapi::{ContentBuilder, OpenApi, Ref, RefOr};
 use utoipa::{Modify, OpenApi as _, PartialSchema};
 
 use super::error::Problem;
+use crate::access::Need;
 
 #[derive(utoipa::OpenApi)]
 #[openapi(
@@ -21,8 +23,13 @@ use super::error::Problem;
         description = "The admin API of a Carillon node: jobs, runs, executors, the cluster. \
             Every `/api/v1` endpoint takes `Authorization: Bearer <token>`: the admin token \
             opens everything, the read-only token every read, executor tokens the executor \
-            protocol (an app token only for its own app's executors). Errors are \
-            `application/problem+json` with a stable `type` and, for bad input, the `field`.",
+            protocol (an app token only for its own app's executors), and a service token \
+            what its role (`viewer`, `operator`, `editor`, `admin`) opens in its namespace. \
+            Each operation's `x-carillon-permission` names what it needs: a role in the \
+            namespace it works in, `signed-in`, `cluster-viewer`, `cluster-admin` or \
+            `executor`. A namespace's resources are not found (`404`) by a token of another. \
+            Errors are `application/problem+json` with a stable `type` and, for bad input, \
+            the `field`.",
         license(name = "Apache-2.0")
     ),
     security(("bearer" = [])),
@@ -78,9 +85,27 @@ impl Modify for CommonErrors {
             ];
             for operation in operations.into_iter().flatten() {
                 add_errors(path, operation);
+                add_permission(operation);
             }
         }
     }
+}
+
+/// States what the operation needs of its caller (`super::permissions`).
+fn add_permission(operation: &mut Operation) {
+    let need = operation
+        .operation_id
+        .as_deref()
+        .and_then(super::permissions::need_of)
+        .map_or("nobody", Need::name);
+    operation
+        .extensions
+        .get_or_insert_with(Default::default)
+        .merge(
+            ExtensionsBuilder::new()
+                .add("x-carillon-permission", need)
+                .build(),
+        );
 }
 
 fn add_errors(path: &str, operation: &mut Operation) {
@@ -98,7 +123,7 @@ fn add_errors(path: &str, operation: &mut Operation) {
     };
     let errors = [
         (true, "401", "No token, or not one of this cluster's"),
-        (true, "403", "This token's kind may not do this"),
+        (true, "403", "This token's kind or role may not do this"),
         (
             has_params || has_body,
             "400",

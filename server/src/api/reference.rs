@@ -55,7 +55,14 @@ fn operation_of(out: &mut String, method: &str, path: &str, operation: &Value) {
         }
     }
     if let Some(id) = operation["operationId"].as_str() {
-        let _ = writeln!(out, "Operation `{id}`.\n");
+        match operation["x-carillon-permission"].as_str() {
+            Some(need) => {
+                let _ = writeln!(out, "Operation `{id}`; needs `{need}`.\n");
+            }
+            None => {
+                let _ = writeln!(out, "Operation `{id}`.\n");
+            }
+        }
     }
     let parameters: Vec<&Value> = operation["parameters"]
         .as_array()

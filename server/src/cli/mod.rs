@@ -3,6 +3,7 @@
 //! `apply`) drive a node through its REST API. Flags and `CARILLON_*` environment variables
 //! override the config file.
 
+mod access;
 mod apply;
 mod apply_children;
 mod client;
@@ -95,6 +96,12 @@ enum Command {
     /// rerun, rm.
     #[command(subcommand)]
     Workflows(workflows::WorkflowsCommand),
+    /// Namespaces, the teams' spaces: ls, create, rm.
+    #[command(subcommand)]
+    Namespaces(access::NamespacesCommand),
+    /// A namespace's service tokens: ls, create, revoke.
+    #[command(subcommand)]
+    Tokens(access::TokensCommand),
     /// Bring jobs over from another scheduler: xxl-job.
     #[command(subcommand)]
     Import(import::ImportCommand),
@@ -411,6 +418,8 @@ pub async fn run(cli: Cli) -> ExitCode {
                 Command::Tasks(c) => tasks::tasks(&api, output, c).await,
                 Command::Workflows(c) => workflows::workflows(&api, output, c).await,
                 Command::Import(c) => import::import(&api, output, c).await,
+                Command::Namespaces(c) => access::namespaces(&api, output, c).await,
+                Command::Tokens(c) => access::tokens(&api, output, c).await,
                 Command::Server(_) | Command::Migrate(_) => Ok(()),
             };
             match done {

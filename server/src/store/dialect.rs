@@ -616,6 +616,19 @@ queries! {
         (SELECT COUNT(*) FROM calendars WHERE namespace_id = ?), \
         (SELECT COUNT(*) FROM apps WHERE namespace_id = ?) {from_dual}";
     namespace_delete = "DELETE FROM namespaces WHERE namespace_id = ?";
+    namespace_tokens_delete = "DELETE FROM service_tokens WHERE namespace_id = ?";
+
+    // Service tokens (`sql_store/tokens.rs`).
+    tokens_all = "SELECT token_id, namespace_id, name, role, secret_sha256, display_prefix, \
+        created_at_ms, created_by, expires_at_ms, last_used_at_ms FROM service_tokens \
+        ORDER BY namespace_id, name";
+    token_by_secret = "SELECT token_id, namespace_id, name, role, secret_sha256, display_prefix, \
+        created_at_ms, created_by, expires_at_ms, last_used_at_ms FROM service_tokens \
+        WHERE secret_sha256 = ?";
+    token_insert = "INSERT INTO service_tokens (namespace_id, name, role, secret_sha256, \
+        display_prefix, created_by, expires_at_ms, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, {now})";
+    token_delete = "DELETE FROM service_tokens WHERE token_id = ?";
+    token_used = "UPDATE service_tokens SET last_used_at_ms = ? WHERE token_id = ?";
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ mod rules;
 mod sql_store;
 mod task_records;
 mod text_columns;
+mod token_records;
 mod url;
 mod workflow_records;
 
@@ -60,6 +61,7 @@ pub use rules::attempt_end::PlainSuccessCheck;
 pub use task_records::{
     Enqueued, TaskFilter, TaskRecord, TaskStore, TaskWrite, TasksFired, task_of_job_id,
 };
+pub use token_records::{TokenRecord, TokenStore, TokenWrite};
 pub use url::{Backend, DatabaseUrl};
 pub use workflow_records::{StepRunRecord, WorkflowRunRecord, WorkflowStore, params_of};
 
@@ -434,6 +436,7 @@ pub trait Store:
     + ChildStore
     + WorkflowStore
     + NamespaceStore
+    + TokenStore
 {
 }
 
@@ -448,7 +451,8 @@ impl<
         + StandbyStore
         + ChildStore
         + WorkflowStore
-        + NamespaceStore,
+        + NamespaceStore
+        + TokenStore,
 > Store for T
 {
 }

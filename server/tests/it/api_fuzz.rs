@@ -1,6 +1,7 @@
 //! A property-based fuzz of the whole API, driven by the OpenAPI document the node serves
 //! (schemathesis): no `5xx`, and no status, header, content type or body that the document
-//! does not describe, for valid and invalid input alike, with and without a token.
+//! does not describe, for valid and invalid input alike, with and without a token, with the
+//! admin token and with a namespace's editor token.
 #![allow(
     clippy::unwrap_used,
     reason = "a test fails loudly on any unexpected error"
@@ -70,18 +71,65 @@ async fn the_api_answers_as_its_openapi_document_says() {
     )
     .await;
 
-    let report_dir = tempfile::tempdir().unwrap();
+    // A namespace's editor token too: the cluster's operations and the namespace's tokens
+    // refuse it and another namespace's resources are not found, each answer as the document
+    // says. (An editor cannot revoke itself, and it runs first: the admin token's run revokes
+    // tokens by the ids it makes up.)
+    let (status, _) = node
+        .call(
+            Method::POST,
+            "/api/v1/namespaces",
+            Some(json!({"name": "fuzz-team"})),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let (status, created) = node
+        .call(
+            Method::POST,
+            "/api/v1/tokens?namespace=fuzz-team",
+            Some(json!({"name": "fuzzer", "role": "editor"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let team_token = created["token"].as_str().unwrap().to_owned();
+    let (status, job) = node
+        .call(
+            Method::POST,
+            "/api/v1/jobs?namespace=fuzz-team",
+            Some(
+                json!({"name": "fuzz-team-seed", "app": "fuzz", "handler": "work",
+                "schedule": {"every": "1s"}}),
+            ),
+        )
+        .await;
+    assert_eq!(status, 201, "{job}");
+
     let seed = std::env::var("CARILLON_FUZZ_SEED").unwrap_or_else(|_| "20261122".to_owned());
+    for (who, token) in [
+        ("a namespace's editor token", team_token.as_str()),
+        ("the admin token", TOKEN),
+    ] {
+        fuzz(&node, who, token, &seed);
+        // The token's run was a run of its role, not of refusals: it still opens its namespace.
+        let (status, answer) = node.call_as(token, Method::GET, "/api/v1/jobs", None).await;
+        assert_eq!(status, 200, "{who}: {answer}");
+    }
+}
+
+/// Runs schemathesis over the whole document with `token`, failing on any answer the
+/// document does not allow.
+fn fuzz(node: &Solo, who: &str, token: &str, seed: &str) {
+    let report_dir = tempfile::tempdir().unwrap();
     let run = || {
         schemathesis()
             .args(["run", &node.url("/api/v1/openapi.json")])
             .args(["--url", &node.url("")])
-            .args(["--header", &format!("Authorization: Bearer {TOKEN}")])
+            .args(["--header", &format!("Authorization: Bearer {token}")])
             .args(["--checks", "all"])
             // A request the schema allows may still be refused for what a schema cannot say (a
             // cron expression that does not parse, a name already taken): a documented 400/409.
             .args(["--exclude-checks", "positive_data_acceptance"])
-            .args(["--max-examples", "40", "--workers", "2", "--seed", &seed])
+            .args(["--max-examples", "40", "--workers", "2", "--seed", seed])
             .args(["--request-timeout", "20"])
             .args(["--report-dir", report_dir.path().to_str().unwrap()])
             .args(["--no-color", "--warnings", "off"])
@@ -114,10 +162,10 @@ async fn the_api_answers_as_its_openapi_document_says() {
         .skip_while(|l| !l.contains("SUMMARY"))
         .collect::<Vec<_>>()
         .join("\n");
-    eprintln!("{summary}");
+    eprintln!("with {who}:\n{summary}");
     assert!(
         output.status.success(),
-        "schemathesis found responses the document does not allow (seed {seed}):\n{stdout}\n{stderr}\nnode log:\n{}",
+        "schemathesis found responses the document does not allow with {who} (seed {seed}):\n{stdout}\n{stderr}\nnode log:\n{}",
         node.log_text()
     );
     // Every operation of the document was tested ("Selected: 31/31", "Tested: 31").
@@ -130,6 +178,6 @@ async fn the_api_answers_as_its_openapi_document_says() {
     let (selected, tested) = (figure("Selected:"), figure("Tested:"));
     assert!(
         selected.is_some() && selected == tested,
-        "every operation should have been fuzzed:\n{summary}"
+        "every operation should have been fuzzed with {who}:\n{summary}"
     );
 }

@@ -1,6 +1,7 @@
 //! Who may do what: every `/api/v1` endpoint refuses a missing or wrong token (`401`); the
-//! read-only token reads but cannot write (`403`); executor tokens open only the executor
-//! endpoints, and an app token only for its own app's executors.
+//! read-only token reads (and previews schedules) but cannot write (`403`); executor tokens
+//! open only the executor endpoints, and an app token only for its own app's executors.
+//! Service tokens and their roles: `roles.rs`.
 #![allow(
     clippy::unwrap_used,
     reason = "a test fails loudly on any unexpected error"
@@ -17,8 +18,8 @@ const EXECUTOR: &str = "cluster-executor-token-0123";
 const BILLING: &str = "billing-app-token-0123456789";
 
 /// Every `/api/v1` operation of the node's OpenAPI document (which the router is built from),
-/// with `1` for each path parameter.
-async fn endpoints(node: &Solo) -> Vec<(String, String)> {
+/// with `1` for each path parameter, and what it needs (`x-carillon-permission`).
+async fn endpoints(node: &Solo) -> Vec<(String, String, String)> {
     let (status, doc) = node.call(Method::GET, "/api/v1/openapi.json", None).await;
     assert_eq!(status, 200, "{doc}");
     let mut all = Vec::new();
@@ -27,8 +28,12 @@ async fn endpoints(node: &Solo) -> Vec<(String, String)> {
             continue;
         }
         let concrete = path.replace("{id}", "1");
-        for method in item.as_object().unwrap().keys() {
-            all.push((method.to_uppercase(), concrete.clone()));
+        for (method, operation) in item.as_object().unwrap() {
+            let need = operation["x-carillon-permission"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            all.push((method.to_uppercase(), concrete.clone(), need));
         }
     }
     all
@@ -87,7 +92,7 @@ async fn each_token_opens_exactly_what_it_should() {
 
     let endpoints = endpoints(&node).await;
     assert!(endpoints.len() >= 27, "{endpoints:?}");
-    for (method, path) in &endpoints {
+    for (method, path, need) in &endpoints {
         let (method, path) = (method.as_str(), path.as_str());
         assert_eq!(
             status(&node, method, path, None, None).await,
@@ -98,7 +103,7 @@ async fn each_token_opens_exactly_what_it_should() {
         assert_eq!(wrong, StatusCode::UNAUTHORIZED, "{method} {path}");
         let executor = EXECUTOR_ENDPOINTS.contains(&path);
         let read_only = status(&node, method, path, Some(READ_ONLY), None).await;
-        if method == "GET" {
+        if ["signed-in", "viewer", "cluster-viewer"].contains(&need.as_str()) {
             assert_ne!(
                 read_only,
                 StatusCode::FORBIDDEN,
@@ -110,6 +115,13 @@ async fn each_token_opens_exactly_what_it_should() {
                 read_only,
                 StatusCode::FORBIDDEN,
                 "{method} {path}: the read-only token cannot write"
+            );
+        }
+        // What changes anything needs more than a viewer (a token listing needs an admin).
+        if method != "GET" && path != "/api/v1/schedules/preview" {
+            assert!(
+                !["signed-in", "viewer", "cluster-viewer"].contains(&need.as_str()),
+                "{method} {path} changes something, yet needs only {need}"
             );
         }
         if !executor {
@@ -327,9 +339,29 @@ async fn no_token_secret_or_database_password_leaks_into_answers_or_logs() {
         .await,
     );
     answers.push(post("/api/v1/jobs", "a-wrong-token-of-24-chars", json!({})).await);
+    // A service token is answered once, when it is made, and never again: not in the
+    // listing of tokens (which the walk below reads), not in the log after it is used.
+    let (status, made) = node
+        .call(
+            Method::POST,
+            "/api/v1/tokens",
+            Some(json!({"name": "leak-check", "role": "operator"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{made}");
+    let service_token = made["token"].as_str().unwrap().to_owned();
+    let used = carillon_tls::http_client()
+        .unwrap()
+        .get(node.url("/api/v1/jobs"))
+        .bearer_auth(&service_token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(used.status(), 200);
+    answers.push(used.text().await.unwrap());
     // The job fires and its dispatch fails against the executor's unreachable address.
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
-    for (method, path) in endpoints(&node).await {
+    for (method, path, _) in endpoints(&node).await {
         if method != "GET" {
             continue;
         }
@@ -362,7 +394,7 @@ async fn no_token_secret_or_database_password_leaks_into_answers_or_logs() {
             "the log names the database:\n{log}"
         );
     }
-    for secret in secrets {
+    for secret in secrets.iter().copied().chain([service_token.as_str()]) {
         for answer in &answers {
             assert!(
                 !answer.contains(secret),

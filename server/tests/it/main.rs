@@ -31,6 +31,7 @@ mod namespace_conformance;
 mod namespaces_api;
 mod observability;
 mod retention;
+mod roles;
 mod schedule_policies;
 mod schedule_reference;
 mod self_fencing;

@@ -289,11 +289,22 @@ impl NodeProcess {
         path: &str,
         body: Option<serde_json::Value>,
     ) -> (u16, serde_json::Value) {
+        self.call_as(TOKEN, method, path, body).await
+    }
+
+    /// [`Self::call`] with the bearer token `token`.
+    pub async fn call_as(
+        &self,
+        token: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
         let what = format!("{method} {path}");
         let mut request = self
             .client
             .request(method, self.url(path))
-            .bearer_auth(TOKEN)
+            .bearer_auth(token)
             .timeout(Duration::from_secs(10));
         if let Some(body) = body {
             request = request.json(&body);

@@ -21,6 +21,7 @@ mod pg_pool;
 mod policies;
 mod standbys;
 mod tasks;
+mod tokens;
 mod workflows;
 
 use std::collections::HashMap;
@@ -70,6 +71,7 @@ use super::rules::run_end::RunEndTx;
 use super::rules::run_start::RunStartTx;
 use super::rules::workflow_start::{NewStep, RunHead, WorkflowStartTx};
 use super::rules::workflows::{StepEnd, WorkflowTx};
+use super::token_records::{TokenRecord, TokenStore, TokenWrite};
 use super::workflow_records::{StepRunRecord, WorkflowRunRecord, WorkflowStore};
 use super::{
     Backend, ClusterMeta, ClusterStore, DatabaseUrl, DispatchStore, Error, HistoryStore, JobStore,
@@ -419,6 +421,9 @@ policies::policy_store!(SqliteStore, Sqlite);
 namespaces::namespace_store!(PostgresStore, Postgres);
 namespaces::namespace_store!(MysqlStore, MySql);
 namespaces::namespace_store!(SqliteStore, Sqlite);
+tokens::token_store!(PostgresStore, Postgres);
+tokens::token_store!(MysqlStore, MySql);
+tokens::token_store!(SqliteStore, Sqlite);
 logs::log_store!(
     PostgresStore,
     Postgres,

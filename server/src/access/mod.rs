@@ -1,0 +1,253 @@
+//! Who may do what: the roles of a namespace, the callers the API knows, and the decision
+//! whether a caller may do what an operation needs. Plain rules, no I/O; the API's
+//! `permissions` module reads the need of each operation and the namespace it touches, and
+//! [`tokens`] finds the service token a bearer belongs to.
+
+pub mod tokens;
+
+use std::fmt;
+
+use crate::store::NamespaceId;
+
+/// What a service token (or, later, a group of people) may do in one namespace. Each role
+/// may do everything the ones before it may.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Role {
+    /// Reads everything of the namespace; changes nothing.
+    Viewer,
+    /// Runs what is there: start, stop, trigger, cancel, re-run, backfill, enqueue tasks.
+    Operator,
+    /// Creates, edits and deletes jobs, workflows and calendars.
+    Editor,
+    /// Also the namespace's own settings and its service tokens.
+    Admin,
+}
+
+impl Role {
+    pub const ALL: [Role; 4] = [Role::Viewer, Role::Operator, Role::Editor, Role::Admin];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Operator => "operator",
+            Role::Editor => "editor",
+            Role::Admin => "admin",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Role> {
+        Role::ALL.into_iter().find(|role| role.name() == name)
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What an operation needs of its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// Any caller but an executor: the cluster's shape, the API's document, the namespaces
+    /// the caller can see.
+    SignedIn,
+    /// At least this role in the namespace the request works in.
+    Role(Role),
+    /// Reads across the whole cluster (executors, statistics, metrics).
+    ClusterViewer,
+    /// Changes to the whole cluster (namespaces, executors, purges).
+    ClusterAdmin,
+    /// The executor protocol.
+    Executor,
+}
+
+impl Need {
+    /// How the API's document names it (`x-carillon-permission`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Need::SignedIn => "signed-in",
+            Need::Role(role) => role.name(),
+            Need::ClusterViewer => "cluster-viewer",
+            Need::ClusterAdmin => "cluster-admin",
+            Need::Executor => "executor",
+        }
+    }
+}
+
+/// A service token's grant, as a caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceGrant {
+    pub token_id: i64,
+    pub name: String,
+    pub namespace: NamespaceId,
+    pub role: Role,
+}
+
+/// Who is calling, decided from the bearer token; handlers read it as a request extension.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principal {
+    /// The admin token: the cluster's administrator, in every namespace. It is read from the
+    /// node's settings, never the database, so it still opens everything when the database's
+    /// tokens (or, later, the identity provider) cannot be read: the break-glass token.
+    Admin,
+    /// The read-only token: a viewer of every namespace and of the cluster.
+    ReadOnly,
+    /// An executor; `app` is `Some` when its token is limited to one app.
+    Executor { app: Option<String> },
+    /// A service token: one role in one namespace.
+    Service(ServiceGrant),
+}
+
+/// What a caller gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Allow,
+    /// The caller has no role in the namespace: it is answered as if nothing were there, so
+    /// ids and names cannot be probed across namespaces.
+    Hide,
+    /// Refused (`403`), saying why.
+    Refuse(String),
+}
+
+impl Principal {
+    /// Its role in `namespace`, if it has one.
+    pub fn role_in(&self, namespace: NamespaceId) -> Option<Role> {
+        match self {
+            Principal::Admin => Some(Role::Admin),
+            Principal::ReadOnly => Some(Role::Viewer),
+            Principal::Service(grant) if grant.namespace == namespace => Some(grant.role),
+            Principal::Service(_) | Principal::Executor { .. } => None,
+        }
+    }
+
+    /// The namespace a request of this caller works in when it names none: a service
+    /// token's own; `None` for the cluster's tokens (`default`).
+    pub fn home(&self) -> Option<NamespaceId> {
+        match self {
+            Principal::Service(grant) => Some(grant.namespace),
+            _ => None,
+        }
+    }
+
+    /// Whether it may do what `need` says in `namespace` (`None` for cluster-wide needs).
+    pub fn decide(&self, need: Need, namespace: Option<NamespaceId>) -> Decision {
+        let refuse = |why: &str| Decision::Refuse(why.to_owned());
+        match (self, need) {
+            (Principal::Executor { .. }, Need::Executor) | (Principal::Admin, _) => Decision::Allow,
+            (Principal::Executor { .. }, _) | (_, Need::Executor) => {
+                refuse("this token does not open this endpoint")
+            }
+            (_, Need::SignedIn) | (Principal::ReadOnly, Need::ClusterViewer) => Decision::Allow,
+            (Principal::ReadOnly, Need::Role(Role::Viewer)) => Decision::Allow,
+            (Principal::ReadOnly, _) => refuse("the read-only token cannot change anything"),
+            (Principal::Service(_), Need::ClusterViewer | Need::ClusterAdmin) => refuse(
+                "a service token works in its own namespace; this needs the cluster's admin \
+                 token",
+            ),
+            (Principal::Service(grant), Need::Role(needed)) => match namespace {
+                Some(namespace) if namespace == grant.namespace => {
+                    if grant.role >= needed {
+                        Decision::Allow
+                    } else {
+                        Decision::Refuse(format!(
+                            "this token's role is {}; this needs {needed}",
+                            grant.role
+                        ))
+                    }
+                }
+                _ => Decision::Hide,
+            },
+        }
+    }
+
+    /// Whether it may do what `need` says in some namespace: a role too weak for an
+    /// operation is refused before anything is looked up, whichever namespace it names.
+    pub fn decide_anywhere(&self, need: Need) -> Decision {
+        self.decide(need, Some(self.home().unwrap_or(NamespaceId::DEFAULT)))
+    }
+
+    /// How the audit trail and `created_by` name it.
+    pub fn describe(&self) -> String {
+        match self {
+            Principal::Admin => "admin token".to_owned(),
+            Principal::ReadOnly => "read-only token".to_owned(),
+            Principal::Executor { app: None } => "executor token".to_owned(),
+            Principal::Executor { app: Some(app) } => format!("app token of {app}"),
+            Principal::Service(grant) => format!("token {} (#{})", grant.name, grant.token_id),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEAM: NamespaceId = NamespaceId(2);
+    const OTHER: NamespaceId = NamespaceId(3);
+
+    fn service(role: Role) -> Principal {
+        Principal::Service(ServiceGrant {
+            token_id: 7,
+            name: "ci".to_owned(),
+            namespace: TEAM,
+            role,
+        })
+    }
+
+    #[test]
+    fn each_role_may_do_what_the_ones_before_it_may_in_its_own_namespace_only() {
+        for (have_at, have) in Role::ALL.into_iter().enumerate() {
+            for (need_at, need) in Role::ALL.into_iter().enumerate() {
+                let decision = service(have).decide(Need::Role(need), Some(TEAM));
+                assert_eq!(
+                    decision == Decision::Allow,
+                    have_at >= need_at,
+                    "{have} doing what needs {need}: {decision:?}"
+                );
+                assert_eq!(
+                    service(have).decide(Need::Role(need), Some(OTHER)),
+                    Decision::Hide
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn cluster_tokens_keep_what_they_opened_and_service_tokens_never_reach_the_cluster() {
+        for need in [Need::ClusterViewer, Need::ClusterAdmin, Need::Executor] {
+            assert!(matches!(
+                service(Role::Admin).decide(need, None),
+                Decision::Refuse(_)
+            ));
+        }
+        assert_eq!(
+            service(Role::Viewer).decide(Need::SignedIn, None),
+            Decision::Allow
+        );
+        for need in [
+            Need::SignedIn,
+            Need::ClusterAdmin,
+            Need::Executor,
+            Need::Role(Role::Admin),
+        ] {
+            assert_eq!(Principal::Admin.decide(need, Some(OTHER)), Decision::Allow);
+        }
+        let read_only = Principal::ReadOnly;
+        assert_eq!(
+            read_only.decide(Need::Role(Role::Viewer), Some(OTHER)),
+            Decision::Allow
+        );
+        assert_eq!(read_only.decide(Need::ClusterViewer, None), Decision::Allow);
+        assert!(matches!(
+            read_only.decide(Need::Role(Role::Operator), Some(TEAM)),
+            Decision::Refuse(_)
+        ));
+        let executor = Principal::Executor { app: None };
+        assert_eq!(executor.decide(Need::Executor, None), Decision::Allow);
+        assert!(matches!(
+            executor.decide(Need::SignedIn, None),
+            Decision::Refuse(_)
+        ));
+    }
+}

@@ -1,0 +1,336 @@
+//! Who may call which operation: each operation's need (the table below, by `operationId`),
+//! and the check every `/api/v1` route runs before its handler. The operation of a request is
+//! found from its method and matched route in the same OpenAPI document the router is built
+//! from, so no route can go without a need (a test walks the document), and the document
+//! states each one as `x-carillon-permission`.
+//!
+//! The namespace an operation works in is read the same way for every operation: its
+//! `namespace` query parameter (a service token's own namespace when left out), the
+//! namespace's name in `/namespaces/{name}`, or the namespace of the resource whose id is in
+//! the path. A caller whose role is too weak for the operation is refused (`403`) whatever
+//! it names; one with no role where the operation works is told there is nothing there
+//! (`404`), so ids and names cannot be probed across namespaces.
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use axum::extract::{MatchedPath, RawPathParams, Request, State};
+use axum::http::{Method, Uri};
+use axum::middleware::Next;
+use axum::response::Response;
+use serde::Deserialize;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::path::ParameterIn;
+
+use super::{ApiError, ApiState};
+use crate::access::{Decision, Need, Principal, Role};
+use crate::store::NamespaceId;
+
+/// What operation `operation_id` needs; `None` for one the table misses (refused).
+pub(super) fn need_of(operation_id: &str) -> Option<Need> {
+    use Role::{Admin, Editor, Operator, Viewer};
+    Some(match operation_id {
+        "getCluster" | "getOpenApi" | "listNamespaces" => Need::SignedIn,
+        "getNamespace" | "listJobs" | "getJob" | "listJobRuns" | "listJobBackfills"
+        | "getBackfill" | "previewSchedule" | "listCalendars" | "getCalendar" | "listWorkflows"
+        | "getWorkflow" | "listWorkflowRuns" | "getWorkflowRun" | "listRuns" | "getRun"
+        | "listDeadLetters" | "getRunLogs" | "listTasks" | "getTask" => Need::Role(Viewer),
+        "startJob" | "stopJob" | "triggerJob" | "backfillJob" | "cancelBackfill"
+        | "startWorkflow" | "stopWorkflow" | "triggerWorkflow" | "rerunWorkflowRun"
+        | "cancelWorkflowRun" | "rerunRun" | "cancelRun" | "enqueueTasks" | "cancelTask"
+        | "cancelTaskByKey" => Need::Role(Operator),
+        "createJob" | "updateJob" | "deleteJob" | "createJobs" | "putCalendar"
+        | "deleteCalendar" | "createWorkflow" | "updateWorkflow" | "deleteWorkflow" => {
+            Need::Role(Editor)
+        }
+        "updateNamespace" | "listTokens" | "createToken" | "revokeToken" => Need::Role(Admin),
+        "getStats" | "listExecutors" | "getExecutor" | "listApps" | "getMetrics" => {
+            Need::ClusterViewer
+        }
+        "createNamespace" | "deleteNamespace" | "drainExecutor" | "resumeExecutor"
+        | "removeExecutor" | "purgeRuns" => Need::ClusterAdmin,
+        "registerExecutor" | "executorHeartbeat" | "reportResult" | "deregisterExecutor"
+        | "appendAttemptLogs" => Need::Executor,
+        _ => return None,
+    })
+}
+
+/// Where an operation's namespace comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Scope {
+    /// Cluster-wide: no namespace.
+    Cluster,
+    /// The `namespace` query parameter.
+    Query,
+    /// `/namespaces/{name}`.
+    NamespaceName,
+    /// The resource whose `{id}` is in the path, by the path's first segment.
+    Resource(ResourceKind),
+}
+
+/// The resources the API names by id, with the namespace each is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ResourceKind {
+    Job,
+    Workflow,
+    Backfill,
+    Run,
+    WorkflowRun,
+    Task,
+    Token,
+}
+
+impl ResourceKind {
+    fn of_segment(segment: &str) -> Option<Self> {
+        Some(match segment {
+            "jobs" => Self::Job,
+            "workflows" => Self::Workflow,
+            "backfills" => Self::Backfill,
+            "runs" => Self::Run,
+            "workflow-runs" => Self::WorkflowRun,
+            "tasks" => Self::Task,
+            "tokens" => Self::Token,
+            _ => return None,
+        })
+    }
+
+    /// How a `404` names it (as its handler does).
+    fn noun(self) -> &'static str {
+        match self {
+            Self::Job => "job",
+            Self::Workflow => "workflow",
+            Self::Backfill => "backfill",
+            Self::Run => "run",
+            Self::WorkflowRun => "workflow run",
+            Self::Task => "task",
+            Self::Token => "token",
+        }
+    }
+}
+
+/// An operation of the document, with what it needs and where its namespace comes from.
+#[derive(Debug, Clone)]
+pub(super) struct Operation {
+    pub(super) id: String,
+    pub(super) need: Option<Need>,
+    pub(super) scope: Scope,
+}
+
+/// The scope of an operation at `path` (as the document writes it).
+pub(super) fn scope_of(path: &str, takes_namespace: bool, need: Option<Need>) -> Scope {
+    if !matches!(need, Some(Need::Role(_))) {
+        return Scope::Cluster;
+    }
+    if takes_namespace {
+        return Scope::Query;
+    }
+    let mut segments = path.trim_start_matches("/api/v1/").split('/');
+    let first = segments.next().unwrap_or_default();
+    match (first, segments.next()) {
+        ("namespaces", Some("{name}")) => Scope::NamespaceName,
+        (_, Some("{id}")) => {
+            ResourceKind::of_segment(first).map_or(Scope::Cluster, Scope::Resource)
+        }
+        _ => Scope::Cluster,
+    }
+}
+
+/// Every `/api/v1` operation by method and route, read once from the document.
+fn operations() -> &'static HashMap<(Method, String), Operation> {
+    static OPERATIONS: OnceLock<HashMap<(Method, String), Operation>> = OnceLock::new();
+    OPERATIONS.get_or_init(|| {
+        let (_, doc) = super::routes().split_for_parts();
+        let mut all = HashMap::new();
+        for (path, item) in doc.paths.paths {
+            let methods = [
+                (Method::GET, item.get),
+                (Method::POST, item.post),
+                (Method::PUT, item.put),
+                (Method::PATCH, item.patch),
+                (Method::DELETE, item.delete),
+            ];
+            for (method, operation) in methods {
+                let Some(operation) = operation else { continue };
+                let id = operation.operation_id.unwrap_or_default();
+                let takes_namespace = operation.parameters.iter().flatten().any(|p| {
+                    matches!(p, RefOr::T(p) if p.name == "namespace"
+                        && matches!(p.parameter_in, ParameterIn::Query))
+                });
+                let need = need_of(&id);
+                let scope = scope_of(&path, takes_namespace, need);
+                all.insert((method, path.clone()), Operation { id, need, scope });
+            }
+        }
+        all
+    })
+}
+
+/// `Ok` when `decision` allows; `hidden` when the caller may not know there is anything.
+pub(super) fn check(decision: Decision, hidden: impl FnOnce() -> ApiError) -> Result<(), ApiError> {
+    match decision {
+        Decision::Allow => Ok(()),
+        Decision::Hide => Err(hidden()),
+        Decision::Refuse(why) => Err(ApiError::Forbidden(why)),
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct NamespaceParam {
+    namespace: Option<String>,
+}
+
+/// Checks the caller ([`super::auth::authenticate`] put it in the request) may call the
+/// matched operation in its namespace. A service token's request that names no namespace
+/// works in the token's own: the query gains it, so the handler reads it as if it were sent.
+pub(super) async fn authorize(
+    State(state): State<ApiState>,
+    matched: MatchedPath,
+    params: RawPathParams,
+    mut request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let method = match *request.method() {
+        Method::HEAD => Method::GET,
+        ref method => method.clone(),
+    };
+    let principal = request
+        .extensions()
+        .get::<Principal>()
+        .cloned()
+        .ok_or(ApiError::Unauthorized)?;
+    let Some(operation) = operations().get(&(method, matched.as_str().to_owned())) else {
+        return Err(ApiError::Forbidden(
+            "this operation is open to nobody".to_owned(),
+        ));
+    };
+    let Some(need) = operation.need else {
+        return Err(ApiError::Forbidden(format!(
+            "{} is open to nobody: it has no permission",
+            operation.id
+        )));
+    };
+    check(principal.decide_anywhere(need), || ApiError::NotFound)?;
+    let param = |name: &str| {
+        params
+            .iter()
+            .find(|(key, _)| *key == name)
+            .map(|(_, value)| value.to_owned())
+    };
+    match operation.scope {
+        Scope::Cluster => check(principal.decide(need, None), || ApiError::NotFound)?,
+        Scope::Query => {
+            let asked = axum::extract::Query::<NamespaceParam>::try_from_uri(request.uri())
+                .map(|query| query.0.namespace)
+                .unwrap_or_default();
+            let name = match (asked, principal.home()) {
+                (Some(name), _) => name,
+                (None, Some(home)) => {
+                    let name = super::namespaces::name_of(&state, home).await?;
+                    *request.uri_mut() = with_namespace(request.uri(), &name)?;
+                    name
+                }
+                (None, None) => crate::namespaces::DEFAULT_NAME.to_owned(),
+            };
+            let namespace = super::namespaces::resolve(&state, Some(&name)).await?;
+            check(principal.decide(need, Some(namespace.id)), || {
+                ApiError::missing(format!("namespace {name:?}"))
+            })?;
+        }
+        Scope::NamespaceName => {
+            let name = param("name").unwrap_or_default();
+            let namespace = super::namespaces::resolve(&state, Some(&name)).await?;
+            check(principal.decide(need, Some(namespace.id)), || {
+                ApiError::missing(format!("namespace {name:?}"))
+            })?;
+        }
+        Scope::Resource(kind) => {
+            // An id that is no number is the handler's to refuse (`400`).
+            if let Some(id) = param("id").and_then(|id| id.parse::<i64>().ok()) {
+                let missing = || ApiError::missing(format!("{} {id}", kind.noun()));
+                let namespace = namespace_of(&state, kind, id).await?.ok_or_else(missing)?;
+                check(principal.decide(need, Some(namespace)), missing)?;
+            }
+        }
+    }
+    Ok(next.run(request).await)
+}
+
+/// The namespace resource `id` of `kind` is in; `None` when there is no such resource.
+async fn namespace_of(
+    state: &ApiState,
+    kind: ResourceKind,
+    id: i64,
+) -> Result<Option<NamespaceId>, ApiError> {
+    let store = &state.store;
+    Ok(match kind {
+        ResourceKind::Job | ResourceKind::Workflow => {
+            store.job_get(id).await?.map(|job| job.namespace_id)
+        }
+        ResourceKind::Backfill => match store.backfill_get(id).await? {
+            Some(backfill) => store
+                .job_get(backfill.job_id)
+                .await?
+                .map(|job| job.namespace_id),
+            None => None,
+        },
+        ResourceKind::Run | ResourceKind::WorkflowRun => {
+            store.run_get(id).await?.map(|run| run.namespace_id)
+        }
+        ResourceKind::Task => store.task_get(id).await?.map(|task| task.namespace_id),
+        ResourceKind::Token => state.tokens.namespace_of(id).await?,
+    })
+}
+
+/// `uri` with `namespace=<name>` added to its query (`name` is a checked DNS label, which
+/// needs no escaping).
+fn with_namespace(uri: &Uri, name: &str) -> Result<Uri, ApiError> {
+    let path = uri.path();
+    let query = match uri.query() {
+        Some(query) if !query.is_empty() => format!("{query}&namespace={name}"),
+        _ => format!("namespace={name}"),
+    };
+    format!("{path}?{query}")
+        .parse()
+        .map_err(|_| ApiError::invalid("namespace", "does not fit in a URI"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_operation_of_the_document_has_a_need_and_a_namespace_to_check_it_in() {
+        let operations = operations();
+        assert!(operations.len() > 60, "{}", operations.len());
+        for ((method, path), operation) in operations {
+            if !path.starts_with("/api/v1/") {
+                continue;
+            }
+            let need = operation
+                .need
+                .unwrap_or_else(|| panic!("{method} {path} ({}) has no need", operation.id));
+            if let Need::Role(_) = need {
+                assert_ne!(
+                    operation.scope,
+                    Scope::Cluster,
+                    "{method} {path} ({}) needs a role in a namespace but names none",
+                    operation.id
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_service_tokens_namespace_joins_the_query() {
+        let uri: Uri = "/api/v1/jobs?limit=5".parse().unwrap();
+        assert_eq!(
+            with_namespace(&uri, "team-a").unwrap(),
+            "/api/v1/jobs?limit=5&namespace=team-a"
+        );
+        let uri: Uri = "/api/v1/jobs".parse().unwrap();
+        assert_eq!(
+            with_namespace(&uri, "team-a").unwrap(),
+            "/api/v1/jobs?namespace=team-a"
+        );
+    }
+}

@@ -1,0 +1,62 @@
+//! `TokenStore` on the three backends.
+
+/// Implements it for one backend's store.
+macro_rules! token_store {
+    ($store:ident, $db:ty) => {
+        #[async_trait]
+        impl TokenStore for $store {
+            async fn tokens_all(&self) -> Result<Vec<TokenRecord>, Error> {
+                Ok(sqlx::query_as::<$db, TokenRecord>(sql(&self.q.tokens_all))
+                    .fetch_all(&self.pool)
+                    .await?)
+            }
+
+            async fn token_insert(&self, token: &TokenWrite) -> Result<TokenRecord, Error> {
+                let inserted = sqlx::query::<$db>(sql(&self.q.token_insert))
+                    .bind(token.namespace_id)
+                    .bind(&token.name)
+                    .bind(&token.role)
+                    .bind(&token.secret_sha256)
+                    .bind(&token.display_prefix)
+                    .bind(&token.created_by)
+                    .bind(token.expires_at_ms)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(Error::from);
+                match inserted {
+                    Ok(_) => {}
+                    Err(err) if err.is_unique_violation() => {
+                        return Err(Error::Conflict {
+                            what: format!("token name {:?}", token.name),
+                        });
+                    }
+                    Err(err) => return Err(err),
+                }
+                sqlx::query_as::<$db, TokenRecord>(sql(&self.q.token_by_secret))
+                    .bind(&token.secret_sha256)
+                    .fetch_optional(&self.pool)
+                    .await?
+                    .ok_or(Error::NotInitialised)
+            }
+
+            async fn token_delete(&self, token_id: i64) -> Result<bool, Error> {
+                let done = sqlx::query::<$db>(sql(&self.q.token_delete))
+                    .bind(token_id)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(done.rows_affected() > 0)
+            }
+
+            async fn token_used(&self, token_id: i64, at_ms: i64) -> Result<(), Error> {
+                sqlx::query::<$db>(sql(&self.q.token_used))
+                    .bind(at_ms)
+                    .bind(token_id)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(())
+            }
+        }
+    };
+}
+
+pub(super) use token_store;
