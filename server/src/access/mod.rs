@@ -9,6 +9,10 @@ use std::fmt;
 
 use crate::store::NamespaceId;
 
+/// The role name of a service token that speaks the executor protocol for its namespace's
+/// apps (it is no [`Role`]: it opens nothing of the admin API).
+pub const EXECUTOR_ROLE: &str = "executor";
+
 /// What a service token (or, later, a group of people) may do in one namespace. Each role
 /// may do everything the ones before it may.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -93,8 +97,12 @@ pub enum Principal {
     Admin,
     /// The read-only token: a viewer of every namespace and of the cluster.
     ReadOnly,
-    /// An executor; `app` is `Some` when its token is limited to one app.
-    Executor { app: Option<String> },
+    /// An executor; `app` is `Some` when its token is limited to one app, `namespace` when it
+    /// is a service token of a namespace, limited to that namespace's apps.
+    Executor {
+        app: Option<String>,
+        namespace: Option<NamespaceId>,
+    },
     /// A service token: one role in one namespace.
     Service(ServiceGrant),
 }
@@ -172,8 +180,8 @@ impl Principal {
         match self {
             Principal::Admin => "admin token".to_owned(),
             Principal::ReadOnly => "read-only token".to_owned(),
-            Principal::Executor { app: None } => "executor token".to_owned(),
-            Principal::Executor { app: Some(app) } => format!("app token of {app}"),
+            Principal::Executor { app: Some(app), .. } => format!("app token of {app}"),
+            Principal::Executor { .. } => "executor token".to_owned(),
             Principal::Service(grant) => format!("token {} (#{})", grant.name, grant.token_id),
         }
     }
@@ -243,7 +251,10 @@ mod tests {
             read_only.decide(Need::Role(Role::Operator), Some(TEAM)),
             Decision::Refuse(_)
         ));
-        let executor = Principal::Executor { app: None };
+        let executor = Principal::Executor {
+            app: None,
+            namespace: Some(TEAM),
+        };
         assert_eq!(executor.decide(Need::Executor, None), Decision::Allow);
         assert!(matches!(
             executor.decide(Need::SignedIn, None),

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
-use super::{Principal, Role, ServiceGrant};
+use super::{EXECUTOR_ROLE, Principal, Role, ServiceGrant};
 use crate::store::{self, TokenRecord, TokenStore};
 
 /// How old the node's copy of the tokens may be before a service token's use reads it again.
@@ -107,17 +107,24 @@ impl ServiceTokens {
         if record.expires_at_ms.is_some_and(|at| at <= now_ms) {
             return Ok(Lookup::Expired);
         }
-        let Some(role) = Role::parse(&record.role) else {
+        let principal = if record.role == EXECUTOR_ROLE {
+            Principal::Executor {
+                app: None,
+                namespace: Some(record.namespace_id),
+            }
+        } else if let Some(role) = Role::parse(&record.role) {
+            Principal::Service(ServiceGrant {
+                token_id: record.token_id,
+                name: record.name,
+                namespace: record.namespace_id,
+                role,
+            })
+        } else {
             tracing::warn!(token = record.token_id, role = %record.role, "a stored token names no role");
             return Ok(Lookup::Unknown);
         };
         self.note_use(record.token_id, now_ms);
-        Ok(Lookup::Found(Principal::Service(ServiceGrant {
-            token_id: record.token_id,
-            name: record.name,
-            namespace: record.namespace_id,
-            role,
-        })))
+        Ok(Lookup::Found(principal))
     }
 
     /// The namespace of token `token_id`, from the node's copy read afresh.

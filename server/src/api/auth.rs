@@ -30,9 +30,15 @@ fn configured_principal(state: &ApiState, token: &str) -> Option<Principal> {
     } else if read_only {
         Some(Principal::ReadOnly)
     } else if executor {
-        Some(Principal::Executor { app: None })
+        Some(Principal::Executor {
+            app: None,
+            namespace: None,
+        })
     } else {
-        app.map(|app| Principal::Executor { app: Some(app) })
+        app.map(|app| Principal::Executor {
+            app: Some(app),
+            namespace: None,
+        })
     }
 }
 

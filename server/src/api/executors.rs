@@ -19,24 +19,41 @@ use crate::dispatch::finish::{Ending, finish_attempt_by};
 use crate::jobs::JobInput;
 use crate::schedule::ScheduleSpec;
 use crate::states::AttemptState;
-use crate::store::{self, ExecutorRegistration, NamespaceId, executor_protocol};
+use crate::store::{
+    self, ExecutorRegistration, NamespaceId, RegistrationOutcome, executor_protocol,
+};
 
-/// Refuses an app-limited token acting for another app's executor.
+/// Refuses a token limited to an app, or to a namespace's apps, acting for another's
+/// executor.
 pub(super) async fn check_scope(
     state: &ApiState,
     principal: &Principal,
     executor_id: &str,
 ) -> Result<(), ApiError> {
-    let Principal::Executor { app: Some(app) } = principal else {
-        return Ok(());
-    };
-    let own = state.store.executors_list(Some(app)).await?;
-    if own.executors.iter().any(|e| e.executor_id == executor_id) {
-        Ok(())
-    } else {
-        Err(ApiError::Forbidden(format!(
-            "this token is limited to app {app:?}; executor {executor_id:?} is not one of its executors"
-        )))
+    match principal {
+        Principal::Executor { app: Some(app), .. } => {
+            let own = state.store.executors_list(Some(app)).await?;
+            if own.executors.iter().any(|e| e.executor_id == executor_id) {
+                Ok(())
+            } else {
+                Err(ApiError::Forbidden(format!(
+                    "this token is limited to app {app:?}; executor {executor_id:?} is not one of its executors"
+                )))
+            }
+        }
+        Principal::Executor {
+            namespace: Some(namespace),
+            ..
+        } => {
+            if state.store.executor_namespace(executor_id).await? == Some(*namespace) {
+                Ok(())
+            } else {
+                Err(ApiError::Forbidden(format!(
+                    "this token is limited to its namespace's apps; executor {executor_id:?} is not one of theirs"
+                )))
+            }
+        }
+        _ => Ok(()),
     }
 }
 
@@ -64,7 +81,7 @@ pub(super) async fn register(
     Extension(principal): Extension<Principal>,
     JsonBody(registration): JsonBody<Registration>,
 ) -> Result<Json<RegistrationAccepted>, ApiError> {
-    if let Principal::Executor { app: Some(app) } = &principal
+    if let Principal::Executor { app: Some(app), .. } = &principal
         && *app != registration.app
     {
         return Err(ApiError::Forbidden(format!(
@@ -114,7 +131,11 @@ pub(super) async fn register(
     for (i, handler) in registration.handlers.iter().enumerate() {
         ident(&format!("handlers[{i}].name"), &handler.name, 128)?;
     }
-    state
+    let namespace = match &principal {
+        Principal::Executor { namespace, .. } => *namespace,
+        _ => None,
+    };
+    let outcome = state
         .store
         .executor_register(&ExecutorRegistration {
             executor_id: registration.executor_id.clone(),
@@ -130,11 +151,33 @@ pub(super) async fn register(
                 .iter()
                 .map(|h| (h.name.clone(), h.description.chars().take(1024).collect()))
                 .collect(),
+            namespace,
         })
         .await?;
-    for handler in &registration.handlers {
-        if let Some(schedule) = &handler.schedule {
-            create_declared_job(&state, &registration.app, &handler.name, schedule).await;
+    if outcome == RegistrationOutcome::AppOfAnotherNamespace {
+        return Err(ApiError::Forbidden(format!(
+            "app {:?} is another namespace's: this token registers its own namespace's apps",
+            registration.app
+        )));
+    }
+    if registration.handlers.iter().any(|h| h.schedule.is_some()) {
+        // In the app's namespace, whoever registered it.
+        let app_namespace = state
+            .store
+            .executor_namespace(&registration.executor_id)
+            .await?
+            .unwrap_or_default();
+        for handler in &registration.handlers {
+            if let Some(schedule) = &handler.schedule {
+                create_declared_job(
+                    &state,
+                    app_namespace,
+                    &registration.app,
+                    &handler.name,
+                    schedule,
+                )
+                .await;
+            }
         }
     }
     info!(executor = %registration.executor_id, app = %registration.app, address, "executor registered");
@@ -149,6 +192,7 @@ pub(super) async fn register(
 /// of that name is left as it is.
 async fn create_declared_job(
     state: &ApiState,
+    namespace: NamespaceId,
     app: &str,
     handler: &str,
     schedule: &carillon_protocol::DefaultSchedule,
@@ -193,7 +237,7 @@ async fn create_declared_job(
             return;
         }
     };
-    match super::jobs::insert(state, NamespaceId::DEFAULT, &definition, true).await {
+    match super::jobs::insert(state, namespace, &definition, true).await {
         Ok(_) => info!(job = %definition.name, "created the job declared in code"),
         Err(store::Error::Conflict { .. }) => {}
         Err(err) => {
@@ -410,6 +454,9 @@ pub(super) async fn deregister(
 pub(super) struct ExecutorView {
     id: String,
     app: String,
+    /// Its app's namespace: the executors of an app of `default` serve every namespace's
+    /// jobs, the others their own namespace's only.
+    namespace: String,
     address: String,
     weight: i64,
     capacity: i64,
@@ -427,12 +474,12 @@ pub(super) struct ExecutorView {
 async fn views(state: &ApiState) -> Result<Vec<ExecutorView>, ApiError> {
     let list = state.store.executors_list(None).await?;
     let lease = i64::try_from(state.executor_lease_ms).unwrap_or(i64::MAX);
-    Ok(list
-        .executors
-        .iter()
-        .map(|e| ExecutorView {
+    let mut views = Vec::with_capacity(list.executors.len());
+    for e in &list.executors {
+        views.push(ExecutorView {
             id: e.executor_id.clone(),
             app: e.app_name.clone(),
+            namespace: super::namespaces::name_of(state, e.namespace_id).await?,
             address: e.address.clone(),
             weight: e.weight,
             capacity: e.capacity,
@@ -448,8 +495,9 @@ async fn views(state: &ApiState) -> Result<Vec<ExecutorView>, ApiError> {
                 .collect(),
             registered_at: rfc3339(e.registered_at_ms),
             last_heartbeat_at: rfc3339(e.heartbeat_at_ms),
-        })
-        .collect())
+        });
+    }
+    Ok(views)
 }
 
 /// Every executor, with its health.
@@ -480,6 +528,7 @@ pub(super) async fn get(
 #[derive(Debug, Serialize, ToSchema)]
 pub(super) struct AppView {
     name: String,
+    namespace: String,
     executors: usize,
     healthy_executors: usize,
     capacity: i64,
@@ -498,6 +547,7 @@ pub(super) async fn apps(State(state): State<ApiState>) -> Result<Json<AppList>,
     {
         let app = apps.entry(e.app.clone()).or_insert_with(|| AppView {
             name: e.app.clone(),
+            namespace: e.namespace.clone(),
             executors: 0,
             healthy_executors: 0,
             capacity: 0,

@@ -13,8 +13,8 @@ use super::error::Problem;
 use super::namespaces::NamespaceQuery;
 use super::params::{IdParam, QueryParams};
 use super::{ApiError, ApiState, Principal, rfc3339};
-use crate::access::Role;
 use crate::access::tokens::mint;
+use crate::access::{EXECUTOR_ROLE, Role};
 use crate::namespaces::check_name;
 use crate::store::{TokenRecord, TokenWrite};
 
@@ -31,7 +31,7 @@ pub(super) struct TokenView {
     id: i64,
     name: String,
     namespace: String,
-    /// `viewer`, `operator`, `editor` or `admin`.
+    /// `viewer`, `operator`, `editor`, `admin` or `executor`.
     role: String,
     /// Its first characters, to tell it apart.
     prefix: String,
@@ -71,7 +71,8 @@ pub(super) struct TokenInput {
     /// Unique in its namespace: 1 to 63 lowercase letters, digits and `-`.
     #[schema(max_length = 63, pattern = "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")]
     name: String,
-    /// `viewer`, `operator`, `editor` or `admin`.
+    /// `viewer`, `operator`, `editor` or `admin`; or `executor`, for the executor protocol of
+    /// the namespace's apps (an app it registers first becomes the namespace's).
     role: String,
     /// Days until it expires (default 90, at most 3650).
     #[schema(minimum = 1, maximum = 3650)]
@@ -124,8 +125,16 @@ pub(super) async fn create(
 ) -> Result<(StatusCode, Json<CreatedToken>), ApiError> {
     let namespace = super::namespaces::resolve(&state, at.namespace.as_deref()).await?;
     check_name(&input.name).map_err(|why| ApiError::invalid("name", why))?;
-    let role = Role::parse(&input.role)
-        .ok_or_else(|| ApiError::invalid("role", "must be viewer, operator, editor or admin"))?;
+    let role = match Role::parse(&input.role) {
+        Some(role) => role.name(),
+        None if input.role == EXECUTOR_ROLE => EXECUTOR_ROLE,
+        None => {
+            return Err(ApiError::invalid(
+                "role",
+                "must be viewer, operator, editor, admin or executor",
+            ));
+        }
+    };
     let days = input.expires_in_days.unwrap_or(DEFAULT_DAYS);
     if !(1..=MAX_DAYS).contains(&days) {
         return Err(ApiError::invalid(
@@ -142,7 +151,7 @@ pub(super) async fn create(
         .token_insert(&TokenWrite {
             namespace_id: namespace.id,
             name: input.name,
-            role: role.name().to_owned(),
+            role: role.to_owned(),
             secret_sha256: minted.secret_sha256,
             display_prefix: minted.display_prefix,
             created_by: principal.describe(),

@@ -173,6 +173,7 @@ async fn register(state: &ApiState, headers: &HeaderMap, body: &Bytes) -> Result
                 ANY_HANDLER.to_owned(),
                 "an XXL-JOB executor: it does not say which handlers it has".to_owned(),
             )],
+            namespace: None,
         })
         .await
         .map_err(store_error)?;

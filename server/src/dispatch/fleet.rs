@@ -3,7 +3,14 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::store::{ANY_HANDLER, ExecutorList, ExecutorLoad, ExecutorRecord, JobRecord};
+use crate::store::{
+    ANY_HANDLER, ExecutorList, ExecutorLoad, ExecutorRecord, JobRecord, NamespaceId,
+};
+
+/// Whether an executor of an app of namespace `app` may run work of namespace `work`.
+pub(super) fn may_serve(app: NamespaceId, work: NamespaceId) -> bool {
+    app == work || app == NamespaceId::DEFAULT
+}
 
 /// The executors able to take work now, by app, with what each offers and carries.
 pub(super) struct Fleet {
@@ -54,17 +61,22 @@ impl Fleet {
         }
     }
 
-    /// Healthy executors of `app` that registered `handler` (or every handler: an XXL-JOB
-    /// executor, which does not say which it has).
-    pub(super) fn offering(&self, app: &str, handler: &str) -> Vec<&ExecutorRecord> {
+    /// Healthy executors of `job`'s app that registered its handler (or every handler: an
+    /// XXL-JOB executor, which does not say which it has), and that may take its work: an
+    /// app of the job's namespace, or of `default`, whose apps the cluster's executor tokens
+    /// register for every namespace. Another namespace's executors never get it.
+    pub(super) fn offering(&self, job: &JobRecord) -> Vec<&ExecutorRecord> {
+        let handler = job.handler_name.as_str();
         self.by_app
-            .get(app)
+            .get(&job.app_name)
             .map(|all| {
                 all.iter()
                     .filter(|e| {
-                        self.handlers
-                            .get(&e.executor_id)
-                            .is_some_and(|h| h.contains(handler) || h.contains(ANY_HANDLER))
+                        may_serve(e.namespace_id, job.namespace_id)
+                            && self
+                                .handlers
+                                .get(&e.executor_id)
+                                .is_some_and(|h| h.contains(handler) || h.contains(ANY_HANDLER))
                     })
                     .collect()
             })

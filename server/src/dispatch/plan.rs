@@ -151,7 +151,7 @@ impl Dispatcher {
                 return Ok(None);
             }
         };
-        let offering = fleet.offering(&job.app_name, &job.handler_name);
+        let offering = fleet.offering(job);
         if offering.is_empty() {
             let waited = fleet.now_ms - attempt.not_before_ms.max(attempt.created_at_ms);
             if let Some(message) = fleet.nowhere_to_go(job, waited, self.grace_ms()) {

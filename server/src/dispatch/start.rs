@@ -104,7 +104,7 @@ impl Dispatcher {
             }
             return Ok(None);
         };
-        let executors = fleet.offering(&job.app_name, &job.handler_name);
+        let executors = fleet.offering(job);
         if executors.is_empty() {
             let waited = fleet.now_ms - run.created_at_ms;
             if let Some(message) = fleet.nowhere_to_go(job, waited, self.grace_ms())

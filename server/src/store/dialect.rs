@@ -329,8 +329,11 @@ queries! {
         AND state IN ('pending', 'queued', 'running')";
     runs_unfinished_of_job_count = "SELECT COUNT(*) FROM runs WHERE job_id = ? \
         AND state IN ('pending', 'queued', 'running')";
-    app_insert = "INSERT INTO apps (app_name, description, created_at_ms) \
-        SELECT ?, '', {now} {from_dual} WHERE NOT EXISTS (SELECT 1 FROM apps WHERE app_name = ?)";
+    app_insert = "INSERT INTO apps (app_name, description, created_at_ms, namespace_id) \
+        SELECT ?, '', {now}, ? {from_dual} WHERE NOT EXISTS (SELECT 1 FROM apps WHERE app_name = ?)";
+    app_namespace = "SELECT namespace_id FROM apps WHERE app_name = ?";
+    executor_namespace = "SELECT a.namespace_id FROM executors e \
+        JOIN apps a ON a.app_name = e.app_name WHERE e.executor_id = ?";
     executor_update = "UPDATE executors SET app_name = ?, address = ?, weight = ?, capacity = ?, \
         accepts_batch = ?, protocol = ?, lease_ms = ?, in_flight = 0, state = 'active', registered_at_ms = {now}, heartbeat_at_ms = {now} \
         WHERE executor_id = ?";
@@ -350,10 +353,12 @@ queries! {
     executor_set_active = "UPDATE executors SET state = 'active' \
         WHERE executor_id = ? AND state = 'drained'";
     executor_leave = "UPDATE executors SET state = 'left' WHERE executor_id = ? AND state <> 'left'";
-    executors_all = "SELECT executor_id, app_name, address, weight, capacity, in_flight, state, \
-        registered_at_ms, heartbeat_at_ms, accepts_batch, protocol, lease_ms FROM executors \
-        WHERE (? IS NULL OR app_name = ?) \
-        ORDER BY executor_id";
+    executors_all = "SELECT e.executor_id, e.app_name, e.address, e.weight, e.capacity, \
+        e.in_flight, e.state, e.registered_at_ms, e.heartbeat_at_ms, e.accepts_batch, e.protocol, \
+        e.lease_ms, COALESCE(a.namespace_id, 1) AS namespace_id FROM executors e \
+        LEFT JOIN apps a ON a.app_name = e.app_name \
+        WHERE (? IS NULL OR e.app_name = ?) \
+        ORDER BY e.executor_id";
     handlers_all = "SELECT executor_id, handler_name FROM handlers \
         WHERE (? IS NULL OR app_name = ?)";
 

@@ -1,5 +1,6 @@
 //! Rows and parameters of the dispatch tables: executors, their handlers, attempts.
 
+use super::namespace_records::NamespaceId;
 use crate::states::{AttemptState, RunState};
 
 /// What an executor announces when it registers.
@@ -18,6 +19,17 @@ pub struct ExecutorRegistration {
     pub lease_ms: i64,
     /// Handler names and descriptions.
     pub handlers: Vec<(String, String)>,
+    /// The namespace the registering token is limited to: a new app goes there (else to
+    /// `default`), and an app of another namespace is refused.
+    pub namespace: Option<NamespaceId>,
+}
+
+/// What became of a registration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegistrationOutcome {
+    Registered,
+    /// The app is another namespace's: nothing was written.
+    AppOfAnotherNamespace,
 }
 
 /// A row of `executors`.
@@ -40,6 +52,8 @@ pub struct ExecutorRecord {
     pub protocol: String,
     /// Its own lease; 0: the node's.
     pub lease_ms: i64,
+    /// Its app's namespace.
+    pub namespace_id: NamespaceId,
 }
 
 /// How many attempts an executor is running, cluster-wide.

@@ -39,8 +39,8 @@ pub use cluster_records::{
 };
 pub use dispatch_records::{
     ANY_HANDLER, AttemptEnd, AttemptEnded, AttemptRecord, DueAttempt, ExecutorList, ExecutorLoad,
-    ExecutorRecord, ExecutorRegistration, LateRun, MinuteCount, NewAttempt, RunFilter,
-    XxlJobRunning, executor_protocol,
+    ExecutorRecord, ExecutorRegistration, LateRun, MinuteCount, NewAttempt, RegistrationOutcome,
+    RunFilter, XxlJobRunning, executor_protocol,
 };
 pub use error::Error;
 pub use history_records::{
@@ -244,8 +244,15 @@ pub trait JobStore: Send + Sync + std::fmt::Debug + 'static {
 /// Executors, run and attempt state: dispatch.
 #[async_trait]
 pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
-    /// Registers (or re-registers) an executor and replaces its handler list.
-    async fn executor_register(&self, executor: &ExecutorRegistration) -> Result<(), Error>;
+    /// Registers (or re-registers) an executor and replaces its handler list, creating its app
+    /// in the registration's namespace (else `default`) when there is none.
+    async fn executor_register(
+        &self,
+        executor: &ExecutorRegistration,
+    ) -> Result<RegistrationOutcome, Error>;
+
+    /// The namespace of an executor's app; `None` for an unknown executor.
+    async fn executor_namespace(&self, executor_id: &str) -> Result<Option<NamespaceId>, Error>;
 
     /// Records a heartbeat; false when the executor is unknown or has left.
     async fn executor_heartbeat(

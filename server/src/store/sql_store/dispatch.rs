@@ -119,13 +119,23 @@ macro_rules! dispatch_store {
             async fn executor_register(
                 &self,
                 executor: &ExecutorRegistration,
-            ) -> Result<(), Error> {
+            ) -> Result<RegistrationOutcome, Error> {
                 let mut tx = self.begin_write().await?;
                 sqlx::query::<$db>(sql(&self.q.app_insert))
                     .bind(&executor.app)
+                    .bind(executor.namespace.unwrap_or_default())
                     .bind(&executor.app)
                     .execute(&mut *tx)
                     .await?;
+                if let Some(namespace) = executor.namespace {
+                    let owner = sqlx::query_scalar::<$db, NamespaceId>(sql(&self.q.app_namespace))
+                        .bind(&executor.app)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    if owner != Some(namespace) {
+                        return Ok(RegistrationOutcome::AppOfAnotherNamespace);
+                    }
+                }
                 let updated = sqlx::query::<$db>(sql(&self.q.executor_update))
                     .bind(&executor.app)
                     .bind(&executor.address)
@@ -165,7 +175,19 @@ macro_rules! dispatch_store {
                         .await?;
                 }
                 tx.commit().await?;
-                Ok(())
+                Ok(RegistrationOutcome::Registered)
+            }
+
+            async fn executor_namespace(
+                &self,
+                executor_id: &str,
+            ) -> Result<Option<NamespaceId>, Error> {
+                Ok(
+                    sqlx::query_scalar::<$db, NamespaceId>(sql(&self.q.executor_namespace))
+                        .bind(executor_id)
+                        .fetch_optional(&self.pool)
+                        .await?,
+                )
             }
 
             async fn executor_heartbeat(

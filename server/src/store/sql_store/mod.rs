@@ -42,8 +42,8 @@ use super::child_records::{ChildRunRef, ChildStore, EndedRun, FollowUpEvents, Fo
 use super::dialect::Queries;
 use super::dispatch_records::{
     AttemptEnd, AttemptEnded, AttemptRecord, DueAttempt, ExecutorList, ExecutorLoad,
-    ExecutorRecord, ExecutorRegistration, LateRun, MinuteCount, NewAttempt, RunFilter,
-    XxlJobRunning,
+    ExecutorRecord, ExecutorRegistration, LateRun, MinuteCount, NewAttempt, RegistrationOutcome,
+    RunFilter, XxlJobRunning,
 };
 use super::history_records::{JobHistoryRule, PurgeScope, PurgeStep, Purged};
 use super::job_records::{
