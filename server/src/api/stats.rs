@@ -220,7 +220,7 @@ pub(super) async fn show(
         }
         let mut mine: BTreeMap<i64, Totals> = s
             .totals
-            .range(first..settled_to)
+            .range(first..settled_to.max(first))
             .map(|(m, t)| (*m, *t))
             .collect();
         mine.extend(read.iter().map(|(m, t)| (*m, *t)));
