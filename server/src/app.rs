@@ -381,13 +381,19 @@ impl Application {
             Some(config) => {
                 let listener = carillon_tls::TlsListener::new(self.listener, config)
                     .map_err(RunError::Http)?;
-                let server = axum::serve(listener, router)
-                    .with_graceful_shutdown(http_stop.cancelled_owned());
+                let server = axum::serve(
+                    listener,
+                    router.into_make_service_with_connect_info::<api::Peer>(),
+                )
+                .with_graceful_shutdown(http_stop.cancelled_owned());
                 tracker.spawn(async move { server.await })
             }
             None => {
-                let server = axum::serve(self.listener, router)
-                    .with_graceful_shutdown(http_stop.cancelled_owned());
+                let server = axum::serve(
+                    self.listener,
+                    router.into_make_service_with_connect_info::<api::Peer>(),
+                )
+                .with_graceful_shutdown(http_stop.cancelled_owned());
                 tracker.spawn(async move { server.await })
             }
         };

@@ -1,5 +1,6 @@
 //! The HTTP surface: health probes and the admin REST API under `/api/v1`.
 
+mod audit;
 mod auth;
 mod backfills;
 mod body;
@@ -42,6 +43,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub use crate::clock::rfc3339;
+pub use audit::Peer;
 pub use auth::Principal;
 pub use error::ApiError;
 pub use tasks::KnownHandlers;
@@ -90,6 +92,9 @@ pub struct ApiState {
     /// `[xxl]`, when XXL-JOB executors are served (`api/xxl.rs`).
     pub xxl: Option<Arc<xxl::XxlSettings>>,
 }
+
+/// Where the admin API is served.
+const API_PREFIX: &str = "/api/v1";
 
 /// The largest body of `POST /api/v1/tasks`: a batch of 10,000 tasks of a few hundred bytes.
 const MAX_TASK_BATCH_BYTES: usize = 32 * 1024 * 1024;
@@ -153,6 +158,7 @@ fn routes_with(
         .routes(routes!(logs::append))
         .routes(routes!(tokens::list, tokens::create))
         .routes(routes!(tokens::revoke))
+        .routes(routes!(audit::list))
         .routes(routes!(openapi::openapi_json))
         .merge(
             OpenApiRouter::new()
@@ -169,7 +175,7 @@ fn routes_with(
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(metrics::metrics))
-        .nest("/api/v1", finish_api(api))
+        .nest(API_PREFIX, finish_api(api))
 }
 
 /// The routes as documented.

@@ -14,14 +14,15 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use axum::extract::{MatchedPath, RawPathParams, Request, State};
+use axum::extract::{ConnectInfo, MatchedPath, RawPathParams, Request, State};
 use axum::http::{Method, Uri};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use utoipa::openapi::RefOr;
 use utoipa::openapi::path::ParameterIn;
 
+use super::audit::{self, Call, Outcome, Peer};
 use super::{ApiError, ApiState};
 use crate::access::{Decision, Need, Principal, Role};
 use crate::store::NamespaceId;
@@ -43,7 +44,9 @@ pub(super) fn need_of(operation_id: &str) -> Option<Need> {
         | "deleteCalendar" | "createWorkflow" | "updateWorkflow" | "deleteWorkflow" => {
             Need::Role(Editor)
         }
-        "updateNamespace" | "listTokens" | "createToken" | "revokeToken" => Need::Role(Admin),
+        "updateNamespace" | "listTokens" | "createToken" | "revokeToken" | "listAuditEvents" => {
+            Need::Role(Admin)
+        }
         "getStats" | "listExecutors" | "getExecutor" | "listApps" | "getMetrics" => {
             Need::ClusterViewer
         }
@@ -180,8 +183,10 @@ struct NamespaceParam {
 }
 
 /// Checks the caller ([`super::auth::authenticate`] put it in the request) may call the
-/// matched operation in its namespace. A service token's request that names no namespace
-/// works in the token's own: the query gains it, so the handler reads it as if it were sent.
+/// matched operation in its namespace, and records a call that changes something, or tries
+/// to, in the audit trail with what came of it. A service token's request that names no
+/// namespace works in the token's own: the query gains it, so the handler reads it as if it
+/// were sent.
 pub(super) async fn authorize(
     State(state): State<ApiState>,
     matched: MatchedPath,
@@ -198,26 +203,131 @@ pub(super) async fn authorize(
         .get::<Principal>()
         .cloned()
         .ok_or(ApiError::Unauthorized)?;
-    let Some(operation) = operations().get(&(method, matched.as_str().to_owned())) else {
+    let Some(operation) = operations().get(&(method.clone(), matched.as_str().to_owned())) else {
         return Err(ApiError::Forbidden(
             "this operation is open to nobody".to_owned(),
         ));
     };
+    // Inside the nested router the path has lost its prefix.
+    let resource = format!("{}{}", super::API_PREFIX, request.uri().path());
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<Peer>>()
+        .map(|info| info.0);
+    let admitted = admit(&state, &principal, operation, &params, &mut request).await;
+    if !audit::audited(&operation.id, method == Method::GET) {
+        return match admitted {
+            Ok(_) => Ok(next.run(request).await),
+            Err(denied) => Err(*denied.error),
+        };
+    }
+    let mut call = Call {
+        principal: &principal,
+        peer,
+        operation: &operation.id,
+        resource: &resource,
+        namespace: None,
+    };
+    let (response, outcome, detail) = match admitted {
+        Ok(namespace) => {
+            call.namespace = namespace;
+            let response = next.run(request).await;
+            let outcome = if response.status().is_success() {
+                Outcome::Ok
+            } else {
+                Outcome::Failed
+            };
+            (response, outcome, None)
+        }
+        Err(denied) => {
+            call.namespace = denied.namespace;
+            let detail = denied.why.unwrap_or_else(|| denied.error.to_string());
+            let outcome = if denied.refused {
+                Outcome::Refused
+            } else {
+                Outcome::Failed
+            };
+            (denied.error.into_response(), outcome, Some(detail))
+        }
+    };
+    audit::record(&state, &call, outcome, response.status().as_u16(), detail).await;
+    Ok(response)
+}
+
+/// Why a call was not let through to its handler, and the namespace it aimed at.
+struct Denied {
+    error: Box<ApiError>,
+    /// Not permitted (rather than wrong or naming nothing).
+    refused: bool,
+    namespace: Option<NamespaceId>,
+    /// What the audit trail says, when the answer says less (a hidden namespace).
+    why: Option<String>,
+}
+
+impl From<ApiError> for Denied {
+    fn from(error: ApiError) -> Self {
+        Denied {
+            error: Box::new(error),
+            refused: false,
+            namespace: None,
+            why: None,
+        }
+    }
+}
+
+/// `Ok` when `decision` allows; otherwise the denial, `hidden` when the caller may not know
+/// there is anything.
+fn verdict(
+    decision: Decision,
+    namespace: Option<NamespaceId>,
+    hidden: impl FnOnce() -> ApiError,
+) -> Result<(), Denied> {
+    match decision {
+        Decision::Allow => Ok(()),
+        Decision::Hide => Err(Denied {
+            error: Box::new(hidden()),
+            refused: true,
+            namespace,
+            why: Some("the caller has no role in this namespace".to_owned()),
+        }),
+        Decision::Refuse(why) => Err(Denied {
+            error: Box::new(ApiError::Forbidden(why)),
+            refused: true,
+            namespace,
+            why: None,
+        }),
+    }
+}
+
+/// Whether `principal` may call `operation`; the namespace it works in.
+async fn admit(
+    state: &ApiState,
+    principal: &Principal,
+    operation: &Operation,
+    params: &RawPathParams,
+    request: &mut Request,
+) -> Result<Option<NamespaceId>, Denied> {
     let Some(need) = operation.need else {
         return Err(ApiError::Forbidden(format!(
             "{} is open to nobody: it has no permission",
             operation.id
-        )));
+        ))
+        .into());
     };
-    check(principal.decide_anywhere(need), || ApiError::NotFound)?;
+    verdict(principal.decide_anywhere(need), principal.home(), || {
+        ApiError::NotFound
+    })?;
     let param = |name: &str| {
         params
             .iter()
             .find(|(key, _)| *key == name)
             .map(|(_, value)| value.to_owned())
     };
-    match operation.scope {
-        Scope::Cluster => check(principal.decide(need, None), || ApiError::NotFound)?,
+    Ok(match operation.scope {
+        Scope::Cluster => {
+            verdict(principal.decide(need, None), None, || ApiError::NotFound)?;
+            None
+        }
         Scope::Query => {
             let asked = axum::extract::Query::<NamespaceParam>::try_from_uri(request.uri())
                 .map(|query| query.0.namespace)
@@ -225,34 +335,47 @@ pub(super) async fn authorize(
             let name = match (asked, principal.home()) {
                 (Some(name), _) => name,
                 (None, Some(home)) => {
-                    let name = super::namespaces::name_of(&state, home).await?;
+                    let name = super::namespaces::name_of(state, home).await?;
                     *request.uri_mut() = with_namespace(request.uri(), &name)?;
                     name
                 }
                 (None, None) => crate::namespaces::DEFAULT_NAME.to_owned(),
             };
-            let namespace = super::namespaces::resolve(&state, Some(&name)).await?;
-            check(principal.decide(need, Some(namespace.id)), || {
-                ApiError::missing(format!("namespace {name:?}"))
-            })?;
+            let namespace = super::namespaces::resolve(state, Some(&name)).await?;
+            verdict(
+                principal.decide(need, Some(namespace.id)),
+                Some(namespace.id),
+                || ApiError::missing(format!("namespace {name:?}")),
+            )?;
+            Some(namespace.id)
         }
         Scope::NamespaceName => {
             let name = param("name").unwrap_or_default();
-            let namespace = super::namespaces::resolve(&state, Some(&name)).await?;
-            check(principal.decide(need, Some(namespace.id)), || {
-                ApiError::missing(format!("namespace {name:?}"))
-            })?;
+            let namespace = super::namespaces::resolve(state, Some(&name)).await?;
+            verdict(
+                principal.decide(need, Some(namespace.id)),
+                Some(namespace.id),
+                || ApiError::missing(format!("namespace {name:?}")),
+            )?;
+            Some(namespace.id)
         }
         Scope::Resource(kind) => {
             // An id that is no number is the handler's to refuse (`400`).
-            if let Some(id) = param("id").and_then(|id| id.parse::<i64>().ok()) {
-                let missing = || ApiError::missing(format!("{} {id}", kind.noun()));
-                let namespace = namespace_of(&state, kind, id).await?.ok_or_else(missing)?;
-                check(principal.decide(need, Some(namespace)), missing)?;
+            match param("id").and_then(|id| id.parse::<i64>().ok()) {
+                Some(id) => {
+                    let missing = || ApiError::missing(format!("{} {id}", kind.noun()));
+                    let namespace = namespace_of(state, kind, id).await?.ok_or_else(missing)?;
+                    verdict(
+                        principal.decide(need, Some(namespace)),
+                        Some(namespace),
+                        missing,
+                    )?;
+                    Some(namespace)
+                }
+                None => None,
             }
         }
-    }
-    Ok(next.run(request).await)
+    })
 }
 
 /// The namespace resource `id` of `kind` is in; `None` when there is no such resource.

@@ -1,5 +1,5 @@
-//! `carillon namespaces` (the teams' spaces) and `carillon tokens` (a namespace's service
-//! tokens).
+//! `carillon namespaces` (the teams' spaces), `carillon tokens` (a namespace's service
+//! tokens) and `carillon audit` (who changed what).
 
 use clap::Subcommand;
 use reqwest::Method;
@@ -20,6 +20,28 @@ pub(crate) enum NamespacesCommand {
     },
     /// Delete an empty namespace, with its service tokens.
     Rm { name: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum AuditCommand {
+    /// The audit trail, newest first (the namespace's with -n; every one's with the admin
+    /// token otherwise).
+    Ls {
+        /// Who, as events name them (`admin token`, `token ci (#4)`).
+        #[arg(long)]
+        actor: Option<String>,
+        /// An operation, e.g. deleteJob.
+        #[arg(long)]
+        operation: Option<String>,
+        /// ok, failed or refused.
+        #[arg(long)]
+        outcome: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// The cursor a previous page printed.
+        #[arg(long)]
+        cursor: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -45,6 +67,17 @@ const NAMESPACE_COLUMNS: [(&str, &str); 3] = [
     ("NAME", "/name"),
     ("CREATED", "/created_at"),
     ("DESCRIPTION", "/description"),
+];
+
+const AUDIT_COLUMNS: [(&str, &str); 8] = [
+    ("AT", "/at"),
+    ("NAMESPACE", "/namespace"),
+    ("ACTOR", "/actor"),
+    ("FROM", "/source"),
+    ("OPERATION", "/operation"),
+    ("RESOURCE", "/resource"),
+    ("OUTCOME", "/outcome"),
+    ("STATUS", "/status"),
 ];
 
 const TOKEN_COLUMNS: [(&str, &str); 7] = [
@@ -117,5 +150,34 @@ pub(crate) async fn tokens(
                 .await?;
         }
     }
+    Ok(())
+}
+
+pub(crate) async fn audit(
+    api: &ApiTarget,
+    output: Output,
+    command: AuditCommand,
+) -> Result<(), CommandError> {
+    let AuditCommand::Ls {
+        actor,
+        operation,
+        outcome,
+        limit,
+        cursor,
+    } = command;
+    let mut query = vec![format!("limit={limit}")];
+    for (key, value) in [
+        ("actor", actor),
+        ("operation", operation),
+        ("outcome", outcome),
+        ("cursor", cursor),
+    ] {
+        if let Some(value) = value {
+            query.push(format!("{key}={}", encode(&value)));
+        }
+    }
+    let path = format!("/api/v1/audit?{}", query.join("&"));
+    let page = api.call(Method::GET, &path, None).await?;
+    show(output, &page, Some("events"), &AUDIT_COLUMNS);
     Ok(())
 }

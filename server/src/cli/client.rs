@@ -13,7 +13,7 @@ use crate::data_dir::DataDir;
 /// The paths of the operations that work in a namespace (collections and creates, and every
 /// calendar path): `namespace=` is added to them. A resource's own path (`/jobs/{id}`) takes
 /// none: ids are unique across namespaces.
-const IN_A_NAMESPACE: [&str; 9] = [
+const IN_A_NAMESPACE: [&str; 10] = [
     "/api/v1/jobs",
     "/api/v1/jobs/bulk",
     "/api/v1/workflows",
@@ -23,6 +23,7 @@ const IN_A_NAMESPACE: [&str; 9] = [
     "/api/v1/schedules/preview",
     "/api/v1/calendars",
     "/api/v1/tokens",
+    "/api/v1/audit",
 ];
 
 /// Where the API is and the token to use.

@@ -102,6 +102,9 @@ enum Command {
     /// A namespace's service tokens: ls, create, revoke.
     #[command(subcommand)]
     Tokens(access::TokensCommand),
+    /// The audit trail of changes made through the API: ls.
+    #[command(subcommand)]
+    Audit(access::AuditCommand),
     /// Bring jobs over from another scheduler: xxl-job.
     #[command(subcommand)]
     Import(import::ImportCommand),
@@ -420,6 +423,7 @@ pub async fn run(cli: Cli) -> ExitCode {
                 Command::Import(c) => import::import(&api, output, c).await,
                 Command::Namespaces(c) => access::namespaces(&api, output, c).await,
                 Command::Tokens(c) => access::tokens(&api, output, c).await,
+                Command::Audit(c) => access::audit(&api, output, c).await,
                 Command::Server(_) | Command::Migrate(_) => Ok(()),
             };
             match done {

@@ -623,6 +623,15 @@ queries! {
     namespace_delete = "DELETE FROM namespaces WHERE namespace_id = ?";
     namespace_tokens_delete = "DELETE FROM service_tokens WHERE namespace_id = ?";
 
+    // The audit trail (`sql_store/audit.rs`).
+    audit_insert = "INSERT INTO audit_events (at_ms, namespace_id, actor, source, operation, \
+        resource, outcome, status, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    audit_list = "SELECT event_id, at_ms, namespace_id, actor, source, operation, resource, \
+        outcome, status, detail FROM audit_events \
+        WHERE (? IS NULL OR namespace_id = ?) AND (? IS NULL OR actor = ?) \
+        AND (? IS NULL OR operation = ?) AND (? IS NULL OR outcome = ?) \
+        AND (? IS NULL OR event_id < ?) ORDER BY event_id DESC LIMIT ?";
+
     // Service tokens (`sql_store/tokens.rs`).
     tokens_all = "SELECT token_id, namespace_id, name, role, secret_sha256, display_prefix, \
         created_at_ms, created_by, expires_at_ms, last_used_at_ms FROM service_tokens \

@@ -4,6 +4,7 @@
 //! and liveness comparison is made with the database's clock (`now_ms` columns computed in SQL),
 //! never with a node's clock.
 
+mod audit_records;
 mod child_records;
 mod cluster_records;
 mod dialect;
@@ -29,6 +30,7 @@ use async_trait::async_trait;
 
 use crate::states::RunState;
 
+pub use audit_records::{AuditFilter, AuditRecord, AuditStore, AuditWrite};
 pub use child_records::{
     CHILD_OUTPUT_CAP, ChildRunRef, ChildStore, EndedRun, EndedWorkflowRun, FollowUpEvents,
     FollowedUp, policy_children, run_output,
@@ -444,6 +446,7 @@ pub trait Store:
     + WorkflowStore
     + NamespaceStore
     + TokenStore
+    + AuditStore
 {
 }
 
@@ -459,7 +462,8 @@ impl<
         + ChildStore
         + WorkflowStore
         + NamespaceStore
-        + TokenStore,
+        + TokenStore
+        + AuditStore,
 > Store for T
 {
 }

@@ -12,6 +12,7 @@
 mod support;
 
 mod api_fuzz;
+mod audit;
 mod auth_scopes;
 mod child_conformance;
 mod child_jobs_e2e;

@@ -5,6 +5,7 @@
 //! opened, and how a write transaction begins.
 
 mod attempt_end;
+mod audit;
 mod bulk;
 mod claim;
 mod cluster;
@@ -38,6 +39,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{AssertSqlSafe, Connection, Executor, Transaction};
 
+use super::audit_records::{AuditFilter, AuditRecord, AuditStore, AuditWrite};
 use super::child_records::{ChildRunRef, ChildStore, EndedRun, FollowUpEvents, FollowedUp};
 use super::dialect::Queries;
 use super::dispatch_records::{
@@ -424,6 +426,9 @@ namespaces::namespace_store!(SqliteStore, Sqlite);
 tokens::token_store!(PostgresStore, Postgres);
 tokens::token_store!(MysqlStore, MySql);
 tokens::token_store!(SqliteStore, Sqlite);
+audit::audit_store!(PostgresStore, Postgres);
+audit::audit_store!(MysqlStore, MySql);
+audit::audit_store!(SqliteStore, Sqlite);
 logs::log_store!(
     PostgresStore,
     Postgres,

@@ -1,0 +1,226 @@
+//! The audit trail of the API: every call that changes something, or tries to, is recorded
+//! with who made it, from where, what it was and what came of it, refusals included;
+//! `GET /audit` pages it. `permissions::authorize`, which sees every call's caller, operation
+//! and namespace, records it.
+
+use std::net::SocketAddr;
+
+use axum::Json;
+use axum::extract::State;
+use axum::extract::connect_info::Connected;
+use axum::serve::IncomingStream;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::params::QueryParams;
+use super::{ApiError, ApiState, paging, rfc3339};
+use crate::access::Principal;
+use crate::store::{AuditFilter, AuditRecord, AuditWrite, NamespaceId};
+
+/// The address a call came from, as the node's listener saw it.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub SocketAddr);
+
+impl Connected<IncomingStream<'_, tokio::net::TcpListener>> for Peer {
+    fn connect_info(stream: IncomingStream<'_, tokio::net::TcpListener>) -> Self {
+        Peer(*stream.remote_addr())
+    }
+}
+
+impl Connected<IncomingStream<'_, carillon_tls::TlsListener>> for Peer {
+    fn connect_info(stream: IncomingStream<'_, carillon_tls::TlsListener>) -> Self {
+        Peer(*stream.remote_addr())
+    }
+}
+
+/// Whether a call of `operation` is recorded: everything but reads, the schedule preview
+/// (which changes nothing), and the executor protocol's traffic (heartbeats, results and
+/// logs, many a second; registering and leaving are recorded).
+pub(super) fn audited(operation: &str, reads: bool) -> bool {
+    !reads
+        && !matches!(
+            operation,
+            "previewSchedule" | "executorHeartbeat" | "reportResult" | "appendAttemptLogs"
+        )
+}
+
+/// What came of a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Outcome {
+    /// Done (`2xx`).
+    Ok,
+    /// Not done: the call was wrong, or what it names is not there.
+    Failed,
+    /// Not permitted: a role too weak, or another namespace's resource.
+    Refused,
+}
+
+impl Outcome {
+    fn name(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Failed => "failed",
+            Outcome::Refused => "refused",
+        }
+    }
+}
+
+/// One call, as recorded.
+#[derive(Debug)]
+pub(super) struct Call<'a> {
+    pub(super) principal: &'a Principal,
+    pub(super) peer: Option<Peer>,
+    pub(super) operation: &'a str,
+    pub(super) resource: &'a str,
+    pub(super) namespace: Option<NamespaceId>,
+}
+
+/// Records `call`. The change it made is already committed, so a failure to record is
+/// logged, not answered.
+pub(super) async fn record(
+    state: &ApiState,
+    call: &Call<'_>,
+    outcome: Outcome,
+    status: u16,
+    detail: Option<String>,
+) {
+    let event = AuditWrite {
+        at_ms: state.clock.now_ms(),
+        namespace_id: call.namespace,
+        actor: call.principal.describe(),
+        source: call
+            .peer
+            .map_or_else(|| "unknown".to_owned(), |peer| peer.0.ip().to_string()),
+        operation: call.operation.to_owned(),
+        resource: call.resource.chars().take(512).collect(),
+        outcome: outcome.name().to_owned(),
+        status: i32::from(status),
+        detail,
+    };
+    if let Err(err) = state.store.audit_insert(&event).await {
+        tracing::error!(error = %err, operation = call.operation, actor = %event.actor,
+            "could not record an audit event");
+    }
+}
+
+/// Which events.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(super) struct AuditQuery {
+    /// The namespace's events (a namespace's admin sees only its own); left out with the
+    /// admin token: every namespace's and the cluster's.
+    #[param(max_length = 63, pattern = "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")]
+    namespace: Option<String>,
+    /// Who, as events name them (`admin token`, `token ci (#4)`).
+    actor: Option<String>,
+    /// An `operationId`, e.g. `deleteJob`.
+    operation: Option<String>,
+    /// `ok`, `failed` or `refused`.
+    outcome: Option<String>,
+    /// 1–1000, default 100.
+    limit: Option<i64>,
+    /// The `next_cursor` of the previous page.
+    cursor: Option<String>,
+}
+
+/// An event of the audit trail.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct AuditEventView {
+    id: i64,
+    at: Option<String>,
+    /// The namespace changed; absent for a change to the cluster.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    namespace: Option<String>,
+    actor: String,
+    /// The caller's address.
+    source: String,
+    /// The `operationId` called.
+    operation: String,
+    /// The path it was called on.
+    resource: String,
+    /// `ok`, `failed` (the call was wrong, or named nothing) or `refused` (not permitted).
+    outcome: String,
+    status: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detail: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct AuditList {
+    events: Vec<AuditEventView>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_cursor: Option<String>,
+}
+
+const LISTING: &str = "audit";
+const SORTS: &[&str] = &["-created"];
+
+/// The audit trail, newest first: every change made through the API and every refused one.
+#[utoipa::path(get, operation_id = "listAuditEvents", path = "/audit", tag = "namespaces",
+    params(AuditQuery),
+    responses((status = 200, description = "A page of events", body = AuditList)))]
+pub(super) async fn list(
+    State(state): State<ApiState>,
+    QueryParams(query): QueryParams<AuditQuery>,
+) -> Result<Json<AuditList>, ApiError> {
+    let limit = paging::limit(query.limit)?;
+    let namespace = match query.namespace.as_deref() {
+        Some(name) => Some(super::namespaces::resolve(&state, Some(name)).await?.id),
+        None => None,
+    };
+    if let Some(outcome) = query.outcome.as_deref()
+        && !["ok", "failed", "refused"].contains(&outcome)
+    {
+        return Err(ApiError::invalid(
+            "outcome",
+            "must be ok, failed or refused",
+        ));
+    }
+    let before_id = query
+        .cursor
+        .as_deref()
+        .map(|c| paging::position_id(c, LISTING, SORTS[0]))
+        .transpose()?;
+    let records = state
+        .store
+        .audit_list(&AuditFilter {
+            namespace,
+            actor: query.actor,
+            operation: query.operation,
+            outcome: query.outcome,
+            before_id,
+            limit,
+        })
+        .await?;
+    let next_cursor = paging::next_cursor(&records, limit, LISTING, SORTS[0], |e| {
+        e.event_id.to_string()
+    });
+    let mut events = Vec::with_capacity(records.len());
+    for record in records {
+        events.push(view(&state, record).await?);
+    }
+    Ok(Json(AuditList {
+        events,
+        next_cursor,
+    }))
+}
+
+async fn view(state: &ApiState, record: AuditRecord) -> Result<AuditEventView, ApiError> {
+    let namespace = match record.namespace_id {
+        Some(id) => Some(super::namespaces::name_of(state, id).await?),
+        None => None,
+    };
+    Ok(AuditEventView {
+        id: record.event_id,
+        at: rfc3339(record.at_ms),
+        namespace,
+        actor: record.actor,
+        source: record.source,
+        operation: record.operation,
+        resource: record.resource,
+        outcome: record.outcome,
+        status: record.status,
+        detail: record.detail,
+    })
+}

@@ -1,0 +1,204 @@
+//! The audit trail through a real node, on every backend: every operation of the served
+//! document that changes something leaves exactly one event naming its caller, source,
+//! operation and outcome, whether it was done, failed or was refused; a namespace's admin
+//! reads its own namespace's events only.
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on any unexpected error"
+)]
+
+use crate::support;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use support::db::TestDb;
+use support::node::{NodeProcess, NodeSpec};
+
+for_engine!(
+    postgres,
+    Postgres,
+    [every_change_and_every_refusal_leaves_one_event]
+);
+for_engine!(
+    mysql,
+    Mysql,
+    [every_change_and_every_refusal_leaves_one_event]
+);
+for_engine!(
+    sqlite,
+    Sqlite,
+    [every_change_and_every_refusal_leaves_one_event]
+);
+
+/// What the trail leaves out: reads, the preview, and the executor protocol's traffic.
+const NOT_AUDITED: [&str; 4] = [
+    "previewSchedule",
+    "executorHeartbeat",
+    "reportResult",
+    "appendAttemptLogs",
+];
+
+async fn expect(
+    node: &NodeProcess,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+    status: u16,
+) -> Value {
+    let (got, answer) = node.call(method.clone(), path, body).await;
+    assert_eq!(got, status, "{method} {path}: {answer}");
+    answer
+}
+
+/// The events of `operation`, newest first, as the admin token reads them.
+async fn events_of(node: &NodeProcess, query: &str) -> Vec<Value> {
+    let page = expect(
+        node,
+        Method::GET,
+        &format!("/api/v1/audit?{query}&limit=1000"),
+        None,
+        200,
+    )
+    .await;
+    page["events"].as_array().unwrap().clone()
+}
+
+async fn every_change_and_every_refusal_leaves_one_event(db: TestDb) {
+    let dir = tempfile::tempdir().unwrap();
+    let node = NodeProcess::start(NodeSpec::fast("n1", &db.url, dir.path())).await;
+
+    // Every changing operation of the document, called once with the admin token (no body,
+    // and `1` for ids: most fail, which is recorded as well).
+    let doc = expect(&node, Method::GET, "/api/v1/openapi.json", None, 200).await;
+    let mut walked = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        if !path.starts_with("/api/v1/") {
+            continue;
+        }
+        for (method, operation) in item.as_object().unwrap() {
+            let id = operation["operationId"].as_str().unwrap();
+            if method == "get" || NOT_AUDITED.contains(&id) {
+                continue;
+            }
+            let concrete = path.replace("{id}", "1").replace("{name}", "nothing-here");
+            let (status, _) = node
+                .call(method.to_uppercase().parse().unwrap(), &concrete, None)
+                .await;
+            walked.push((id.to_owned(), concrete, status));
+        }
+    }
+    assert!(walked.len() >= 35, "{walked:?}");
+    for (id, path, status) in &walked {
+        let events = events_of(&node, &format!("operation={id}")).await;
+        assert_eq!(events.len(), 1, "{id}: {events:?}");
+        let event = &events[0];
+        assert_eq!(event["actor"], "admin token", "{event}");
+        assert_eq!(event["source"], "127.0.0.1", "{event}");
+        assert_eq!(
+            event["resource"],
+            path.split('?').next().unwrap(),
+            "{event}"
+        );
+        assert_eq!(event["status"], *status, "{event}");
+        let outcome = if (200..300).contains(status) {
+            "ok"
+        } else {
+            "failed"
+        };
+        assert_eq!(event["outcome"], outcome, "{event}");
+    }
+    // Reads leave nothing.
+    expect(&node, Method::GET, "/api/v1/jobs", None, 200).await;
+    assert!(events_of(&node, "operation=listJobs").await.is_empty());
+
+    // A change that is done names what it touched; a refused one is recorded as refused, in
+    // the namespace it aimed at, and one aimed at another namespace's resource too.
+    for name in ["team-a", "team-b"] {
+        expect(
+            &node,
+            Method::POST,
+            "/api/v1/namespaces",
+            Some(json!({"name": name})),
+            201,
+        )
+        .await;
+    }
+    let mut tokens = Vec::new();
+    for role in ["viewer", "operator", "admin"] {
+        let made = expect(
+            &node,
+            Method::POST,
+            "/api/v1/tokens?namespace=team-a",
+            Some(json!({"name": role, "role": role})),
+            201,
+        )
+        .await;
+        tokens.push((
+            made["token"].as_str().unwrap().to_owned(),
+            made["id"].clone(),
+        ));
+    }
+    let job = json!({"name": "nightly", "app": "billing", "handler": "report",
+        "schedule": {"cron": "0 0 2 * * ?"}});
+    let theirs = expect(
+        &node,
+        Method::POST,
+        "/api/v1/jobs?namespace=team-b",
+        Some(job.clone()),
+        201,
+    )
+    .await;
+    let (viewer, viewer_id) = &tokens[0];
+    let (status, _) = node
+        .call_as(viewer, Method::POST, "/api/v1/jobs", Some(job.clone()))
+        .await;
+    assert_eq!(status, 403);
+    let (operator, operator_id) = &tokens[1];
+    let stop = format!("/api/v1/jobs/{}/stop", theirs["id"]);
+    let (status, _) = node.call_as(operator, Method::POST, &stop, None).await;
+    assert_eq!(status, 404);
+    let refused = events_of(&node, "outcome=refused").await;
+    let found: Vec<(&Value, &Value, &Value, &Value)> = refused
+        .iter()
+        .map(|e| (&e["operation"], &e["namespace"], &e["actor"], &e["status"]))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            (
+                &json!("stopJob"),
+                &json!("team-b"),
+                &json!(format!("token operator (#{operator_id})")),
+                &json!(404)
+            ),
+            (
+                &json!("createJob"),
+                &json!("team-a"),
+                &json!(format!("token viewer (#{viewer_id})")),
+                &json!(403)
+            ),
+        ]
+    );
+    assert!(
+        refused[1]["detail"].as_str().unwrap().contains("viewer"),
+        "{refused:?}"
+    );
+
+    // team-a's admin reads team-a's events, and only those.
+    let (admin, _) = &tokens[2];
+    let (status, page) = node
+        .call_as(admin, Method::GET, "/api/v1/audit", None)
+        .await;
+    assert_eq!(status, 200, "{page}");
+    let events = page["events"].as_array().unwrap();
+    assert!(!events.is_empty());
+    assert!(events.iter().all(|e| e["namespace"] == "team-a"), "{page}");
+    let (status, _) = node
+        .call_as(admin, Method::GET, "/api/v1/audit?namespace=team-b", None)
+        .await;
+    assert_eq!(status, 404);
+    let (status, _) = node
+        .call_as(viewer, Method::GET, "/api/v1/audit", None)
+        .await;
+    assert_eq!(status, 403);
+}
