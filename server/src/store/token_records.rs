@@ -6,7 +6,8 @@ use async_trait::async_trait;
 use super::Error;
 use super::namespace_records::NamespaceId;
 
-/// A row of `service_tokens`. `role` is the role's name (`crate::access::Role` reads it).
+/// A row of `service_tokens`. `role` is the role's name: viewer, operator, editor, admin or
+/// executor.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct TokenRecord {
     pub token_id: i64,
