@@ -241,7 +241,11 @@ pub(super) async fn authorize(
         }
         Err(denied) => {
             call.namespace = denied.namespace;
-            let detail = denied.why.unwrap_or_else(|| denied.error.to_string());
+            let detail = denied.why.unwrap_or_else(|| match *denied.error {
+                // Internal details are logged, never sent, and the trail is read through the API.
+                ApiError::Store(_) | ApiError::Internal(_) => "the node could not check".to_owned(),
+                ref error => error.to_string(),
+            });
             let outcome = if denied.refused {
                 Outcome::Refused
             } else {

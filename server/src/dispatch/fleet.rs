@@ -109,14 +109,30 @@ impl Fleet {
 
     /// Why work of `job` that has waited `waited_ms` with no healthy executor to offer it to
     /// should now end, if it should: after the grace when no executor ever registered the
-    /// handler, after ten graces when some did but none is healthy (an executor restarting
-    /// during a deploy must not fail runs).
+    /// handler or the app's executors are all another namespace's, after ten graces when some
+    /// did but none is healthy (an executor restarting during a deploy must not fail runs).
     pub(super) fn nowhere_to_go(
         &self,
         job: &JobRecord,
         waited_ms: i64,
         grace: i64,
     ) -> Option<String> {
+        let others_only = self.by_app.get(&job.app_name).is_some_and(|all| {
+            !all.is_empty()
+                && all
+                    .iter()
+                    .all(|e| !may_serve(e.namespace_id, job.namespace_id))
+        });
+        if others_only {
+            return (waited_ms > grace).then(|| {
+                format!(
+                    "app {:?} is another namespace's: its executors take no work of this job's \
+                     namespace (after {} s)",
+                    job.app_name,
+                    waited_ms / 1_000
+                )
+            });
+        }
         let registered = self
             .registered_handlers
             .get(&job.app_name)

@@ -655,6 +655,8 @@ async fn executor_tokens_serve_their_namespaces_apps_only(db: TestDb) {
     let mut spec = NodeSpec::fast("n1", &db.url, dir.path());
     spec.extra_env
         .push(("CARILLON_EXECUTOR_TOKEN", CLUSTER_EXECUTOR.to_owned()));
+    spec.extra_env
+        .push(("CARILLON_NO_EXECUTOR_GRACE_MS", "500".to_owned()));
     let node = NodeProcess::start(spec).await;
     let mut executor_tokens = Vec::new();
     for name in ["team-a", "team-b"] {
@@ -806,14 +808,26 @@ async fn executor_tokens_serve_their_namespaces_apps_only(db: TestDb) {
         !heard_run(&a_heard, &runs[1]),
         "team-b's work went to team-a's executor"
     );
-    let (_, detail) = node
-        .call(Method::GET, &format!("/api/v1/runs/{}", runs[1]), None)
-        .await;
+    // It ends as having no executor, saying why.
+    let mut detail = Value::Null;
+    for _ in 0..100 {
+        detail = node
+            .call(Method::GET, &format!("/api/v1/runs/{}", runs[1]), None)
+            .await
+            .1;
+        if detail["state"] == "no_executor" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(detail["state"], "no_executor", "{detail}");
     assert_eq!(
         detail["attempts"][0]["dispatched_at"],
         Value::Null,
         "{detail}"
     );
+    let message = detail["message"].as_str().unwrap_or_default();
+    assert!(message.contains("another namespace's"), "{detail}");
 }
 
 async fn post_as(node: &NodeProcess, token: &str, path: &str, body: Value) -> (u16, Value) {
