@@ -138,12 +138,12 @@ pub(super) fn scope_of(path: &str, takes_namespace: bool, need: Option<Need>) ->
     }
 }
 
-/// Every `/api/v1` operation by method and route, read once from the document.
-fn operations() -> &'static HashMap<(Method, String), Operation> {
-    static OPERATIONS: OnceLock<HashMap<(Method, String), Operation>> = OnceLock::new();
+/// Every `/api/v1` operation by route and method, read once from the document.
+fn operations() -> &'static HashMap<String, Vec<(Method, Operation)>> {
+    static OPERATIONS: OnceLock<HashMap<String, Vec<(Method, Operation)>>> = OnceLock::new();
     OPERATIONS.get_or_init(|| {
         let (_, doc) = super::routes().split_for_parts();
-        let mut all = HashMap::new();
+        let mut all: HashMap<String, Vec<(Method, Operation)>> = HashMap::new();
         for (path, item) in doc.paths.paths {
             let methods = [
                 (Method::GET, item.get),
@@ -161,7 +161,9 @@ fn operations() -> &'static HashMap<(Method, String), Operation> {
                 });
                 let need = need_of(&id);
                 let scope = scope_of(&path, takes_namespace, need);
-                all.insert((method, path.clone()), Operation { id, need, scope });
+                all.entry(path.clone())
+                    .or_default()
+                    .push((method, Operation { id, need, scope }));
             }
         }
         all
@@ -170,11 +172,7 @@ fn operations() -> &'static HashMap<(Method, String), Operation> {
 
 /// `Ok` when `decision` allows; `hidden` when the caller may not know there is anything.
 pub(super) fn check(decision: Decision, hidden: impl FnOnce() -> ApiError) -> Result<(), ApiError> {
-    match decision {
-        Decision::Allow => Ok(()),
-        Decision::Hide => Err(hidden()),
-        Decision::Refuse(why) => Err(ApiError::Forbidden(why)),
-    }
+    verdict(decision, None, hidden).map_err(|denied| *denied.error)
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -203,11 +201,21 @@ pub(super) async fn authorize(
         .get::<Principal>()
         .cloned()
         .ok_or(ApiError::Unauthorized)?;
-    let Some(operation) = operations().get(&(method.clone(), matched.as_str().to_owned())) else {
+    let operation = operations()
+        .get(matched.as_str())
+        .and_then(|route| route.iter().find(|(m, _)| *m == method))
+        .map(|(_, operation)| operation);
+    let Some(operation) = operation else {
         return Err(ApiError::Forbidden(
             "this operation is open to nobody".to_owned(),
         ));
     };
+    if !audit::audited(&operation.id, method == Method::GET) {
+        admit(&state, &principal, operation, &params, &mut request)
+            .await
+            .map_err(|denied| *denied.error)?;
+        return Ok(next.run(request).await);
+    }
     // Inside the nested router the path has lost its prefix.
     let resource = format!("{}{}", super::API_PREFIX, request.uri().path());
     let peer = request
@@ -215,12 +223,6 @@ pub(super) async fn authorize(
         .get::<ConnectInfo<Peer>>()
         .map(|info| info.0);
     let admitted = admit(&state, &principal, operation, &params, &mut request).await;
-    if !audit::audited(&operation.id, method == Method::GET) {
-        return match admitted {
-            Ok(_) => Ok(next.run(request).await),
-            Err(denied) => Err(*denied.error),
-        };
-    }
     let mut call = Call {
         principal: &principal,
         peer,
@@ -428,8 +430,12 @@ mod tests {
     #[test]
     fn every_operation_of_the_document_has_a_need_and_a_namespace_to_check_it_in() {
         let operations = operations();
-        assert!(operations.len() > 60, "{}", operations.len());
-        for ((method, path), operation) in operations {
+        let all: Vec<_> = operations
+            .iter()
+            .flat_map(|(path, route)| route.iter().map(move |(method, op)| (method, path, op)))
+            .collect();
+        assert!(all.len() > 60, "{}", all.len());
+        for (method, path, operation) in all {
             if !path.starts_with("/api/v1/") {
                 continue;
             }

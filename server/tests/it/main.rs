@@ -29,6 +29,7 @@ mod history_conformance;
 mod job_store_conformance;
 mod jobs_api;
 mod namespace_conformance;
+mod namespace_executors;
 mod namespaces_api;
 mod observability;
 mod retention;

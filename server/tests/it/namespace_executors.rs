@@ -1,0 +1,270 @@
+//! Executors of a namespace, through a real node on every backend: a namespace's executor
+//! token registers apps into its namespace and acts for their executors only; a job's work
+//! goes to executors of its own namespace's apps or of `default`'s, never another's, and work
+//! with only another namespace's executors ends saying so.
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on any unexpected error"
+)]
+
+use std::time::Duration;
+
+use crate::support;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use support::db::TestDb;
+use support::node::{NodeProcess, NodeSpec};
+
+for_engine!(
+    postgres,
+    Postgres,
+    [executor_tokens_serve_their_namespaces_apps_only]
+);
+for_engine!(
+    mysql,
+    Mysql,
+    [executor_tokens_serve_their_namespaces_apps_only]
+);
+for_engine!(
+    sqlite,
+    Sqlite,
+    [executor_tokens_serve_their_namespaces_apps_only]
+);
+
+/// `call`, expecting `status`; the body.
+async fn expect(
+    node: &NodeProcess,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+    status: u16,
+) -> Value {
+    let (got, answer) = node.call(method.clone(), path, body).await;
+    assert_eq!(got, status, "{method} {path}: {answer}");
+    answer
+}
+
+const CLUSTER_EXECUTOR: &str = "cluster-executor-token-0123";
+
+/// An executor's registration at `address`.
+fn registration(app: &str, id: &str, address: &str) -> Value {
+    json!({"protocol": 1, "executor_id": id, "app": app, "address": address,
+        "weight": 1, "capacity": 4, "handlers": [{"name": "work"}]})
+}
+
+/// What an executor address heard: the requests sent to it, which it never answers.
+#[derive(Debug, Clone, Default)]
+struct Heard(std::sync::Arc<std::sync::Mutex<String>>);
+
+impl Heard {
+    fn text(&self) -> String {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// An address that takes dispatches and never answers them (an attempt stays offered to it).
+async fn silent_executor() -> (String, Heard) {
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = format!("http://{}", listener.local_addr().unwrap());
+    let heard = Heard::default();
+    let keep = heard.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let keep = keep.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(n) = socket.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    keep.0
+                        .lock()
+                        .unwrap()
+                        .push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
+            });
+        }
+    });
+    (address, heard)
+}
+
+/// A namespace's executor token registers apps into its namespace and acts for their
+/// executors only; another namespace's executors never get its jobs' work, while the apps of
+/// `default` (the cluster's executor token) serve every namespace.
+async fn executor_tokens_serve_their_namespaces_apps_only(db: TestDb) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = NodeSpec::fast("n1", &db.url, dir.path());
+    spec.extra_env
+        .push(("CARILLON_EXECUTOR_TOKEN", CLUSTER_EXECUTOR.to_owned()));
+    spec.extra_env
+        .push(("CARILLON_NO_EXECUTOR_GRACE_MS", "500".to_owned()));
+    let node = NodeProcess::start(spec).await;
+    let mut executor_tokens = Vec::new();
+    for name in ["team-a", "team-b"] {
+        expect(
+            &node,
+            Method::POST,
+            "/api/v1/namespaces",
+            Some(json!({"name": name})),
+            201,
+        )
+        .await;
+        let made = expect(
+            &node,
+            Method::POST,
+            &format!("/api/v1/tokens?namespace={name}"),
+            Some(json!({"name": "executors", "role": "executor"})),
+            201,
+        )
+        .await;
+        executor_tokens.push(made["token"].as_str().unwrap().to_owned());
+    }
+    let (team_a, team_b) = (&executor_tokens[0], &executor_tokens[1]);
+    let (address, _) = silent_executor().await;
+    let (a_address, a_heard) = silent_executor().await;
+    let (s_address, s_heard) = silent_executor().await;
+    let register = "/api/v1/executors/register";
+    let (status, answer) = post_as(
+        &node,
+        team_a,
+        register,
+        registration("billing", "a-1", &a_address),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, answer) = post_as(
+        &node,
+        team_b,
+        register,
+        registration("billing", "b-1", &address),
+    )
+    .await;
+    assert_eq!(status, 403, "team-b registered team-a's app: {answer}");
+    let (status, answer) = post_as(
+        &node,
+        team_b,
+        register,
+        registration("ledger", "b-2", &address),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, answer) = post_as(
+        &node,
+        CLUSTER_EXECUTOR,
+        register,
+        registration("shared", "s-1", &s_address),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let beat = |id: &str| json!({"executor_id": id, "in_flight": []});
+    let heartbeat = "/api/v1/executors/heartbeat";
+    assert_eq!(post_as(&node, team_b, heartbeat, beat("a-1")).await.0, 403);
+    assert_eq!(post_as(&node, team_a, heartbeat, beat("a-1")).await.0, 200);
+    assert_eq!(post_as(&node, team_a, heartbeat, beat("s-1")).await.0, 403);
+    let apps = expect(&node, Method::GET, "/api/v1/apps", None, 200).await;
+    let owners: Vec<(&Value, &Value)> = apps["apps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|app| (&app["name"], &app["namespace"]))
+        .collect();
+    assert_eq!(
+        owners,
+        [
+            (&json!("billing"), &json!("team-a")),
+            (&json!("ledger"), &json!("team-b")),
+            (&json!("shared"), &json!("default"))
+        ]
+    );
+    // It speaks the executor protocol only.
+    let (status, _) = node
+        .call_as(team_a, Method::GET, "/api/v1/jobs", None)
+        .await;
+    assert_eq!(status, 403);
+    // The app is team-a's now: team-a cannot be deleted while it holds it.
+    let refused = expect(
+        &node,
+        Method::DELETE,
+        "/api/v1/namespaces/team-a",
+        None,
+        409,
+    )
+    .await;
+    assert!(
+        refused["detail"].as_str().unwrap().contains("1 app"),
+        "{refused}"
+    );
+
+    // team-a's job runs on team-a's executor; team-b's job naming team-a's app finds none,
+    // and its job naming a `default` app runs there.
+    let mut runs = Vec::new();
+    for (namespace, app) in [
+        ("team-a", "billing"),
+        ("team-b", "billing"),
+        ("team-b", "shared"),
+    ] {
+        let job = expect(
+            &node,
+            Method::POST,
+            &format!("/api/v1/jobs?namespace={namespace}"),
+            Some(
+                json!({"name": format!("on-{app}"), "app": app, "handler": "work",
+                "schedule": {"manual": true}}),
+            ),
+            201,
+        )
+        .await;
+        let run = expect(
+            &node,
+            Method::POST,
+            &format!("/api/v1/jobs/{}/trigger", job["id"]),
+            None,
+            202,
+        )
+        .await;
+        runs.push(run["id"].clone());
+    }
+    let heard_run =
+        |heard: &Heard, run: &Value| heard.text().contains(&format!("\"run_id\":{run}"));
+    support::wait_for(Duration::from_secs(10), "both runs offered", || async {
+        // Kept alive: executors without heartbeats are offered nothing.
+        post_as(&node, team_a, heartbeat, beat("a-1")).await;
+        post_as(&node, CLUSTER_EXECUTOR, heartbeat, beat("s-1")).await;
+        (heard_run(&a_heard, &runs[0]) && heard_run(&s_heard, &runs[2])).then_some(())
+    })
+    .await;
+    assert!(
+        heard_run(&a_heard, &runs[0]),
+        "team-a's executor never got team-a's run: {}",
+        a_heard.text()
+    );
+    assert!(
+        heard_run(&s_heard, &runs[2]),
+        "the default app's executor never got team-b's run: {}",
+        s_heard.text()
+    );
+    assert!(
+        !heard_run(&a_heard, &runs[1]),
+        "team-b's work went to team-a's executor"
+    );
+    // It ends as having no executor, saying why.
+    let path = format!("/api/v1/runs/{}", runs[1]);
+    let detail = support::wait_for(Duration::from_secs(10), "team-b's run to end", || async {
+        let (_, detail) = node.call(Method::GET, &path, None).await;
+        (detail["state"] == "no_executor").then_some(detail)
+    })
+    .await;
+    assert_eq!(
+        detail["attempts"][0]["dispatched_at"],
+        Value::Null,
+        "{detail}"
+    );
+    let message = detail["message"].as_str().unwrap_or_default();
+    assert!(message.contains("another namespace's"), "{detail}");
+}
+
+async fn post_as(node: &NodeProcess, token: &str, path: &str, body: Value) -> (u16, Value) {
+    node.call_as(token, Method::POST, path, Some(body)).await
+}
