@@ -315,9 +315,22 @@ impl Application {
         let tokens = Arc::new(crate::access::tokens::ServiceTokens::new(
             Arc::clone(&api_store) as Arc<dyn crate::store::TokenStore>,
         ));
+        let grants = Arc::new(crate::access::grants::RoleGrants::new(
+            Arc::clone(&api_store) as Arc<dyn crate::store::GrantStore>,
+        ));
+        let oidc = match &config.auth.oidc {
+            Some(settings) => Some(Arc::new(
+                crate::access::oidc::OidcVerifier::new(settings.clone())
+                    .map_err(|e| StartupError::Http(format!("[auth.oidc]: {e}")))?,
+            )),
+            None => None,
+        };
         let api_state = ApiState {
             namespaces,
             tokens,
+            grants,
+            oidc,
+            refused_sign_ins: Arc::default(),
             store: api_store,
             view,
             clock,

@@ -1,10 +1,16 @@
 //! Who may do what: the roles of a namespace, the callers the API knows, and the decision
-//! whether a caller may do what an operation needs. Plain rules, no I/O; the API's
-//! `permissions` module reads the need of each operation and the namespace it touches, and
-//! [`tokens`] finds the service token a bearer belongs to.
+//! whether a caller may do what an operation needs (plain rules, here). The API's
+//! `permissions` module reads the need of each operation and the namespace it touches;
+//! [`tokens`] finds the service token a bearer belongs to, [`oidc`] checks a person's JWT
+//! and [`grants`] gives the person the roles of its groups.
 
+pub mod grants;
+pub mod jwt;
+pub mod oidc;
+mod snapshot;
 pub mod tokens;
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::store::NamespaceId;
@@ -13,7 +19,7 @@ use crate::store::NamespaceId;
 /// apps (it is no [`Role`]: it opens nothing of the admin API).
 pub const EXECUTOR_ROLE: &str = "executor";
 
-/// What a service token (or, later, a group of people) may do in one namespace. Each role
+/// What a service token or a group of people may do in one namespace. Each role
 /// may do everything the ones before it may.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Role {
@@ -88,6 +94,75 @@ pub struct ServiceGrant {
     pub role: Role,
 }
 
+/// A person signed in with the identity provider's JWT, and the roles its groups carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Person {
+    /// The token's `sub`.
+    pub subject: String,
+    /// As the audit trail names it (`[auth.oidc] name_claim`).
+    pub name: String,
+    pub groups: Vec<String>,
+    /// Its role in each namespace a group of its has one in.
+    pub roles: BTreeMap<NamespaceId, Role>,
+    /// `Admin`: the cluster's administrator, in every namespace; `Viewer`: reads the cluster
+    /// and every namespace.
+    pub cluster: Option<Role>,
+}
+
+impl Person {
+    fn role_in(&self, namespace: NamespaceId) -> Option<Role> {
+        self.roles.get(&namespace).copied().max(self.cluster)
+    }
+
+    fn best_role(&self) -> Option<Role> {
+        self.roles.values().copied().max().max(self.cluster)
+    }
+
+    fn decide(&self, need: Need, namespace: Option<NamespaceId>) -> Decision {
+        let cluster_needed = |what: &str| {
+            Decision::Refuse(format!(
+                "this needs a {what} of the cluster: a group of [auth.oidc] cluster_{what}_groups"
+            ))
+        };
+        match need {
+            Need::SignedIn => Decision::Allow,
+            Need::Executor => Decision::Refuse("people do not speak the executor protocol".into()),
+            Need::ClusterAdmin if self.cluster == Some(Role::Admin) => Decision::Allow,
+            Need::ClusterAdmin => cluster_needed("admin"),
+            Need::ClusterViewer if self.cluster.is_some() => Decision::Allow,
+            Need::ClusterViewer => cluster_needed("viewer"),
+            Need::Role(needed) => match namespace.and_then(|ns| self.role_in(ns)) {
+                None => Decision::Hide,
+                Some(role) if role >= needed => Decision::Allow,
+                Some(role) => Decision::Refuse(format!(
+                    "your role in this namespace is {role}; this needs {needed}"
+                )),
+            },
+        }
+    }
+
+    fn decide_anywhere(&self, need: Need) -> Decision {
+        let Need::Role(needed) = need else {
+            return self.decide(need, None);
+        };
+        match self.best_role() {
+            None => Decision::Refuse(format!(
+                "none of your groups ({}) has a role in any namespace: ask a namespace's admin \
+                 to grant one",
+                if self.groups.is_empty() {
+                    "none".to_owned()
+                } else {
+                    self.groups.join(", ")
+                }
+            )),
+            Some(best) if best >= needed => Decision::Allow,
+            Some(best) => {
+                Decision::Refuse(format!("your highest role is {best}; this needs {needed}"))
+            }
+        }
+    }
+}
+
 /// Who is calling, decided from the bearer token; handlers read it as a request extension.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Principal {
@@ -105,6 +180,8 @@ pub enum Principal {
     },
     /// A service token: one role in one namespace.
     Service(ServiceGrant),
+    /// A person, signed in with the identity provider.
+    Person(Box<Person>),
 }
 
 /// What a caller gets.
@@ -125,15 +202,19 @@ impl Principal {
             Principal::Admin => Some(Role::Admin),
             Principal::ReadOnly => Some(Role::Viewer),
             Principal::Service(grant) if grant.namespace == namespace => Some(grant.role),
+            Principal::Person(person) => person.role_in(namespace),
             Principal::Service(_) | Principal::Executor { .. } => None,
         }
     }
 
     /// The namespace a request of this caller works in when it names none: a service
-    /// token's own; `None` for the cluster's tokens (`default`).
+    /// token's own, a person's only one; `None` for the cluster's tokens (`default`).
     pub fn home(&self) -> Option<NamespaceId> {
         match self {
             Principal::Service(grant) => Some(grant.namespace),
+            Principal::Person(person) if person.cluster.is_none() && person.roles.len() == 1 => {
+                person.roles.keys().next().copied()
+            }
             _ => None,
         }
     }
@@ -143,6 +224,7 @@ impl Principal {
         let refuse = |why: &str| Decision::Refuse(why.to_owned());
         match (self, need) {
             (Principal::Executor { .. }, Need::Executor) | (Principal::Admin, _) => Decision::Allow,
+            (Principal::Person(person), _) => person.decide(need, namespace),
             (Principal::Executor { .. }, _) | (_, Need::Executor) => {
                 refuse("this token does not open this endpoint")
             }
@@ -172,7 +254,10 @@ impl Principal {
     /// Whether it may do what `need` says in some namespace: a role too weak for an
     /// operation is refused before anything is looked up, whichever namespace it names.
     pub fn decide_anywhere(&self, need: Need) -> Decision {
-        self.decide(need, Some(self.home().unwrap_or(NamespaceId::DEFAULT)))
+        match self {
+            Principal::Person(person) => person.decide_anywhere(need),
+            _ => self.decide(need, Some(self.home().unwrap_or(NamespaceId::DEFAULT))),
+        }
     }
 
     /// How the audit trail and `created_by` name it.
@@ -183,6 +268,10 @@ impl Principal {
             Principal::Executor { app: Some(app), .. } => format!("app token of {app}"),
             Principal::Executor { .. } => "executor token".to_owned(),
             Principal::Service(grant) => format!("token {} (#{})", grant.name, grant.token_id),
+            Principal::Person(person) if person.name == person.subject => {
+                format!("user {}", person.name)
+            }
+            Principal::Person(person) => format!("user {} (sub {})", person.name, person.subject),
         }
     }
 }
@@ -260,5 +349,81 @@ mod tests {
             executor.decide(Need::SignedIn, None),
             Decision::Refuse(_)
         ));
+    }
+
+    fn person(roles: &[(NamespaceId, Role)], cluster: Option<Role>) -> Principal {
+        Principal::Person(Box::new(Person {
+            subject: "u-1".to_owned(),
+            name: "alice".to_owned(),
+            groups: vec!["team-a".to_owned()],
+            roles: roles.iter().copied().collect(),
+            cluster,
+        }))
+    }
+
+    #[test]
+    fn a_person_has_its_groups_roles_where_they_were_granted_and_the_clusters_everywhere() {
+        let editor = person(&[(TEAM, Role::Editor)], None);
+        assert_eq!(
+            editor.decide(Need::Role(Role::Editor), Some(TEAM)),
+            Decision::Allow
+        );
+        assert!(matches!(
+            editor.decide(Need::Role(Role::Admin), Some(TEAM)),
+            Decision::Refuse(_)
+        ));
+        assert_eq!(
+            editor.decide(Need::Role(Role::Viewer), Some(OTHER)),
+            Decision::Hide
+        );
+        assert_eq!(editor.home(), Some(TEAM));
+        assert_eq!(
+            editor.decide_anywhere(Need::Role(Role::Editor)),
+            Decision::Allow
+        );
+        for need in [Need::ClusterViewer, Need::ClusterAdmin, Need::Executor] {
+            assert!(matches!(editor.decide(need, None), Decision::Refuse(_)));
+        }
+        assert_eq!(editor.describe(), "user alice (sub u-1)");
+
+        let two = person(&[(TEAM, Role::Viewer), (OTHER, Role::Operator)], None);
+        assert_eq!(two.home(), None);
+        assert_eq!(
+            two.decide_anywhere(Need::Role(Role::Operator)),
+            Decision::Allow
+        );
+        assert!(matches!(
+            two.decide_anywhere(Need::Role(Role::Editor)),
+            Decision::Refuse(_)
+        ));
+
+        let nobody = person(&[], None);
+        let Decision::Refuse(why) = nobody.decide_anywhere(Need::Role(Role::Viewer)) else {
+            panic!("a person without roles is refused, saying its groups");
+        };
+        assert!(why.contains("team-a"), "{why}");
+        assert_eq!(nobody.decide(Need::SignedIn, None), Decision::Allow);
+
+        let viewer = person(&[(TEAM, Role::Editor)], Some(Role::Viewer));
+        assert_eq!(viewer.decide(Need::ClusterViewer, None), Decision::Allow);
+        assert_eq!(
+            viewer.decide(Need::Role(Role::Viewer), Some(OTHER)),
+            Decision::Allow
+        );
+        assert_eq!(
+            viewer.decide(Need::Role(Role::Editor), Some(TEAM)),
+            Decision::Allow
+        );
+        assert!(matches!(
+            viewer.decide(Need::ClusterAdmin, None),
+            Decision::Refuse(_)
+        ));
+        let admin = person(&[], Some(Role::Admin));
+        assert_eq!(admin.decide(Need::ClusterAdmin, None), Decision::Allow);
+        assert_eq!(
+            admin.decide(Need::Role(Role::Admin), Some(OTHER)),
+            Decision::Allow
+        );
+        assert_eq!(admin.role_in(OTHER), Some(Role::Admin));
     }
 }

@@ -1,21 +1,18 @@
 //! Service tokens on a node: minting one, and finding the grant a bearer belongs to. The
 //! node keeps every token's hash in memory, read again when the copy is older than
-//! [`FRESH_FOR`], so an API call costs no query, and a token revoked on another node stops
+//! [`super::snapshot::FRESH_FOR`], so an API call costs no query, and a token revoked on another node stops
 //! working within that time. Unknown bearers never cause a read: a scanner trying random
 //! tokens costs a hash and a map lookup.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
+use super::snapshot::Snapshot;
 use super::{EXECUTOR_ROLE, Principal, Role, ServiceGrant};
 use crate::store::{self, TokenRecord, TokenStore};
-
-/// How old the node's copy of the tokens may be before a service token's use reads it again.
-pub const FRESH_FOR: Duration = Duration::from_secs(5);
 
 /// How often a token's `last_used_at` is written at most.
 const LAST_USED_EVERY_MS: i64 = 60_000;
@@ -65,19 +62,13 @@ pub enum Lookup {
     Unknown,
 }
 
-#[derive(Debug, Default)]
-struct Copy {
-    by_hash: HashMap<String, TokenRecord>,
-    read_at: Option<Instant>,
-}
+type ByHash = HashMap<String, TokenRecord>;
 
 /// The node's copy of the service tokens.
 #[derive(Debug)]
 pub struct ServiceTokens {
     store: Arc<dyn TokenStore>,
-    copy: Mutex<Copy>,
-    /// One reader at a time: callers arriving during a read wait for it.
-    reading: tokio::sync::Mutex<()>,
+    copy: Snapshot<ByHash>,
     /// When this node last wrote each token's `last_used_at`.
     used_written: Mutex<HashMap<i64, i64>>,
 }
@@ -86,8 +77,7 @@ impl ServiceTokens {
     pub fn new(store: Arc<dyn TokenStore>) -> Self {
         Self {
             store,
-            copy: Mutex::new(Copy::default()),
-            reading: tokio::sync::Mutex::new(()),
+            copy: Snapshot::default(),
             used_written: Mutex::new(HashMap::new()),
         }
     }
@@ -98,9 +88,8 @@ impl ServiceTokens {
         if !bearer.starts_with(TOKEN_PREFIX) {
             return Ok(Lookup::Unknown);
         }
-        self.read_if_stale().await?;
         let hash = sha256_hex(bearer);
-        let record = self.copy().by_hash.get(&hash).cloned();
+        let record = self.current().await?.get(&hash).cloned();
         let Some(record) = record else {
             return Ok(Lookup::Unknown);
         };
@@ -133,10 +122,9 @@ impl ServiceTokens {
         token_id: i64,
     ) -> Result<Option<store::NamespaceId>, store::Error> {
         self.forget();
-        self.read_if_stale().await?;
         Ok(self
-            .copy()
-            .by_hash
+            .current()
+            .await?
             .values()
             .find(|record| record.token_id == token_id)
             .map(|record| record.namespace_id))
@@ -144,47 +132,21 @@ impl ServiceTokens {
 
     /// Makes the next lookup read the tokens again (after this node created or revoked one).
     pub fn forget(&self) {
-        self.copy().read_at = None;
+        self.copy.forget();
     }
 
-    fn copy(&self) -> std::sync::MutexGuard<'_, Copy> {
+    async fn current(&self) -> Result<Arc<ByHash>, store::Error> {
         self.copy
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn is_fresh(&self) -> bool {
-        self.copy()
-            .read_at
-            .is_some_and(|at| at.elapsed() < FRESH_FOR)
-    }
-
-    async fn read_if_stale(&self) -> Result<(), store::Error> {
-        if self.is_fresh() {
-            return Ok(());
-        }
-        let _reading = self.reading.lock().await;
-        if self.is_fresh() {
-            return Ok(());
-        }
-        match self.store.tokens_all().await {
-            Ok(records) => {
-                let mut copy = self.copy();
-                copy.by_hash = records
+            .current("service tokens", || async {
+                Ok(self
+                    .store
+                    .tokens_all()
+                    .await?
                     .into_iter()
                     .map(|record| (record.secret_sha256.clone(), record))
-                    .collect();
-                copy.read_at = Some(Instant::now());
-                Ok(())
-            }
-            // The tokens last read keep working while the database does not answer (they
-            // could not be revoked meanwhile either); a node that never read them refuses.
-            Err(err) if self.copy().read_at.is_some() || !self.copy().by_hash.is_empty() => {
-                tracing::warn!(error = %err, "could not read the service tokens; using the last copy");
-                Ok(())
-            }
-            Err(err) => Err(err),
-        }
+                    .collect())
+            })
+            .await
     }
 
     fn note_use(&self, token_id: i64, now_ms: i64) {

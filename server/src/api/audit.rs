@@ -3,7 +3,9 @@
 //! `GET /audit` pages it. `permissions::authorize`, which sees every call's caller, operation
 //! and namespace, records it.
 
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Mutex;
 
 use axum::Json;
 use axum::extract::State;
@@ -100,6 +102,84 @@ pub(super) async fn record(
     if let Err(err) = state.store.audit_insert(&event).await {
         tracing::error!(error = %err, operation = call.operation, actor = %event.actor,
             "could not record an audit event");
+    }
+}
+
+/// Refused sign-ins (a bearer token that is no caller's: unknown, revoked, expired, or a
+/// person's JWT that does not verify), recorded at most once a minute per address so that a
+/// scanner cannot flood the trail; how many were held back is said by the address's next
+/// recorded refusal.
+#[derive(Debug, Default)]
+pub struct RefusedSignIns {
+    /// Per address: the minute of its last recorded refusal, and how many were held back since.
+    by_source: Mutex<HashMap<IpAddr, (i64, u64)>>,
+}
+
+/// How many addresses are remembered before those of past minutes are forgotten.
+const SOURCES_KEPT: usize = 10_000;
+
+impl RefusedSignIns {
+    /// `Some(held back before it)` when a refusal from `source` at `now_ms` is recorded.
+    fn admit(&self, source: IpAddr, now_ms: i64) -> Option<u64> {
+        let minute = now_ms.div_euclid(60_000);
+        let mut by_source = self
+            .by_source
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if by_source.len() >= SOURCES_KEPT {
+            by_source.retain(|_, (at, _)| *at >= minute);
+        }
+        match by_source.get_mut(&source) {
+            Some((at, held)) if *at == minute => {
+                *held += 1;
+                None
+            }
+            Some((at, held)) => {
+                *at = minute;
+                Some(std::mem::take(held))
+            }
+            None => {
+                by_source.insert(source, (minute, 0));
+                Some(0)
+            }
+        }
+    }
+}
+
+/// Records a refused sign-in at `resource` from `peer` (see [`RefusedSignIns`]).
+pub(super) async fn record_refused_sign_in(
+    state: &ApiState,
+    peer: Option<Peer>,
+    resource: &str,
+    why: String,
+) {
+    let now_ms = state.clock.now_ms();
+    let source = peer.map(|peer| peer.0.ip());
+    let held = match source {
+        Some(ip) => match state.refused_sign_ins.admit(ip, now_ms) {
+            Some(held) => held,
+            None => return,
+        },
+        None => 0,
+    };
+    let detail = if held > 0 {
+        format!("{why}; {held} more refused from this address in its last minute of refusals")
+    } else {
+        why
+    };
+    let event = AuditWrite {
+        at_ms: now_ms,
+        namespace_id: None,
+        actor: "unknown caller".to_owned(),
+        source: source.map_or_else(|| "unknown".to_owned(), |ip| ip.to_string()),
+        operation: "signIn".to_owned(),
+        resource: resource.chars().take(512).collect(),
+        outcome: Outcome::Refused.name().to_owned(),
+        status: 401,
+        detail: Some(detail),
+    };
+    if let Err(err) = state.store.audit_insert(&event).await {
+        tracing::error!(error = %err, "could not record a refused sign-in");
     }
 }
 

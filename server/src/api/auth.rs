@@ -1,12 +1,14 @@
 //! Bearer-token authentication of `/api/v1`: which caller a token is.
 
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
 use axum::response::Response;
 
+use super::audit::{Peer, record_refused_sign_in};
 use super::{ApiError, ApiState};
 pub use crate::access::Principal;
+use crate::access::oidc::{OidcVerifier, SignInError};
 use crate::access::tokens::Lookup;
 
 /// The caller of a token from the node's settings: admin, read-only, executor or app token.
@@ -55,10 +57,31 @@ pub(super) async fn caller(state: &ApiState, headers: &HeaderMap) -> Result<Prin
     if let Some(principal) = configured_principal(state, token) {
         return Ok(principal);
     }
+    if let Some(oidc) = &state.oidc
+        && crate::access::jwt::looks_like_jwt(token)
+    {
+        return person(state, oidc, token).await;
+    }
     match state.tokens.lookup(token, state.clock.now_ms()).await? {
         Lookup::Found(principal) => Ok(principal),
         Lookup::Expired | Lookup::Unknown => Err(ApiError::Unauthorized),
     }
+}
+
+/// The person a JWT of the identity provider names, with the roles of its groups. The token's
+/// times are compared with this machine's clock, as the provider's are with its own.
+async fn person(state: &ApiState, oidc: &OidcVerifier, token: &str) -> Result<Principal, ApiError> {
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            i64::try_from(since.as_secs()).unwrap_or(i64::MAX)
+        });
+    let identity = oidc.verify(token, now_s).await.map_err(|err| match err {
+        SignInError::Refused(why) => ApiError::SignInRefused(why.to_string()),
+        SignInError::Provider(_) => ApiError::ProviderUnavailable,
+    })?;
+    let person = state.grants.person(identity, oidc.settings()).await?;
+    Ok(Principal::Person(Box::new(person)))
 }
 
 /// Puts the caller into the request's extensions, where `permissions::authorize` and the
@@ -69,7 +92,25 @@ pub(super) async fn authenticate(
     mut request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    let principal = caller(&state, request.headers()).await?;
+    let principal = match caller(&state, request.headers()).await {
+        Ok(principal) => principal,
+        Err(err @ (ApiError::Unauthorized | ApiError::SignInRefused(_)))
+            if request.headers().contains_key(header::AUTHORIZATION) =>
+        {
+            let why = match &err {
+                ApiError::SignInRefused(why) => why.clone(),
+                _ => "a bearer token that is no caller's: unknown, revoked or expired".to_owned(),
+            };
+            let peer = request
+                .extensions()
+                .get::<ConnectInfo<Peer>>()
+                .map(|info| info.0);
+            let resource = format!("{}{}", super::API_PREFIX, request.uri().path());
+            record_refused_sign_in(&state, peer, &resource, why).await;
+            return Err(err);
+        }
+        Err(err) => return Err(err),
+    };
     request.extensions_mut().insert(principal);
     Ok(next.run(request).await)
 }

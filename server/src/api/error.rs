@@ -13,6 +13,12 @@ use crate::store;
 pub enum ApiError {
     #[error("missing or invalid bearer token")]
     Unauthorized,
+    /// A person's token refused, saying why (never the token's text).
+    #[error("{0}")]
+    SignInRefused(String),
+    /// The identity provider's keys cannot be read, so a person's token cannot be checked.
+    #[error("the identity provider cannot be reached")]
+    ProviderUnavailable,
     #[error("no such resource")]
     NotFound,
     #[error("method not allowed")]
@@ -95,6 +101,20 @@ impl ApiError {
                 "Unauthorized",
                 "send Authorization: Bearer <token>: none was sent, or it is not one of this \
                  cluster's, or it was revoked or has expired"
+                    .to_owned(),
+            ),
+            ApiError::SignInRefused(why) => (
+                StatusCode::UNAUTHORIZED,
+                "urn:carillon:problem:unauthorized",
+                "Unauthorized",
+                format!("{why}: sign in again"),
+            ),
+            ApiError::ProviderUnavailable => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "urn:carillon:problem:identity-provider-unavailable",
+                "Identity Provider Unavailable",
+                "the identity provider's signing keys cannot be read now, so no person's token \
+                 can be checked; service tokens and the admin token still work"
                     .to_owned(),
             ),
             ApiError::NotFound => (

@@ -10,6 +10,7 @@ mod cluster;
 mod console;
 mod error;
 mod executors;
+mod grants;
 mod health;
 mod history;
 mod jobs;
@@ -27,6 +28,7 @@ mod reference;
 mod runs;
 mod schedules;
 mod served;
+mod sign_in;
 mod stats;
 mod tasks;
 mod tokens;
@@ -43,7 +45,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub use crate::clock::rfc3339;
-pub use audit::Peer;
+pub use audit::{Peer, RefusedSignIns};
 pub use auth::Principal;
 pub use error::ApiError;
 pub use tasks::KnownHandlers;
@@ -70,6 +72,12 @@ pub struct ApiState {
     pub app_tokens: Arc<Vec<(String, Secret)>>,
     /// The service tokens of the database, as this node last read them.
     pub tokens: Arc<crate::access::tokens::ServiceTokens>,
+    /// The roles granted to the identity provider's groups, as this node last read them.
+    pub grants: Arc<crate::access::grants::RoleGrants>,
+    /// `[auth.oidc]`: people's JWTs are checked against the provider; `None` when not set.
+    pub oidc: Option<Arc<crate::access::oidc::OidcVerifier>>,
+    /// Refused sign-ins recorded lately, so that the audit trail takes one a minute per address.
+    pub refused_sign_ins: Arc<RefusedSignIns>,
     pub timings: ClusterTimings,
     pub partition_count: i64,
     pub dispatch: DispatchClient,
@@ -158,6 +166,8 @@ fn routes_with(
         .routes(routes!(logs::append))
         .routes(routes!(tokens::list, tokens::create))
         .routes(routes!(tokens::revoke))
+        .routes(routes!(grants::list, grants::create))
+        .routes(routes!(grants::revoke))
         .routes(routes!(audit::list))
         .routes(routes!(openapi::openapi_json))
         .merge(
@@ -174,6 +184,7 @@ fn routes_with(
     OpenApiRouter::with_openapi(openapi::base())
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
+        .routes(routes!(sign_in::show))
         .routes(routes!(metrics::metrics))
         .nest(API_PREFIX, finish_api(api))
 }

@@ -44,9 +44,8 @@ pub(super) fn need_of(operation_id: &str) -> Option<Need> {
         | "deleteCalendar" | "createWorkflow" | "updateWorkflow" | "deleteWorkflow" => {
             Need::Role(Editor)
         }
-        "updateNamespace" | "listTokens" | "createToken" | "revokeToken" | "listAuditEvents" => {
-            Need::Role(Admin)
-        }
+        "updateNamespace" | "listTokens" | "createToken" | "revokeToken" | "listGrants"
+        | "createGrant" | "revokeGrant" | "listAuditEvents" => Need::Role(Admin),
         "getStats" | "listExecutors" | "getExecutor" | "listApps" | "getMetrics" => {
             Need::ClusterViewer
         }
@@ -81,6 +80,7 @@ pub(super) enum ResourceKind {
     WorkflowRun,
     Task,
     Token,
+    Grant,
 }
 
 impl ResourceKind {
@@ -93,6 +93,7 @@ impl ResourceKind {
             "workflow-runs" => Self::WorkflowRun,
             "tasks" => Self::Task,
             "tokens" => Self::Token,
+            "grants" => Self::Grant,
             _ => return None,
         })
     }
@@ -107,6 +108,7 @@ impl ResourceKind {
             Self::WorkflowRun => "workflow run",
             Self::Task => "task",
             Self::Token => "token",
+            Self::Grant => "grant",
         }
     }
 }
@@ -407,6 +409,14 @@ async fn namespace_of(
         }
         ResourceKind::Task => store.task_get(id).await?.map(|task| task.namespace_id),
         ResourceKind::Token => state.tokens.namespace_of(id).await?,
+        ResourceKind::Grant => {
+            state.grants.forget();
+            let grants = state.grants.all().await?;
+            grants
+                .iter()
+                .find(|grant| grant.grant_id == id)
+                .map(|grant| grant.namespace_id)
+        }
     })
 }
 

@@ -1,5 +1,6 @@
 //! `carillon namespaces` (the teams' spaces), `carillon tokens` (a namespace's service
-//! tokens) and `carillon audit` (who changed what).
+//! tokens), `carillon grants` (a namespace's roles for the identity provider's groups) and
+//! `carillon audit` (who changed what).
 
 use clap::Subcommand;
 use reqwest::Method;
@@ -62,6 +63,29 @@ pub(crate) enum TokensCommand {
     /// Revoke a token by id: every node refuses it within 5 seconds.
     Revoke { id: i64 },
 }
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum GrantsCommand {
+    /// List the roles the namespace gives to the identity provider's groups.
+    Ls,
+    /// Give a group (as the provider's tokens name it) a role in the namespace.
+    Add {
+        group: String,
+        /// viewer, operator, editor or admin.
+        #[arg(long)]
+        role: String,
+    },
+    /// Take a grant back by id: every node applies it within 5 seconds.
+    Rm { id: i64 },
+}
+
+const GRANT_COLUMNS: [(&str, &str); 5] = [
+    ("ID", "/id"),
+    ("GROUP", "/group"),
+    ("ROLE", "/role"),
+    ("CREATED", "/created_at"),
+    ("CREATED BY", "/created_by"),
+];
 
 const NAMESPACE_COLUMNS: [(&str, &str); 3] = [
     ("NAME", "/name"),
@@ -147,6 +171,31 @@ pub(crate) async fn tokens(
         }
         TokensCommand::Revoke { id } => {
             api.call(Method::DELETE, &format!("/api/v1/tokens/{id}"), None)
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+pub(crate) async fn grants(
+    api: &ApiTarget,
+    output: Output,
+    command: GrantsCommand,
+) -> Result<(), CommandError> {
+    match command {
+        GrantsCommand::Ls => {
+            let list = api.call(Method::GET, "/api/v1/grants", None).await?;
+            show(output, &list, Some("grants"), &GRANT_COLUMNS);
+        }
+        GrantsCommand::Add { group, role } => {
+            let body = json!({"group": group, "role": role});
+            let created = api
+                .call(Method::POST, "/api/v1/grants", Some(&body))
+                .await?;
+            show(output, &created, None, &GRANT_COLUMNS);
+        }
+        GrantsCommand::Rm { id } => {
+            api.call(Method::DELETE, &format!("/api/v1/grants/{id}"), None)
                 .await?;
         }
     }

@@ -13,7 +13,7 @@ use crate::data_dir::DataDir;
 /// The paths of the operations that work in a namespace (collections and creates, and every
 /// calendar path): `namespace=` is added to them. A resource's own path (`/jobs/{id}`) takes
 /// none: ids are unique across namespaces.
-const IN_A_NAMESPACE: [&str; 10] = [
+const IN_A_NAMESPACE: [&str; 11] = [
     "/api/v1/jobs",
     "/api/v1/jobs/bulk",
     "/api/v1/workflows",
@@ -23,6 +23,7 @@ const IN_A_NAMESPACE: [&str; 10] = [
     "/api/v1/schedules/preview",
     "/api/v1/calendars",
     "/api/v1/tokens",
+    "/api/v1/grants",
     "/api/v1/audit",
 ];
 
@@ -57,8 +58,8 @@ fn with_causes(err: &dyn std::error::Error) -> String {
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ClientError {
     #[error(
-        "no token: pass --token, set CARILLON_TOKEN, or run on the machine of a default node \
-         (its token is in {0})"
+        "no token: pass --token, set CARILLON_TOKEN, sign in with `carillon login`, or run on \
+         the machine of a default node (its token is in {0})"
     )]
     NoToken(PathBuf),
     #[error("cannot reach {url}: {reason}")]
@@ -69,12 +70,31 @@ pub(crate) enum ClientError {
     Settings(#[from] ClientConfigError),
     #[error("--namespace: {0}")]
     Namespace(String),
+    #[error("sign-in: {0}")]
+    SignIn(String),
+}
+
+/// The node client commands talk to, and the CA trusted for it: from flags or environment,
+/// else the client settings file ([`ClientConfig`]), else the default local node.
+pub(crate) fn node_of(
+    url: Option<String>,
+    ca_file: Option<PathBuf>,
+) -> Result<(String, Option<PathBuf>), ClientError> {
+    let settings = ClientConfig::load()?;
+    let url = url
+        .or(settings.url)
+        .unwrap_or_else(|| format!("http://{}", Config::default().http.listen));
+    Ok((
+        url.trim_end_matches('/').to_owned(),
+        ca_file.or(settings.ca_file),
+    ))
 }
 
 impl ApiTarget {
-    /// From flags or environment, else the client settings file ([`ClientConfig`]), else the
-    /// default local node and its data directory.
-    pub(crate) fn find(
+    /// The node as [`node_of`] finds it; the token from flags or environment, else the
+    /// person's sign-in there (`carillon login`, refreshed when it has expired), else the
+    /// default local node's admin token.
+    pub(crate) async fn find(
         url: Option<String>,
         token: Option<String>,
         ca_file: Option<PathBuf>,
@@ -82,10 +102,7 @@ impl ApiTarget {
     ) -> Result<Self, ClientError> {
         let settings = ClientConfig::load()?;
         let config = Config::default();
-        let url = url
-            .or(settings.url)
-            .unwrap_or_else(|| format!("http://{}", config.http.listen));
-        let ca_file = ca_file.or(settings.ca_file);
+        let (url, ca_file) = node_of(url, ca_file)?;
         let namespace_given = namespace.is_some();
         if let Some(name) = &namespace {
             crate::namespaces::check_name(name).map_err(ClientError::Namespace)?;
@@ -93,21 +110,24 @@ impl ApiTarget {
         let namespace = namespace.or(settings.namespace);
         let token = match token {
             Some(token) => token,
-            None => {
-                let path = config.data_dir().join("admin-token");
-                let found = DataDir::open(&config.data_dir())
-                    .ok()
-                    .filter(|_| path.is_file())
-                    .and_then(|dir| dir.admin_token().ok());
-                found
-                    .ok_or(ClientError::NoToken(path))?
-                    .value
-                    .expose()
-                    .to_owned()
-            }
+            None => match super::login::stored_token(&url, ca_file.as_ref()).await? {
+                Some(token) => token,
+                None => {
+                    let path = config.data_dir().join("admin-token");
+                    let found = DataDir::open(&config.data_dir())
+                        .ok()
+                        .filter(|_| path.is_file())
+                        .and_then(|dir| dir.admin_token().ok());
+                    found
+                        .ok_or(ClientError::NoToken(path))?
+                        .value
+                        .expose()
+                        .to_owned()
+                }
+            },
         };
         Ok(Self {
-            url: url.trim_end_matches('/').to_owned(),
+            url,
             token,
             ca_file,
             namespace,

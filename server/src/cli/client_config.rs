@@ -24,6 +24,15 @@ pub(crate) struct ClientConfig {
     pub(crate) ca_file: Option<PathBuf>,
 }
 
+/// The command line's own directory: `$XDG_CONFIG_HOME/carillon` or `~/.config/carillon`.
+pub(crate) fn settings_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".config")))?;
+    Some(base.join("carillon"))
+}
+
 /// The file could not be used.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ClientConfigError {
@@ -43,11 +52,7 @@ impl ClientConfig {
         if let Some(path) = std::env::var_os("CARILLON_CLI_CONFIG") {
             return Some(PathBuf::from(path));
         }
-        let base = std::env::var_os("XDG_CONFIG_HOME")
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-            .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".config")))?;
-        Some(base.join("carillon").join("cli.toml"))
+        Some(settings_dir()?.join("cli.toml"))
     }
 
     /// The settings of the file at [`ClientConfig::path`]; none when there is no file.

@@ -9,8 +9,10 @@ mod apply_children;
 mod client;
 mod client_config;
 mod commands;
+mod credentials;
 mod import;
 mod job_fields;
+mod login;
 mod policies;
 mod purge;
 mod run_logs;
@@ -46,7 +48,8 @@ pub struct Cli {
     /// The node's API, for client commands (default: the local default node).
     #[arg(long, global = true, env = "CARILLON_URL")]
     url: Option<String>,
-    /// The token for client commands (default: the local default node's admin token).
+    /// The token for client commands (default: the sign-in of `carillon login` for this node,
+    /// else the local default node's admin token).
     #[arg(long, global = true, env = "CARILLON_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// A CA certificate (PEM) to trust for an https:// node, beside the system's roots.
@@ -102,6 +105,21 @@ enum Command {
     /// A namespace's service tokens: ls, create, revoke.
     #[command(subcommand)]
     Tokens(access::TokensCommand),
+    /// Sign in with the cluster's identity provider ([auth.oidc]); the client commands then
+    /// use that sign-in for this node, renewing it when it expires.
+    Login {
+        /// Sign in in a browser on this machine rather than with a code on any device.
+        #[arg(long)]
+        browser: bool,
+        /// With --browser: print the address only, start no browser.
+        #[arg(long, requires = "browser")]
+        no_open: bool,
+    },
+    /// Forget the sign-in kept for this node.
+    Logout,
+    /// A namespace's roles for the identity provider's groups: ls, add, rm.
+    #[command(subcommand)]
+    Grants(access::GrantsCommand),
     /// The audit trail of changes made through the API: ls.
     #[command(subcommand)]
     Audit(access::AuditCommand),
@@ -400,8 +418,44 @@ pub async fn run(cli: Cli) -> ExitCode {
             telemetry::init(&config.log);
             migrate(config).await
         }
+        Command::Login { browser, no_open } => {
+            let flow = if browser {
+                login::Flow::Browser { open: !no_open }
+            } else {
+                login::Flow::Device
+            };
+            let signed_in = match client::node_of(cli.url, cli.ca_file) {
+                Ok((url, ca_file)) => login::login(&url, ca_file.as_ref(), flow)
+                    .await
+                    .map(|name| (url, name)),
+                Err(err) => Err(err),
+            };
+            match signed_in {
+                Ok((url, name)) => {
+                    commands::out(&format!("signed in to {url} as {name}\n"));
+                    ExitCode::SUCCESS
+                }
+                Err(err) => fail_early(&err),
+            }
+        }
+        Command::Logout => {
+            let forgot = client::node_of(cli.url, cli.ca_file)
+                .and_then(|(url, _)| login::logout(&url).map(|forgot| (url, forgot)));
+            match forgot {
+                Ok((url, true)) => {
+                    commands::out(&format!("signed out of {url}\n"));
+                    ExitCode::SUCCESS
+                }
+                Ok((url, false)) => {
+                    commands::out(&format!("nobody was signed in to {url}\n"));
+                    ExitCode::SUCCESS
+                }
+                Err(err) => fail_early(&err),
+            }
+        }
         client_command => {
             let api = match client::ApiTarget::find(cli.url, cli.token, cli.ca_file, cli.namespace)
+                .await
             {
                 Ok(api) => api,
                 Err(err) => return fail_early(&err),
@@ -423,8 +477,12 @@ pub async fn run(cli: Cli) -> ExitCode {
                 Command::Import(c) => import::import(&api, output, c).await,
                 Command::Namespaces(c) => access::namespaces(&api, output, c).await,
                 Command::Tokens(c) => access::tokens(&api, output, c).await,
+                Command::Grants(c) => access::grants(&api, output, c).await,
                 Command::Audit(c) => access::audit(&api, output, c).await,
-                Command::Server(_) | Command::Migrate(_) => Ok(()),
+                Command::Server(_)
+                | Command::Migrate(_)
+                | Command::Login { .. }
+                | Command::Logout => Ok(()),
             };
             match done {
                 Ok(()) => ExitCode::SUCCESS,

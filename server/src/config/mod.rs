@@ -283,6 +283,8 @@ pub struct AuthConfig {
     pub read_only_token: Option<Secret>,
     /// Executor tokens limited to one app each: `{ billing = "…", etl = "…" }`.
     pub app_tokens: std::collections::BTreeMap<String, Secret>,
+    /// People signing in through an OpenID Connect provider; none when absent.
+    pub oidc: Option<crate::access::oidc::OidcConfig>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -95,6 +95,9 @@ impl Config {
                 )
             })?;
         }
+        if let Some(oidc) = &self.auth.oidc {
+            validate_oidc(oidc)?;
+        }
         if let Some(secret) = &self.dispatch.secret {
             validate_token(secret.expose()).map_err(|_| {
                 invalid(
@@ -206,6 +209,49 @@ pub fn validate_node_id(id: &str) -> Result<(), ConfigError> {
             format!(
                 "{id:?} is not a node id: use 1 to {NODE_ID_MAX} letters, digits, '-', '_' or '.'"
             ),
+        ));
+    }
+    Ok(())
+}
+
+fn validate_oidc(oidc: &crate::access::oidc::OidcConfig) -> Result<(), ConfigError> {
+    let issuer = reqwest::Url::parse(&oidc.issuer).map_err(|_| {
+        invalid(
+            "auth.oidc.issuer",
+            format!("{:?} is not a URL: give the provider's issuer, e.g. https://id.example.com/realms/main", oidc.issuer),
+        )
+    })?;
+    let loopback = issuer.host_str().is_some_and(|host| {
+        host == "localhost"
+            || host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    });
+    if issuer.scheme() != "https" && !(issuer.scheme() == "http" && loopback) {
+        return Err(invalid(
+            "auth.oidc.issuer",
+            "must be an https:// URL (http:// only on a loopback address): the keys that \
+             sign every token are read from it",
+        ));
+    }
+    if oidc.audience.trim().is_empty() {
+        return Err(invalid(
+            "auth.oidc.audience",
+            "is required: the audience (aud) the provider puts in access tokens for this API",
+        ));
+    }
+    if oidc.groups_claim.trim().is_empty() || oidc.name_claim.trim().is_empty() {
+        return Err(invalid(
+            "auth.oidc.groups_claim",
+            "groups_claim and name_claim must name a claim",
+        ));
+    }
+    if oidc.clock_skew_s > 300 {
+        return Err(invalid(
+            "auth.oidc.clock_skew_s",
+            "must be at most 300: a larger skew keeps expired tokens working",
         ));
     }
     Ok(())

@@ -643,6 +643,16 @@ queries! {
         display_prefix, created_by, expires_at_ms, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, {now})";
     token_delete = "DELETE FROM service_tokens WHERE token_id = ?";
     token_used = "UPDATE service_tokens SET last_used_at_ms = ? WHERE token_id = ?";
+
+    // Role grants (`sql_store/grants.rs`).
+    grants_all = "SELECT grant_id, namespace_id, group_name, role, created_at_ms, created_by \
+        FROM role_grants ORDER BY namespace_id, group_name";
+    grant_by_group = "SELECT grant_id, namespace_id, group_name, role, created_at_ms, created_by \
+        FROM role_grants WHERE namespace_id = ? AND group_name = ?";
+    grant_insert = "INSERT INTO role_grants (namespace_id, group_name, role, created_by, \
+        created_at_ms) VALUES (?, ?, ?, ?, {now})";
+    grant_delete = "DELETE FROM role_grants WHERE grant_id = ?";
+    namespace_grants_delete = "DELETE FROM role_grants WHERE namespace_id = ?";
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ mod cluster_records;
 mod dialect;
 mod dispatch_records;
 mod error;
+mod grant_records;
 mod history_records;
 mod job_records;
 mod log_records;
@@ -45,6 +46,7 @@ pub use dispatch_records::{
     RunFilter, XxlJobRunning, executor_protocol,
 };
 pub use error::Error;
+pub use grant_records::{GrantRecord, GrantStore, GrantWrite};
 pub use history_records::{
     DEAD_LETTER_STATES, JobHistoryRule, PurgeScope, PurgeStates, PurgeStep, Purged,
 };
@@ -446,6 +448,7 @@ pub trait Store:
     + WorkflowStore
     + NamespaceStore
     + TokenStore
+    + GrantStore
     + AuditStore
 {
 }
@@ -463,6 +466,7 @@ impl<
         + WorkflowStore
         + NamespaceStore
         + TokenStore
+        + GrantStore
         + AuditStore,
 > Store for T
 {

@@ -151,9 +151,19 @@ async fn fixtures(node: &NodeProcess, namespace: &str, round: usize) -> Fixtures
     assert!(status == 200 || status == 201, "{answer}");
     let token = expect(
         node,
-        post,
+        post.clone(),
         &format!("/api/v1/tokens{at}"),
         Some(json!({"name": format!("spare-{round}"), "role": "viewer"})),
+        201,
+    )
+    .await["id"]
+        .as_i64()
+        .unwrap();
+    let grant = expect(
+        node,
+        post,
+        &format!("/api/v1/grants{at}"),
+        Some(json!({"group": format!("spare-{round}"), "role": "viewer"})),
         201,
     )
     .await["id"]
@@ -168,6 +178,7 @@ async fn fixtures(node: &NodeProcess, namespace: &str, round: usize) -> Fixtures
             ("backfills", backfill),
             ("tasks", task),
             ("tokens", token),
+            ("grants", grant),
             ("executors", 1),
         ]),
     }
@@ -326,12 +337,12 @@ async fn each_role_opens_its_operations_in_its_own_namespace_only(db: TestDb) {
     for (segment, id) in &other.by_segment {
         let path = match *segment {
             "executors" => continue,
-            "tokens" => "/api/v1/tokens?namespace=team-b".to_owned(),
+            "tokens" | "grants" => format!("/api/v1/{segment}?namespace=team-b"),
             _ => format!("/api/v1/{segment}/{id}"),
         };
         let answer = expect(&node, Method::GET, &path, None, 200).await;
-        if *segment == "tokens" {
-            assert_eq!(answer["tokens"].as_array().unwrap().len(), 1, "{answer}");
+        if *segment == "tokens" || *segment == "grants" {
+            assert_eq!(answer[*segment].as_array().unwrap().len(), 1, "{answer}");
         }
         if *segment == "jobs" {
             assert_eq!(

@@ -12,6 +12,7 @@ pub mod executor;
 pub mod galera;
 pub mod haproxy;
 pub mod node;
+pub mod oidc;
 pub mod pgbouncer;
 pub mod pki;
 pub mod private_server;

@@ -13,6 +13,7 @@ mod create_database;
 mod dispatch;
 mod follow_ups;
 mod galera;
+mod grants;
 mod history;
 mod jobs;
 mod logs;
@@ -47,6 +48,7 @@ use super::dispatch_records::{
     ExecutorRecord, ExecutorRegistration, LateRun, MinuteCount, NewAttempt, RegistrationOutcome,
     RunFilter, XxlJobRunning,
 };
+use super::grant_records::{GrantRecord, GrantStore, GrantWrite};
 use super::history_records::{JobHistoryRule, PurgeScope, PurgeStep, Purged};
 use super::job_records::{
     ClaimOutcome, JobChanges, JobFilter, JobInsert, JobKey, JobOrder, JobPolicyRow, JobRecord,
@@ -426,6 +428,9 @@ namespaces::namespace_store!(SqliteStore, Sqlite);
 tokens::token_store!(PostgresStore, Postgres);
 tokens::token_store!(MysqlStore, MySql);
 tokens::token_store!(SqliteStore, Sqlite);
+grants::grant_store!(PostgresStore, Postgres);
+grants::grant_store!(MysqlStore, MySql);
+grants::grant_store!(SqliteStore, Sqlite);
 audit::audit_store!(PostgresStore, Postgres);
 audit::audit_store!(MysqlStore, MySql);
 audit::audit_store!(SqliteStore, Sqlite);

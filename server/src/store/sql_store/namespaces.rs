@@ -37,12 +37,17 @@ macro_rules! namespace_store {
             }
 
             async fn delete_namespace(&mut self, namespace: NamespaceId) -> Result<(), Error> {
-                // Its tokens open nothing once it is gone, and a namespace of the same name
-                // made later must not inherit them.
-                sqlx::query::<$db>(sql(&self.store.q.namespace_tokens_delete))
-                    .bind(namespace)
-                    .execute(&mut **self.tx)
-                    .await?;
+                // Its tokens and grants open nothing once it is gone, and a namespace of the
+                // same name made later must not inherit them.
+                for query in [
+                    &self.store.q.namespace_tokens_delete,
+                    &self.store.q.namespace_grants_delete,
+                ] {
+                    sqlx::query::<$db>(sql(query))
+                        .bind(namespace)
+                        .execute(&mut **self.tx)
+                        .await?;
+                }
                 sqlx::query::<$db>(sql(&self.store.q.namespace_delete))
                     .bind(namespace)
                     .execute(&mut **self.tx)

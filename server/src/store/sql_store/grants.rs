@@ -1,0 +1,51 @@
+//! `GrantStore` on the three backends.
+
+/// Implements it for one backend's store.
+macro_rules! grant_store {
+    ($store:ident, $db:ty) => {
+        #[async_trait]
+        impl GrantStore for $store {
+            async fn grants_all(&self) -> Result<Vec<GrantRecord>, Error> {
+                Ok(sqlx::query_as::<$db, GrantRecord>(sql(&self.q.grants_all))
+                    .fetch_all(&self.pool)
+                    .await?)
+            }
+
+            async fn grant_insert(&self, grant: &GrantWrite) -> Result<GrantRecord, Error> {
+                let inserted = sqlx::query::<$db>(sql(&self.q.grant_insert))
+                    .bind(grant.namespace_id)
+                    .bind(&grant.group_name)
+                    .bind(&grant.role)
+                    .bind(&grant.created_by)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(Error::from);
+                match inserted {
+                    Ok(_) => {}
+                    Err(err) if err.is_unique_violation() => {
+                        return Err(Error::Conflict {
+                            what: format!("a role of group {:?}", grant.group_name),
+                        });
+                    }
+                    Err(err) => return Err(err),
+                }
+                sqlx::query_as::<$db, GrantRecord>(sql(&self.q.grant_by_group))
+                    .bind(grant.namespace_id)
+                    .bind(&grant.group_name)
+                    .fetch_optional(&self.pool)
+                    .await?
+                    .ok_or(Error::NotInitialised)
+            }
+
+            async fn grant_delete(&self, grant_id: i64) -> Result<bool, Error> {
+                let done = sqlx::query::<$db>(sql(&self.q.grant_delete))
+                    .bind(grant_id)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(done.rows_affected() > 0)
+            }
+        }
+    };
+}
+
+pub(super) use grant_store;
