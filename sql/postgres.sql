@@ -66,7 +66,9 @@ CREATE TABLE audit_events (
     -- ok, failed (the change was refused by its own checks) or refused (not permitted).
     outcome VARCHAR(16) NOT NULL,
     status INTEGER NOT NULL,
-    detail TEXT NULL
+    detail TEXT NULL,
+    -- What an edit changed: [{"field", "before", "after"}] as JSON.
+    changes TEXT NULL
 );
 CREATE INDEX audit_events_at_idx ON audit_events (at_ms);
 CREATE INDEX audit_events_namespace_idx ON audit_events (namespace_id, event_id);

@@ -257,6 +257,7 @@ impl Application {
         let history_purger = HistoryPurger::new(
             Arc::clone(&api_store) as Arc<dyn store::HistoryStore>,
             Arc::clone(&api_store) as Arc<dyn store::TaskStore>,
+            Arc::clone(&api_store) as Arc<dyn store::AuditStore>,
             Arc::clone(&view),
             Arc::clone(&clock),
             config.retention.clone(),

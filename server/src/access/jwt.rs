@@ -164,6 +164,12 @@ pub enum Refusal {
     NoSubject,
 }
 
+/// How a refusal shows a value the token chose: 64 characters at most, control characters
+/// escaped (it reaches the answer and the audit trail before any signature is checked).
+pub fn shown(text: &str) -> String {
+    text.chars().take(64).flat_map(char::escape_debug).collect()
+}
+
 /// A token's header: which algorithm and key signed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Header {
@@ -190,7 +196,7 @@ pub fn header(token: &str) -> Result<Header, Refusal> {
     let raw: RawHeader = serde_json::from_slice(&bytes)
         .map_err(|_| Refusal::Malformed("its header is not a JSON object with `alg`"))?;
     let Some(algorithm) = Algorithm::parse(&raw.alg) else {
-        return Err(Refusal::Algorithm(raw.alg));
+        return Err(Refusal::Algorithm(shown(&raw.alg)));
     };
     Ok(Header {
         algorithm,
@@ -258,7 +264,7 @@ fn check_claims(claims: &Value, expected: &Expected<'_>) -> Result<Identity, Ref
         .and_then(Value::as_str)
         .unwrap_or_default();
     if issuer.trim_end_matches('/') != expected.issuer.trim_end_matches('/') {
-        return Err(Refusal::Issuer(issuer.chars().take(200).collect()));
+        return Err(Refusal::Issuer(shown(issuer)));
     }
     let audience_named = match claims.get("aud") {
         Some(Value::String(one)) => one == expected.audience,

@@ -268,12 +268,24 @@ impl Principal {
             Principal::Executor { app: Some(app), .. } => format!("app token of {app}"),
             Principal::Executor { .. } => "executor token".to_owned(),
             Principal::Service(grant) => format!("token {} (#{})", grant.name, grant.token_id),
+            // Both come from the token: cut, so that the trail's column always takes them.
             Principal::Person(person) if person.name == person.subject => {
-                format!("user {}", person.name)
+                format!("user {}", cut(&person.name))
             }
-            Principal::Person(person) => format!("user {} (sub {})", person.name, person.subject),
+            Principal::Person(person) => {
+                format!("user {} (sub {})", cut(&person.name), cut(&person.subject))
+            }
         }
     }
+}
+
+/// At most 100 characters of `text`, control characters escaped.
+fn cut(text: &str) -> String {
+    text.chars()
+        .take(100)
+        .flat_map(char::escape_debug)
+        .take(200)
+        .collect()
 }
 
 #[cfg(test)]

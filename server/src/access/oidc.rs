@@ -16,6 +16,10 @@ use super::jwt::{self, Expected, Identity, Refusal, VerifyingKey};
 /// How long the provider's keys are used before they are read again.
 const REFRESH_EVERY: Duration = Duration::from_secs(15 * 60);
 
+/// How long keys read once keep serving while the provider cannot be reached: a key the
+/// provider dropped (leaked, say) is not trusted for ever by a node cut off from it.
+const KEYS_SERVE_AT_MOST: Duration = Duration::from_secs(24 * 3600);
+
 /// How often a token naming an unknown key may make the node read the keys again.
 const REFETCH_AT_MOST_EVERY: Duration = Duration::from_secs(5);
 
@@ -68,6 +72,23 @@ impl Default for OidcConfig {
             scopes: "openid offline_access".to_owned(),
         }
     }
+}
+
+/// Whether `url` is `https://`, or `http://` on a loopback address (a provider on this
+/// machine): where a provider's keys may be read from.
+pub fn secure_or_loopback(url: &str) -> bool {
+    let Ok(url) = reqwest::Url::parse(url) else {
+        return false;
+    };
+    let loopback = url.host_str().is_some_and(|host| {
+        host == "localhost"
+            || host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    });
+    url.scheme() == "https" || (url.scheme() == "http" && loopback)
 }
 
 /// Why a bearer JWT opened nothing.
@@ -154,14 +175,18 @@ impl OidcVerifier {
             candidates = self.candidates(&header);
         }
         if candidates.is_empty() {
-            return Err(
-                Refusal::UnknownKey(header.kid.unwrap_or_else(|| "none".to_owned())).into(),
-            );
+            let kid = header
+                .kid
+                .as_deref()
+                .map_or_else(|| "none".to_owned(), jwt::shown);
+            return Err(Refusal::UnknownKey(kid).into());
         }
+        // Of several keys, the one that verified says why its claims fail.
         let mut refusal = Refusal::Signature;
         for key in &candidates {
             match jwt::verify(token, key, &expected) {
                 Ok(identity) => return Ok(identity),
+                Err(Refusal::Signature) => {}
                 Err(err) => refusal = err,
             }
         }
@@ -222,22 +247,21 @@ impl OidcVerifier {
             }
             Err(err) => {
                 tracing::warn!(issuer = %self.settings.issuer, error = %err, "could not read the identity provider's keys");
-                if self.keys().read_at.is_some() {
-                    Ok(())
-                } else {
-                    Err(SignInError::Provider(err))
-                }
+                self.any_keys().map_err(|_| SignInError::Provider(err))
             }
         }
     }
 
+    /// Whether keys in hand may serve: read, and not longer ago than [`KEYS_SERVE_AT_MOST`].
     fn any_keys(&self) -> Result<(), SignInError> {
-        if self.keys().read_at.is_some() {
-            Ok(())
-        } else {
-            Err(SignInError::Provider(
+        match self.keys().read_at {
+            Some(at) if at.elapsed() < KEYS_SERVE_AT_MOST => Ok(()),
+            Some(_) => Err(SignInError::Provider(
+                "the keys in hand are over a day old and could not be read again".to_owned(),
+            )),
+            None => Err(SignInError::Provider(
                 "they were not read yet; the last try failed".to_owned(),
-            ))
+            )),
         }
     }
 
@@ -252,6 +276,13 @@ impl OidcVerifier {
             return Err(format!(
                 "{discovery_url} names issuer {:?}, not the configured {issuer:?}",
                 discovery.issuer
+            ));
+        }
+        if !secure_or_loopback(&discovery.jwks_uri) {
+            return Err(format!(
+                "{discovery_url} names jwks_uri {:?}: keys are read over https:// only (http:// \
+                 on a loopback address)",
+                discovery.jwks_uri
             ));
         }
         let document = self.get(&discovery.jwks_uri).await?;

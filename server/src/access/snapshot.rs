@@ -16,6 +16,9 @@ struct Copy<T> {
     value: Arc<T>,
     read_at: Option<Instant>,
     ever_read: bool,
+    /// Counts [`Snapshot::forget`]s: a read begun before one is used, but not kept as fresh
+    /// (it may predate the change that made the node forget).
+    generation: u64,
 }
 
 /// The copy of one table.
@@ -33,6 +36,7 @@ impl<T: Default> Default for Snapshot<T> {
                 value: Arc::new(T::default()),
                 read_at: None,
                 ever_read: false,
+                generation: 0,
             }),
             reading: tokio::sync::Mutex::new(()),
         }
@@ -42,7 +46,9 @@ impl<T: Default> Default for Snapshot<T> {
 impl<T> Snapshot<T> {
     /// Makes the next use read the table again (after this node changed it).
     pub(super) fn forget(&self) {
-        self.copy().read_at = None;
+        let mut copy = self.copy();
+        copy.read_at = None;
+        copy.generation += 1;
     }
 
     fn copy(&self) -> std::sync::MutexGuard<'_, Copy<T>> {
@@ -71,12 +77,15 @@ impl<T> Snapshot<T> {
         if let Some(value) = self.fresh() {
             return Ok(value);
         }
+        let generation = self.copy().generation;
         match read().await {
             Ok(value) => {
                 let value = Arc::new(value);
                 let mut copy = self.copy();
                 copy.value = Arc::clone(&value);
-                copy.read_at = Some(Instant::now());
+                if copy.generation == generation {
+                    copy.read_at = Some(Instant::now());
+                }
                 copy.ever_read = true;
                 Ok(value)
             }

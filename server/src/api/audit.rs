@@ -85,6 +85,7 @@ pub(super) async fn record(
     outcome: Outcome,
     status: u16,
     detail: Option<String>,
+    changes: Option<String>,
 ) {
     let event = AuditWrite {
         at_ms: state.clock.now_ms(),
@@ -98,6 +99,7 @@ pub(super) async fn record(
         outcome: outcome.name().to_owned(),
         status: i32::from(status),
         detail,
+        changes,
     };
     if let Err(err) = state.store.audit_insert(&event).await {
         tracing::error!(error = %err, operation = call.operation, actor = %event.actor,
@@ -115,8 +117,22 @@ pub struct RefusedSignIns {
     by_source: Mutex<HashMap<IpAddr, (i64, u64)>>,
 }
 
-/// How many addresses are remembered before those of past minutes are forgotten.
+/// How many sources are remembered: past it, those of past minutes are forgotten, and when
+/// all are of this minute, further sources share one count (so the trail takes at most this
+/// many refusals a minute, and the map never grows past it).
 const SOURCES_KEPT: usize = 10_000;
+
+/// Where refusals are counted: an IPv4 address, or an IPv6 address's /64 (one host has many).
+fn source_of(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => {
+            let mut segments = v6.segments();
+            segments[4..].fill(0);
+            IpAddr::V6(std::net::Ipv6Addr::from(segments))
+        }
+    }
+}
 
 impl RefusedSignIns {
     /// `Some(held back before it)` when a refusal from `source` at `now_ms` is recorded.
@@ -126,8 +142,12 @@ impl RefusedSignIns {
             .by_source
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if by_source.len() >= SOURCES_KEPT {
+        let mut source = source_of(source);
+        if by_source.len() >= SOURCES_KEPT && !by_source.contains_key(&source) {
             by_source.retain(|_, (at, _)| *at >= minute);
+            if by_source.len() >= SOURCES_KEPT {
+                source = IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED);
+            }
         }
         match by_source.get_mut(&source) {
             Some((at, held)) if *at == minute => {
@@ -177,6 +197,7 @@ pub(super) async fn record_refused_sign_in(
         outcome: Outcome::Refused.name().to_owned(),
         status: 401,
         detail: Some(detail),
+        changes: None,
     };
     if let Err(err) = state.store.audit_insert(&event).await {
         tracing::error!(error = %err, "could not record a refused sign-in");
@@ -198,6 +219,10 @@ pub(super) struct AuditQuery {
     operation: Option<String>,
     /// `ok`, `failed` or `refused`.
     outcome: Option<String>,
+    /// Recorded at or after this instant (RFC 3339).
+    since: Option<String>,
+    /// Recorded before this instant (RFC 3339).
+    until: Option<String>,
     /// 1–1000, default 100.
     limit: Option<i64>,
     /// The `next_cursor` of the previous page.
@@ -224,6 +249,11 @@ pub(super) struct AuditEventView {
     status: i32,
     #[serde(skip_serializing_if = "Option::is_none")]
     detail: Option<String>,
+    /// What an edit changed (`updateJob`, `updateWorkflow`, `putCalendar`,
+    /// `updateNamespace`): each field with its value before and after.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<super::changes::Change>>)]
+    changes: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -269,6 +299,8 @@ pub(super) async fn list(
             actor: query.actor,
             operation: query.operation,
             outcome: query.outcome,
+            from_ms: super::tasks::instant("since", query.since.as_deref())?,
+            to_ms: super::tasks::instant("until", query.until.as_deref())?,
             before_id,
             limit,
         })
@@ -302,5 +334,50 @@ async fn view(state: &ApiState, record: AuditRecord) -> Result<AuditEventView, A
         outcome: record.outcome,
         status: record.status,
         detail: record.detail,
+        changes: record
+            .changes
+            .as_deref()
+            .and_then(|text| serde_json::from_str(text).ok()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refused_sign_ins_are_recorded_once_a_minute_per_source_counting_the_rest() {
+        let refusals = RefusedSignIns::default();
+        let one: IpAddr = "192.0.2.7".parse().unwrap();
+        let other: IpAddr = "192.0.2.8".parse().unwrap();
+        assert_eq!(refusals.admit(one, 60_000), Some(0));
+        assert_eq!(refusals.admit(one, 60_001), None);
+        assert_eq!(refusals.admit(one, 119_999), None);
+        assert_eq!(refusals.admit(other, 119_999), Some(0));
+        // The next minute's first is recorded, saying the two held back.
+        assert_eq!(refusals.admit(one, 120_000), Some(2));
+        assert_eq!(refusals.admit(one, 180_000), Some(0));
+        // One IPv6 host's many addresses are one source.
+        let a: IpAddr = "2001:db8:1:2::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:ffff::9".parse().unwrap();
+        assert_eq!(refusals.admit(a, 60_000), Some(0));
+        assert_eq!(refusals.admit(b, 60_000), None);
+    }
+
+    #[test]
+    fn a_flood_of_sources_in_one_minute_shares_one_count_past_the_cap() {
+        let refusals = RefusedSignIns::default();
+        let mut recorded = 0;
+        for n in 0..(SOURCES_KEPT as u32 + 500) {
+            let ip = IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + n));
+            recorded += usize::from(refusals.admit(ip, 60_000).is_some());
+        }
+        assert_eq!(recorded, SOURCES_KEPT + 1);
+        let kept = refusals.by_source.lock().unwrap().len();
+        assert_eq!(kept, SOURCES_KEPT + 1);
+        // A minute later the old sources make room.
+        let late = IpAddr::V4(std::net::Ipv4Addr::new(198, 51, 100, 1));
+        assert_eq!(refusals.admit(late, 120_000), Some(0));
+        assert!(refusals.by_source.lock().unwrap().len() <= 2);
+    }
 }

@@ -3,13 +3,14 @@
 
 use std::collections::HashMap;
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
+use axum::{Extension, Json};
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::body::JsonBody;
+use super::changes::Changes;
 use super::error::Problem;
 use super::namespaces::{Namespace, NamespaceQuery, resolve};
 use super::params::{NameParam, QueryParams};
@@ -124,18 +125,29 @@ pub(super) async fn put(
     QueryParams(at): QueryParams<NamespaceQuery>,
     headers: HeaderMap,
     JsonBody(spec): JsonBody<CalendarSpec>,
-) -> Result<(StatusCode, Json<CalendarView>), ApiError> {
+) -> Result<(StatusCode, Extension<Changes>, Json<CalendarView>), ApiError> {
     checked_name(&name)?;
     let namespace = resolve(&state, at.namespace.as_deref()).await?;
     Calendar::parse(&spec).map_err(|e| ApiError::invalid(&e.field, e.message))?;
     let json = serde_json::to_string(&spec).map_err(|e| unreadable(&name, &e))?;
     let expected = super::jobs::if_match(&headers)?;
+    // Read first for the audit trail's "what changed" (exact when If-Match pins the version).
+    let previous = state.store.calendar_get(namespace.id, &name).await?;
     if let Some(updated) = state
         .store
         .calendar_update(namespace.id, &name, &json, expected)
         .await?
     {
-        return Ok((StatusCode::OK, Json(view_of(&namespace, updated)?)));
+        let before: serde_json::Value = previous
+            .and_then(|record| serde_json::from_str(&record.definition_json).ok())
+            .unwrap_or_default();
+        let after = serde_json::to_value(&spec).unwrap_or_default();
+        let changes = Changes::between(&before, &after);
+        return Ok((
+            StatusCode::OK,
+            Extension(changes),
+            Json(view_of(&namespace, updated)?),
+        ));
     }
     let current = state.store.calendar_get(namespace.id, &name).await?;
     match (current, expected) {
@@ -150,7 +162,11 @@ pub(super) async fn put(
                 .store
                 .calendar_insert(namespace.id, &name, &json)
                 .await?;
-            Ok((StatusCode::CREATED, Json(view_of(&namespace, created)?)))
+            Ok((
+                StatusCode::CREATED,
+                Extension(Changes::default()),
+                Json(view_of(&namespace, created)?),
+            ))
         }
     }
 }

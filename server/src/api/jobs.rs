@@ -1,13 +1,14 @@
 //! `/api/v1/jobs`: create, list, get, update, delete, start, stop, trigger, and a job's runs.
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::{Extension, Json};
 use chrono::DateTime;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::body::JsonBody;
+use super::changes::Changes;
 use super::error::Problem;
 use super::namespaces::NamespaceQuery;
 use super::paging;
@@ -467,7 +468,7 @@ pub(super) async fn update(
     IdParam(id): IdParam,
     headers: HeaderMap,
     JsonBody(patch): JsonBody<JobPatch>,
-) -> Result<(HeaderMap, Json<JobView>), ApiError> {
+) -> Result<(Extension<Changes>, HeaderMap, Json<JobView>), ApiError> {
     let record = load(&state, id).await?;
     a_job(&record)?;
     if let Some(expected) = if_match(&headers)?
@@ -486,7 +487,8 @@ pub(super) async fn update(
             record.version
         )));
     }
-    let definition = patch.apply(&definition_of(&record)?)?;
+    let before = definition_of(&record)?;
+    let definition = patch.apply(&before)?;
     if record.state == JobState::Running {
         check_fires(&state, &definition)?;
     }
@@ -513,6 +515,7 @@ pub(super) async fn update(
             ))
         })?;
     Ok((
+        Extension(Changes::between(&before, &definition)),
         etag(updated.version),
         Json(view_warned(&state, updated).await?),
     ))

@@ -5,6 +5,7 @@ mod auth;
 mod backfills;
 mod body;
 mod calendars;
+mod changes;
 mod children;
 mod cluster;
 mod console;

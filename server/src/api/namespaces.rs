@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::body::JsonBody;
+use super::changes::Changes;
 use super::error::Problem;
 use super::params::NameParam;
 use super::{ApiError, ApiState, Principal, rfc3339};
@@ -197,7 +198,7 @@ pub(super) async fn update(
     State(state): State<ApiState>,
     NameParam(name): NameParam,
     JsonBody(patch): JsonBody<NamespacePatch>,
-) -> Result<Json<NamespaceView>, ApiError> {
+) -> Result<(Extension<Changes>, Json<NamespaceView>), ApiError> {
     // From the database, not the node's cache: a field left out keeps what another node set.
     let current = state
         .namespaces
@@ -206,6 +207,7 @@ pub(super) async fn update(
         .into_iter()
         .find(|n| n.name == name)
         .ok_or_else(|| ApiError::missing(format!("namespace {name:?}")))?;
+    let before = audited(&current);
     let write = NamespaceWrite {
         name: current.name,
         description: patch.description.unwrap_or(current.description),
@@ -218,7 +220,20 @@ pub(super) async fn update(
         .await?
         .ok_or_else(|| ApiError::missing(format!("namespace {name:?}")))?;
     state.namespaces.list().await?;
-    Ok(Json(updated.into()))
+    let changes = Changes::between(&before, &audited(&updated));
+    Ok((Extension(changes), Json(updated.into())))
+}
+
+/// What the audit trail shows of a namespace's settings: a webhook only by a fingerprint (chat
+/// webhooks carry their key in the URL, and the trail is kept long after one is replaced).
+fn audited(record: &NamespaceRecord) -> serde_json::Value {
+    use sha2::Digest as _;
+    let webhook = record.alert_webhook.as_ref().map(|url| {
+        let digest = sha2::Sha256::digest(url.as_bytes());
+        let fingerprint: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+        format!("(hidden; fingerprint {fingerprint})")
+    });
+    serde_json::json!({"description": record.description, "alert_webhook": webhook})
 }
 
 /// Deletes a namespace that holds no job, workflow, pending task, calendar or app; never
@@ -237,8 +252,9 @@ pub(super) async fn delete(
     let namespace = resolve(&state, Some(&name)).await?;
     let deletion = state.store.namespace_delete(namespace.id).await?;
     state.namespaces.list().await?;
-    // Its tokens went with it.
+    // Its tokens and grants went with it.
     state.tokens.forget();
+    state.grants.forget();
     match deletion {
         NamespaceDeletion::Deleted => Ok(StatusCode::NO_CONTENT),
         NamespaceDeletion::Missing => Err(ApiError::missing(format!("namespace {name:?}"))),

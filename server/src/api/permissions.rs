@@ -225,6 +225,7 @@ pub(super) async fn authorize(
         .get::<ConnectInfo<Peer>>()
         .map(|info| info.0);
     let admitted = admit(&state, &principal, operation, &params, &mut request).await;
+    let mut changes = None;
     let mut call = Call {
         principal: &principal,
         peer,
@@ -235,12 +236,16 @@ pub(super) async fn authorize(
     let (response, outcome, detail) = match admitted {
         Ok(namespace) => {
             call.namespace = namespace;
-            let response = next.run(request).await;
+            let mut response = next.run(request).await;
             let outcome = if response.status().is_success() {
                 Outcome::Ok
             } else {
                 Outcome::Failed
             };
+            changes = response
+                .extensions_mut()
+                .remove::<super::changes::Changes>()
+                .and_then(|changes| changes.to_json());
             (response, outcome, None)
         }
         Err(denied) => {
@@ -258,7 +263,8 @@ pub(super) async fn authorize(
             (denied.error.into_response(), outcome, Some(detail))
         }
     };
-    audit::record(&state, &call, outcome, response.status().as_u16(), detail).await;
+    let status = response.status().as_u16();
+    audit::record(&state, &call, outcome, status, detail, changes).await;
     Ok(response)
 }
 
@@ -347,7 +353,15 @@ async fn admit(
                     *request.uri_mut() = with_namespace(request.uri(), &name)?;
                     name
                 }
-                (None, None) => crate::namespaces::DEFAULT_NAME.to_owned(),
+                (None, None) => {
+                    if let Principal::Person(person) = principal
+                        && person.cluster.is_none()
+                        && !person.roles.contains_key(&NamespaceId::DEFAULT)
+                    {
+                        return Err(name_one_of_yours(state, person).await.into());
+                    }
+                    crate::namespaces::DEFAULT_NAME.to_owned()
+                }
             };
             let namespace = super::namespaces::resolve(state, Some(&name)).await?;
             verdict(
@@ -384,6 +398,25 @@ async fn admit(
             }
         }
     })
+}
+
+/// A person with roles in several namespaces, none of them `default`, named none: which to
+/// name (it sees only its own).
+async fn name_one_of_yours(state: &ApiState, person: &crate::access::Person) -> ApiError {
+    let mut names = Vec::new();
+    for id in person.roles.keys() {
+        match super::namespaces::name_of(state, *id).await {
+            Ok(name) => names.push(name),
+            Err(err) => return err,
+        }
+    }
+    ApiError::invalid(
+        "namespace",
+        format!(
+            "name the namespace to work in (?namespace=, or the CLI's --namespace): yours are {}",
+            names.join(", ")
+        ),
+    )
 }
 
 /// The namespace resource `id` of `kind` is in; `None` when there is no such resource.

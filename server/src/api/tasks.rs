@@ -326,7 +326,8 @@ pub(super) struct TaskPage {
     next_cursor: Option<String>,
 }
 
-fn instant(field: &'static str, text: Option<&str>) -> Result<Option<i64>, ApiError> {
+/// `text`, an RFC 3339 instant, in epoch milliseconds; a bad one names `field`.
+pub(super) fn instant(field: &'static str, text: Option<&str>) -> Result<Option<i64>, ApiError> {
     text.map(|t| {
         parse_instant(t, chrono_tz::UTC, field)
             .map(|at| at.timestamp_millis())

@@ -6,14 +6,15 @@
 
 use std::collections::HashMap;
 
-use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::body::JsonBody;
+use super::changes::Changes;
 use super::error::Problem;
 use super::jobs::{
     check_fires, definition_of, insert_write, insert_write_in, load, runs_of, write_of,
@@ -392,7 +393,7 @@ pub(super) async fn update(
     State(state): State<ApiState>,
     IdParam(id): IdParam,
     JsonBody(mut input): JsonBody<WorkflowInput>,
-) -> Result<Json<WorkflowView>, ApiError> {
+) -> Result<(Extension<Changes>, Json<WorkflowView>), ApiError> {
     let record = load_workflow(&state, id).await?;
     let definition = checked(&state, record.namespace_id, &mut input).await?;
     if record.state == JobState::Running {
@@ -401,8 +402,12 @@ pub(super) async fn update(
     super::calendars::check_named(&state, record.namespace_id, &definition).await?;
     // The same document again changes nothing (no new version, no new steps' jobs).
     if unchanged(&state, &record, &definition, &input).await? {
-        return Ok(Json(view_of(&state, record).await?));
+        return Ok((
+            Extension(Changes::default()),
+            Json(view_of(&state, record).await?),
+        ));
     }
+    let before = view_of(&state, record.clone()).await?;
     let mut write = write_of(record.namespace_id, &definition);
     write.kind = JobKind::Workflow;
     let updated = state
@@ -415,8 +420,13 @@ pub(super) async fn update(
             ))
         })?;
     save_steps(&state, &updated, &input).await?;
-    Ok(Json(view_of(&state, updated).await?))
+    let after = view_of(&state, updated).await?;
+    let changes = Changes::between_except(&before, &after, VIEW_BOOKKEEPING);
+    Ok((Extension(changes), Json(after)))
 }
+
+/// What a workflow's view moves on at every write, left out of what an edit changed.
+const VIEW_BOOKKEEPING: &[&str] = &["version", "updated_at", "last_fired_at", "partition"];
 
 /// Lists the workflows, newest first.
 #[utoipa::path(get, operation_id = "listWorkflows", path = "/workflows", tag = "workflows",

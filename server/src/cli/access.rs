@@ -37,6 +37,12 @@ pub(crate) enum AuditCommand {
         /// ok, failed or refused.
         #[arg(long)]
         outcome: Option<String>,
+        /// Recorded at or after this instant (RFC 3339).
+        #[arg(long)]
+        since: Option<String>,
+        /// Recorded before this instant (RFC 3339).
+        #[arg(long)]
+        until: Option<String>,
         #[arg(long, default_value_t = 100)]
         limit: u32,
         /// The cursor a previous page printed.
@@ -211,6 +217,8 @@ pub(crate) async fn audit(
         actor,
         operation,
         outcome,
+        since,
+        until,
         limit,
         cursor,
     } = command;
@@ -219,6 +227,8 @@ pub(crate) async fn audit(
         ("actor", actor),
         ("operation", operation),
         ("outcome", outcome),
+        ("since", since),
+        ("until", until),
         ("cursor", cursor),
     ] {
         if let Some(value) = value {

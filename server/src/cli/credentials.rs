@@ -75,8 +75,14 @@ fn write(path: &PathBuf, file: &File) -> Result<(), CredentialsError> {
     // Written whole beside it, then moved over it: a reader never sees half a file, and the
     // tokens are never readable by anyone else, not even for a moment.
     let partial = path.with_extension("json.partial");
+    // Made anew, so that it has this mode whatever a leftover had.
+    match std::fs::remove_file(&partial) {
+        Ok(()) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        Err(err) => return Err(bad(err.to_string())),
+    }
     let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
+    options.write(true).create_new(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
     let mut out = options.open(&partial).map_err(|err| bad(err.to_string()))?;

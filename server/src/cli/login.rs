@@ -68,6 +68,12 @@ fn now_s() -> i64 {
         })
 }
 
+/// When a token the provider says lives `expires_in` seconds expires: its word taken within a
+/// day (a provider's number never overflows anything here), five minutes when it says nothing.
+fn expiry(expires_in: Option<i64>) -> i64 {
+    now_s().saturating_add(expires_in.unwrap_or(300).clamp(0, 86_400))
+}
+
 fn http(ca_file: Option<&PathBuf>) -> Result<reqwest::Client, ClientError> {
     let tls = carillon_tls::ClientTls {
         ca: ca_file.cloned(),
@@ -163,7 +169,7 @@ pub(crate) async fn login(
             client_id: sign_in.client_id,
             audience: sign_in.audience,
             token_endpoint: endpoints.token_endpoint,
-            expires_at_s: now_s() + tokens.expires_in.unwrap_or(300),
+            expires_at_s: expiry(tokens.expires_in),
             access_token: tokens.access_token,
             refresh_token: tokens.refresh_token,
         },
@@ -186,7 +192,7 @@ pub(crate) async fn stored_token(
     let Some(credential) = credentials::load(url).map_err(|err| failed(err.to_string()))? else {
         return Ok(None);
     };
-    if credential.expires_at_s - REFRESH_BEFORE_S > now_s() {
+    if credential.expires_at_s.saturating_sub(REFRESH_BEFORE_S) > now_s() {
         return Ok(Some(credential.access_token));
     }
     let Some(refresh_token) = credential.refresh_token.clone() else {
@@ -216,7 +222,7 @@ pub(crate) async fn stored_token(
     credentials::save(
         url,
         Credential {
-            expires_at_s: now_s() + tokens.expires_in.unwrap_or(300),
+            expires_at_s: expiry(tokens.expires_in),
             access_token: tokens.access_token,
             // A provider that rotates refresh tokens sends a new one; others keep the old.
             refresh_token: tokens.refresh_token.or(Some(refresh_token)),
@@ -266,7 +272,7 @@ async fn device(
     let deadline = now_s() + started["expires_in"].as_i64().unwrap_or(600);
     loop {
         tokio::time::sleep(Duration::from_secs(interval)).await;
-        let answer = post_form(
+        let asked = post_form(
             http,
             &endpoints.token_endpoint,
             &[
@@ -276,15 +282,24 @@ async fn device(
                 ("resource", &sign_in.audience),
             ],
         )
-        .await?;
+        .await;
+        let answer = match asked {
+            Ok(answer) => answer,
+            // A network blip while the person signs in: ask again, until the code expires.
+            Err(err) if now_s() < deadline => {
+                eprintln!("carillon: {err}; asking again");
+                continue;
+            }
+            Err(err) => return Err(err),
+        };
         match answer {
             Ok(answer) => return tokens_of(answer),
             Err((code, _)) if code == "authorization_pending" && now_s() < deadline => {}
-            Err((code, _)) if code == "slow_down" => interval += 5,
+            Err((code, _)) if code == "slow_down" && now_s() < deadline => interval += 5,
             Err((code, description)) => {
                 return Err(failed(match code.as_str() {
                     "access_denied" => "the sign-in was declined at the provider".to_owned(),
-                    "expired_token" | "authorization_pending" => {
+                    "expired_token" | "authorization_pending" | "slow_down" => {
                         "the code expired before the sign-in was confirmed".to_owned()
                     }
                     _ => format!("the provider refused: {code}: {description}"),
@@ -339,36 +354,20 @@ async fn browser(
     eprintln!("To sign in, open {page}");
     if open {
         // Best effort: the address is printed above for when no browser starts.
-        let _ = std::process::Command::new("xdg-open")
+        let opener = if cfg!(target_os = "macos") {
+            "open"
+        } else {
+            "xdg-open"
+        };
+        let _ = std::process::Command::new(opener)
             .arg(page.as_str())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn();
     }
-    let query = tokio::time::timeout(BROWSER_WAIT, callback(&listener))
+    let code = tokio::time::timeout(BROWSER_WAIT, callback(&listener, &state))
         .await
         .map_err(|_| failed("nobody signed in within 5 minutes"))??;
-    let param = |name: &str| {
-        reqwest::Url::parse(&format!("http://127.0.0.1/?{query}"))
-            .ok()
-            .and_then(|url| {
-                url.query_pairs()
-                    .find(|(key, _)| key == name)
-                    .map(|(_, value)| value.into_owned())
-            })
-    };
-    if let Some(error) = param("error") {
-        let description = param("error_description").unwrap_or_default();
-        return Err(failed(format!(
-            "the provider refused: {error}: {description}"
-        )));
-    }
-    if param("state").as_deref() != Some(state.as_str()) {
-        return Err(failed(
-            "the browser's answer is not of this sign-in (its state differs)",
-        ));
-    }
-    let code = param("code").ok_or_else(|| failed("the browser's answer holds no code"))?;
     let answer = post_form(
         http,
         &endpoints.token_endpoint,
@@ -388,43 +387,87 @@ async fn browser(
     tokens_of(answer)
 }
 
-/// Waits for the browser's request to `/callback` on `listener`; its query. Other requests
-/// (a browser's `favicon.ico`) are answered `404` and waited past.
-async fn callback(listener: &tokio::net::TcpListener) -> Result<String, ClientError> {
+/// The value of `name` in the query string `query`.
+fn query_param(query: &str, name: &str) -> Option<String> {
+    reqwest::Url::parse(&format!("http://127.0.0.1/?{query}"))
+        .ok()?
+        .query_pairs()
+        .find(|(key, _)| key == name)
+        .map(|(_, value)| value.into_owned())
+}
+
+/// Waits for the provider's answer, through the browser, on `listener`: the code of the
+/// request to `/callback` with this sign-in's `state`. Anything else (a browser's
+/// `favicon.ico`, another program's request, one that sends nothing for 5 seconds) is
+/// answered or dropped and waited past, so nothing but the provider's answer ends the wait.
+async fn callback(listener: &tokio::net::TcpListener, state: &str) -> Result<String, ClientError> {
     loop {
         let (mut stream, _) = listener
             .accept()
             .await
             .map_err(|err| failed(err.to_string()))?;
-        let mut head = Vec::new();
-        let mut buffer = [0u8; 2048];
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16_384 {
-            match stream.read(&mut buffer).await {
-                Ok(0) | Err(_) => break,
-                Ok(read) => head.extend_from_slice(&buffer[..read]),
-            }
-        }
-        let head = String::from_utf8_lossy(&head);
+        let Ok(head) = tokio::time::timeout(Duration::from_secs(5), read_head(&mut stream)).await
+        else {
+            continue;
+        };
         let target = head
             .lines()
             .next()
             .and_then(|line| line.strip_prefix("GET "))
             .and_then(|rest| rest.split(' ').next())
-            .unwrap_or_default();
-        if let Some(query) = target.strip_prefix("/callback?") {
-            let page = "Signed in to Carillon: you can close this page.";
-            let answer = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: text/plain; charset=utf-8\r\n\
-                 content-length: {}\r\nconnection: close\r\n\r\n{page}",
-                page.len()
-            );
-            let _ = stream.write_all(answer.as_bytes()).await;
-            return Ok(query.to_owned());
+            .unwrap_or_default()
+            .to_owned();
+        let query = target.strip_prefix("/callback?").unwrap_or_default();
+        if query.is_empty() || query_param(query, "state").as_deref() != Some(state) {
+            answer(&mut stream, "404 Not Found", "").await;
+            continue;
         }
-        let _ = stream
-            .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+        if let Some(error) = query_param(query, "error") {
+            let description = query_param(query, "error_description").unwrap_or_default();
+            answer(
+                &mut stream,
+                "200 OK",
+                "The sign-in was refused: see the terminal.",
+            )
             .await;
+            return Err(failed(format!(
+                "the provider refused: {error}: {description}"
+            )));
+        }
+        let Some(code) = query_param(query, "code") else {
+            answer(&mut stream, "400 Bad Request", "No code in the answer.").await;
+            return Err(failed("the browser's answer holds no code"));
+        };
+        answer(
+            &mut stream,
+            "200 OK",
+            "Signed in to Carillon: you can close this page.",
+        )
+        .await;
+        return Ok(code);
     }
+}
+
+/// A request's head, up to 16 KiB.
+async fn read_head(stream: &mut tokio::net::TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut buffer = [0u8; 2048];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16_384 {
+        match stream.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(read) => head.extend_from_slice(&buffer[..read]),
+        }
+    }
+    String::from_utf8_lossy(&head).into_owned()
+}
+
+async fn answer(stream: &mut tokio::net::TcpStream, status: &str, page: &str) {
+    let answer = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: text/plain; charset=utf-8\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{page}",
+        page.len()
+    );
+    let _ = stream.write_all(answer.as_bytes()).await;
 }
 
 /// Who a token names, for the "signed in as" line: its name claim, read without checking

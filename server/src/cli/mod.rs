@@ -257,6 +257,9 @@ struct ServerArgs {
     /// How long dead letters (failed and no_executor runs) are kept.
     #[arg(long, env = "CARILLON_RETENTION_DEAD_LETTERS", value_parser = KeepFor::parse)]
     retention_dead_letters: Option<KeepFor>,
+    /// How long the audit trail's events are kept (`365d`, or `forever`).
+    #[arg(long, env = "CARILLON_RETENTION_AUDIT", value_parser = KeepFor::parse)]
+    retention_audit: Option<KeepFor>,
     /// How often a node looks for run history to delete.
     #[arg(long, env = "CARILLON_RETENTION_INTERVAL_MS")]
     retention_interval_ms: Option<u64>,
@@ -376,6 +379,7 @@ impl ServerArgs {
         let r = &mut config.retention;
         set(&mut r.runs, self.retention_runs);
         set(&mut r.dead_letters, self.retention_dead_letters);
+        set(&mut r.audit, self.retention_audit);
         set(&mut r.interval_ms, self.retention_interval_ms);
         set(&mut r.batch, self.retention_batch);
         set(&mut r.pause_ms, self.retention_pause_ms);

@@ -215,21 +215,17 @@ pub fn validate_node_id(id: &str) -> Result<(), ConfigError> {
 }
 
 fn validate_oidc(oidc: &crate::access::oidc::OidcConfig) -> Result<(), ConfigError> {
-    let issuer = reqwest::Url::parse(&oidc.issuer).map_err(|_| {
-        invalid(
+    if reqwest::Url::parse(&oidc.issuer).is_err() {
+        return Err(invalid(
             "auth.oidc.issuer",
-            format!("{:?} is not a URL: give the provider's issuer, e.g. https://id.example.com/realms/main", oidc.issuer),
-        )
-    })?;
-    let loopback = issuer.host_str().is_some_and(|host| {
-        host == "localhost"
-            || host
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback())
-    });
-    if issuer.scheme() != "https" && !(issuer.scheme() == "http" && loopback) {
+            format!(
+                "{:?} is not a URL: give the provider's issuer, e.g. \
+                 https://id.example.com/realms/main",
+                oidc.issuer
+            ),
+        ));
+    }
+    if !crate::access::oidc::secure_or_loopback(&oidc.issuer) {
         return Err(invalid(
             "auth.oidc.issuer",
             "must be an https:// URL (http:// only on a loopback address): the keys that \
@@ -242,11 +238,29 @@ fn validate_oidc(oidc: &crate::access::oidc::OidcConfig) -> Result<(), ConfigErr
             "is required: the audience (aud) the provider puts in access tokens for this API",
         ));
     }
-    if oidc.groups_claim.trim().is_empty() || oidc.name_claim.trim().is_empty() {
-        return Err(invalid(
-            "auth.oidc.groups_claim",
-            "groups_claim and name_claim must name a claim",
-        ));
+    for (key, claim) in [
+        ("auth.oidc.groups_claim", &oidc.groups_claim),
+        ("auth.oidc.name_claim", &oidc.name_claim),
+    ] {
+        if claim.trim().is_empty() {
+            return Err(invalid(key, "must name a claim"));
+        }
+    }
+    if let Some(client_id) = &oidc.client_id {
+        if client_id.trim().is_empty() {
+            return Err(invalid(
+                "auth.oidc.client_id",
+                "is blank: give the provider's public client for carillon login, or leave it out",
+            ));
+        }
+        // Then the provider's ID tokens, made for that client, would open the API too.
+        if *client_id == oidc.audience {
+            return Err(invalid(
+                "auth.oidc.audience",
+                "must not be the client_id: the provider's ID tokens for that client would then \
+                 pass as access tokens; give the API an audience of its own",
+            ));
+        }
     }
     if oidc.clock_skew_s > 300 {
         return Err(invalid(

@@ -145,6 +145,8 @@ pub struct RetentionConfig {
     pub runs: KeepFor,
     /// Dead letters, kept longer by default so a failure can still be looked into.
     pub dead_letters: KeepFor,
+    /// The audit trail's events (deleted by the leader).
+    pub audit: KeepFor,
     /// Rows per delete statement.
     pub batch: u32,
     /// The pause between two batches, so deletion yields to firing.
@@ -158,6 +160,7 @@ impl Default for RetentionConfig {
         Self {
             runs: KeepFor::days(30),
             dead_letters: KeepFor::days(90),
+            audit: KeepFor::days(365),
             batch: 2_000,
             pause_ms: 50,
             interval_ms: 60_000,

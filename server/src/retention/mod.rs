@@ -15,6 +15,9 @@
 //! Why the owners and not the leader: deletion then spreads over the cluster with the firing
 //! work, and a node scans only its own partitions' runs. Two nodes deleting the same run
 //! during a hand-off is harmless: a delete of what is gone deletes nothing.
+//!
+//! The audit trail has no partitions: the leader deletes its events older than
+//! `retention.audit` (a year), on the same passes and in the same batches.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +29,7 @@ use crate::cluster::LocalView;
 use crate::jobs::RetentionConfig;
 use crate::observe::NodeMetrics;
 use crate::store::{
-    self, HistoryStore, JobHistoryRule, PurgeScope, PurgeStates, Purged, TaskStore,
+    self, AuditStore, HistoryStore, JobHistoryRule, PurgeScope, PurgeStates, Purged, TaskStore,
 };
 
 /// The task that applies the retention rules on one node.
@@ -35,6 +38,7 @@ pub struct HistoryPurger {
     history: Arc<dyn HistoryStore>,
     /// Ended tasks go with their runs.
     tasks: Arc<dyn TaskStore>,
+    audit: Arc<dyn AuditStore>,
     view: Arc<LocalView>,
     clock: Arc<ClusterClock>,
     settings: RetentionConfig,
@@ -60,6 +64,7 @@ impl HistoryPurger {
     pub fn new(
         history: Arc<dyn HistoryStore>,
         tasks: Arc<dyn TaskStore>,
+        audit: Arc<dyn AuditStore>,
         view: Arc<LocalView>,
         clock: Arc<ClusterClock>,
         settings: RetentionConfig,
@@ -68,6 +73,7 @@ impl HistoryPurger {
         Self {
             history,
             tasks,
+            audit,
             view,
             clock,
             settings,
@@ -109,6 +115,9 @@ impl HistoryPurger {
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = tokio::time::sleep(interval) => {}
+            }
+            if let Err(err) = self.purge_audit(&shutdown).await {
+                tracing::warn!(error = %err, "audit trail retention pass failed");
             }
             match self.pass(&shutdown).await {
                 Ok(purged) if purged.runs > 0 => tracing::info!(
@@ -176,6 +185,35 @@ impl HistoryPurger {
                 .await?;
         }
         Ok(total)
+    }
+
+    /// On the leader only: deletes the audit events older than `retention.audit`, a batch at
+    /// a time.
+    async fn purge_audit(&self, shutdown: &CancellationToken) -> Result<(), store::Error> {
+        let Some(keep) = self.settings.audit.millis() else {
+            return Ok(());
+        };
+        if self.view.leader_term().is_none() {
+            return Ok(());
+        }
+        let before_ms = self
+            .clock
+            .now_ms()
+            .saturating_sub(i64::try_from(keep).unwrap_or(i64::MAX));
+        let batch = i64::from(self.settings.batch);
+        let mut total = 0;
+        loop {
+            let deleted = self.audit.audit_purge(before_ms, batch).await?;
+            total += deleted;
+            if i64::try_from(deleted).unwrap_or(i64::MAX) < batch || shutdown.is_cancelled() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(self.settings.pause_ms)).await;
+        }
+        if total > 0 {
+            tracing::info!(events = total, "audit events deleted by the retention rule");
+        }
+        Ok(())
     }
 
     /// Deletes the tasks that left `pending` before `ended_before_ms` and whose runs the

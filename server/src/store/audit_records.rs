@@ -24,6 +24,8 @@ pub struct AuditWrite {
     pub status: i32,
     /// Why it was refused or failed.
     pub detail: Option<String>,
+    /// What an edit changed, as JSON.
+    pub changes: Option<String>,
 }
 
 /// A row of `audit_events`.
@@ -39,6 +41,7 @@ pub struct AuditRecord {
     pub outcome: String,
     pub status: i32,
     pub detail: Option<String>,
+    pub changes: Option<String>,
 }
 
 /// Which events, newest first.
@@ -49,6 +52,10 @@ pub struct AuditFilter {
     pub actor: Option<String>,
     pub operation: Option<String>,
     pub outcome: Option<String>,
+    /// Recorded at or after this instant.
+    pub from_ms: Option<i64>,
+    /// Recorded before this instant.
+    pub to_ms: Option<i64>,
     /// Below this event id (the page before).
     pub before_id: Option<i64>,
     pub limit: i64,
@@ -61,4 +68,7 @@ pub trait AuditStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// Events, newest first.
     async fn audit_list(&self, filter: &AuditFilter) -> Result<Vec<AuditRecord>, Error>;
+
+    /// Deletes up to `batch` of the oldest events recorded before `before_ms`: how many.
+    async fn audit_purge(&self, before_ms: i64, batch: i64) -> Result<u64, Error>;
 }

@@ -625,12 +625,16 @@ queries! {
 
     // The audit trail (`sql_store/audit.rs`).
     audit_insert = "INSERT INTO audit_events (at_ms, namespace_id, actor, source, operation, \
-        resource, outcome, status, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)";
+        resource, outcome, status, detail, changes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     audit_list = "SELECT event_id, at_ms, namespace_id, actor, source, operation, resource, \
-        outcome, status, detail FROM audit_events \
+        outcome, status, detail, changes FROM audit_events \
         WHERE (? IS NULL OR namespace_id = ?) AND (? IS NULL OR actor = ?) \
         AND (? IS NULL OR operation = ?) AND (? IS NULL OR outcome = ?) \
+        AND (? IS NULL OR at_ms >= ?) AND (? IS NULL OR at_ms < ?) \
         AND (? IS NULL OR event_id < ?) ORDER BY event_id DESC LIMIT ?";
+    audit_purge_upto = "SELECT MAX(event_id) FROM (SELECT event_id FROM audit_events \
+        WHERE at_ms < ? ORDER BY event_id LIMIT ?) oldest";
+    audit_purge = "DELETE FROM audit_events WHERE event_id <= ? AND at_ms < ?";
 
     // Service tokens (`sql_store/tokens.rs`).
     tokens_all = "SELECT token_id, namespace_id, name, role, secret_sha256, display_prefix, \

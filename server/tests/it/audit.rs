@@ -1,7 +1,8 @@
 //! The audit trail through a real node, on every backend: every operation of the served
 //! document that changes something leaves exactly one event naming its caller, source,
 //! operation and outcome, whether it was done, failed or was refused; a namespace's admin
-//! reads its own namespace's events only.
+//! reads its own namespace's events only; events are listed by time and deleted by the
+//! leader once older than `retention.audit`.
 #![allow(
     clippy::unwrap_used,
     reason = "a test fails loudly on any unexpected error"
@@ -17,17 +18,29 @@ use support::node::{NodeProcess, NodeSpec};
 for_engine!(
     postgres,
     Postgres,
-    [every_change_and_every_refusal_leaves_one_event]
+    [
+        every_change_and_every_refusal_leaves_one_event,
+        events_are_filtered_by_time_and_kept_for_the_retention_setting,
+        an_edit_records_what_it_changed
+    ]
 );
 for_engine!(
     mysql,
     Mysql,
-    [every_change_and_every_refusal_leaves_one_event]
+    [
+        every_change_and_every_refusal_leaves_one_event,
+        events_are_filtered_by_time_and_kept_for_the_retention_setting,
+        an_edit_records_what_it_changed
+    ]
 );
 for_engine!(
     sqlite,
     Sqlite,
-    [every_change_and_every_refusal_leaves_one_event]
+    [
+        every_change_and_every_refusal_leaves_one_event,
+        events_are_filtered_by_time_and_kept_for_the_retention_setting,
+        an_edit_records_what_it_changed
+    ]
 );
 
 /// What the trail leaves out: reads, the preview, and the executor protocol's traffic.
@@ -201,4 +214,137 @@ async fn every_change_and_every_refusal_leaves_one_event(db: TestDb) {
         .call_as(viewer, Method::GET, "/api/v1/audit", None)
         .await;
     assert_eq!(status, 403);
+}
+
+async fn events_are_filtered_by_time_and_kept_for_the_retention_setting(db: TestDb) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = NodeSpec::fast("n1", &db.url, dir.path());
+    spec.extra_env = vec![
+        ("CARILLON_RETENTION_AUDIT", "6s".to_owned()),
+        ("CARILLON_RETENTION_INTERVAL_MS", "300".to_owned()),
+        // Several batches for the five.
+        ("CARILLON_RETENTION_BATCH", "2".to_owned()),
+    ];
+    let node = NodeProcess::start(spec).await;
+    for n in 0..5 {
+        let body = Some(json!({"name": format!("early-{n}")}));
+        expect(&node, Method::POST, "/api/v1/namespaces", body, 201).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    let body = Some(json!({"name": "late"}));
+    expect(&node, Method::POST, "/api/v1/namespaces", body, 201).await;
+
+    let all = events_of(&node, "operation=createNamespace").await;
+    assert_eq!(all.len(), 6, "{all:?}");
+    let late_at = all[0]["at"].as_str().unwrap().to_owned();
+    let since = events_of(&node, &format!("operation=createNamespace&since={late_at}")).await;
+    assert_eq!(since.len(), 1, "{since:?}");
+    assert!(
+        since[0]["resource"]
+            .as_str()
+            .unwrap()
+            .ends_with("/namespaces")
+    );
+    let until = events_of(&node, &format!("operation=createNamespace&until={late_at}")).await;
+    assert_eq!(until.len(), 5, "{until:?}");
+    let (status, refused) = node
+        .call(Method::GET, "/api/v1/audit?since=yesterday", None)
+        .await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(refused["field"], "since", "{refused}");
+
+    // The five go once 6 s old; the late one stays until it is.
+    support::wait_for(
+        std::time::Duration::from_secs(20),
+        "the early events to be deleted",
+        || async {
+            let left = events_of(&node, "operation=createNamespace").await;
+            (left.len() == 1).then_some(left)
+        },
+    )
+    .await;
+    support::wait_for(
+        std::time::Duration::from_secs(20),
+        "the late event to be deleted",
+        || async {
+            events_of(&node, "operation=createNamespace")
+                .await
+                .is_empty()
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+async fn an_edit_records_what_it_changed(db: TestDb) {
+    let dir = tempfile::tempdir().unwrap();
+    let node = NodeProcess::start(NodeSpec::fast("n1", &db.url, dir.path())).await;
+    let job = expect(
+        &node,
+        Method::POST,
+        "/api/v1/jobs",
+        Some(
+            json!({"name": "nightly", "app": "billing", "handler": "report",
+            "schedule": {"cron": "0 0 2 * * ?"}, "args": {"region": "eu"}}),
+        ),
+        201,
+    )
+    .await["id"]
+        .as_i64()
+        .unwrap();
+    let patch = json!({"schedule": {"cron": "0 30 3 * * ?"}, "args": {"region": "eu"},
+        "timeout_ms": 60000});
+    let path = format!("/api/v1/jobs/{job}");
+    expect(&node, Method::PATCH, &path, Some(patch), 200).await;
+    let events = events_of(&node, "operation=updateJob").await;
+    let changes = &events[0]["changes"];
+    assert_eq!(
+        changes,
+        &json!([
+            {"field": "policy.timeout_ms", "after": 60000},
+            {"field": "schedule.cron", "before": "0 0 2 * * ?", "after": "0 30 3 * * ?"}
+        ]),
+        "{events:?}"
+    );
+
+    // A webhook's URL (chat webhooks carry their key in it) is shown by a fingerprint only.
+    let secret = "https://hooks.example.com/services/T000/B000/very-secret-key";
+    let body = Some(json!({"name": "team-a"}));
+    expect(&node, Method::POST, "/api/v1/namespaces", body, 201).await;
+    let patch = Some(json!({"alert_webhook": secret, "description": "billing"}));
+    expect(
+        &node,
+        Method::PATCH,
+        "/api/v1/namespaces/team-a",
+        patch,
+        200,
+    )
+    .await;
+    let events = events_of(&node, "operation=updateNamespace").await;
+    let changes = events[0]["changes"].as_array().unwrap();
+    let fields: Vec<&str> = changes
+        .iter()
+        .map(|c| c["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(fields, ["alert_webhook", "description"], "{changes:?}");
+    assert!(
+        changes[0]["after"]
+            .as_str()
+            .unwrap()
+            .contains("fingerprint")
+    );
+    assert!(
+        !events[0].to_string().contains("very-secret-key"),
+        "{events:?}"
+    );
+
+    // Calendars show their dates' changes; a first PUT, which creates, shows none.
+    let path = "/api/v1/calendars/holidays";
+    let first = Some(json!({"dates": ["2026-12-25"]}));
+    expect(&node, Method::PUT, path, first, 201).await;
+    let second = Some(json!({"dates": ["2026-12-25", "2027-01-01"]}));
+    expect(&node, Method::PUT, path, second, 200).await;
+    let events = events_of(&node, "operation=putCalendar").await;
+    assert_eq!(events[0]["changes"][0]["field"], "dates", "{events:?}");
+    assert!(events[1].get("changes").is_none(), "{events:?}");
 }

@@ -201,6 +201,21 @@ async fn a_person_signs_in_in_a_browser_on_this_machine() {
     let home = dir.path().join("home");
 
     let (child, page) = start_login(&url, &home, &["login", "--browser", "--no-open"]).await;
+    // Another program's request to the CLI's port, with a state of its own, is turned away and
+    // the CLI keeps waiting for the provider's answer.
+    let redirect = reqwest::Url::parse(&page)
+        .unwrap()
+        .query_pairs()
+        .find(|(key, _)| key == "redirect_uri")
+        .map(|(_, value)| value.into_owned())
+        .unwrap();
+    let stray = carillon_tls::http_client()
+        .unwrap()
+        .get(format!("{redirect}?code=stolen&state=guessed"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stray.status(), 404);
     // The test is the browser: the provider's pages, then its answer to the CLI's port.
     let back = provider.follow(page, None, "dave").await;
     assert!(

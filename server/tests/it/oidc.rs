@@ -66,7 +66,7 @@ async fn solo_of(provider: &Provider, dir: &std::path::Path) -> Solo {
 
 fn accounts() -> Value {
     json!({"alice": ["team-a-dev", "everyone"], "bob": ["team-b"], "carol": ["platform"],
-        "dave": ["everyone"]})
+        "dave": ["everyone"], "erin": ["team-a-dev", "team-b"]})
 }
 
 /// `[auth.oidc]` for `provider`, in a settings file of `dir`; the node's environment for it.
@@ -235,6 +235,24 @@ async fn people_get_the_roles_their_groups_are_granted(db: TestDb) {
         refused["detail"].as_str().unwrap().contains("everyone"),
         "{refused}"
     );
+
+    // erin works in two namespaces: a call that names none is told which.
+    let erin = sign_in("erin").await;
+    let told = expect(&node, &erin, Method::GET, "/api/v1/jobs", None, 400).await;
+    assert_eq!(told["field"], "namespace", "{told}");
+    assert!(
+        told["detail"].as_str().unwrap().contains("team-a, team-b"),
+        "{told}"
+    );
+    expect(
+        &node,
+        &erin,
+        Method::GET,
+        "/api/v1/jobs?namespace=team-b",
+        None,
+        200,
+    )
+    .await;
 
     // carol's group administers the cluster.
     expect(

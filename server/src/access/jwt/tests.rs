@@ -1,5 +1,7 @@
 use ring::rand::SystemRandom;
-use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair as _};
+use ring::signature::{
+    ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair as _, RSA_PKCS1_SHA256, RsaKeyPair,
+};
 use serde_json::json;
 
 use super::*;
@@ -121,7 +123,10 @@ fn another_key_none_and_hmac_are_refused_before_any_claim_is_read() {
         let head = enc(json!({"alg": alg, "kid": "k1"}).to_string().as_bytes());
         let forged = format!("{head}.{body}.{}", enc(b"whatever"));
         assert_eq!(header(&forged), Err(Refusal::Algorithm(alg.to_owned())));
-        assert!(verify(&forged, &signer.key("k1"), &expected(NOW)).is_err());
+        assert_eq!(
+            verify(&forged, &signer.key("k1"), &expected(NOW)),
+            Err(Refusal::Algorithm(alg.to_owned()))
+        );
     }
     // A payload changed after signing.
     let good = signer.token(&json!({"alg": "ES256"}), &claims(NOW));
@@ -180,4 +185,79 @@ fn the_jwks_keeps_only_keys_that_check_an_accepted_algorithm() {
         .collect();
     assert_eq!(kids, ["ec", "big"]);
     assert!(keys_of_jwks(b"[]").is_err());
+}
+
+/// A 2048-bit RSA key made for these tests only (PKCS #8, DER, base64): ring makes no RSA keys.
+const RSA_TEST_KEY: &str = include_str!("rsa_test_key.pk8.b64");
+
+fn rsa_pair() -> RsaKeyPair {
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(RSA_TEST_KEY.trim())
+        .unwrap();
+    RsaKeyPair::from_pkcs8(&der).unwrap()
+}
+
+fn rs256_token(pair: &RsaKeyPair, header: &Value, claims: &Value) -> String {
+    let signed = format!(
+        "{}.{}",
+        enc(header.to_string().as_bytes()),
+        enc(claims.to_string().as_bytes())
+    );
+    let mut signature = vec![0; pair.public().modulus_len()];
+    pair.sign(
+        &RSA_PKCS1_SHA256,
+        &SystemRandom::new(),
+        signed.as_bytes(),
+        &mut signature,
+    )
+    .unwrap();
+    format!("{signed}.{}", enc(&signature))
+}
+
+fn rsa_key(pair: &RsaKeyPair, kid: &str) -> VerifyingKey {
+    let public = ring::rsa::PublicKeyComponents::<Vec<u8>>::from(pair.public());
+    let document = json!({"keys": [{"kty": "RSA", "kid": kid, "alg": "RS256", "use": "sig",
+        "n": enc(&public.n), "e": enc(&public.e)}]});
+    keys_of_jwks(document.to_string().as_bytes())
+        .unwrap()
+        .remove(0)
+}
+
+#[test]
+fn rs256_tokens_verify_with_their_rsa_key_and_no_key_serves_another_algorithm() {
+    let pair = rsa_pair();
+    let key = rsa_key(&pair, "r1");
+    assert_eq!(key.algorithm, Algorithm::Rs256);
+    let token = rs256_token(&pair, &json!({"alg": "RS256", "kid": "r1"}), &claims(NOW));
+    assert_eq!(verify(&token, &key, &expected(NOW)).unwrap().name, "alice");
+
+    // The RSA signature presented as ES256, or checked with an EC key: refused.
+    let ec = Signer::new().key("r1");
+    assert_eq!(verify(&token, &ec, &expected(NOW)), Err(Refusal::Signature));
+    let relabelled = format!(
+        "{}.{}",
+        enc(json!({"alg": "ES256", "kid": "r1"}).to_string().as_bytes()),
+        token.split_once('.').unwrap().1
+    );
+    assert_eq!(
+        verify(&relabelled, &key, &expected(NOW)),
+        Err(Refusal::Signature)
+    );
+    assert_eq!(
+        verify(&relabelled, &ec, &expected(NOW)),
+        Err(Refusal::Signature)
+    );
+}
+
+#[test]
+fn what_a_refusal_shows_of_the_token_is_short_and_printable() {
+    let long = format!("\n\u{1b}[31m{}", "A".repeat(500));
+    let head = enc(json!({"alg": long}).to_string().as_bytes());
+    let Err(Refusal::Algorithm(shown)) = header(&format!("{head}.e30.AA")) else {
+        panic!("an unknown algorithm is refused");
+    };
+    assert!(
+        shown.len() < 80 && !shown.chars().any(char::is_control),
+        "{shown}"
+    );
 }

@@ -16,6 +16,7 @@ macro_rules! audit_store {
                     .bind(&event.outcome)
                     .bind(event.status)
                     .bind(event.detail.as_deref())
+                    .bind(event.changes.as_deref())
                     .execute(&self.pool)
                     .await?;
                 Ok(())
@@ -31,11 +32,36 @@ macro_rules! audit_store {
                     .bind(filter.operation.as_deref())
                     .bind(filter.outcome.as_deref())
                     .bind(filter.outcome.as_deref())
+                    .bind(filter.from_ms)
+                    .bind(filter.from_ms)
+                    .bind(filter.to_ms)
+                    .bind(filter.to_ms)
                     .bind(filter.before_id)
                     .bind(filter.before_id)
                     .bind(filter.limit)
                     .fetch_all(&self.pool)
                     .await?)
+            }
+
+            async fn audit_purge(&self, before_ms: i64, batch: i64) -> Result<u64, Error> {
+                // The last id of the batch first, then a range delete: the same two
+                // statements on every backend (PostgreSQL has no DELETE … LIMIT, MySQL no
+                // LIMIT in an IN subquery).
+                let upto: Option<i64> =
+                    sqlx::query_scalar::<$db, Option<i64>>(sql(&self.q.audit_purge_upto))
+                        .bind(before_ms)
+                        .bind(batch)
+                        .fetch_one(&self.pool)
+                        .await?;
+                let Some(upto) = upto else {
+                    return Ok(0);
+                };
+                let done = sqlx::query::<$db>(sql(&self.q.audit_purge))
+                    .bind(upto)
+                    .bind(before_ms)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(done.rows_affected())
             }
         }
     };
