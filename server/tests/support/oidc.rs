@@ -188,7 +188,7 @@ impl Provider {
         let http = self.http();
         for _ in 0..12 {
             let request = match form.take() {
-                Some(form) => form_post(&http, &next, &form),
+                Some(form) => http.post(&next).form(&form),
                 None => http.get(&next),
             };
             let answer = request
@@ -251,7 +251,9 @@ impl Provider {
             ("client_id", client_id),
             ("resource", resource),
         ];
-        let answer: serde_json::Value = form_post(http, &format!("{}/token", self.issuer), &form)
+        let answer: serde_json::Value = http
+            .post(format!("{}/token", self.issuer))
+            .form(&form)
             .send()
             .await
             .expect("the token endpoint")
@@ -263,28 +265,6 @@ impl Provider {
             .unwrap_or_else(|| panic!("no access token: {answer}"))
             .to_owned()
     }
-}
-
-/// A POST of `fields` as an HTML form would send them.
-fn form_post<K: AsRef<str>, V: AsRef<str>>(
-    http: &reqwest::Client,
-    url: &str,
-    fields: &[(K, V)],
-) -> reqwest::RequestBuilder {
-    let encoded = reqwest::Url::parse_with_params(
-        "http://form.invalid/",
-        fields.iter().map(|(k, v)| (k.as_ref(), v.as_ref())),
-    )
-    .expect("a form")
-    .query()
-    .unwrap_or_default()
-    .to_owned();
-    http.post(url)
-        .header(
-            reqwest::header::CONTENT_TYPE,
-            "application/x-www-form-urlencoded",
-        )
-        .body(encoded)
 }
 
 /// The provider's cookies, sent back on every step (they are scoped by path there; sending
