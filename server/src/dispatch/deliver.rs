@@ -4,7 +4,7 @@
 //! batch-taking executor in one request; what executors answer at once is handed to a settle
 //! as it comes (within 10 ms), not at the end of the pass.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,8 +24,20 @@ use crate::store::{self, JobRecord, Store};
 /// [`deliver_ahead`] for the instants it holds, so this leaves most of a second of work).
 const SLOW_PASS: Duration = Duration::from_millis(1_000);
 
-/// Most dispatches of one node in flight at once.
-const MAX_IN_FLIGHT: usize = 128;
+/// Most dispatches of one node in flight at once, those left behind by earlier passes
+/// included.
+pub(super) const MAX_IN_FLIGHT: usize = 128;
+
+/// Deliveries still unanswered this long after their pass's last instant are left to end in
+/// the background: an executor answers in milliseconds, or is slow or gone.
+const LEFT_BEHIND_AFTER: Duration = Duration::from_millis(500);
+
+/// A pass's deliveries in flight, each with the attempts it offers.
+#[derive(Default)]
+struct Deliveries {
+    tasks: tokio::task::JoinSet<Vec<Delivered>>,
+    attempts: HashMap<tokio::task::Id, Vec<i64>>,
+}
 
 impl Dispatcher {
     /// Fails over the attempts of lost executors, times out the overdue, then delivers the
@@ -66,8 +78,8 @@ impl Dispatcher {
         // Offers are planned in priority order, then delivered concurrently (one slow
         // executor must not hold up the rest), each at its instant; the attempts answered at
         // once with their result end together, in one transaction.
-        let mut delivering = tokio::task::JoinSet::new();
-        let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
+        let mut delivering = Deliveries::default();
+        let mut last_at = clock_base.0;
         // Offers due at one instant for one batch-taking executor go in one request.
         let mut batches: HashMap<(String, i64), Vec<Offer>> = HashMap::new();
         let mut singles = Vec::new();
@@ -110,12 +122,14 @@ impl Dispatcher {
             let client = self.client.clone();
             let view = Arc::clone(&self.view);
             let observer = self.observer.clone();
-            let in_flight = Arc::clone(&in_flight);
+            let in_flight = Arc::clone(&self.in_flight);
             let wait_ms = u64::try_from(due_ms - clock_base.1).unwrap_or(0);
             let at = clock_base.0 + Duration::from_millis(wait_ms);
-            delivering.spawn(async move {
+            last_at = last_at.max(at);
+            let attempts = offers.iter().map(|o| o.attempt.attempt_id).collect();
+            let task = delivering.tasks.spawn(async move {
                 tokio::time::sleep_until(at).await;
-                // Closed never: the semaphore lives as long as the pass.
+                // Closed never: the semaphore lives as long as the dispatcher.
                 let _permit = in_flight.acquire_owned().await.ok();
                 // A partition that moved away (or a lapsed lease) while the delivery waited for
                 // its instant: its attempts stay pending for the next owner.
@@ -125,8 +139,12 @@ impl Dispatcher {
                     .collect();
                 deliver_batch(&*store, &client, &observer, offers).await
             });
+            delivering.attempts.insert(task.id(), attempts);
         }
-        let answered = self.settle_as_answered(&mut delivering).await;
+        let answered = self
+            .settle_as_answered(&mut delivering, last_at + LEFT_BEHIND_AFTER)
+            .await;
+        self.leave_behind(delivering);
         let took = began.elapsed();
         if took > SLOW_PASS {
             warn!(
@@ -160,56 +178,94 @@ fn chunked(mut offers: Vec<Offer>, size: usize) -> Vec<Vec<Offer>> {
 const SETTLE_AFTER: Duration = Duration::from_millis(10);
 
 impl Dispatcher {
-    /// Waits for every delivery of a pass, storing the answers as they come: those received
-    /// within [`SETTLE_AFTER`] of the first go together, in the background. Under load the
-    /// settles in flight are full, so the answers received meanwhile go together in the next
-    /// (a larger batch), and the pass waits for it to start. Returns how many answers.
+    /// Waits for the deliveries of a pass until `until`, storing the answers as they come:
+    /// those received within [`SETTLE_AFTER`] of the first go together, in the background.
+    /// Under load the settles in flight are full, so the answers received meanwhile go
+    /// together in the next (a larger batch), and the pass waits for it to start. Returns how
+    /// many answers; the deliveries still running stay in `delivering`.
     async fn settle_as_answered(
         &self,
-        delivering: &mut tokio::task::JoinSet<Vec<Delivered>>,
+        delivering: &mut Deliveries,
+        until: tokio::time::Instant,
     ) -> usize {
+        let settler = self.settler();
         let mut answered = 0;
         let mut ended: Vec<Option<Ended>> = Vec::new();
         let mut first_at: Option<tokio::time::Instant> = None;
         loop {
             let flush_at = first_at.map(|at| at + SETTLE_AFTER);
+            // Biased: an answer due to be stored goes first, and a finished delivery is
+            // taken before the deadline leaves it behind.
             tokio::select! {
-                done = delivering.join_next() => {
+                biased;
+                () = tokio::time::sleep_until(flush_at.unwrap_or_else(tokio::time::Instant::now)),
+                    if flush_at.is_some() => {
+                    answered += ended.iter().flatten().count();
+                    settler.settle_in_background(std::mem::take(&mut ended)).await;
+                    first_at = None;
+                }
+                done = delivering.tasks.join_next_with_id() => {
                     let Some(done) = done else { break };
-                    match done {
-                        Ok(products) => {
-                            for product in products {
-                                keep(Some(Ok(product)), &mut ended);
-                            }
-                        }
-                        Err(err) => keep(Some(Err(err)), &mut ended),
-                    }
+                    let id = match &done {
+                        Ok((id, _)) => *id,
+                        Err(err) => err.id(),
+                    };
+                    delivering.attempts.remove(&id);
+                    keep_all(done.map(|(_, products)| products), &mut ended);
                     if first_at.is_none() && ended.iter().any(Option::is_some) {
                         first_at = Some(tokio::time::Instant::now());
                     }
                 }
-                () = tokio::time::sleep_until(flush_at.unwrap_or_else(tokio::time::Instant::now)),
-                    if flush_at.is_some() => {
-                    answered += ended.iter().flatten().count();
-                    self.settle_in_background(std::mem::take(&mut ended)).await;
-                    first_at = None;
-                }
+                () = tokio::time::sleep_until(until) => break,
             }
         }
         answered += ended.iter().flatten().count();
-        self.settle_in_background(ended).await;
+        settler.settle_in_background(ended).await;
         answered
+    }
+
+    /// Leaves the deliveries still running to end in the background, their attempts held
+    /// from this node's passes until what they answered is stored.
+    fn leave_behind(&self, delivering: Deliveries) {
+        let Deliveries {
+            mut tasks,
+            attempts,
+        } = delivering;
+        if tasks.is_empty() {
+            return;
+        }
+        let ids: Vec<i64> = attempts.into_values().flatten().collect();
+        debug!(
+            attempts = ids.len(),
+            "deliveries left to end in the background"
+        );
+        let mut held = self.settling.hold(ids, None);
+        let settler = self.settler();
+        self.left_behind.spawn(async move {
+            let mut ended = Vec::new();
+            while let Some(done) = tasks.join_next().await {
+                keep_all(done, &mut ended);
+            }
+            let settled: HashSet<i64> = ended.iter().flatten().map(|e| e.attempt_id).collect();
+            settler.settle_in_background(ended).await;
+            held.pass_on(&settled);
+        });
     }
 }
 
-/// Keeps a delivery's product; a failed one is logged (its attempt stays in the database and
-/// a later pass picks it up again).
-fn keep(done: Option<Result<Delivered, tokio::task::JoinError>>, ended: &mut Vec<Option<Ended>>) {
+/// Keeps the products of one delivery task; a failed one is logged (its attempt stays in the
+/// database and a later pass picks it up again).
+fn keep_all(done: Result<Vec<Delivered>, tokio::task::JoinError>, ended: &mut Vec<Option<Ended>>) {
     match done {
-        Some(Ok(Ok(product))) => ended.push(product),
-        Some(Ok(Err(err))) => warn!(error = %err, "dispatch failed; it will be retried"),
-        Some(Err(err)) => warn!(error = %err, "dispatch task failed"),
-        None => {}
+        Ok(products) => {
+            for product in products {
+                match product {
+                    Ok(product) => ended.push(product),
+                    Err(err) => warn!(error = %err, "dispatch failed; it will be retried"),
+                }
+            }
+        }
+        Err(err) => warn!(error = %err, "dispatch task failed"),
     }
 }
 

@@ -14,6 +14,7 @@ use crate::support;
 use reqwest::Method;
 use serde_json::{Value, json};
 use support::db::TestDb;
+use support::executor::SilentExecutor;
 use support::node::{NodeProcess, NodeSpec};
 
 for_engine!(
@@ -47,49 +48,6 @@ async fn expect(
 
 const CLUSTER_EXECUTOR: &str = "cluster-executor-token-0123";
 
-/// An executor's registration at `address`.
-fn registration(app: &str, id: &str, address: &str) -> Value {
-    json!({"protocol": 1, "executor_id": id, "app": app, "address": address,
-        "weight": 1, "capacity": 4, "handlers": [{"name": "work"}]})
-}
-
-/// What an executor address heard: the requests sent to it, which it never answers.
-#[derive(Debug, Clone, Default)]
-struct Heard(std::sync::Arc<std::sync::Mutex<String>>);
-
-impl Heard {
-    fn text(&self) -> String {
-        self.0.lock().unwrap().clone()
-    }
-}
-
-/// An address that takes dispatches and never answers them (an attempt stays offered to it).
-async fn silent_executor() -> (String, Heard) {
-    use tokio::io::AsyncReadExt;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = format!("http://{}", listener.local_addr().unwrap());
-    let heard = Heard::default();
-    let keep = heard.clone();
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let keep = keep.clone();
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 64 * 1024];
-                while let Ok(n) = socket.read(&mut buf).await {
-                    if n == 0 {
-                        break;
-                    }
-                    keep.0
-                        .lock()
-                        .unwrap()
-                        .push_str(&String::from_utf8_lossy(&buf[..n]));
-                }
-            });
-        }
-    });
-    (address, heard)
-}
-
 /// A namespace's executor token registers apps into its namespace and acts for their
 /// executors only; another namespace's executors never get its jobs' work, while the apps of
 /// `default` (the cluster's executor token) serve every namespace.
@@ -122,39 +80,23 @@ async fn executor_tokens_serve_their_namespaces_apps_only(db: TestDb) {
         executor_tokens.push(made["token"].as_str().unwrap().to_owned());
     }
     let (team_a, team_b) = (&executor_tokens[0], &executor_tokens[1]);
-    let (address, _) = silent_executor().await;
-    let (a_address, a_heard) = silent_executor().await;
-    let (s_address, s_heard) = silent_executor().await;
+    let (b, a, s) = (
+        SilentExecutor::start().await,
+        SilentExecutor::start().await,
+        SilentExecutor::start().await,
+    );
     let register = "/api/v1/executors/register";
-    let (status, answer) = post_as(
-        &node,
-        team_a,
-        register,
-        registration("billing", "a-1", &a_address),
-    )
-    .await;
+    let (status, answer) = post_as(&node, team_a, register, a.registration("billing", "a-1")).await;
     assert_eq!(status, 200, "{answer}");
-    let (status, answer) = post_as(
-        &node,
-        team_b,
-        register,
-        registration("billing", "b-1", &address),
-    )
-    .await;
+    let (status, answer) = post_as(&node, team_b, register, b.registration("billing", "b-1")).await;
     assert_eq!(status, 403, "team-b registered team-a's app: {answer}");
-    let (status, answer) = post_as(
-        &node,
-        team_b,
-        register,
-        registration("ledger", "b-2", &address),
-    )
-    .await;
+    let (status, answer) = post_as(&node, team_b, register, b.registration("ledger", "b-2")).await;
     assert_eq!(status, 200, "{answer}");
     let (status, answer) = post_as(
         &node,
         CLUSTER_EXECUTOR,
         register,
-        registration("shared", "s-1", &s_address),
+        s.registration("shared", "s-1"),
     )
     .await;
     assert_eq!(status, 200, "{answer}");
@@ -226,27 +168,25 @@ async fn executor_tokens_serve_their_namespaces_apps_only(db: TestDb) {
         .await;
         runs.push(run["id"].clone());
     }
-    let heard_run =
-        |heard: &Heard, run: &Value| heard.text().contains(&format!("\"run_id\":{run}"));
     support::wait_for(Duration::from_secs(10), "both runs offered", || async {
         // Kept alive: executors without heartbeats are offered nothing.
         post_as(&node, team_a, heartbeat, beat("a-1")).await;
         post_as(&node, CLUSTER_EXECUTOR, heartbeat, beat("s-1")).await;
-        (heard_run(&a_heard, &runs[0]) && heard_run(&s_heard, &runs[2])).then_some(())
+        (a.heard_run(&runs[0]) && s.heard_run(&runs[2])).then_some(())
     })
     .await;
     assert!(
-        heard_run(&a_heard, &runs[0]),
+        a.heard_run(&runs[0]),
         "team-a's executor never got team-a's run: {}",
-        a_heard.text()
+        a.text()
     );
     assert!(
-        heard_run(&s_heard, &runs[2]),
+        s.heard_run(&runs[2]),
         "the default app's executor never got team-b's run: {}",
-        s_heard.text()
+        s.text()
     );
     assert!(
-        !heard_run(&a_heard, &runs[1]),
+        !a.heard_run(&runs[1]),
         "team-b's work went to team-a's executor"
     );
     // It ends as having no executor, saying why.

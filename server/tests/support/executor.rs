@@ -123,3 +123,59 @@ impl Drop for Executor {
         self.kill9();
     }
 }
+
+/// An executor address that takes dispatches and never answers them (an attempt stays offered
+/// to it), keeping what it heard.
+pub struct SilentExecutor {
+    pub address: String,
+    heard: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl SilentExecutor {
+    pub async fn start() -> SilentExecutor {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = format!("http://{}", listener.local_addr().unwrap());
+        let heard: std::sync::Arc<std::sync::Mutex<String>> = std::sync::Arc::default();
+        let keep = std::sync::Arc::clone(&heard);
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let keep = std::sync::Arc::clone(&keep);
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(n) = socket.read(&mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        keep.lock()
+                            .unwrap()
+                            .push_str(&String::from_utf8_lossy(&buf[..n]));
+                    }
+                });
+            }
+        });
+        SilentExecutor { address, heard }
+    }
+
+    /// Everything sent to it so far.
+    pub fn text(&self) -> String {
+        self.heard.lock().unwrap().clone()
+    }
+
+    /// Whether it was offered run `run`.
+    pub fn heard_run(&self, run: &Value) -> bool {
+        self.offers_of(run) > 0
+    }
+
+    /// How many times it was offered run `run`.
+    pub fn offers_of(&self, run: &Value) -> usize {
+        self.text().matches(&format!("\"run_id\":{run}")).count()
+    }
+
+    /// Its registration as executor `id` of `app`, with one handler, `work`.
+    pub fn registration(&self, app: &str, id: &str) -> Value {
+        serde_json::json!({"protocol": 1, "executor_id": id, "app": app,
+            "address": self.address, "weight": 1, "capacity": 4,
+            "handlers": [{"name": "work"}]})
+    }
+}
