@@ -32,11 +32,42 @@ pub(super) const MAX_IN_FLIGHT: usize = 128;
 /// the background: an executor answers in milliseconds, or is slow or gone.
 const LEFT_BEHIND_AFTER: Duration = Duration::from_millis(500);
 
+/// Most attempts a pass leaves behind. More still unanswered means the node is dispatching
+/// all it may (or its database is slow to take the answers), not one executor holding up the
+/// rest: the pass waits for them, as a next pass could offer little, and would read them
+/// again only to skip them.
+const LEFT_BEHIND_MAX: usize = MAX_IN_FLIGHT / 2;
+
 /// A pass's deliveries in flight, each with the attempts it offers.
 #[derive(Default)]
 struct Deliveries {
     tasks: tokio::task::JoinSet<Vec<Delivered>>,
     attempts: HashMap<tokio::task::Id, Vec<i64>>,
+    /// The attempts of `attempts`, counted.
+    outstanding: usize,
+}
+
+impl Deliveries {
+    fn spawn(
+        &mut self,
+        attempts: Vec<i64>,
+        delivery: impl Future<Output = Vec<Delivered>> + Send + 'static,
+    ) {
+        let task = self.tasks.spawn(delivery);
+        self.outstanding += attempts.len();
+        self.attempts.insert(task.id(), attempts);
+    }
+
+    fn ended(&mut self, task: tokio::task::Id) {
+        if let Some(attempts) = self.attempts.remove(&task) {
+            self.outstanding -= attempts.len();
+        }
+    }
+
+    /// Few enough are left to leave them behind.
+    fn may_be_left(&self) -> bool {
+        self.outstanding <= LEFT_BEHIND_MAX
+    }
 }
 
 impl Dispatcher {
@@ -127,7 +158,7 @@ impl Dispatcher {
             let at = clock_base.0 + Duration::from_millis(wait_ms);
             last_at = last_at.max(at);
             let attempts = offers.iter().map(|o| o.attempt.attempt_id).collect();
-            let task = delivering.tasks.spawn(async move {
+            delivering.spawn(attempts, async move {
                 tokio::time::sleep_until(at).await;
                 // Closed never: the semaphore lives as long as the dispatcher.
                 let _permit = in_flight.acquire_owned().await.ok();
@@ -139,7 +170,6 @@ impl Dispatcher {
                     .collect();
                 deliver_batch(&*store, &client, &observer, offers).await
             });
-            delivering.attempts.insert(task.id(), attempts);
         }
         let answered = self
             .settle_as_answered(&mut delivering, last_at + LEFT_BEHIND_AFTER)
@@ -178,7 +208,8 @@ fn chunked(mut offers: Vec<Offer>, size: usize) -> Vec<Vec<Offer>> {
 const SETTLE_AFTER: Duration = Duration::from_millis(10);
 
 impl Dispatcher {
-    /// Waits for the deliveries of a pass until `until`, storing the answers as they come:
+    /// Waits for the deliveries of a pass until `until` (and then until few enough are left:
+    /// [`LEFT_BEHIND_MAX`]), storing the answers as they come:
     /// those received within [`SETTLE_AFTER`] of the first go together, in the background.
     /// Under load the settles in flight are full, so the answers received meanwhile go
     /// together in the next (a larger batch), and the pass waits for it to start. Returns how
@@ -192,7 +223,11 @@ impl Dispatcher {
         let mut answered = 0;
         let mut ended: Vec<Option<Ended>> = Vec::new();
         let mut first_at: Option<tokio::time::Instant> = None;
+        let mut past_until = false;
         loop {
+            if past_until && delivering.may_be_left() {
+                break;
+            }
             let flush_at = first_at.map(|at| at + SETTLE_AFTER);
             // Biased: an answer due to be stored goes first, and a finished delivery is
             // taken before the deadline leaves it behind.
@@ -210,13 +245,13 @@ impl Dispatcher {
                         Ok((id, _)) => *id,
                         Err(err) => err.id(),
                     };
-                    delivering.attempts.remove(&id);
+                    delivering.ended(id);
                     keep_all(done.map(|(_, products)| products), &mut ended);
                     if first_at.is_none() && ended.iter().any(Option::is_some) {
                         first_at = Some(tokio::time::Instant::now());
                     }
                 }
-                () = tokio::time::sleep_until(until) => break,
+                () = tokio::time::sleep_until(until), if !past_until => past_until = true,
             }
         }
         answered += ended.iter().flatten().count();
@@ -230,6 +265,7 @@ impl Dispatcher {
         let Deliveries {
             mut tasks,
             attempts,
+            ..
         } = delivering;
         if tasks.is_empty() {
             return;
