@@ -4,7 +4,7 @@
 //! batch-taking executor in one request; what executors answer at once is handed to a settle
 //! as it comes (within 10 ms), not at the end of the pass.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,51 +24,8 @@ use crate::store::{self, JobRecord, Store};
 /// [`deliver_ahead`] for the instants it holds, so this leaves most of a second of work).
 const SLOW_PASS: Duration = Duration::from_millis(1_000);
 
-/// Most dispatches of one node in flight at once, those left behind by earlier passes
-/// included.
-pub(super) const MAX_IN_FLIGHT: usize = 128;
-
-/// Deliveries still unanswered this long after their pass's last instant are left to end in
-/// the background: an executor answers in milliseconds, or is slow or gone.
-const LEFT_BEHIND_AFTER: Duration = Duration::from_millis(500);
-
-/// Most attempts a pass leaves behind. More still unanswered means the node is dispatching
-/// all it may (or its database is slow to take the answers), not one executor holding up the
-/// rest: the pass waits for them, as a next pass could offer little, and would read them
-/// again only to skip them.
-const LEFT_BEHIND_MAX: usize = MAX_IN_FLIGHT / 2;
-
-/// A pass's deliveries in flight, each with the attempts it offers.
-#[derive(Default)]
-struct Deliveries {
-    tasks: tokio::task::JoinSet<Vec<Delivered>>,
-    attempts: HashMap<tokio::task::Id, Vec<i64>>,
-    /// The attempts of `attempts`, counted.
-    outstanding: usize,
-}
-
-impl Deliveries {
-    fn spawn(
-        &mut self,
-        attempts: Vec<i64>,
-        delivery: impl Future<Output = Vec<Delivered>> + Send + 'static,
-    ) {
-        let task = self.tasks.spawn(delivery);
-        self.outstanding += attempts.len();
-        self.attempts.insert(task.id(), attempts);
-    }
-
-    fn ended(&mut self, task: tokio::task::Id) {
-        if let Some(attempts) = self.attempts.remove(&task) {
-            self.outstanding -= attempts.len();
-        }
-    }
-
-    /// Few enough are left to leave them behind.
-    fn may_be_left(&self) -> bool {
-        self.outstanding <= LEFT_BEHIND_MAX
-    }
-}
+/// Most dispatches of one node in flight at once.
+const MAX_IN_FLIGHT: usize = 128;
 
 impl Dispatcher {
     /// Fails over the attempts of lost executors, times out the overdue, then delivers the
@@ -109,8 +66,8 @@ impl Dispatcher {
         // Offers are planned in priority order, then delivered concurrently (one slow
         // executor must not hold up the rest), each at its instant; the attempts answered at
         // once with their result end together, in one transaction.
-        let mut delivering = Deliveries::default();
-        let mut last_at = clock_base.0;
+        let mut delivering = tokio::task::JoinSet::new();
+        let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
         // Offers due at one instant for one batch-taking executor go in one request.
         let mut batches: HashMap<(String, i64), Vec<Offer>> = HashMap::new();
         let mut singles = Vec::new();
@@ -153,14 +110,12 @@ impl Dispatcher {
             let client = self.client.clone();
             let view = Arc::clone(&self.view);
             let observer = self.observer.clone();
-            let in_flight = Arc::clone(&self.in_flight);
+            let in_flight = Arc::clone(&in_flight);
             let wait_ms = u64::try_from(due_ms - clock_base.1).unwrap_or(0);
             let at = clock_base.0 + Duration::from_millis(wait_ms);
-            last_at = last_at.max(at);
-            let attempts = offers.iter().map(|o| o.attempt.attempt_id).collect();
-            delivering.spawn(attempts, async move {
+            delivering.spawn(async move {
                 tokio::time::sleep_until(at).await;
-                // Closed never: the semaphore lives as long as the dispatcher.
+                // Closed never: the semaphore lives as long as the pass.
                 let _permit = in_flight.acquire_owned().await.ok();
                 // A partition that moved away (or a lapsed lease) while the delivery waited for
                 // its instant: its attempts stay pending for the next owner.
@@ -171,10 +126,7 @@ impl Dispatcher {
                 deliver_batch(&*store, &client, &observer, offers).await
             });
         }
-        let answered = self
-            .settle_as_answered(&mut delivering, last_at + LEFT_BEHIND_AFTER)
-            .await;
-        self.leave_behind(delivering);
+        let answered = self.settle_as_answered(&mut delivering).await;
         let took = began.elapsed();
         if took > SLOW_PASS {
             warn!(
@@ -208,100 +160,56 @@ fn chunked(mut offers: Vec<Offer>, size: usize) -> Vec<Vec<Offer>> {
 const SETTLE_AFTER: Duration = Duration::from_millis(10);
 
 impl Dispatcher {
-    /// Waits for the deliveries of a pass until `until` (and then until few enough are left:
-    /// [`LEFT_BEHIND_MAX`]), storing the answers as they come:
-    /// those received within [`SETTLE_AFTER`] of the first go together, in the background.
-    /// Under load the settles in flight are full, so the answers received meanwhile go
-    /// together in the next (a larger batch), and the pass waits for it to start. Returns how
-    /// many answers; the deliveries still running stay in `delivering`.
+    /// Waits for every delivery of a pass, storing the answers as they come: those received
+    /// within [`SETTLE_AFTER`] of the first go together, in the background. Under load the
+    /// settles in flight are full, so the answers received meanwhile go together in the next
+    /// (a larger batch), and the pass waits for it to start. Returns how many answers.
     async fn settle_as_answered(
         &self,
-        delivering: &mut Deliveries,
-        until: tokio::time::Instant,
+        delivering: &mut tokio::task::JoinSet<Vec<Delivered>>,
     ) -> usize {
-        let settler = self.settler();
         let mut answered = 0;
         let mut ended: Vec<Option<Ended>> = Vec::new();
         let mut first_at: Option<tokio::time::Instant> = None;
-        let mut past_until = false;
         loop {
-            if past_until && delivering.may_be_left() {
-                break;
-            }
             let flush_at = first_at.map(|at| at + SETTLE_AFTER);
-            // Biased: an answer due to be stored goes first, and a finished delivery is
-            // taken before the deadline leaves it behind.
             tokio::select! {
-                biased;
-                () = tokio::time::sleep_until(flush_at.unwrap_or_else(tokio::time::Instant::now)),
-                    if flush_at.is_some() => {
-                    answered += ended.iter().flatten().count();
-                    settler.settle_in_background(std::mem::take(&mut ended)).await;
-                    first_at = None;
-                }
-                done = delivering.tasks.join_next_with_id() => {
+                done = delivering.join_next() => {
                     let Some(done) = done else { break };
-                    let id = match &done {
-                        Ok((id, _)) => *id,
-                        Err(err) => err.id(),
-                    };
-                    delivering.ended(id);
-                    keep_all(done.map(|(_, products)| products), &mut ended);
+                    match done {
+                        Ok(products) => {
+                            for product in products {
+                                keep(Some(Ok(product)), &mut ended);
+                            }
+                        }
+                        Err(err) => keep(Some(Err(err)), &mut ended),
+                    }
                     if first_at.is_none() && ended.iter().any(Option::is_some) {
                         first_at = Some(tokio::time::Instant::now());
                     }
                 }
-                () = tokio::time::sleep_until(until), if !past_until => past_until = true,
-            }
-        }
-        answered += ended.iter().flatten().count();
-        settler.settle_in_background(ended).await;
-        answered
-    }
-
-    /// Leaves the deliveries still running to end in the background, their attempts held
-    /// from this node's passes until what they answered is stored.
-    fn leave_behind(&self, delivering: Deliveries) {
-        let Deliveries {
-            mut tasks,
-            attempts,
-            ..
-        } = delivering;
-        if tasks.is_empty() {
-            return;
-        }
-        let ids: Vec<i64> = attempts.into_values().flatten().collect();
-        debug!(
-            attempts = ids.len(),
-            "deliveries left to end in the background"
-        );
-        let mut held = self.settling.hold(ids, None);
-        let settler = self.settler();
-        self.left_behind.spawn(async move {
-            let mut ended = Vec::new();
-            while let Some(done) = tasks.join_next().await {
-                keep_all(done, &mut ended);
-            }
-            let settled: HashSet<i64> = ended.iter().flatten().map(|e| e.attempt_id).collect();
-            settler.settle_in_background(ended).await;
-            held.pass_on(&settled);
-        });
-    }
-}
-
-/// Keeps the products of one delivery task; a failed one is logged (its attempt stays in the
-/// database and a later pass picks it up again).
-fn keep_all(done: Result<Vec<Delivered>, tokio::task::JoinError>, ended: &mut Vec<Option<Ended>>) {
-    match done {
-        Ok(products) => {
-            for product in products {
-                match product {
-                    Ok(product) => ended.push(product),
-                    Err(err) => warn!(error = %err, "dispatch failed; it will be retried"),
+                () = tokio::time::sleep_until(flush_at.unwrap_or_else(tokio::time::Instant::now)),
+                    if flush_at.is_some() => {
+                    answered += ended.iter().flatten().count();
+                    self.settle_in_background(std::mem::take(&mut ended)).await;
+                    first_at = None;
                 }
             }
         }
-        Err(err) => warn!(error = %err, "dispatch task failed"),
+        answered += ended.iter().flatten().count();
+        self.settle_in_background(ended).await;
+        answered
+    }
+}
+
+/// Keeps a delivery's product; a failed one is logged (its attempt stays in the database and
+/// a later pass picks it up again).
+fn keep(done: Option<Result<Delivered, tokio::task::JoinError>>, ended: &mut Vec<Option<Ended>>) {
+    match done {
+        Some(Ok(Ok(product))) => ended.push(product),
+        Some(Ok(Err(err))) => warn!(error = %err, "dispatch failed; it will be retried"),
+        Some(Err(err)) => warn!(error = %err, "dispatch task failed"),
+        None => {}
     }
 }
 

@@ -40,7 +40,6 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tracing::warn;
 
 use crate::cluster::LocalView;
@@ -89,7 +88,7 @@ impl Default for DispatchSettings {
 }
 
 /// How far ahead a delivery pass plans deliveries, given how far ahead runs are claimed: a pass
-/// waits for its deliveries' instants, so holding them long would hold up the passes behind it; a quarter
+/// waits for its deliveries, so holding them long would hold up the passes behind it; a quarter
 /// second covers a pass's round trips and leaves the runs started earlier waiting in the
 /// database.
 pub fn deliver_ahead(claim_ahead: Duration) -> Duration {
@@ -114,10 +113,6 @@ pub struct Dispatcher {
     runs_cursor: AtomicI64,
     due_cursor: std::sync::Mutex<DueCursor>,
     settling: Arc<Settling>,
-    /// Dispatches in flight, across passes ([`deliver::MAX_IN_FLIGHT`]).
-    in_flight: Arc<tokio::sync::Semaphore>,
-    /// Deliveries left running by their passes (`deliver`), waited for when it stops.
-    left_behind: TaskTracker,
     observer: Observer,
     standby_wait: std::sync::Mutex<standbys::StandbyWait>,
 }
@@ -145,8 +140,6 @@ impl Dispatcher {
             runs_cursor: AtomicI64::new(0),
             due_cursor: std::sync::Mutex::new(DueCursor::new()),
             settling: Settling::new(),
-            in_flight: Arc::new(tokio::sync::Semaphore::new(deliver::MAX_IN_FLIGHT)),
-            left_behind: TaskTracker::new(),
             observer,
             standby_wait: std::sync::Mutex::new(standbys::StandbyWait::default()),
         }
@@ -200,9 +193,7 @@ impl Dispatcher {
             }
         };
         tokio::join!(starting, delivering, followed);
-        // Answers already received, or still awaited, are stored before the dispatcher stops.
-        self.left_behind.close();
-        self.left_behind.wait().await;
+        // Answers already received are stored before the dispatcher stops.
         self.settling.wait_all().await;
     }
 

@@ -5,7 +5,7 @@
 //! executor, the rest together (`finish` ends results reported later). [`Settling`] holds the
 //! answered attempts from this node's passes until their settle has ended.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -182,20 +182,6 @@ impl Settling {
         self.attempts().extend(ids.iter().map(|id| (*id, u64::MAX)));
     }
 
-    /// Holds `ids` from this node's passes until what is returned is dropped (with `slot`).
-    pub(super) fn hold(
-        self: &Arc<Self>,
-        ids: Vec<i64>,
-        slot: Option<OwnedSemaphorePermit>,
-    ) -> HeldUntilStored {
-        self.begin_settle(&ids);
-        HeldUntilStored {
-            settling: Arc::clone(self),
-            ids,
-            _slot: slot,
-        }
-    }
-
     fn settled(&self, ids: &[i64]) {
         let now = self.reads.load(Ordering::SeqCst);
         let mut settling = self.attempts();
@@ -210,18 +196,10 @@ impl Settling {
     }
 }
 
-/// What stores answers in the background: cloned into the tasks that outlive a pass.
-#[derive(Clone)]
-pub(super) struct Settler {
-    pub(super) store: Arc<dyn Store>,
-    pub(super) observer: Observer,
-    pub(super) settling: Arc<Settling>,
-}
-
-impl Settler {
+impl Dispatcher {
     /// Ends attempts answered at once, in the background: the pass delivers on while they
     /// are stored. It waits for a free slot, so no more than [`SETTLES_IN_FLIGHT`] settles are
-    /// ever outstanding; the attempts are held from this node's passes before it returns.
+    /// ever outstanding.
     /// A settle that fails leaves its attempts live: a later pass offers them again, as one
     /// would after a node died between an executor's answer and its record.
     pub(super) async fn settle_in_background(&self, ended: Vec<Option<Ended>>) {
@@ -232,9 +210,16 @@ impl Settler {
         // Closed never: the semaphore lives as long as the dispatcher.
         let slot = Arc::clone(&self.settling.slots).acquire_owned().await.ok();
         let ids: Vec<i64> = ended.iter().map(|e| e.attempt_id).collect();
-        let held = self.settling.hold(ids, slot);
+        self.settling.begin_settle(&ids);
         let store = Arc::clone(&self.store);
         let observer = self.observer.clone();
+        // Released however the task ends (a panic, a runtime shutting down): a held id left
+        // behind would keep its attempt from this node's passes for good.
+        let held = HeldUntilStored {
+            settling: Arc::clone(&self.settling),
+            ids,
+            _slot: slot,
+        };
         tokio::spawn(async move {
             let held = held;
             let began = std::time::Instant::now();
@@ -266,30 +251,12 @@ impl Settler {
     }
 }
 
-impl Dispatcher {
-    pub(super) fn settler(&self) -> Settler {
-        Settler {
-            store: Arc::clone(&self.store),
-            observer: self.observer.clone(),
-            settling: Arc::clone(&self.settling),
-        }
-    }
-}
-
-/// Attempts held from this node's passes (a settle's, with its slot; or deliveries left
-/// running after their pass): released when this is dropped, however the task holding it
-/// ends.
-pub(super) struct HeldUntilStored {
+/// A settle's attempts, held from this node's passes, and its slot: both released when the
+/// settle ends, however it ends.
+struct HeldUntilStored {
     settling: Arc<Settling>,
     ids: Vec<i64>,
     _slot: Option<OwnedSemaphorePermit>,
-}
-
-impl HeldUntilStored {
-    /// Stops holding `ids` here: a settle holds them now.
-    pub(super) fn pass_on(&mut self, ids: &HashSet<i64>) {
-        self.ids.retain(|id| !ids.contains(id));
-    }
 }
 
 impl Drop for HeldUntilStored {

@@ -168,7 +168,9 @@ async fn executor_tokens_serve_their_namespaces_apps_only(db: TestDb) {
         .await;
         runs.push(run["id"].clone());
     }
-    support::wait_for(Duration::from_secs(10), "both runs offered", || async {
+    // A delivery pass waits for its offers' answers, up to the dispatch timeout (10 s): one
+    // to a silent executor holds up the offers of the next pass that long.
+    support::wait_for(Duration::from_secs(30), "both runs offered", || async {
         // Kept alive: executors without heartbeats are offered nothing.
         post_as(&node, team_a, heartbeat, beat("a-1")).await;
         post_as(&node, CLUSTER_EXECUTOR, heartbeat, beat("s-1")).await;
@@ -191,7 +193,7 @@ async fn executor_tokens_serve_their_namespaces_apps_only(db: TestDb) {
     );
     // It ends as having no executor, saying why.
     let path = format!("/api/v1/runs/{}", runs[1]);
-    let detail = support::wait_for(Duration::from_secs(10), "team-b's run to end", || async {
+    let detail = support::wait_for(Duration::from_secs(30), "team-b's run to end", || async {
         let (_, detail) = node.call(Method::GET, &path, None).await;
         (detail["state"] == "no_executor").then_some(detail)
     })
