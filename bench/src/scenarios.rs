@@ -556,7 +556,7 @@ async fn insert_jobs(
         let rows = Arc::clone(&rows);
         tasks.spawn(async move {
             for chunk in rows.chunks(PER_TRANSACTION).skip(w).step_by(workers) {
-                store.jobs_insert_many(chunk).await?;
+                store.jobs_insert_many(chunk, None).await?;
             }
             anyhow::Ok(())
         });

@@ -1,19 +1,26 @@
 //! The audit trail of the API: every call that changes something, or tries to, is recorded
 //! with who made it, from where, what it was and what came of it, refusals included;
 //! `GET /audit` pages it. `permissions::authorize`, which sees every call's caller, operation
-//! and namespace, records it.
+//! and namespace, readies each call's event ([`Audit`]); a handler whose change is one store
+//! call has the store write it in the change's own transaction, and `authorize` records the
+//! rest (refusals, failures, and operations not made in one transaction) once answered.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use axum::Json;
+use axum::extract::FromRequestParts;
 use axum::extract::State;
 use axum::extract::connect_info::Connected;
+use axum::http::StatusCode;
+use axum::http::request::Parts;
 use axum::serve::IncomingStream;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::changes::Changes;
 use super::params::QueryParams;
 use super::{ApiError, ApiState, paging, rfc3339};
 use crate::access::Principal;
@@ -77,17 +84,16 @@ pub(super) struct Call<'a> {
     pub(super) namespace: Option<NamespaceId>,
 }
 
-/// Records `call`. The change it made is already committed, so a failure to record is
-/// logged, not answered.
-pub(super) async fn record(
+/// The event of `call`.
+fn event_of(
     state: &ApiState,
     call: &Call<'_>,
     outcome: Outcome,
     status: u16,
     detail: Option<String>,
     changes: Option<String>,
-) {
-    let event = AuditWrite {
+) -> AuditWrite {
+    AuditWrite {
         at_ms: state.clock.now_ms(),
         namespace_id: call.namespace,
         actor: call.principal.describe(),
@@ -100,10 +106,82 @@ pub(super) async fn record(
         status: i32::from(status),
         detail,
         changes,
-    };
+    }
+}
+
+/// Records `call` on its own: the change it made, if any, is already committed (or was never
+/// made), so a failure to record is logged, not answered.
+pub(super) async fn record(
+    state: &ApiState,
+    call: &Call<'_>,
+    outcome: Outcome,
+    status: u16,
+    detail: Option<String>,
+    changes: Option<String>,
+) {
+    let event = event_of(state, call, outcome, status, detail, changes);
     if let Err(err) = state.store.audit_insert(&event).await {
         tracing::error!(error = %err, operation = call.operation, actor = %event.actor,
             "could not record an audit event");
+    }
+}
+
+/// A call's audit event, readied by `permissions::authorize` before its handler runs (none for
+/// calls that are not recorded). A handler whose change is one store call passes that call
+/// [`Audit::event`], which the store writes in the change's own transaction, then says
+/// [`Audit::written`]; `authorize` records the event of a call whose handler did not once it
+/// is answered.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Audit(Option<Arc<Draft>>);
+
+#[derive(Debug)]
+struct Draft {
+    event: AuditWrite,
+    written: AtomicBool,
+}
+
+impl Audit {
+    /// The event of `call`, to be finished by its handler.
+    pub(super) fn ready(state: &ApiState, call: &Call<'_>) -> Self {
+        let event = event_of(state, call, Outcome::Ok, 0, None, None);
+        Audit(Some(Arc::new(Draft {
+            event,
+            written: AtomicBool::new(false),
+        })))
+    }
+
+    /// The event of the call done, answered with `status`, having made `changes`.
+    pub(super) fn event(
+        &self,
+        status: StatusCode,
+        changes: Option<&Changes>,
+    ) -> Option<AuditWrite> {
+        self.0.as_ref().map(|draft| AuditWrite {
+            status: i32::from(status.as_u16()),
+            changes: changes.and_then(Changes::to_json),
+            ..draft.event.clone()
+        })
+    }
+
+    /// The store wrote [`Audit::event`] with the change, which is committed.
+    pub(super) fn written(&self) {
+        if let Some(draft) = &self.0 {
+            draft.written.store(true, Ordering::Release);
+        }
+    }
+
+    pub(super) fn is_written(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(|draft| draft.written.load(Ordering::Acquire))
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Audit {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(parts.extensions.get::<Audit>().cloned().unwrap_or_default())
     }
 }
 

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::audit::Audit;
 use super::body::JsonBody;
 use super::jobs::load;
 use super::params::IdParam;
@@ -86,6 +87,7 @@ fn view_of(b: BackfillRecord) -> BackfillView {
     responses((status = 202, description = "The backfill, started", body = BackfillView)))]
 pub(super) async fn create(
     State(state): State<ApiState>,
+    audit: Audit,
     IdParam(id): IdParam,
     JsonBody(request): JsonBody<BackfillRequest>,
 ) -> Result<(StatusCode, Json<BackfillView>), ApiError> {
@@ -122,6 +124,7 @@ pub(super) async fn create(
             "the job's schedule has no instant in this range",
         ));
     }
+    let event = audit.event(StatusCode::ACCEPTED, None);
     let backfill = state
         .store
         .backfill_insert(
@@ -130,8 +133,10 @@ pub(super) async fn create(
             from.timestamp_millis(),
             to.timestamp_millis(),
             max_in_flight,
+            event.as_ref(),
         )
         .await?;
+    audit.written();
     Ok((StatusCode::ACCEPTED, Json(view_of(backfill))))
 }
 
@@ -218,8 +223,12 @@ pub(super) async fn get(
     responses((status = 200, description = "The backfill", body = BackfillView)))]
 pub(super) async fn cancel(
     State(state): State<ApiState>,
+    audit: Audit,
     IdParam(id): IdParam,
 ) -> Result<Json<BackfillView>, ApiError> {
-    state.store.backfill_cancel(id).await?;
+    let event = audit.event(StatusCode::OK, None);
+    if state.store.backfill_cancel(id, event.as_ref()).await? {
+        audit.written();
+    }
     get(State(state), IdParam(id)).await
 }

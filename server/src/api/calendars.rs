@@ -3,12 +3,13 @@
 
 use std::collections::HashMap;
 
+use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use axum::{Extension, Json};
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::audit::Audit;
 use super::body::JsonBody;
 use super::changes::Changes;
 use super::error::Problem;
@@ -121,11 +122,12 @@ pub(super) async fn get(
     ))]
 pub(super) async fn put(
     State(state): State<ApiState>,
+    audit: Audit,
     NameParam(name): NameParam,
     QueryParams(at): QueryParams<NamespaceQuery>,
     headers: HeaderMap,
     JsonBody(spec): JsonBody<CalendarSpec>,
-) -> Result<(StatusCode, Extension<Changes>, Json<CalendarView>), ApiError> {
+) -> Result<(StatusCode, Json<CalendarView>), ApiError> {
     checked_name(&name)?;
     let namespace = resolve(&state, at.namespace.as_deref()).await?;
     Calendar::parse(&spec).map_err(|e| ApiError::invalid(&e.field, e.message))?;
@@ -133,21 +135,18 @@ pub(super) async fn put(
     let expected = super::jobs::if_match(&headers)?;
     // Read first for the audit trail's "what changed" (exact when If-Match pins the version).
     let previous = state.store.calendar_get(namespace.id, &name).await?;
+    let before: serde_json::Value = previous
+        .and_then(|record| serde_json::from_str(&record.definition_json).ok())
+        .unwrap_or_default();
+    let after = serde_json::to_value(&spec).unwrap_or_default();
+    let event = audit.event(StatusCode::OK, Some(&Changes::between(&before, &after)));
     if let Some(updated) = state
         .store
-        .calendar_update(namespace.id, &name, &json, expected)
+        .calendar_update(namespace.id, &name, &json, expected, event.as_ref())
         .await?
     {
-        let before: serde_json::Value = previous
-            .and_then(|record| serde_json::from_str(&record.definition_json).ok())
-            .unwrap_or_default();
-        let after = serde_json::to_value(&spec).unwrap_or_default();
-        let changes = Changes::between(&before, &after);
-        return Ok((
-            StatusCode::OK,
-            Extension(changes),
-            Json(view_of(&namespace, updated)?),
-        ));
+        audit.written();
+        return Ok((StatusCode::OK, Json(view_of(&namespace, updated)?)));
     }
     let current = state.store.calendar_get(namespace.id, &name).await?;
     match (current, expected) {
@@ -158,15 +157,13 @@ pub(super) async fn put(
         ))),
         (None, Some(_)) => Err(ApiError::missing(format!("calendar {name:?}"))),
         (None, None) => {
+            let event = audit.event(StatusCode::CREATED, None);
             let created = state
                 .store
-                .calendar_insert(namespace.id, &name, &json)
+                .calendar_insert(namespace.id, &name, &json, event.as_ref())
                 .await?;
-            Ok((
-                StatusCode::CREATED,
-                Extension(Changes::default()),
-                Json(view_of(&namespace, created)?),
-            ))
+            audit.written();
+            Ok((StatusCode::CREATED, Json(view_of(&namespace, created)?)))
         }
     }
 }
@@ -180,6 +177,7 @@ pub(super) async fn put(
     ))]
 pub(super) async fn delete(
     State(state): State<ApiState>,
+    audit: Audit,
     NameParam(name): NameParam,
     QueryParams(at): QueryParams<NamespaceQuery>,
 ) -> Result<StatusCode, ApiError> {
@@ -201,7 +199,13 @@ pub(super) async fn delete(
             users.join(", ")
         )));
     }
-    if state.store.calendar_delete(namespace.id, &name).await? {
+    let event = audit.event(StatusCode::NO_CONTENT, None);
+    if state
+        .store
+        .calendar_delete(namespace.id, &name, event.as_ref())
+        .await?
+    {
+        audit.written();
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::missing(format!("calendar {name:?}")))

@@ -11,6 +11,7 @@ use serde::Serialize;
 use tracing::{info, warn};
 use utoipa::ToSchema;
 
+use super::audit::Audit;
 use super::body::JsonBody;
 use super::error::Problem;
 use super::params::NameParam;
@@ -237,7 +238,7 @@ async fn create_declared_job(
             return;
         }
     };
-    match super::jobs::insert(state, namespace, &definition, true).await {
+    match super::jobs::insert(state, namespace, &definition, true, None).await {
         Ok(_) => info!(job = %definition.name, "created the job declared in code"),
         Err(store::Error::Conflict { .. }) => {}
         Err(err) => {
@@ -382,6 +383,7 @@ pub(super) struct AppList {
 
 async fn set_drained(
     state: &ApiState,
+    audit: &Audit,
     id: &str,
     drain: bool,
 ) -> Result<Json<DrainState>, ApiError> {
@@ -389,7 +391,14 @@ async fn set_drained(
     if !known.executors.iter().any(|e| e.executor_id == id) {
         return Err(ApiError::missing(format!("executor {id}")));
     }
-    let changed = state.store.executor_drain(id, drain).await?;
+    let event = audit.event(axum::http::StatusCode::OK, None);
+    let changed = state
+        .store
+        .executor_drain(id, drain, event.as_ref())
+        .await?;
+    if changed {
+        audit.written();
+    }
     info!(
         executor = id,
         drain, changed, "executor drain changed by an operator"
@@ -406,9 +415,10 @@ async fn set_drained(
 /// `POST /executors/{id}/drain`: no new dispatches; running attempts finish.
 pub(super) async fn drain(
     State(state): State<ApiState>,
+    audit: Audit,
     NameParam(id): NameParam,
 ) -> Result<Json<DrainState>, ApiError> {
-    set_drained(&state, &id, true).await
+    set_drained(&state, &audit, &id, true).await
 }
 
 #[utoipa::path(post, operation_id = "resumeExecutor", path = "/executors/{id}/resume", tag = "executors", params(("id" = String, Path, description = "The executor's id")),
@@ -416,9 +426,10 @@ pub(super) async fn drain(
 /// `POST /executors/{id}/resume`: dispatch to it again.
 pub(super) async fn resume(
     State(state): State<ApiState>,
+    audit: Audit,
     NameParam(id): NameParam,
 ) -> Result<Json<DrainState>, ApiError> {
-    set_drained(&state, &id, false).await
+    set_drained(&state, &audit, &id, false).await
 }
 
 #[utoipa::path(delete, operation_id = "removeExecutor", path = "/executors/{id}", tag = "executors", params(("id" = String, Path, description = "The executor's id")),
@@ -427,9 +438,12 @@ pub(super) async fn resume(
 /// still alive is told at its next heartbeat to register again.
 pub(super) async fn remove(
     State(state): State<ApiState>,
+    audit: Audit,
     NameParam(id): NameParam,
 ) -> Result<axum::http::StatusCode, ApiError> {
-    if state.store.executor_leave(&id).await? {
+    let event = audit.event(axum::http::StatusCode::NO_CONTENT, None);
+    if state.store.executor_leave(&id, event.as_ref()).await? {
+        audit.written();
         Ok(axum::http::StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::missing(format!("executor {id}")))
@@ -441,11 +455,19 @@ pub(super) async fn remove(
     responses((status = 200, description = "Left", body = Deregistered)))]
 pub(super) async fn deregister(
     State(state): State<ApiState>,
+    audit: Audit,
     Extension(principal): Extension<Principal>,
     JsonBody(leaving): JsonBody<Deregistration>,
 ) -> Result<Json<Deregistered>, ApiError> {
     check_scope(&state, &principal, &leaving.executor_id).await?;
-    let left = state.store.executor_leave(&leaving.executor_id).await?;
+    let event = audit.event(axum::http::StatusCode::OK, None);
+    let left = state
+        .store
+        .executor_leave(&leaving.executor_id, event.as_ref())
+        .await?;
+    if left {
+        audit.written();
+    }
     info!(executor = %leaving.executor_id, "executor deregistered");
     Ok(Json(Deregistered { left }))
 }

@@ -8,6 +8,7 @@ use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::audit::Audit;
 use super::body::JsonBody;
 use super::error::Problem;
 use super::namespaces::NamespaceQuery;
@@ -93,6 +94,7 @@ pub(super) async fn list(
     ))]
 pub(super) async fn create(
     State(state): State<ApiState>,
+    audit: Audit,
     Extension(principal): Extension<Principal>,
     QueryParams(at): QueryParams<NamespaceQuery>,
     JsonBody(input): JsonBody<GrantInput>,
@@ -111,14 +113,18 @@ pub(super) async fn create(
             "must be viewer, operator, editor or admin",
         ));
     };
+    let event = audit.event(StatusCode::CREATED, None);
     let record = state
         .store
-        .grant_insert(&GrantWrite {
-            namespace_id: namespace.id,
-            group_name: group.to_owned(),
-            role: role.name().to_owned(),
-            created_by: principal.describe(),
-        })
+        .grant_insert(
+            &GrantWrite {
+                namespace_id: namespace.id,
+                group_name: group.to_owned(),
+                role: role.name().to_owned(),
+                created_by: principal.describe(),
+            },
+            event.as_ref(),
+        )
         .await
         .map_err(|err| match err {
             crate::store::Error::Conflict { .. } => ApiError::Conflict(format!(
@@ -127,6 +133,7 @@ pub(super) async fn create(
             )),
             other => other.into(),
         })?;
+    audit.written();
     state.grants.forget();
     Ok((
         StatusCode::CREATED,
@@ -141,10 +148,13 @@ pub(super) async fn create(
 pub(super) async fn revoke(
     State(state): State<ApiState>,
     IdParam(id): IdParam,
+    audit: Audit,
 ) -> Result<StatusCode, ApiError> {
-    let deleted = state.store.grant_delete(id).await?;
+    let event = audit.event(StatusCode::NO_CONTENT, None);
+    let deleted = state.store.grant_delete(id, event.as_ref()).await?;
     state.grants.forget();
     if deleted {
+        audit.written();
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::missing(format!("grant {id}")))

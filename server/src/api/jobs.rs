@@ -1,12 +1,13 @@
 //! `/api/v1/jobs`: create, list, get, update, delete, start, stop, trigger, and a job's runs.
 
+use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::{Extension, Json};
 use chrono::DateTime;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::audit::Audit;
 use super::body::JsonBody;
 use super::changes::Changes;
 use super::error::Problem;
@@ -21,7 +22,9 @@ use crate::jobs::{
 };
 use crate::schedule::{NextHints, ScheduleSpec};
 use crate::states::{JobKind, JobState};
-use crate::store::{self, JobFilter, JobKey, JobOrder, JobRecord, JobWrite, NamespaceId};
+use crate::store::{
+    self, AuditWrite, JobFilter, JobKey, JobOrder, JobRecord, JobWrite, NamespaceId,
+};
 
 impl From<JobError> for ApiError {
     fn from(err: JobError) -> Self {
@@ -231,8 +234,9 @@ pub(super) async fn insert(
     namespace: NamespaceId,
     definition: &JobDefinition,
     start: bool,
+    audit: Option<&AuditWrite>,
 ) -> Result<JobRecord, store::Error> {
-    insert_write(state, &write_of(namespace, definition), start).await
+    insert_write_in(state, &write_of(namespace, definition), start, None, audit).await
 }
 
 /// [`insert`] of a row already written out (a workflow's), in the partition its id hashes to.
@@ -241,23 +245,28 @@ pub(super) async fn insert_write(
     write: &JobWrite,
     start: bool,
 ) -> Result<JobRecord, store::Error> {
-    insert_write_in(state, write, start, None).await
+    insert_write_in(state, write, start, None, None).await
 }
 
 /// [`insert_write`] in `partition` when given (a workflow's step, in its workflow's), else in
 /// the one the id hashes to. Up to 20 ids are drawn: a workflow writes its steps' rows within
-/// a few milliseconds, and only 4,096 ids fall in each.
+/// a few milliseconds, and only 4,096 ids fall in each. `audit` is recorded with the row.
 pub(super) async fn insert_write_in(
     state: &ApiState,
     write: &JobWrite,
     start: bool,
     partition: Option<i64>,
+    audit: Option<&AuditWrite>,
 ) -> Result<JobRecord, store::Error> {
     let mut attempt = 0;
     loop {
         let id = new_job_id(state.clock.now_ms());
         let partition = partition.unwrap_or_else(|| partition_of(id, state.partition_count));
-        match state.store.job_insert(id, partition, write, start).await {
+        match state
+            .store
+            .job_insert(id, partition, write, start, audit)
+            .await
+        {
             Err(store::Error::Conflict { what }) if what.starts_with("job id") && attempt < 20 => {
                 attempt += 1;
             }
@@ -286,6 +295,7 @@ pub(super) async fn insert_write_in(
     ))]
 pub(super) async fn create(
     State(state): State<ApiState>,
+    audit: Audit,
     QueryParams(at): QueryParams<NamespaceQuery>,
     JsonBody(input): JsonBody<JobInput>,
 ) -> Result<(StatusCode, HeaderMap, Json<JobView>), ApiError> {
@@ -305,7 +315,9 @@ pub(super) async fn create(
         &definition.policy.children,
     )
     .await?;
-    let record = insert(&state, namespace.id, &definition, start).await?;
+    let event = audit.event(StatusCode::CREATED, None);
+    let record = insert(&state, namespace.id, &definition, start, event.as_ref()).await?;
+    audit.written();
     let mut headers = HeaderMap::new();
     if let Ok(location) = HeaderValue::from_str(&format!("/api/v1/jobs/{}", record.job_id)) {
         headers.insert(header::LOCATION, location);
@@ -465,10 +477,11 @@ pub(super) fn if_match(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
     ))]
 pub(super) async fn update(
     State(state): State<ApiState>,
+    audit: Audit,
     IdParam(id): IdParam,
     headers: HeaderMap,
     JsonBody(patch): JsonBody<JobPatch>,
-) -> Result<(Extension<Changes>, HeaderMap, Json<JobView>), ApiError> {
+) -> Result<(HeaderMap, Json<JobView>), ApiError> {
     let record = load(&state, id).await?;
     a_job(&record)?;
     if let Some(expected) = if_match(&headers)?
@@ -501,12 +514,17 @@ pub(super) async fn update(
         &definition.policy.children,
     )
     .await?;
+    let event = audit.event(
+        StatusCode::OK,
+        Some(&Changes::between(&before, &definition)),
+    );
     let updated = state
         .store
         .job_update(
             id,
             record.version,
             &write_of(record.namespace_id, &definition),
+            event.as_ref(),
         )
         .await?
         .ok_or_else(|| {
@@ -514,8 +532,8 @@ pub(super) async fn update(
                 "job {id} changed while it was being updated; retry"
             ))
         })?;
+    audit.written();
     Ok((
-        Extension(Changes::between(&before, &definition)),
         etag(updated.version),
         Json(view_warned(&state, updated).await?),
     ))
@@ -527,13 +545,16 @@ pub(super) async fn update(
         (status = 409, description = "Another job names it as a child", body = Problem, content_type = "application/problem+json")))]
 pub(super) async fn delete(
     State(state): State<ApiState>,
+    audit: Audit,
     IdParam(id): IdParam,
 ) -> Result<StatusCode, ApiError> {
     if let Some(record) = state.store.job_get(id).await? {
         a_job(&record)?;
     }
     super::children::check_unused(&state, id).await?;
-    if state.store.job_delete(id).await? {
+    let event = audit.event(StatusCode::NO_CONTENT, None);
+    if state.store.job_delete(id, event.as_ref()).await? {
+        audit.written();
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::missing(format!("job {id}")))
@@ -545,11 +566,12 @@ pub(super) async fn delete(
     responses((status = 200, description = "The job, running", body = JobView)))]
 pub(super) async fn start(
     State(state): State<ApiState>,
+    audit: Audit,
     IdParam(id): IdParam,
 ) -> Result<Json<JobView>, ApiError> {
     let record = load(&state, id).await?;
     a_job(&record)?;
-    let started = super::lifecycle::start(&state, &record).await?;
+    let started = super::lifecycle::start(&state, &record, &audit).await?;
     Ok(Json(view_warned(&state, started).await?))
 }
 
@@ -558,11 +580,12 @@ pub(super) async fn start(
     responses((status = 200, description = "The job, stopped", body = JobView)))]
 pub(super) async fn stop(
     State(state): State<ApiState>,
+    audit: Audit,
     IdParam(id): IdParam,
 ) -> Result<Json<JobView>, ApiError> {
     let record = load(&state, id).await?;
     a_job(&record)?;
-    let stopped = super::lifecycle::stop(&state, &record).await?;
+    let stopped = super::lifecycle::stop(&state, &record, &audit).await?;
     Ok(Json(view_warned(&state, stopped).await?))
 }
 
@@ -576,11 +599,12 @@ pub(super) async fn stop(
             ))))]
 pub(super) async fn trigger(
     State(state): State<ApiState>,
+    audit: Audit,
     IdParam(id): IdParam,
 ) -> Result<(StatusCode, Json<RunView>), ApiError> {
     let record = load(&state, id).await?;
     a_job(&record)?;
-    let run = super::lifecycle::trigger(&state, &record, None, None).await?;
+    let run = super::lifecycle::trigger(&state, &record, (None, None), &audit).await?;
     let namespace = super::namespaces::name_of(&state, record.namespace_id).await?;
     Ok((
         StatusCode::ACCEPTED,

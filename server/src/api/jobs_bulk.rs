@@ -11,6 +11,7 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use super::audit::Audit;
 use super::body::{JsonBody, described};
 use super::error::Problem;
 use super::jobs::{check_fires, write_of};
@@ -69,6 +70,7 @@ pub(super) struct CreatedJob {
     ))]
 pub(super) async fn create(
     State(state): State<ApiState>,
+    audit: Audit,
     QueryParams(at): QueryParams<NamespaceQuery>,
     JsonBody(body): JsonBody<Value>,
 ) -> Result<(StatusCode, Json<BulkCreated>), ApiError> {
@@ -97,13 +99,17 @@ pub(super) async fn create(
     }
     // Ids are drawn past the largest there is; a batch that met another's (drawn from the
     // same largest id on another node) draws again past the one that won.
+    let event = audit.event(StatusCode::CREATED, None);
     let mut tries = 0;
     let rows = loop {
         tries += 1;
         let largest = state.store.job_id_max().await?;
         let rows = rows_of(&state, namespace, &checked, largest);
-        match state.store.jobs_insert_many(&rows).await {
-            Ok(()) => break rows,
+        match state.store.jobs_insert_many(&rows, event.as_ref()).await {
+            Ok(()) => {
+                audit.written();
+                break rows;
+            }
             Err(store::Error::Conflict { .. }) => {
                 let mut errors = Vec::new();
                 names_free(&state, namespace, &checked, &mut errors).await?;

@@ -2,6 +2,9 @@
 //! both kinds, so the jobs, workflows and runs APIs (and the CLI and console, which call them)
 //! cannot drift apart.
 
+use axum::http::StatusCode;
+
+use super::audit::Audit;
 use super::jobs::{check_fires, definition_of};
 use super::{ApiError, ApiState};
 use crate::states::{JobKind, JobState, RunState};
@@ -9,8 +12,12 @@ use crate::store::{JobRecord, RunRecord};
 
 /// Starts `record`'s schedule: it fires from its next instant. One that would never fire, or
 /// has fired all of `bounds.max_runs`, is refused naming the field; one deleted meanwhile is
-/// missing. Starting a running one changes nothing.
-pub(super) async fn start(state: &ApiState, record: &JobRecord) -> Result<JobRecord, ApiError> {
+/// missing. Starting a running one changes nothing. `audit`'s event goes with the change.
+pub(super) async fn start(
+    state: &ApiState,
+    record: &JobRecord,
+    audit: &Audit,
+) -> Result<JobRecord, ApiError> {
     if record.state != JobState::Running {
         let definition = definition_of(record)?;
         check_fires(state, &definition)?;
@@ -27,33 +34,45 @@ pub(super) async fn start(state: &ApiState, record: &JobRecord) -> Result<JobRec
             ));
         }
     }
-    state
+    let event = audit.event(StatusCode::OK, None);
+    let started = state
         .store
-        .job_start(record.job_id)
+        .job_start(record.job_id, event.as_ref())
         .await?
-        .ok_or_else(|| gone(record))
+        .ok_or_else(|| gone(record))?;
+    audit.written();
+    Ok(started)
 }
 
 /// Stops `record`'s schedule; runs under way finish. One deleted meanwhile is missing.
-pub(super) async fn stop(state: &ApiState, record: &JobRecord) -> Result<JobRecord, ApiError> {
-    state
+/// `audit`'s event goes with the change.
+pub(super) async fn stop(
+    state: &ApiState,
+    record: &JobRecord,
+    audit: &Audit,
+) -> Result<JobRecord, ApiError> {
+    let event = audit.event(StatusCode::OK, None);
+    let stopped = state
         .store
-        .job_stop(record.job_id)
+        .job_stop(record.job_id, event.as_ref())
         .await?
-        .ok_or_else(|| gone(record))
+        .ok_or_else(|| gone(record))?;
+    audit.written();
+    Ok(stopped)
 }
 
 /// A run of `record` now, outside its schedule and whatever its state, created by this node
 /// and pending dispatch: `message` says why (a re-run names its run), `input` is what its
 /// handler is given (a workflow's params, a child run's parent again). Calendars do not hold
-/// it back: someone asked for this run.
+/// it back: someone asked for this run. `audit`'s event goes with the run.
 pub(super) async fn trigger(
     state: &ApiState,
     record: &JobRecord,
-    message: Option<&str>,
-    input: Option<&str>,
+    (message, input): (Option<&str>, Option<&str>),
+    audit: &Audit,
 ) -> Result<RunRecord, ApiError> {
-    Ok(state
+    let event = audit.event(StatusCode::ACCEPTED, None);
+    let run = state
         .store
         .run_insert_manual(
             record,
@@ -61,8 +80,11 @@ pub(super) async fn trigger(
             RunState::Pending,
             message,
             input,
+            event.as_ref(),
         )
-        .await?)
+        .await?;
+    audit.written();
+    Ok(run)
 }
 
 fn noun(record: &JobRecord) -> &'static str {

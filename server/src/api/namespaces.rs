@@ -9,6 +9,7 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::audit::Audit;
 use super::body::JsonBody;
 use super::changes::Changes;
 use super::error::Problem;
@@ -173,18 +174,24 @@ pub(super) async fn get(
     ))]
 pub(super) async fn create(
     State(state): State<ApiState>,
+    audit: Audit,
     JsonBody(input): JsonBody<NamespaceInput>,
 ) -> Result<(StatusCode, Json<NamespaceView>), ApiError> {
     check_name(&input.name).map_err(|why| ApiError::invalid("name", why))?;
     checked(&input.description, input.alert_webhook.as_deref())?;
+    let event = audit.event(StatusCode::CREATED, None);
     let record = state
         .store
-        .namespace_insert(&NamespaceWrite {
-            name: input.name,
-            description: input.description,
-            alert_webhook: input.alert_webhook,
-        })
+        .namespace_insert(
+            &NamespaceWrite {
+                name: input.name,
+                description: input.description,
+                alert_webhook: input.alert_webhook,
+            },
+            event.as_ref(),
+        )
         .await?;
+    audit.written();
     state.namespaces.list().await?;
     Ok((StatusCode::CREATED, Json(record.into())))
 }
@@ -196,9 +203,10 @@ pub(super) async fn create(
     responses((status = 200, description = "The namespace as it is now", body = NamespaceView)))]
 pub(super) async fn update(
     State(state): State<ApiState>,
+    audit: Audit,
     NameParam(name): NameParam,
     JsonBody(patch): JsonBody<NamespacePatch>,
-) -> Result<(Extension<Changes>, Json<NamespaceView>), ApiError> {
+) -> Result<Json<NamespaceView>, ApiError> {
     // From the database, not the node's cache: a field left out keeps what another node set.
     let current = state
         .namespaces
@@ -207,33 +215,35 @@ pub(super) async fn update(
         .into_iter()
         .find(|n| n.name == name)
         .ok_or_else(|| ApiError::missing(format!("namespace {name:?}")))?;
-    let before = audited(&current);
+    let before = audited(&current.description, current.alert_webhook.as_deref());
     let write = NamespaceWrite {
         name: current.name,
         description: patch.description.unwrap_or(current.description),
         alert_webhook: patch.alert_webhook.unwrap_or(current.alert_webhook),
     };
     checked(&write.description, write.alert_webhook.as_deref())?;
+    let after = audited(&write.description, write.alert_webhook.as_deref());
+    let event = audit.event(StatusCode::OK, Some(&Changes::between(&before, &after)));
     let updated = state
         .store
-        .namespace_update(current.namespace_id, &write)
+        .namespace_update(current.namespace_id, &write, event.as_ref())
         .await?
         .ok_or_else(|| ApiError::missing(format!("namespace {name:?}")))?;
+    audit.written();
     state.namespaces.list().await?;
-    let changes = Changes::between(&before, &audited(&updated));
-    Ok((Extension(changes), Json(updated.into())))
+    Ok(Json(updated.into()))
 }
 
 /// What the audit trail shows of a namespace's settings: a webhook only by a fingerprint (chat
 /// webhooks carry their key in the URL, and the trail is kept long after one is replaced).
-fn audited(record: &NamespaceRecord) -> serde_json::Value {
+fn audited(description: &str, alert_webhook: Option<&str>) -> serde_json::Value {
     use sha2::Digest as _;
-    let webhook = record.alert_webhook.as_ref().map(|url| {
+    let webhook = alert_webhook.map(|url| {
         let digest = sha2::Sha256::digest(url.as_bytes());
         let fingerprint: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
         format!("(hidden; fingerprint {fingerprint})")
     });
-    serde_json::json!({"description": record.description, "alert_webhook": webhook})
+    serde_json::json!({"description": description, "alert_webhook": webhook})
 }
 
 /// Deletes a namespace that holds no job, workflow, pending task, calendar or app; never
@@ -247,10 +257,18 @@ fn audited(record: &NamespaceRecord) -> serde_json::Value {
     ))]
 pub(super) async fn delete(
     State(state): State<ApiState>,
+    audit: Audit,
     NameParam(name): NameParam,
 ) -> Result<StatusCode, ApiError> {
     let namespace = resolve(&state, Some(&name)).await?;
-    let deletion = state.store.namespace_delete(namespace.id).await?;
+    let event = audit.event(StatusCode::NO_CONTENT, None);
+    let deletion = state
+        .store
+        .namespace_delete(namespace.id, event.as_ref())
+        .await?;
+    if deletion == NamespaceDeletion::Deleted {
+        audit.written();
+    }
     state.namespaces.list().await?;
     // Its tokens and grants went with it.
     state.tokens.forget();

@@ -22,7 +22,7 @@ use serde::Deserialize;
 use utoipa::openapi::RefOr;
 use utoipa::openapi::path::ParameterIn;
 
-use super::audit::{self, Call, Outcome, Peer};
+use super::audit::{self, Audit, Call, Outcome, Peer};
 use super::{ApiError, ApiState};
 use crate::access::{Decision, Need, Principal, Role};
 use crate::store::NamespaceId;
@@ -236,7 +236,12 @@ pub(super) async fn authorize(
     let (response, outcome, detail) = match admitted {
         Ok(namespace) => {
             call.namespace = namespace;
+            let audit = Audit::ready(&state, &call);
+            request.extensions_mut().insert(audit.clone());
             let mut response = next.run(request).await;
+            if audit.is_written() {
+                return Ok(response);
+            }
             let outcome = if response.status().is_success() {
                 Outcome::Ok
             } else {

@@ -5,6 +5,7 @@ use axum::extract::State;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::audit::Audit;
 use super::error::Problem;
 use super::paging;
 use super::params::{IdParam, QueryParams};
@@ -385,6 +386,7 @@ pub(super) async fn get(
 /// `POST /runs/{id}/rerun`: a new run of the same job now, typically for a dead letter.
 pub(super) async fn rerun(
     State(state): State<ApiState>,
+    audit: Audit,
     IdParam(id): IdParam,
 ) -> Result<(axum::http::StatusCode, Json<RunView>), ApiError> {
     let run = load_run(&state, id, "run").await?;
@@ -396,7 +398,8 @@ pub(super) async fn rerun(
     let message = format!("re-run of run {id}");
     // A child run's re-run is given its parent's run and output again.
     let input = state.store.run_input(id).await?;
-    let again = super::lifecycle::trigger(&state, &job, Some(&message), input.as_deref()).await?;
+    let again =
+        super::lifecycle::trigger(&state, &job, (Some(&message), input.as_deref()), &audit).await?;
     let namespace = super::namespaces::name_of(&state, job.namespace_id).await?;
     Ok((
         axum::http::StatusCode::ACCEPTED,
@@ -412,10 +415,11 @@ pub(super) async fn rerun(
     ))]
 pub(super) async fn cancel(
     State(state): State<ApiState>,
+    audit: Audit,
     IdParam(id): IdParam,
 ) -> Result<Json<RunDetail>, ApiError> {
     let run = load_run(&state, id, "run").await?;
-    if !cancel_run(&state, &run).await? {
+    if !cancel_run(&state, &run, &audit).await? {
         return Err(ApiError::Conflict(format!(
             "run {id} has already ended ({})",
             run.state
@@ -425,11 +429,17 @@ pub(super) async fn cancel(
 }
 
 /// Cancels `run` if it is unfinished and tells the executors running it to stop; `false`
-/// when it had ended.
-pub(super) async fn cancel_run(state: &ApiState, run: &RunRecord) -> Result<bool, ApiError> {
-    let Some(running) = state.store.run_cancel(run.run_id).await? else {
+/// when it had ended. `audit`'s event goes with the cancel.
+pub(super) async fn cancel_run(
+    state: &ApiState,
+    run: &RunRecord,
+    audit: &Audit,
+) -> Result<bool, ApiError> {
+    let event = audit.event(axum::http::StatusCode::OK, None);
+    let Some(running) = state.store.run_cancel(run.run_id, event.as_ref()).await? else {
         return Ok(false);
     };
+    audit.written();
     state
         .observer
         .run_ended(run.run_id, run.job_id, RunState::Cancelled, None);

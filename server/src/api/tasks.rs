@@ -10,6 +10,7 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::audit::Audit;
 use super::body::JsonBody;
 use super::error::Problem;
 use super::namespaces::NamespaceQuery;
@@ -476,7 +477,8 @@ async fn cancel_task(state: &ApiState, id: i64) -> Result<TaskView, ApiError> {
         None => None,
     };
     match run {
-        Some(run) if super::runs::cancel_run(state, &run).await? => {
+        // Two writes: the call's event is recorded once it is answered.
+        Some(run) if super::runs::cancel_run(state, &run, &Audit::default()).await? => {
             state.store.task_remove(id, false).await?;
             cancelled(task)
         }

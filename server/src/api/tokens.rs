@@ -8,6 +8,7 @@ use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::audit::Audit;
 use super::body::JsonBody;
 use super::error::Problem;
 use super::namespaces::NamespaceQuery;
@@ -119,6 +120,7 @@ pub(super) async fn list(
     ))]
 pub(super) async fn create(
     State(state): State<ApiState>,
+    audit: Audit,
     Extension(principal): Extension<Principal>,
     QueryParams(at): QueryParams<NamespaceQuery>,
     JsonBody(input): JsonBody<TokenInput>,
@@ -146,18 +148,23 @@ pub(super) async fn create(
         tracing::error!(error = %err, "no randomness for a token");
         ApiError::Internal("the node has no randomness to make a token with".to_owned())
     })?;
+    let event = audit.event(StatusCode::CREATED, None);
     let record = state
         .store
-        .token_insert(&TokenWrite {
-            namespace_id: namespace.id,
-            name: input.name,
-            role: role.to_owned(),
-            secret_sha256: minted.secret_sha256,
-            display_prefix: minted.display_prefix,
-            created_by: principal.describe(),
-            expires_at_ms: Some(state.clock.now_ms() + i64::from(days) * DAY_MS),
-        })
+        .token_insert(
+            &TokenWrite {
+                namespace_id: namespace.id,
+                name: input.name,
+                role: role.to_owned(),
+                secret_sha256: minted.secret_sha256,
+                display_prefix: minted.display_prefix,
+                created_by: principal.describe(),
+                expires_at_ms: Some(state.clock.now_ms() + i64::from(days) * DAY_MS),
+            },
+            event.as_ref(),
+        )
         .await?;
+    audit.written();
     state.tokens.forget();
     Ok((
         StatusCode::CREATED,
@@ -174,11 +181,14 @@ pub(super) async fn create(
     responses((status = 204, description = "Revoked")))]
 pub(super) async fn revoke(
     State(state): State<ApiState>,
+    audit: Audit,
     IdParam(id): IdParam,
 ) -> Result<StatusCode, ApiError> {
-    let deleted = state.store.token_delete(id).await?;
+    let event = audit.event(StatusCode::NO_CONTENT, None);
+    let deleted = state.store.token_delete(id, event.as_ref()).await?;
     state.tokens.forget();
     if deleted {
+        audit.written();
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::missing(format!("token {id}")))

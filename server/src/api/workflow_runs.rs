@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use super::audit::Audit;
 use super::error::Problem;
 use super::params::IdParam;
 use super::runs::{RunView, stop_attempts};
@@ -149,6 +150,7 @@ async fn run_view(state: &ApiState, id: i64) -> Result<WorkflowRunView, ApiError
     ))]
 pub(super) async fn rerun(
     State(state): State<ApiState>,
+    audit: Audit,
     IdParam(id): IdParam,
 ) -> Result<(StatusCode, Json<WorkflowRunView>), ApiError> {
     let run = super::runs::load_run(&state, id, "workflow run").await?;
@@ -163,11 +165,13 @@ pub(super) async fn rerun(
             "the workflow of run {id} was deleted"
         )));
     }
+    let event = audit.event(StatusCode::ACCEPTED, None);
     let again = state
         .store
-        .workflow_run_rerun(id, state.view.node_id())
+        .workflow_run_rerun(id, state.view.node_id(), event.as_ref())
         .await?
         .ok_or_else(|| ApiError::missing(format!("workflow run {id}")))?;
+    audit.written();
     Ok((StatusCode::ACCEPTED, Json(run_view(&state, again).await?)))
 }
 
@@ -180,6 +184,7 @@ pub(super) async fn rerun(
     ))]
 pub(super) async fn cancel(
     State(state): State<ApiState>,
+    audit: Audit,
     IdParam(id): IdParam,
 ) -> Result<Json<WorkflowRunView>, ApiError> {
     let run = super::runs::load_run(&state, id, "workflow run").await?;
@@ -190,11 +195,13 @@ pub(super) async fn cancel(
     {
         return Err(ApiError::missing(format!("workflow run {id}")));
     }
-    let Some(running) = state.store.workflow_run_cancel(id).await? else {
+    let event = audit.event(StatusCode::OK, None);
+    let Some(running) = state.store.workflow_run_cancel(id, event.as_ref()).await? else {
         return Err(ApiError::Conflict(format!(
             "workflow run {id} has already ended"
         )));
     };
+    audit.written();
     state
         .observer
         .workflow_run_ended(id, run.job_id, RunState::Cancelled);

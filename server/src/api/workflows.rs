@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use super::audit::Audit;
 use super::body::JsonBody;
 use super::changes::Changes;
 use super::error::Problem;
@@ -195,7 +196,7 @@ async fn save_steps(
             Some(own) => {
                 let mut write = write_of(workflow.namespace_id, &own);
                 write.kind = JobKind::Step;
-                insert_write_in(state, &write, false, Some(workflow.partition_id))
+                insert_write_in(state, &write, false, Some(workflow.partition_id), None)
                     .await?
                     .job_id
             }
@@ -379,7 +380,7 @@ pub(super) async fn create(
     if input.start {
         record = state
             .store
-            .job_start(record.job_id)
+            .job_start(record.job_id, None)
             .await?
             .unwrap_or(record);
     }
@@ -412,7 +413,7 @@ pub(super) async fn update(
     write.kind = JobKind::Workflow;
     let updated = state
         .store
-        .job_update(id, record.version, &write)
+        .job_update(id, record.version, &write, None)
         .await?
         .ok_or_else(|| {
             ApiError::Conflict(format!(
@@ -469,11 +470,15 @@ pub(super) async fn get(
     responses((status = 204, description = "Deleted")))]
 pub(super) async fn delete(
     State(state): State<ApiState>,
+    audit: Audit,
     IdParam(id): IdParam,
 ) -> Result<StatusCode, ApiError> {
     load_workflow(&state, id).await?;
     super::children::check_unused(&state, id).await?;
-    state.store.job_delete(id).await?;
+    let event = audit.event(StatusCode::NO_CONTENT, None);
+    if state.store.job_delete(id, event.as_ref()).await? {
+        audit.written();
+    }
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -482,10 +487,11 @@ pub(super) async fn delete(
     responses((status = 200, description = "The workflow, running", body = WorkflowView)))]
 pub(super) async fn start(
     State(state): State<ApiState>,
+    audit: Audit,
     IdParam(id): IdParam,
 ) -> Result<Json<WorkflowView>, ApiError> {
     let record = load_workflow(&state, id).await?;
-    let started = super::lifecycle::start(&state, &record).await?;
+    let started = super::lifecycle::start(&state, &record, &audit).await?;
     Ok(Json(view_of(&state, started).await?))
 }
 
@@ -494,10 +500,11 @@ pub(super) async fn start(
     responses((status = 200, description = "The workflow, stopped", body = WorkflowView)))]
 pub(super) async fn stop(
     State(state): State<ApiState>,
+    audit: Audit,
     IdParam(id): IdParam,
 ) -> Result<Json<WorkflowView>, ApiError> {
     let record = load_workflow(&state, id).await?;
-    let stopped = super::lifecycle::stop(&state, &record).await?;
+    let stopped = super::lifecycle::stop(&state, &record, &audit).await?;
     Ok(Json(view_of(&state, stopped).await?))
 }
 
@@ -506,6 +513,7 @@ pub(super) async fn stop(
     responses((status = 202, description = "The workflow's run, pending", body = RunView)))]
 pub(super) async fn trigger(
     State(state): State<ApiState>,
+    audit: Audit,
     IdParam(id): IdParam,
     JsonBody(body): JsonBody<TriggerInput>,
 ) -> Result<(StatusCode, Json<RunView>), ApiError> {
@@ -513,7 +521,7 @@ pub(super) async fn trigger(
     let input = body
         .params
         .map(|params| serde_json::json!({ "params": params }).to_string());
-    let run = super::lifecycle::trigger(&state, &record, None, input.as_deref()).await?;
+    let run = super::lifecycle::trigger(&state, &record, (None, input.as_deref()), &audit).await?;
     let namespace = super::namespaces::name_of(&state, record.namespace_id).await?;
     Ok((
         StatusCode::ACCEPTED,

@@ -192,7 +192,7 @@ async fn registry_remove(
         let executor_id = xxl_executor_id(&app, &address);
         let left = state
             .store
-            .executor_leave(&executor_id)
+            .executor_leave(&executor_id, None)
             .await
             .map_err(|e| {
                 warn!(error = %e, "an XXL-JOB executor's leaving could not be stored");

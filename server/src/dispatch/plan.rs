@@ -97,7 +97,7 @@ impl Dispatcher {
     ) -> Result<(), store::Error> {
         let ended = self
             .store
-            .run_end_with_attempts(attempt.run_id, RunState::NoExecutor, message)
+            .run_end_with_attempts(attempt.run_id, RunState::NoExecutor, message, None)
             .await?;
         if ended.is_some() {
             self.observer.run_ended(

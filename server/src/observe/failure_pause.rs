@@ -101,7 +101,7 @@ impl FailurePauser {
         if streak < limit as usize {
             return Ok(());
         }
-        let stopped = self.store.job_stop(job_id).await?;
+        let stopped = self.store.job_stop(job_id, None).await?;
         if stopped.is_some_and(|j| j.state == JobState::Stopped && j.version > job.version) {
             info!(
                 job_id,

@@ -3,6 +3,7 @@
 use async_trait::async_trait;
 
 use super::Error;
+use super::audit_records::AuditWrite;
 use super::namespace_records::NamespaceId;
 
 /// A row of `role_grants`. `role` is the role's name: viewer, operator, editor or admin.
@@ -34,8 +35,13 @@ pub trait GrantStore: Send + Sync + std::fmt::Debug + 'static {
     async fn grants_all(&self) -> Result<Vec<GrantRecord>, Error>;
 
     /// A new grant; [`Error::Conflict`] when the group already has a role in the namespace.
-    async fn grant_insert(&self, grant: &GrantWrite) -> Result<GrantRecord, Error>;
+    /// `audit`, when given, is recorded in the same transaction (here and below).
+    async fn grant_insert(
+        &self,
+        grant: &GrantWrite,
+        audit: Option<&AuditWrite>,
+    ) -> Result<GrantRecord, Error>;
 
     /// Deletes a grant: false when there is none.
-    async fn grant_delete(&self, grant_id: i64) -> Result<bool, Error>;
+    async fn grant_delete(&self, grant_id: i64, audit: Option<&AuditWrite>) -> Result<bool, Error>;
 }

@@ -151,13 +151,15 @@ pub trait ClusterStore: Send + Sync + std::fmt::Debug + 'static {
 #[async_trait]
 pub trait JobStore: Send + Sync + std::fmt::Debug + 'static {
     /// Inserts a job (started at once when `start`). Fails with [`Error::Conflict`] when the
-    /// name or the id is taken.
+    /// name or the id is taken. Each change to a job here records `audit`, when given, in the
+    /// change's own transaction: both are stored or neither.
     async fn job_insert(
         &self,
         job_id: i64,
         partition_id: i64,
         job: &JobWrite,
         start: bool,
+        audit: Option<&AuditWrite>,
     ) -> Result<JobRecord, Error>;
 
     async fn job_get(&self, job_id: i64) -> Result<Option<JobRecord>, Error>;
@@ -171,16 +173,25 @@ pub trait JobStore: Send + Sync + std::fmt::Debug + 'static {
         job_id: i64,
         expected_version: i64,
         job: &JobWrite,
+        audit: Option<&AuditWrite>,
     ) -> Result<Option<JobRecord>, Error>;
 
     /// Starts a job (anchoring `every` schedules now); the job as it is afterwards.
-    async fn job_start(&self, job_id: i64) -> Result<Option<JobRecord>, Error>;
+    async fn job_start(
+        &self,
+        job_id: i64,
+        audit: Option<&AuditWrite>,
+    ) -> Result<Option<JobRecord>, Error>;
 
     /// Stops a job; the job as it is afterwards.
-    async fn job_stop(&self, job_id: i64) -> Result<Option<JobRecord>, Error>;
+    async fn job_stop(
+        &self,
+        job_id: i64,
+        audit: Option<&AuditWrite>,
+    ) -> Result<Option<JobRecord>, Error>;
 
     /// Deletes a job, leaving a tombstone for the node that owns it. False if there was none.
-    async fn job_delete(&self, job_id: i64) -> Result<bool, Error>;
+    async fn job_delete(&self, job_id: i64, audit: Option<&AuditWrite>) -> Result<bool, Error>;
 
     /// The running jobs of a partition, as much of them as scheduling needs.
     async fn jobs_in_partition(&self, partition_id: i64) -> Result<Vec<ScheduledJob>, Error>;
@@ -191,7 +202,11 @@ pub trait JobStore: Send + Sync + std::fmt::Debug + 'static {
     /// Inserts many jobs, a few hundred rows per statement, in one transaction: all or none.
     /// A taken name or id fails them all with [`Error::Conflict`]. Their `updated_at_ms` is
     /// within a second of the commit, so that polling for changes sees them.
-    async fn jobs_insert_many(&self, jobs: &[JobInsert]) -> Result<(), Error>;
+    async fn jobs_insert_many(
+        &self,
+        jobs: &[JobInsert],
+        audit: Option<&AuditWrite>,
+    ) -> Result<(), Error>;
 
     /// The largest job id, if there is a job.
     async fn job_id_max(&self) -> Result<Option<i64>, Error>;
@@ -226,7 +241,7 @@ pub trait JobStore: Send + Sync + std::fmt::Debug + 'static {
     ) -> Result<Vec<ClaimOutcome>, Error>;
 
     /// A run now, outside the schedule (`trigger`), in `state`, with `input` (a re-run of a
-    /// child run is given its parent's again).
+    /// child run is given its parent's again), and `audit`, when given, in its transaction.
     async fn run_insert_manual(
         &self,
         job: &JobRecord,
@@ -234,6 +249,7 @@ pub trait JobStore: Send + Sync + std::fmt::Debug + 'static {
         state: RunState,
         message: Option<&str>,
         input: Option<&str>,
+        audit: Option<&AuditWrite>,
     ) -> Result<RunRecord, Error>;
 
     /// A job's runs, newest first, before `before_run_id`.
@@ -267,11 +283,21 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
     ) -> Result<bool, Error>;
 
     /// Stops (`true`) or resumes (`false`) dispatching to an executor, whatever its heartbeats
-    /// say; false when nothing changed.
-    async fn executor_drain(&self, executor_id: &str, drain: bool) -> Result<bool, Error>;
+    /// say; false when nothing changed. `audit`, when given, is recorded with the change.
+    async fn executor_drain(
+        &self,
+        executor_id: &str,
+        drain: bool,
+        audit: Option<&AuditWrite>,
+    ) -> Result<bool, Error>;
 
-    /// Marks an executor left; false when it was unknown or had left.
-    async fn executor_leave(&self, executor_id: &str) -> Result<bool, Error>;
+    /// Marks an executor left; false when it was unknown or had left. `audit`, when given, is
+    /// recorded with the change.
+    async fn executor_leave(
+        &self,
+        executor_id: &str,
+        audit: Option<&AuditWrite>,
+    ) -> Result<bool, Error>;
 
     /// Executors (of `app`, or all) with their handlers, and the database clock.
     async fn executors_list(&self, app: Option<&str>) -> Result<ExecutorList, Error>;
@@ -304,9 +330,19 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// Cancels an unfinished run and its unfinished attempts; returns the attempts that were
     /// running (their executors should be told), or `None` if the run was not unfinished.
-    async fn run_cancel(&self, run_id: i64) -> Result<Option<Vec<AttemptRecord>>, Error> {
-        self.run_end_with_attempts(run_id, RunState::Cancelled, "cancelled through the API")
-            .await
+    /// `audit`, when given, is recorded with the change.
+    async fn run_cancel(
+        &self,
+        run_id: i64,
+        audit: Option<&AuditWrite>,
+    ) -> Result<Option<Vec<AttemptRecord>>, Error> {
+        self.run_end_with_attempts(
+            run_id,
+            RunState::Cancelled,
+            "cancelled through the API",
+            audit,
+        )
+        .await
     }
 
     /// Ends an unfinished run in `state` with `message`, and its unfinished attempts as
@@ -317,6 +353,7 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
         run_id: i64,
         state: RunState,
         message: &str,
+        audit: Option<&AuditWrite>,
     ) -> Result<Option<Vec<AttemptRecord>>, Error>;
 
     async fn run_get(&self, run_id: i64) -> Result<Option<RunRecord>, Error>;

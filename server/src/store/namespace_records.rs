@@ -5,6 +5,7 @@ use std::fmt;
 
 use async_trait::async_trait;
 
+use super::AuditWrite;
 use super::Error;
 
 /// A namespace's id, the same on every node (its name is what people type).
@@ -86,15 +87,25 @@ pub trait NamespaceStore: Send + Sync + std::fmt::Debug + 'static {
     async fn namespaces_list(&self) -> Result<Vec<NamespaceRecord>, Error>;
 
     /// A new namespace; [`Error::Conflict`] when the name is taken.
-    async fn namespace_insert(&self, namespace: &NamespaceWrite) -> Result<NamespaceRecord, Error>;
+    /// `audit`, when given, is recorded in the same transaction (here and below).
+    async fn namespace_insert(
+        &self,
+        namespace: &NamespaceWrite,
+        audit: Option<&AuditWrite>,
+    ) -> Result<NamespaceRecord, Error>;
 
     /// Sets a namespace's description and webhook; `None` when there is no such namespace.
     async fn namespace_update(
         &self,
         namespace: NamespaceId,
         write: &NamespaceWrite,
+        audit: Option<&AuditWrite>,
     ) -> Result<Option<NamespaceRecord>, Error>;
 
     /// Deletes an empty namespace other than `default`, in one transaction with the check.
-    async fn namespace_delete(&self, namespace: NamespaceId) -> Result<NamespaceDeletion, Error>;
+    async fn namespace_delete(
+        &self,
+        namespace: NamespaceId,
+        audit: Option<&AuditWrite>,
+    ) -> Result<NamespaceDeletion, Error>;
 }

@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 
-use super::{Error, JobPolicyRow, NamespaceId};
+use super::{AuditWrite, Error, JobPolicyRow, NamespaceId};
 use crate::states::{BackfillState, RunState};
 
 /// An instant of a job.
@@ -92,12 +92,14 @@ pub trait PolicyStore: Send + Sync + std::fmt::Debug + 'static {
         name: &str,
     ) -> Result<Vec<JobPolicyRow>, Error>;
 
-    /// A new calendar; [`Error::Conflict`] when the name is taken in its namespace.
+    /// A new calendar; [`Error::Conflict`] when the name is taken in its namespace. The
+    /// changes here record `audit`, when given, in their own transaction.
     async fn calendar_insert(
         &self,
         namespace: NamespaceId,
         name: &str,
         definition_json: &str,
+        audit: Option<&AuditWrite>,
     ) -> Result<CalendarRecord, Error>;
 
     /// Replaces a calendar's definition (if its version is still `expected_version`, when
@@ -108,6 +110,7 @@ pub trait PolicyStore: Send + Sync + std::fmt::Debug + 'static {
         name: &str,
         definition_json: &str,
         expected_version: Option<i64>,
+        audit: Option<&AuditWrite>,
     ) -> Result<Option<CalendarRecord>, Error>;
 
     async fn calendar_get(
@@ -119,7 +122,12 @@ pub trait PolicyStore: Send + Sync + std::fmt::Debug + 'static {
     /// Every calendar of every namespace, by namespace and name.
     async fn calendars_list(&self) -> Result<Vec<CalendarRecord>, Error>;
 
-    async fn calendar_delete(&self, namespace: NamespaceId, name: &str) -> Result<bool, Error>;
+    async fn calendar_delete(
+        &self,
+        namespace: NamespaceId,
+        name: &str,
+        audit: Option<&AuditWrite>,
+    ) -> Result<bool, Error>;
 
     /// A new running backfill of `[from_ms, to_ms]`.
     async fn backfill_insert(
@@ -129,6 +137,7 @@ pub trait PolicyStore: Send + Sync + std::fmt::Debug + 'static {
         from_ms: i64,
         to_ms: i64,
         max_in_flight: i64,
+        audit: Option<&AuditWrite>,
     ) -> Result<BackfillRecord, Error>;
 
     async fn backfill_get(&self, backfill_id: i64) -> Result<Option<BackfillRecord>, Error>;
@@ -141,7 +150,11 @@ pub trait PolicyStore: Send + Sync + std::fmt::Debug + 'static {
     async fn backfills_running(&self, partitions: &[i64]) -> Result<Vec<BackfillRecord>, Error>;
 
     /// Stops a running backfill; false when it was not running.
-    async fn backfill_cancel(&self, backfill_id: i64) -> Result<bool, Error>;
+    async fn backfill_cancel(
+        &self,
+        backfill_id: i64,
+        audit: Option<&AuditWrite>,
+    ) -> Result<bool, Error>;
 
     /// A job's unfinished runs (scheduled in `range`, both ends included, when given).
     async fn runs_unfinished_count(

@@ -4,6 +4,7 @@
 use async_trait::async_trait;
 
 use super::Error;
+use super::audit_records::AuditWrite;
 use super::namespace_records::NamespaceId;
 
 /// A row of `service_tokens`. `role` is the role's name: viewer, operator, editor, admin or
@@ -45,10 +46,14 @@ pub trait TokenStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// A new token; [`Error::Conflict`] when its namespace has one of that name, or (never in
     /// practice: the secret is random) one with the same secret.
-    async fn token_insert(&self, token: &TokenWrite) -> Result<TokenRecord, Error>;
+    async fn token_insert(
+        &self,
+        token: &TokenWrite,
+        audit: Option<&AuditWrite>,
+    ) -> Result<TokenRecord, Error>;
 
     /// Deletes a token: false when there is none.
-    async fn token_delete(&self, token_id: i64) -> Result<bool, Error>;
+    async fn token_delete(&self, token_id: i64, audit: Option<&AuditWrite>) -> Result<bool, Error>;
 
     /// Records that a token was presented at `at_ms` (node clock; kept to the minute).
     async fn token_used(&self, token_id: i64, at_ms: i64) -> Result<(), Error>;

@@ -4,7 +4,7 @@
 
 use async_trait::async_trait;
 
-use super::{AttemptRecord, Error, RunRecord};
+use super::{AttemptRecord, AuditWrite, Error, RunRecord};
 use crate::states::StepState;
 
 /// A row of `workflow_runs`: the definition a workflow run runs, pinned when it started.
@@ -130,11 +130,20 @@ pub trait WorkflowStore: Send + Sync + std::fmt::Debug + 'static {
     /// Runs an ended workflow run again as a new one, with the definition and parameters it
     /// had: its succeeded steps keep their runs and outputs, the others run again. Returns the
     /// new run's id; `None` when `run_id` is no started workflow run; a conflict when it has not
-    /// ended.
-    async fn workflow_run_rerun(&self, run_id: i64, node_id: &str) -> Result<Option<i64>, Error>;
+    /// ended. `audit`, when given, is recorded with the change (here and below).
+    async fn workflow_run_rerun(
+        &self,
+        run_id: i64,
+        node_id: &str,
+        audit: Option<&AuditWrite>,
+    ) -> Result<Option<i64>, Error>;
 
     /// Cancels an unfinished workflow run: its waiting steps are cancelled, and so are its
     /// running steps' runs and their attempts; returns the attempts that were running (their
     /// executors should be told), or `None` when the run was not unfinished.
-    async fn workflow_run_cancel(&self, run_id: i64) -> Result<Option<Vec<AttemptRecord>>, Error>;
+    async fn workflow_run_cancel(
+        &self,
+        run_id: i64,
+        audit: Option<&AuditWrite>,
+    ) -> Result<Option<Vec<AttemptRecord>>, Error>;
 }

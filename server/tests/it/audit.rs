@@ -2,7 +2,8 @@
 //! document that changes something leaves exactly one event naming its caller, source,
 //! operation and outcome, whether it was done, failed or was refused; a namespace's admin
 //! reads its own namespace's events only; events are listed by time and deleted by the
-//! leader once older than `retention.audit`.
+//! leader once older than `retention.audit`; a job's change and its event are stored in one
+//! transaction.
 #![allow(
     clippy::unwrap_used,
     reason = "a test fails loudly on any unexpected error"
@@ -20,6 +21,7 @@ for_engine!(
     Postgres,
     [
         every_change_and_every_refusal_leaves_one_event,
+        a_change_and_its_event_are_stored_together,
         events_are_filtered_by_time_and_kept_for_the_retention_setting,
         an_edit_records_what_it_changed
     ]
@@ -29,6 +31,7 @@ for_engine!(
     Mysql,
     [
         every_change_and_every_refusal_leaves_one_event,
+        a_change_and_its_event_are_stored_together,
         events_are_filtered_by_time_and_kept_for_the_retention_setting,
         an_edit_records_what_it_changed
     ]
@@ -38,6 +41,7 @@ for_engine!(
     Sqlite,
     [
         every_change_and_every_refusal_leaves_one_event,
+        a_change_and_its_event_are_stored_together,
         events_are_filtered_by_time_and_kept_for_the_retention_setting,
         an_edit_records_what_it_changed
     ]
@@ -347,4 +351,123 @@ async fn an_edit_records_what_it_changed(db: TestDb) {
     let events = events_of(&node, "operation=putCalendar").await;
     assert_eq!(events[0]["changes"][0]["field"], "dates", "{events:?}");
     assert!(events[1].get("changes").is_none(), "{events:?}");
+}
+
+/// A trigger that makes the database refuse every `ok` event: on each backend's own terms.
+fn refuse_ok_events(engine: support::db::Engine) -> &'static str {
+    match engine {
+        support::db::Engine::Postgres => {
+            "CREATE FUNCTION refuse_ok() RETURNS trigger LANGUAGE plpgsql AS $$ \
+             BEGIN RAISE EXCEPTION 'the trail refuses ok events'; END $$; \
+             CREATE TRIGGER refuse_ok BEFORE INSERT ON audit_events FOR EACH ROW \
+             WHEN (NEW.outcome = 'ok') EXECUTE FUNCTION refuse_ok();"
+        }
+        support::db::Engine::Mysql => {
+            "CREATE TRIGGER refuse_ok BEFORE INSERT ON audit_events FOR EACH ROW \
+             BEGIN IF NEW.outcome = 'ok' THEN \
+             SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'the trail refuses ok events'; \
+             END IF; END"
+        }
+        support::db::Engine::Sqlite => {
+            "CREATE TRIGGER refuse_ok BEFORE INSERT ON audit_events \
+             WHEN NEW.outcome = 'ok' \
+             BEGIN SELECT RAISE(ABORT, 'the trail refuses ok events'); END;"
+        }
+    }
+}
+
+/// A change is stored with its event or not at all: when the trail cannot take the event, no
+/// job is created, edited, started or deleted, no namespace or token made, and the trail then
+/// holds the call as failed (never as done).
+async fn a_change_and_its_event_are_stored_together(db: TestDb) {
+    let dir = tempfile::tempdir().unwrap();
+    let node = NodeProcess::start(NodeSpec::fast("n1", &db.url, dir.path())).await;
+    let job = |name: &str| {
+        json!({"name": name, "app": "billing", "handler": "work",
+            "schedule": {"cron": "0 0 3 * * *"}})
+    };
+    let kept = expect(&node, Method::POST, "/api/v1/jobs", Some(job("kept")), 201).await;
+    let path = format!("/api/v1/jobs/{}", kept["id"]);
+    db.execute_script(refuse_ok_events(db.engine)).await;
+
+    let calls = [
+        (
+            Method::POST,
+            "/api/v1/jobs".to_owned(),
+            Some(job("lost")),
+            "createJob",
+        ),
+        (
+            Method::POST,
+            "/api/v1/jobs/bulk".to_owned(),
+            Some(json!({"jobs": [job("lost-too")]})),
+            "createJobs",
+        ),
+        (
+            Method::PATCH,
+            path.clone(),
+            Some(json!({"description": "changed"})),
+            "updateJob",
+        ),
+        (Method::POST, format!("{path}/start"), None, "startJob"),
+        (Method::DELETE, path.clone(), None, "deleteJob"),
+        (
+            Method::POST,
+            "/api/v1/namespaces".to_owned(),
+            Some(json!({"name": "lost-team"})),
+            "createNamespace",
+        ),
+        (
+            Method::POST,
+            "/api/v1/tokens".to_owned(),
+            Some(json!({"name": "lost", "role": "viewer"})),
+            "createToken",
+        ),
+    ];
+    for (method, at, body, operation) in calls {
+        let (status, answer) = node.call(method.clone(), &at, body).await;
+        assert!(
+            status >= 500,
+            "{method} {at} was done without its event: {status} {answer}"
+        );
+        let events = events_of(&node, &format!("operation={operation}")).await;
+        let after_trigger: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["resource"] == at.as_str() && e["status"] == status)
+            .collect();
+        assert_eq!(after_trigger.len(), 1, "{operation}: {events:?}");
+        assert_eq!(after_trigger[0]["outcome"], "failed", "{events:?}");
+        assert!(
+            events
+                .iter()
+                .all(|e| e["outcome"] != "ok" || e["resource"] == "/api/v1/jobs"),
+            "{operation}: {events:?}"
+        );
+    }
+    // Nothing of it was stored: the job is as it was, and no other was made.
+    let now = expect(&node, Method::GET, &path, None, 200).await;
+    assert_eq!(now["description"], kept["description"], "{now}");
+    assert_eq!(now["state"], "stopped", "{now}");
+    let jobs = expect(&node, Method::GET, "/api/v1/jobs", None, 200).await;
+    let names: Vec<&Value> = jobs["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| &j["name"])
+        .collect();
+    assert_eq!(names, [&json!("kept")]);
+    let namespaces = expect(&node, Method::GET, "/api/v1/namespaces", None, 200).await;
+    assert!(
+        !namespaces.to_string().contains("lost-team"),
+        "{namespaces}"
+    );
+    let tokens = expect(&node, Method::GET, "/api/v1/tokens", None, 200).await;
+    assert!(!tokens.to_string().contains("\"lost\""), "{tokens}");
+    // The one done before the trigger is there, as done.
+    let created = events_of(&node, "operation=createJob").await;
+    assert_eq!(
+        created.iter().filter(|e| e["outcome"] == "ok").count(),
+        1,
+        "{created:?}"
+    );
 }

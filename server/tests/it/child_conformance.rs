@@ -48,7 +48,7 @@ async fn family(store: &Arc<dyn Store>) {
         "always": [ALWAYS],
     }});
     store
-        .job_insert(PARENT, 0, &with_policy("parent", &policy), true)
+        .job_insert(PARENT, 0, &with_policy("parent", &policy), true, None)
         .await
         .unwrap();
     for (id, partition) in [
@@ -58,7 +58,13 @@ async fn family(store: &Arc<dyn Store>) {
         (ALWAYS, 2),
     ] {
         store
-            .job_insert(id, partition, &job_write(&format!("child-{id}")), false)
+            .job_insert(
+                id,
+                partition,
+                &job_write(&format!("child-{id}")),
+                false,
+                None,
+            )
             .await
             .unwrap();
     }
@@ -286,11 +292,11 @@ async fn a_run_without_an_executor_triggers_its_failure_children_and_a_cancelled
                 .await
                 .unwrap(),
             "no_executor_with_attempts" => store
-                .run_end_with_attempts(run.run_id, RunState::NoExecutor, "nowhere")
+                .run_end_with_attempts(run.run_id, RunState::NoExecutor, "nowhere", None)
                 .await
                 .unwrap()
                 .is_some(),
-            _ => store.run_cancel(run.run_id).await.unwrap().is_some(),
+            _ => store.run_cancel(run.run_id, None).await.unwrap().is_some(),
         };
         assert!(ended, "{how}");
         let expected = if how == "cancelled" { 0 } else { 2 };
@@ -313,7 +319,7 @@ async fn children_of_one_job_due_in_one_millisecond_take_distinct_instants(db: T
     // A second parent with the same child, and both parents' runs end in one transaction.
     let policy = json!({"children": {"on_success": [ON_SUCCESS]}});
     store
-        .job_insert(6, 0, &with_policy("other parent", &policy), true)
+        .job_insert(6, 0, &with_policy("other parent", &policy), true, None)
         .await
         .unwrap();
     let at = store.now_ms().await.unwrap() - 1_000;

@@ -41,7 +41,10 @@ conformance!(
 
 async fn a_claim_inserts_one_run_per_instant_and_advances_the_job(db: TestDb) {
     let store = db.store_owning_partition_0().await;
-    store.job_insert(1, 0, &job_write("a"), true).await.unwrap();
+    store
+        .job_insert(1, 0, &job_write("a"), true, None)
+        .await
+        .unwrap();
     let outcomes = store
         .runs_claim("n1", &[ended_claim(1, 1, 1_000), ended_claim(1, 1, 2_000)])
         .await
@@ -84,7 +87,10 @@ async fn a_claim_inserts_one_run_per_instant_and_advances_the_job(db: TestDb) {
 
 async fn a_claim_on_a_moved_partition_is_fenced(db: TestDb) {
     let store = db.store_owning_partition_0().await;
-    store.job_insert(1, 0, &job_write("a"), true).await.unwrap();
+    store
+        .job_insert(1, 0, &job_write("a"), true, None)
+        .await
+        .unwrap();
     let stale_epoch = RunClaim {
         epoch: 0,
         ..ended_claim(1, 1, 1_000)
@@ -109,8 +115,11 @@ async fn a_claim_on_a_moved_partition_is_fenced(db: TestDb) {
 
 async fn a_claim_for_a_changed_or_stopped_job_is_stale(db: TestDb) {
     let store = db.store_owning_partition_0().await;
-    store.job_insert(1, 0, &job_write("a"), true).await.unwrap();
-    store.job_update(1, 1, &job_write("a")).await.unwrap();
+    store
+        .job_insert(1, 0, &job_write("a"), true, None)
+        .await
+        .unwrap();
+    store.job_update(1, 1, &job_write("a"), None).await.unwrap();
     assert_eq!(
         store
             .runs_claim("n1", &[ended_claim(1, 1, 1_000)])
@@ -125,7 +134,7 @@ async fn a_claim_for_a_changed_or_stopped_job_is_stale(db: TestDb) {
             .unwrap(),
         vec![ClaimOutcome::Claimed]
     );
-    store.job_stop(1).await.unwrap();
+    store.job_stop(1, None).await.unwrap();
     assert_eq!(
         store
             .runs_claim("n1", &[ended_claim(1, 3, 2_000)])
@@ -138,7 +147,10 @@ async fn a_claim_for_a_changed_or_stopped_job_is_stale(db: TestDb) {
 
 async fn overlap_rules_decide_the_state_of_a_claimed_run(db: TestDb) {
     let store = db.store_owning_partition_0().await;
-    store.job_insert(1, 0, &job_write("a"), true).await.unwrap();
+    store
+        .job_insert(1, 0, &job_write("a"), true, None)
+        .await
+        .unwrap();
     let unfinished = RunClaim {
         state: RunState::Pending,
         ..ended_claim(1, 1, 1_000)
@@ -231,7 +243,7 @@ async fn overlap_rules_decide_the_state_of_a_claimed_run(db: TestDb) {
 async fn a_one_shot_claim_marks_the_job_done(db: TestDb) {
     let store = db.store_owning_partition_0().await;
     store
-        .job_insert(1, 0, &job_write("once"), true)
+        .job_insert(1, 0, &job_write("once"), true, None)
         .await
         .unwrap();
     let last = RunClaim {
@@ -248,9 +260,19 @@ async fn a_one_shot_claim_marks_the_job_done(db: TestDb) {
 
 async fn a_claim_of_an_instant_a_manual_run_holds_advances_the_job_only(db: TestDb) {
     let store = db.store_owning_partition_0().await;
-    let record = store.job_insert(1, 0, &job_write("a"), true).await.unwrap();
+    let record = store
+        .job_insert(1, 0, &job_write("a"), true, None)
+        .await
+        .unwrap();
     let manual = store
-        .run_insert_manual(&record, "n1", RunState::NoExecutor, Some("by hand"), None)
+        .run_insert_manual(
+            &record,
+            "n1",
+            RunState::NoExecutor,
+            Some("by hand"),
+            None,
+            None,
+        )
         .await
         .unwrap();
     let at = manual.scheduled_at_ms;
@@ -278,7 +300,10 @@ async fn a_claim_of_an_instant_a_manual_run_holds_advances_the_job_only(db: Test
 
 async fn runs_claimed_ahead_start_at_once_and_fall_due_at_their_instant(db: TestDb) {
     let store = db.store_owning_partition_0().await;
-    store.job_insert(1, 0, &job_write("a"), true).await.unwrap();
+    store
+        .job_insert(1, 0, &job_write("a"), true, None)
+        .await
+        .unwrap();
     let now = store.now_ms().await.unwrap();
     let soon = now + 60_000;
     let mut ahead = ended_claim(1, 1, soon);
@@ -336,7 +361,10 @@ async fn runs_claimed_ahead_start_at_once_and_fall_due_at_their_instant(db: Test
 
 async fn claims_count_fired_instants_but_not_calendar_skips(db: TestDb) {
     let store = db.store_owning_partition_0().await;
-    store.job_insert(1, 0, &job_write("a"), true).await.unwrap();
+    store
+        .job_insert(1, 0, &job_write("a"), true, None)
+        .await
+        .unwrap();
     let pending = |at| RunClaim {
         state: RunState::Pending,
         message: None,
@@ -382,7 +410,10 @@ async fn claims_count_fired_instants_but_not_calendar_skips(db: TestDb) {
 
 async fn a_backfill_step_is_fenced_by_epoch_and_cursor_and_fires_each_instant_once(db: TestDb) {
     let store = db.store_owning_partition_0().await;
-    store.job_insert(1, 0, &job_write("a"), true).await.unwrap();
+    store
+        .job_insert(1, 0, &job_write("a"), true, None)
+        .await
+        .unwrap();
     // The instant 2_000 fired on schedule already.
     let fired = store
         .runs_claim(
@@ -395,7 +426,10 @@ async fn a_backfill_step_is_fenced_by_epoch_and_cursor_and_fires_each_instant_on
         .await
         .unwrap();
     assert_eq!(fired, [ClaimOutcome::Claimed]);
-    let backfill = store.backfill_insert(1, 0, 1_000, 3_000, 2).await.unwrap();
+    let backfill = store
+        .backfill_insert(1, 0, 1_000, 3_000, 2, None)
+        .await
+        .unwrap();
     assert_eq!(backfill.cursor_ms, 999);
     assert_eq!(backfill.state, BackfillState::Running);
     let step = |epoch, expected, instants: Vec<i64>, done| BackfillStep {
@@ -498,7 +532,12 @@ async fn a_backfill_step_is_fenced_by_epoch_and_cursor_and_fires_each_instant_on
             .unwrap(),
         None
     );
-    assert!(!store.backfill_cancel(backfill.backfill_id).await.unwrap());
+    assert!(
+        !store
+            .backfill_cancel(backfill.backfill_id, None)
+            .await
+            .unwrap()
+    );
 }
 
 fn starting(job_id: i64, at: i64) -> RunClaim {
@@ -512,17 +551,17 @@ async fn a_starting_claim_inserts_its_run_running_with_one_attempt_of_the_jobs_a
     let store = db.store_owning_partition_0().await;
     let mut plain = job_write("plain");
     plain.args_json = r#"{"region":"eu"}"#.into();
-    store.job_insert(1, 0, &plain, true).await.unwrap();
+    store.job_insert(1, 0, &plain, true, None).await.unwrap();
     store
-        .job_insert(2, 0, &job_write("sharded"), true)
+        .job_insert(2, 0, &job_write("sharded"), true, None)
         .await
         .unwrap();
     let held = store
-        .job_insert(3, 0, &job_write("held"), true)
+        .job_insert(3, 0, &job_write("held"), true, None)
         .await
         .unwrap();
     let manual = store
-        .run_insert_manual(&held, "n1", RunState::Pending, None, None)
+        .run_insert_manual(&held, "n1", RunState::Pending, None, None, None)
         .await
         .unwrap();
     let at = store.now_ms().await.unwrap() + 60_000;

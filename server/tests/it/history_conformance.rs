@@ -136,11 +136,11 @@ async fn exists(store: &Arc<dyn Store>, run_id: i64) -> bool {
 async fn only_finished_runs_in_scope_are_deleted_with_their_attempts(db: TestDb) {
     let store = owned(&db).await;
     store
-        .job_insert(1, 0, &job("plain", None, None), true)
+        .job_insert(1, 0, &job("plain", None, None), true, None)
         .await
         .unwrap();
     store
-        .job_insert(2, 0, &job("own", Some(0), Some(1)), true)
+        .job_insert(2, 0, &job("own", Some(0), Some(1)), true, None)
         .await
         .unwrap();
     let now = store.now_ms().await.unwrap();
@@ -311,7 +311,7 @@ async fn only_finished_runs_in_scope_are_deleted_with_their_attempts(db: TestDb)
 async fn log_lines_are_kept_once_within_their_caps(db: TestDb) {
     let store = owned(&db).await;
     store
-        .job_insert(1, 0, &job("talker", None, None), true)
+        .job_insert(1, 0, &job("talker", None, None), true, None)
         .await
         .unwrap();
     let now = store.now_ms().await.unwrap();

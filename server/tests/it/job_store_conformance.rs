@@ -64,12 +64,12 @@ async fn jobs_are_created_read_listed_and_paged(db: TestDb) {
     let store = db.migrated_store().await;
     for i in 1..=5 {
         store
-            .job_insert(i, 0, &job(&format!("report_{i}")), i % 2 == 0)
+            .job_insert(i, 0, &job(&format!("report_{i}")), i % 2 == 0, None)
             .await
             .unwrap();
     }
     store
-        .job_insert(6, 1, &job("100%_done!"), false)
+        .job_insert(6, 1, &job("100%_done!"), false, None)
         .await
         .unwrap();
     let one = store.job_get(2).await.unwrap().unwrap();
@@ -202,11 +202,11 @@ async fn jobs_are_created_read_listed_and_paged(db: TestDb) {
 async fn a_duplicate_job_name_is_a_conflict_and_nothing_is_overwritten(db: TestDb) {
     let store = db.migrated_store().await;
     store
-        .job_insert(1, 0, &job("nightly"), false)
+        .job_insert(1, 0, &job("nightly"), false, None)
         .await
         .unwrap();
     let err = store
-        .job_insert(2, 0, &job("nightly"), true)
+        .job_insert(2, 0, &job("nightly"), true, None)
         .await
         .unwrap_err();
     assert!(
@@ -214,7 +214,7 @@ async fn a_duplicate_job_name_is_a_conflict_and_nothing_is_overwritten(db: TestD
         "{err}"
     );
     let err = store
-        .job_insert(1, 0, &job("other"), true)
+        .job_insert(1, 0, &job("other"), true, None)
         .await
         .unwrap_err();
     assert!(
@@ -241,7 +241,7 @@ async fn an_import_stores_every_job_or_none(db: TestDb) {
     let rows: Vec<JobInsert> = (1..=3_100)
         .map(|i| row(i, i % 4, &format!("imported-{i}"), i % 2 == 0))
         .collect();
-    store.jobs_insert_many(&rows).await.unwrap();
+    store.jobs_insert_many(&rows, None).await.unwrap();
     let some = store.jobs_get_many(&[1, 600, 1_200, 5_000]).await.unwrap();
     let mut ids: Vec<i64> = some.iter().map(|j| j.job_id).collect();
     ids.sort_unstable();
@@ -303,7 +303,7 @@ async fn an_import_stores_every_job_or_none(db: TestDb) {
         row(9_002, 0, "imported-7", false),
         row(9_003, 0, "fresh-b", false),
     ];
-    let err = store.jobs_insert_many(&clash).await.unwrap_err();
+    let err = store.jobs_insert_many(&clash, None).await.unwrap_err();
     assert!(matches!(err, Error::Conflict { .. }), "{err}");
     assert!(
         store
@@ -318,34 +318,48 @@ async fn an_import_stores_every_job_or_none(db: TestDb) {
 
 async fn an_update_applies_only_at_the_expected_version(db: TestDb) {
     let store = db.migrated_store().await;
-    store.job_insert(1, 0, &job("a"), false).await.unwrap();
+    store
+        .job_insert(1, 0, &job("a"), false, None)
+        .await
+        .unwrap();
     let mut changed = job("a");
     changed.schedule_json = r#"{"every":"5m"}"#.into();
-    let updated = store.job_update(1, 1, &changed).await.unwrap().unwrap();
+    let updated = store
+        .job_update(1, 1, &changed, None)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (updated.version, updated.schedule_json.as_str()),
         (2, r#"{"every":"5m"}"#)
     );
     assert!(
-        store.job_update(1, 1, &job("a")).await.unwrap().is_none(),
+        store
+            .job_update(1, 1, &job("a"), None)
+            .await
+            .unwrap()
+            .is_none(),
         "stale version"
     );
     assert_eq!(store.job_get(1).await.unwrap().unwrap().version, 2);
-    store.job_insert(2, 0, &job("b"), false).await.unwrap();
-    let clash = store.job_update(2, 1, &job("a")).await.unwrap_err();
+    store
+        .job_insert(2, 0, &job("b"), false, None)
+        .await
+        .unwrap();
+    let clash = store.job_update(2, 1, &job("a"), None).await.unwrap_err();
     assert!(matches!(clash, Error::Conflict { .. }));
-    let started = store.job_start(1).await.unwrap().unwrap();
+    let started = store.job_start(1, None).await.unwrap().unwrap();
     assert_eq!((started.state.as_str(), started.version), ("running", 3));
-    let stopped = store.job_stop(1).await.unwrap().unwrap();
+    let stopped = store.job_stop(1, None).await.unwrap().unwrap();
     assert_eq!((stopped.state.as_str(), stopped.version), ("stopped", 4));
-    assert!(store.job_start(99).await.unwrap().is_none());
+    assert!(store.job_start(99, None).await.unwrap().is_none());
 }
 
 async fn changes_and_deletions_are_seen_by_polling(db: TestDb) {
     let store = db.migrated_store().await;
     let before = store.now_ms().await.unwrap() - 1;
-    store.job_insert(1, 0, &job("a"), true).await.unwrap();
-    store.job_insert(2, 0, &job("b"), true).await.unwrap();
+    store.job_insert(1, 0, &job("a"), true, None).await.unwrap();
+    store.job_insert(2, 0, &job("b"), true, None).await.unwrap();
     let changes = store
         .jobs_changed_since(before, i64::MAX, 100)
         .await
@@ -360,8 +374,8 @@ async fn changes_and_deletions_are_seen_by_polling(db: TestDb) {
         2
     );
     assert!(changes.deleted.is_empty());
-    assert!(store.job_delete(1).await.unwrap());
-    assert!(!store.job_delete(1).await.unwrap());
+    assert!(store.job_delete(1, None).await.unwrap());
+    assert!(!store.job_delete(1, None).await.unwrap());
     let changes = store
         .jobs_changed_since(before, i64::MAX, 100)
         .await
@@ -387,7 +401,7 @@ async fn changes_and_deletions_are_seen_by_polling(db: TestDb) {
             start: true,
         })
         .collect();
-    store.jobs_insert_many(&burst).await.unwrap();
+    store.jobs_insert_many(&burst, None).await.unwrap();
     let (mut since, mut after) = (changes.now_ms - 1, i64::MAX);
     let mut seen = Vec::new();
     for _ in 0..10 {
@@ -405,13 +419,16 @@ async fn changes_and_deletions_are_seen_by_polling(db: TestDb) {
 
 async fn manual_runs_take_a_free_millisecond(db: TestDb) {
     let store = db.migrated_store().await;
-    let record = store.job_insert(1, 0, &job("a"), false).await.unwrap();
+    let record = store
+        .job_insert(1, 0, &job("a"), false, None)
+        .await
+        .unwrap();
     let first = store
-        .run_insert_manual(&record, "n1", RunState::NoExecutor, Some("m"), None)
+        .run_insert_manual(&record, "n1", RunState::NoExecutor, Some("m"), None, None)
         .await
         .unwrap();
     let second = store
-        .run_insert_manual(&record, "n1", RunState::NoExecutor, None, None)
+        .run_insert_manual(&record, "n1", RunState::NoExecutor, None, None, None)
         .await
         .unwrap();
     assert_ne!(first.scheduled_at_ms, second.scheduled_at_ms);
@@ -424,9 +441,12 @@ async fn manual_runs_take_a_free_millisecond(db: TestDb) {
 /// left as it was.
 async fn a_state_this_version_does_not_know_is_an_error_naming_it(db: TestDb) {
     let store = db.migrated_store().await;
-    let record = store.job_insert(1, 0, &job("a"), false).await.unwrap();
+    let record = store
+        .job_insert(1, 0, &job("a"), false, None)
+        .await
+        .unwrap();
     let run = store
-        .run_insert_manual(&record, "n1", RunState::NoExecutor, None, None)
+        .run_insert_manual(&record, "n1", RunState::NoExecutor, None, None, None)
         .await
         .unwrap();
     db.execute_script(&format!(
@@ -470,7 +490,10 @@ async fn jobs_are_found_by_any_part_of_their_name_ignoring_case(db: TestDb) {
         (3, "weekly_etl%"),
         (4, "report"),
     ] {
-        store.job_insert(id, 0, &job(name), false).await.unwrap();
+        store
+            .job_insert(id, 0, &job(name), false, None)
+            .await
+            .unwrap();
     }
     let found = |text: &str| {
         let filter = JobFilter {
@@ -506,7 +529,7 @@ async fn jobs_are_found_by_any_part_of_their_name_ignoring_case(db: TestDb) {
 
 async fn finished_runs_are_counted_by_minute_and_late_first_dispatches_found(db: TestDb) {
     let store = owned(&db).await;
-    store.job_insert(1, 0, &job("a"), true).await.unwrap();
+    store.job_insert(1, 0, &job("a"), true, None).await.unwrap();
     let now = store.now_ms().await.unwrap();
     // Three instants: one two minutes ago (its dispatch now is late), two just past.
     let mut claims = Vec::new();
@@ -614,7 +637,7 @@ async fn finished_runs_are_counted_by_minute_and_late_first_dispatches_found(db:
 
 async fn shards_ending_at_once_end_their_run(db: TestDb) {
     let store = owned(&db).await;
-    store.job_insert(1, 0, &job("a"), true).await.unwrap();
+    store.job_insert(1, 0, &job("a"), true, None).await.unwrap();
     let now = store.now_ms().await.unwrap();
     for round in 0..20_i64 {
         let mut c = ended_claim(1, 1, now - 100_000 + round);

@@ -95,7 +95,7 @@ async fn rows_stored_before_namespaces_are_in_the_default_one(db: TestDb) {
     );
     // The old unique name is gone, the per-namespace one holds.
     let again = store
-        .job_insert(8, 0, &job_write("nightly-report"), false)
+        .job_insert(8, 0, &job_write("nightly-report"), false, None)
         .await
         .unwrap_err();
     assert!(matches!(again, Error::Conflict { .. }), "{again}");
@@ -140,16 +140,16 @@ async fn names_and_keys_are_unique_within_a_namespace_not_across(db: TestDb) {
 
     // Jobs: the same name once per namespace.
     let ours = store
-        .job_insert(4, 0, &job_write("nightly-report"), true)
+        .job_insert(4, 0, &job_write("nightly-report"), true, None)
         .await
         .unwrap();
     let theirs = store
-        .job_insert(8, 0, &in_b("nightly-report"), true)
+        .job_insert(8, 0, &in_b("nightly-report"), true, None)
         .await
         .unwrap();
     assert_eq!((ours.namespace_id, theirs.namespace_id), (DEFAULT, b));
     let taken = store
-        .job_insert(12, 0, &in_b("nightly-report"), false)
+        .job_insert(12, 0, &in_b("nightly-report"), false, None)
         .await
         .unwrap_err();
     assert!(
@@ -181,15 +181,15 @@ async fn names_and_keys_are_unique_within_a_namespace_not_across(db: TestDb) {
     let ours_json = r#"{"dates":["2026-12-25"]}"#;
     let theirs_json = r#"{"dates":["2026-07-04"]}"#;
     store
-        .calendar_insert(DEFAULT, "holidays", ours_json)
+        .calendar_insert(DEFAULT, "holidays", ours_json, None)
         .await
         .unwrap();
     store
-        .calendar_insert(b, "holidays", theirs_json)
+        .calendar_insert(b, "holidays", theirs_json, None)
         .await
         .unwrap();
     let taken = store
-        .calendar_insert(b, "holidays", ours_json)
+        .calendar_insert(b, "holidays", ours_json, None)
         .await
         .unwrap_err();
     assert!(matches!(taken, Error::Conflict { .. }), "{taken}");
@@ -204,7 +204,7 @@ async fn names_and_keys_are_unique_within_a_namespace_not_across(db: TestDb) {
         }
     };
     assert_eq!(read(b).await.as_deref(), Some(theirs_json));
-    assert!(store.calendar_delete(b, "holidays").await.unwrap());
+    assert!(store.calendar_delete(b, "holidays", None).await.unwrap());
     assert_eq!(read(b).await, None);
     assert_eq!(read(DEFAULT).await.as_deref(), Some(ours_json));
 
@@ -223,7 +223,7 @@ async fn names_and_keys_are_unique_within_a_namespace_not_across(db: TestDb) {
         .await
         .unwrap();
     store
-        .run_insert_manual(&theirs, "n1", RunState::Pending, None, None)
+        .run_insert_manual(&theirs, "n1", RunState::Pending, None, None, None)
         .await
         .unwrap();
     let namespaces_of = |job_id| {

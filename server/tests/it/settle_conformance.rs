@@ -30,7 +30,7 @@ async fn plain_successes_end_their_runs_but_not_a_run_whose_attempt_ended_elsewh
     let mut ids = Vec::new();
     for job_id in 1..=3 {
         store
-            .job_insert(job_id, 0, &job_write(&format!("j{job_id}")), true)
+            .job_insert(job_id, 0, &job_write(&format!("j{job_id}")), true, None)
             .await
             .unwrap();
         assert_eq!(

@@ -4,6 +4,7 @@
 
 use async_trait::async_trait;
 
+use super::super::audit_records::AuditWrite;
 use super::super::error::Error;
 use super::super::job_records::{JobRecord, RunRecord};
 use crate::states::RunState;
@@ -18,6 +19,8 @@ pub(crate) struct ManualRun<'a> {
     pub(crate) message: Option<&'a str>,
     /// JSON.
     pub(crate) input: Option<&'a str>,
+    /// The API call's audit event, stored with the run.
+    pub(crate) audit: Option<&'a AuditWrite>,
 }
 
 impl ManualRun<'_> {
@@ -26,7 +29,8 @@ impl ManualRun<'_> {
     }
 }
 
-/// What a manual run needs of the database (each insert commits alone).
+/// What a manual run needs of the database (each insert commits alone, with the run's audit
+/// event when it has one).
 #[async_trait]
 pub(crate) trait ManualRunDriver: Send {
     /// The database's clock, in epoch milliseconds.
@@ -101,6 +105,7 @@ mod tests {
             state: RunState::Pending,
             message: None,
             input: Some(r#"{"params":{}}"#),
+            audit: None,
         };
         let first = insert_manual_run(&mut db, &run).await.unwrap();
         let second = insert_manual_run(&mut db, &run).await.unwrap();
@@ -130,6 +135,7 @@ mod tests {
             state: RunState::Skipped,
             message: Some("paused"),
             input: None,
+            audit: None,
         };
         for _ in 0..1_000 {
             insert_manual_run(&mut db, &run).await.unwrap();

@@ -1,11 +1,19 @@
 //! `AuditStore` on the three backends.
 
-/// Implements it for one backend's store.
+/// Implements it for one backend's store, and `audit_in`: the event of a change, written in
+/// the change's own transaction by the store methods that take one.
 macro_rules! audit_store {
     ($store:ident, $db:ty) => {
-        #[async_trait]
-        impl AuditStore for $store {
-            async fn audit_insert(&self, event: &AuditWrite) -> Result<(), Error> {
+        impl $store {
+            /// Writes `event`, when there is one, in `tx` (a change's transaction).
+            async fn audit_in(
+                &self,
+                tx: &mut Tx<$db>,
+                event: Option<&AuditWrite>,
+            ) -> Result<(), Error> {
+                let Some(event) = event else {
+                    return Ok(());
+                };
                 sqlx::query::<$db>(sql(&self.q.audit_insert))
                     .bind(event.at_ms)
                     .bind(event.namespace_id)
@@ -17,8 +25,34 @@ macro_rules! audit_store {
                     .bind(event.status)
                     .bind(event.detail.as_deref())
                     .bind(event.changes.as_deref())
-                    .execute(&self.pool)
+                    .execute(&mut **tx)
                     .await?;
+                Ok(())
+            }
+
+            /// Commits `tx` with `audit` when its change was made (`changed`); otherwise
+            /// drops it, rolling back, and answers false.
+            async fn commit_changed(
+                &self,
+                mut tx: Tx<$db>,
+                changed: bool,
+                audit: Option<&AuditWrite>,
+            ) -> Result<bool, Error> {
+                if !changed {
+                    return Ok(false);
+                }
+                self.audit_in(&mut tx, audit).await?;
+                tx.commit().await?;
+                Ok(true)
+            }
+        }
+
+        #[async_trait]
+        impl AuditStore for $store {
+            async fn audit_insert(&self, event: &AuditWrite) -> Result<(), Error> {
+                let mut tx = self.begin_write().await?;
+                self.audit_in(&mut tx, Some(event)).await?;
+                tx.commit().await?;
                 Ok(())
             }
 

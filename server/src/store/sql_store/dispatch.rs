@@ -205,25 +205,38 @@ macro_rules! dispatch_store {
                 Ok(beat.rows_affected() == 1)
             }
 
-            async fn executor_drain(&self, executor_id: &str, drain: bool) -> Result<bool, Error> {
+            async fn executor_drain(
+                &self,
+                executor_id: &str,
+                drain: bool,
+                audit: Option<&AuditWrite>,
+            ) -> Result<bool, Error> {
                 let query = if drain {
                     &self.q.executor_set_drained
                 } else {
                     &self.q.executor_set_active
                 };
+                let mut tx = self.begin_write().await?;
                 let changed = sqlx::query::<$db>(sql(query))
                     .bind(executor_id)
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await?;
-                Ok(changed.rows_affected() == 1)
+                self.commit_changed(tx, changed.rows_affected() == 1, audit)
+                    .await
             }
 
-            async fn executor_leave(&self, executor_id: &str) -> Result<bool, Error> {
+            async fn executor_leave(
+                &self,
+                executor_id: &str,
+                audit: Option<&AuditWrite>,
+            ) -> Result<bool, Error> {
+                let mut tx = self.begin_write().await?;
                 let left = sqlx::query::<$db>(sql(&self.q.executor_leave))
                     .bind(executor_id)
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await?;
-                Ok(left.rows_affected() == 1)
+                self.commit_changed(tx, left.rows_affected() == 1, audit)
+                    .await
             }
 
             async fn executors_list(&self, app: Option<&str>) -> Result<ExecutorList, Error> {
@@ -323,6 +336,7 @@ macro_rules! dispatch_store {
                 run_id: i64,
                 state: RunState,
                 message: &str,
+                audit: Option<&AuditWrite>,
             ) -> Result<Option<Vec<AttemptRecord>>, Error> {
                 let mut tx = self.begin_write().await?;
                 let ended = super::rules::run_end::end_run_with_attempts(
@@ -339,6 +353,7 @@ macro_rules! dispatch_store {
                     tx.rollback().await?;
                     return Ok(None);
                 };
+                self.audit_in(&mut tx, audit).await?;
                 tx.commit().await?;
                 self.events
                     .note(followed.created, &followed.workflows_ended);

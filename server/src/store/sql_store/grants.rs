@@ -11,13 +11,18 @@ macro_rules! grant_store {
                     .await?)
             }
 
-            async fn grant_insert(&self, grant: &GrantWrite) -> Result<GrantRecord, Error> {
+            async fn grant_insert(
+                &self,
+                grant: &GrantWrite,
+                audit: Option<&AuditWrite>,
+            ) -> Result<GrantRecord, Error> {
+                let mut tx = self.begin_write().await?;
                 let inserted = sqlx::query::<$db>(sql(&self.q.grant_insert))
                     .bind(grant.namespace_id)
                     .bind(&grant.group_name)
                     .bind(&grant.role)
                     .bind(&grant.created_by)
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await
                     .map_err(Error::from);
                 match inserted {
@@ -29,20 +34,29 @@ macro_rules! grant_store {
                     }
                     Err(err) => return Err(err),
                 }
-                sqlx::query_as::<$db, GrantRecord>(sql(&self.q.grant_by_group))
+                let record = sqlx::query_as::<$db, GrantRecord>(sql(&self.q.grant_by_group))
                     .bind(grant.namespace_id)
                     .bind(&grant.group_name)
-                    .fetch_optional(&self.pool)
+                    .fetch_optional(&mut *tx)
                     .await?
-                    .ok_or(Error::NotInitialised)
+                    .ok_or(Error::NotInitialised)?;
+                self.audit_in(&mut tx, audit).await?;
+                tx.commit().await?;
+                Ok(record)
             }
 
-            async fn grant_delete(&self, grant_id: i64) -> Result<bool, Error> {
+            async fn grant_delete(
+                &self,
+                grant_id: i64,
+                audit: Option<&AuditWrite>,
+            ) -> Result<bool, Error> {
+                let mut tx = self.begin_write().await?;
                 let done = sqlx::query::<$db>(sql(&self.q.grant_delete))
                     .bind(grant_id)
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await?;
-                Ok(done.rows_affected() > 0)
+                self.commit_changed(tx, done.rows_affected() > 0, audit)
+                    .await
             }
         }
     };

@@ -4,6 +4,36 @@
 /// Implements it for one backend's store; see `super` for the arguments.
 macro_rules! job_store {
     ($store:ident, $db:ty, $backend:expr) => {
+        impl $store {
+            /// Job `job_id` as `tx` sees it.
+            async fn job_in(
+                &self,
+                tx: &mut Tx<$db>,
+                job_id: i64,
+            ) -> Result<Option<JobRecord>, Error> {
+                Ok(sqlx::query_as::<$db, JobRecord>(sql(&self.q.job_get))
+                    .bind(job_id)
+                    .fetch_optional(&mut **tx)
+                    .await?)
+            }
+
+            /// Ends a change of job `job_id` made in `tx`: the job as it is now, committed
+            /// with `audit`; `None`, and nothing committed, when there is no such job.
+            async fn job_changed_in(
+                &self,
+                mut tx: Tx<$db>,
+                job_id: i64,
+                audit: Option<&AuditWrite>,
+            ) -> Result<Option<JobRecord>, Error> {
+                let Some(record) = self.job_in(&mut tx, job_id).await? else {
+                    return Ok(None);
+                };
+                self.audit_in(&mut tx, audit).await?;
+                tx.commit().await?;
+                Ok(Some(record))
+            }
+        }
+
         #[async_trait]
         impl ManualRunDriver for StorePool<'_, $store> {
             async fn clock_ms(&mut self) -> Result<i64, Error> {
@@ -17,6 +47,7 @@ macro_rules! job_store {
             ) -> Result<Option<RunRecord>, Error> {
                 let q = &self.store.q;
                 let job = run.job;
+                let mut tx = self.store.begin_write().await?;
                 let inserted = sqlx::query::<$db>(sql(&q.run_insert_manual))
                     .bind(job.job_id)
                     .bind(at_ms)
@@ -32,18 +63,19 @@ macro_rules! job_store {
                     .bind(job.namespace_id)
                     .bind(job.job_id)
                     .bind(at_ms)
-                    .execute(&self.store.pool)
+                    .execute(&mut *tx)
                     .await?;
                 if inserted.rows_affected() != 1 {
                     return Ok(None);
                 }
-                Ok(Some(
-                    sqlx::query_as::<$db, RunRecord>(sql(&q.run_by_instant))
-                        .bind(job.job_id)
-                        .bind(at_ms)
-                        .fetch_one(&self.store.pool)
-                        .await?,
-                ))
+                let record = sqlx::query_as::<$db, RunRecord>(sql(&q.run_by_instant))
+                    .bind(job.job_id)
+                    .bind(at_ms)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                self.store.audit_in(&mut tx, run.audit).await?;
+                tx.commit().await?;
+                Ok(Some(record))
             }
         }
 
@@ -55,7 +87,9 @@ macro_rules! job_store {
                 partition_id: i64,
                 job: &JobWrite,
                 start: bool,
+                audit: Option<&AuditWrite>,
             ) -> Result<JobRecord, Error> {
+                let mut tx = self.begin_write().await?;
                 let inserted = sqlx::query::<$db>(sql(&self.q.job_insert))
                     .bind(job_id)
                     .bind(partition_id)
@@ -72,12 +106,13 @@ macro_rules! job_store {
                     .bind(i64::from(start))
                     .bind(job.kind.as_str())
                     .bind(job.namespace_id)
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await
                     .map_err(Error::from);
                 match inserted {
                     Ok(_) => {}
                     Err(err) if err.is_unique_violation() => {
+                        tx.rollback().await?;
                         let name_taken = self.jobs_list(&JobFilter {
                             namespace: Some(job.namespace_id),
                             name_prefix: Some(job.name.clone()),
@@ -96,7 +131,10 @@ macro_rules! job_store {
                     }
                     Err(err) => return Err(err),
                 }
-                self.job_get(job_id).await?.ok_or(Error::NotInitialised)
+                let record = self.job_in(&mut tx, job_id).await?.ok_or(Error::NotInitialised)?;
+                self.audit_in(&mut tx, audit).await?;
+                tx.commit().await?;
+                Ok(record)
             }
 
             async fn job_get(&self, job_id: i64) -> Result<Option<JobRecord>, Error> {
@@ -156,7 +194,9 @@ macro_rules! job_store {
                 job_id: i64,
                 expected_version: i64,
                 job: &JobWrite,
+                audit: Option<&AuditWrite>,
             ) -> Result<Option<JobRecord>, Error> {
+                let mut tx = self.begin_write().await?;
                 let updated = sqlx::query::<$db>(sql(&self.q.job_update))
                     .bind(&job.name)
                     .bind(&job.app_name)
@@ -169,11 +209,13 @@ macro_rules! job_store {
                     .bind(job.history_max_runs)
                     .bind(job_id)
                     .bind(expected_version)
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await
                     .map_err(Error::from);
                 match updated {
-                    Ok(done) if done.rows_affected() == 1 => self.job_get(job_id).await,
+                    Ok(done) if done.rows_affected() == 1 => {
+                        self.job_changed_in(tx, job_id, audit).await
+                    }
                     Ok(_) => Ok(None),
                     Err(err) if err.is_unique_violation() => Err(Error::Conflict {
                         what: format!("job name {:?}", job.name),
@@ -182,23 +224,37 @@ macro_rules! job_store {
                 }
             }
 
-            async fn job_start(&self, job_id: i64) -> Result<Option<JobRecord>, Error> {
+            async fn job_start(
+                &self,
+                job_id: i64,
+                audit: Option<&AuditWrite>,
+            ) -> Result<Option<JobRecord>, Error> {
+                let mut tx = self.begin_write().await?;
                 sqlx::query::<$db>(sql(&self.q.job_start))
                     .bind(job_id)
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await?;
-                self.job_get(job_id).await
+                self.job_changed_in(tx, job_id, audit).await
             }
 
-            async fn job_stop(&self, job_id: i64) -> Result<Option<JobRecord>, Error> {
+            async fn job_stop(
+                &self,
+                job_id: i64,
+                audit: Option<&AuditWrite>,
+            ) -> Result<Option<JobRecord>, Error> {
+                let mut tx = self.begin_write().await?;
                 sqlx::query::<$db>(sql(&self.q.job_stop))
                     .bind(job_id)
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await?;
-                self.job_get(job_id).await
+                self.job_changed_in(tx, job_id, audit).await
             }
 
-            async fn job_delete(&self, job_id: i64) -> Result<bool, Error> {
+            async fn job_delete(
+                &self,
+                job_id: i64,
+                audit: Option<&AuditWrite>,
+            ) -> Result<bool, Error> {
                 let Some(job) = self.job_get(job_id).await? else {
                     return Ok(false);
                 };
@@ -208,15 +264,17 @@ macro_rules! job_store {
                     .execute(&mut *tx)
                     .await?
                     .rows_affected();
-                if deleted == 1 {
-                    sqlx::query::<$db>(sql(&self.q.job_deletion_insert))
-                        .bind(job_id)
-                        .bind(job.partition_id)
-                        .execute(&mut *tx)
-                        .await?;
+                if deleted != 1 {
+                    return Ok(false);
                 }
+                sqlx::query::<$db>(sql(&self.q.job_deletion_insert))
+                    .bind(job_id)
+                    .bind(job.partition_id)
+                    .execute(&mut *tx)
+                    .await?;
+                self.audit_in(&mut tx, audit).await?;
                 tx.commit().await?;
-                Ok(deleted == 1)
+                Ok(true)
             }
 
             async fn jobs_in_partition(
@@ -236,7 +294,11 @@ macro_rules! job_store {
                 rows_as(&sqlx::raw_sql(query).fetch_all(&self.pool).await?)
             }
 
-            async fn jobs_insert_many(&self, jobs: &[JobInsert]) -> Result<(), Error> {
+            async fn jobs_insert_many(
+                &self,
+                jobs: &[JobInsert],
+                audit: Option<&AuditWrite>,
+            ) -> Result<(), Error> {
                 // Rows per statement: 17 bound parameters each, under the backend's limit of bound
                 // parameters (65,535 on PostgreSQL and MySQL, 32,766 on SQLite); fewer, larger
                 // statements insert a bulk create's rows sooner.
@@ -304,6 +366,7 @@ macro_rules! job_store {
                         .execute(&mut *tx)
                         .await?;
                 }
+                self.audit_in(&mut tx, audit).await?;
                 tx.commit().await?;
                 Ok(())
             }
@@ -382,6 +445,7 @@ macro_rules! job_store {
                 state: RunState,
                 message: Option<&str>,
                 input: Option<&str>,
+                audit: Option<&AuditWrite>,
             ) -> Result<RunRecord, Error> {
                 let run = ManualRun {
                     job,
@@ -389,6 +453,7 @@ macro_rules! job_store {
                     state,
                     message,
                     input,
+                    audit,
                 };
                 super::rules::manual_run::insert_manual_run(&mut StorePool { store: self }, &run)
                     .await

@@ -69,13 +69,15 @@ macro_rules! namespace_store {
             async fn namespace_insert(
                 &self,
                 namespace: &NamespaceWrite,
+                audit: Option<&AuditWrite>,
             ) -> Result<NamespaceRecord, Error> {
                 let name = &namespace.name;
+                let mut tx = self.begin_write().await?;
                 let inserted = sqlx::query::<$db>(sql(&self.q.namespace_insert))
                     .bind(name)
                     .bind(&namespace.description)
                     .bind(namespace.alert_webhook.as_deref())
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await
                     .map_err(Error::from);
                 match inserted {
@@ -87,36 +89,47 @@ macro_rules! namespace_store {
                     }
                     Err(err) => return Err(err),
                 }
-                sqlx::query_as::<$db, NamespaceRecord>(sql(&self.q.namespace_by_name))
+                let record = sqlx::query_as::<$db, NamespaceRecord>(sql(&self.q.namespace_by_name))
                     .bind(name)
-                    .fetch_optional(&self.pool)
+                    .fetch_optional(&mut *tx)
                     .await?
-                    .ok_or(Error::NotInitialised)
+                    .ok_or(Error::NotInitialised)?;
+                self.audit_in(&mut tx, audit).await?;
+                tx.commit().await?;
+                Ok(record)
             }
 
             async fn namespace_update(
                 &self,
                 namespace: NamespaceId,
                 write: &NamespaceWrite,
+                audit: Option<&AuditWrite>,
             ) -> Result<Option<NamespaceRecord>, Error> {
+                let mut tx = self.begin_write().await?;
                 // Read back whatever the update counted (MySQL counts only rows it changed).
                 sqlx::query::<$db>(sql(&self.q.namespace_update))
                     .bind(&write.description)
                     .bind(write.alert_webhook.as_deref())
                     .bind(namespace)
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await?;
-                Ok(
+                let Some(record) =
                     sqlx::query_as::<$db, NamespaceRecord>(sql(&self.q.namespace_by_id))
                         .bind(namespace)
-                        .fetch_optional(&self.pool)
-                        .await?,
-                )
+                        .fetch_optional(&mut *tx)
+                        .await?
+                else {
+                    return Ok(None);
+                };
+                self.audit_in(&mut tx, audit).await?;
+                tx.commit().await?;
+                Ok(Some(record))
             }
 
             async fn namespace_delete(
                 &self,
                 namespace: NamespaceId,
+                audit: Option<&AuditWrite>,
             ) -> Result<NamespaceDeletion, Error> {
                 retry_transient(|| async {
                     let mut tx = self.begin_write().await?;
@@ -128,6 +141,9 @@ macro_rules! namespace_store {
                         namespace,
                     )
                     .await?;
+                    if deletion == NamespaceDeletion::Deleted {
+                        self.audit_in(&mut tx, audit).await?;
+                    }
                     tx.commit().await?;
                     Ok(deletion)
                 })

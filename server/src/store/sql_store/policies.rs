@@ -70,12 +70,14 @@ macro_rules! policy_store {
                 namespace: NamespaceId,
                 name: &str,
                 definition_json: &str,
+                audit: Option<&AuditWrite>,
             ) -> Result<CalendarRecord, Error> {
+                let mut tx = self.begin_write().await?;
                 let inserted = sqlx::query::<$db>(sql(&self.q.calendar_insert))
                     .bind(namespace)
                     .bind(name)
                     .bind(definition_json)
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await
                     .map_err(Error::from);
                 match inserted {
@@ -87,9 +89,13 @@ macro_rules! policy_store {
                     }
                     Err(err) => return Err(err),
                 }
-                self.calendar_get(namespace, name)
+                let record = self
+                    .calendar_in(&mut tx, namespace, name)
                     .await?
-                    .ok_or(Error::NotInitialised)
+                    .ok_or(Error::NotInitialised)?;
+                self.audit_in(&mut tx, audit).await?;
+                tx.commit().await?;
+                Ok(record)
             }
 
             async fn calendar_update(
@@ -98,20 +104,24 @@ macro_rules! policy_store {
                 name: &str,
                 definition_json: &str,
                 expected_version: Option<i64>,
+                audit: Option<&AuditWrite>,
             ) -> Result<Option<CalendarRecord>, Error> {
+                let mut tx = self.begin_write().await?;
                 let updated = sqlx::query::<$db>(sql(&self.q.calendar_update))
                     .bind(definition_json)
                     .bind(namespace)
                     .bind(name)
                     .bind(expected_version)
                     .bind(expected_version)
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await?;
-                if updated.rows_affected() == 1 {
-                    self.calendar_get(namespace, name).await
-                } else {
-                    Ok(None)
+                if updated.rows_affected() != 1 {
+                    return Ok(None);
                 }
+                let record = self.calendar_in(&mut tx, namespace, name).await?;
+                self.audit_in(&mut tx, audit).await?;
+                tx.commit().await?;
+                Ok(record)
             }
 
             async fn calendar_get(
@@ -140,14 +150,16 @@ macro_rules! policy_store {
                 &self,
                 namespace: NamespaceId,
                 name: &str,
+                audit: Option<&AuditWrite>,
             ) -> Result<bool, Error> {
-                Ok(sqlx::query::<$db>(sql(&self.q.calendar_delete))
+                let mut tx = self.begin_write().await?;
+                let deleted = sqlx::query::<$db>(sql(&self.q.calendar_delete))
                     .bind(namespace)
                     .bind(name)
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await?
-                    .rows_affected()
-                    == 1)
+                    .rows_affected();
+                self.commit_changed(tx, deleted == 1, audit).await
             }
 
             async fn backfill_insert(
@@ -157,7 +169,9 @@ macro_rules! policy_store {
                 from_ms: i64,
                 to_ms: i64,
                 max_in_flight: i64,
+                audit: Option<&AuditWrite>,
             ) -> Result<BackfillRecord, Error> {
+                let mut tx = self.begin_write().await?;
                 sqlx::query::<$db>(sql(&self.q.backfill_insert))
                     .bind(job_id)
                     .bind(partition_id)
@@ -165,13 +179,18 @@ macro_rules! policy_store {
                     .bind(to_ms)
                     .bind(from_ms - 1)
                     .bind(max_in_flight)
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await?;
                 // The newest of the job's backfills is this one: ids only grow.
-                self.backfills_of_job(job_id, 1)
+                let record = sqlx::query_as::<$db, BackfillRecord>(sql(&self.q.backfills_of_job))
+                    .bind(job_id)
+                    .bind(1_i64)
+                    .fetch_optional(&mut *tx)
                     .await?
-                    .pop()
-                    .ok_or(Error::NotInitialised)
+                    .ok_or(Error::NotInitialised)?;
+                self.audit_in(&mut tx, audit).await?;
+                tx.commit().await?;
+                Ok(record)
             }
 
             async fn backfill_get(
@@ -212,13 +231,18 @@ macro_rules! policy_store {
                     .await?)
             }
 
-            async fn backfill_cancel(&self, backfill_id: i64) -> Result<bool, Error> {
-                Ok(sqlx::query::<$db>(sql(&self.q.backfill_cancel))
+            async fn backfill_cancel(
+                &self,
+                backfill_id: i64,
+                audit: Option<&AuditWrite>,
+            ) -> Result<bool, Error> {
+                let mut tx = self.begin_write().await?;
+                let cancelled = sqlx::query::<$db>(sql(&self.q.backfill_cancel))
                     .bind(backfill_id)
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await?
-                    .rows_affected()
-                    == 1)
+                    .rows_affected();
+                self.commit_changed(tx, cancelled == 1, audit).await
             }
 
             async fn runs_unfinished_count(
@@ -251,6 +275,22 @@ macro_rules! policy_store {
         }
 
         impl $store {
+            /// Calendar `name` of `namespace` as `tx` sees it.
+            async fn calendar_in(
+                &self,
+                tx: &mut Tx<$db>,
+                namespace: NamespaceId,
+                name: &str,
+            ) -> Result<Option<CalendarRecord>, Error> {
+                Ok(
+                    sqlx::query_as::<$db, CalendarRecord>(sql(&self.q.calendar_get))
+                        .bind(namespace)
+                        .bind(name)
+                        .fetch_optional(&mut **tx)
+                        .await?,
+                )
+            }
+
             async fn backfill_step_once(
                 &self,
                 node_id: &str,

@@ -11,7 +11,12 @@ macro_rules! token_store {
                     .await?)
             }
 
-            async fn token_insert(&self, token: &TokenWrite) -> Result<TokenRecord, Error> {
+            async fn token_insert(
+                &self,
+                token: &TokenWrite,
+                audit: Option<&AuditWrite>,
+            ) -> Result<TokenRecord, Error> {
+                let mut tx = self.begin_write().await?;
                 let inserted = sqlx::query::<$db>(sql(&self.q.token_insert))
                     .bind(token.namespace_id)
                     .bind(&token.name)
@@ -20,7 +25,7 @@ macro_rules! token_store {
                     .bind(&token.display_prefix)
                     .bind(&token.created_by)
                     .bind(token.expires_at_ms)
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await
                     .map_err(Error::from);
                 match inserted {
@@ -32,19 +37,28 @@ macro_rules! token_store {
                     }
                     Err(err) => return Err(err),
                 }
-                sqlx::query_as::<$db, TokenRecord>(sql(&self.q.token_by_secret))
+                let record = sqlx::query_as::<$db, TokenRecord>(sql(&self.q.token_by_secret))
                     .bind(&token.secret_sha256)
-                    .fetch_optional(&self.pool)
+                    .fetch_optional(&mut *tx)
                     .await?
-                    .ok_or(Error::NotInitialised)
+                    .ok_or(Error::NotInitialised)?;
+                self.audit_in(&mut tx, audit).await?;
+                tx.commit().await?;
+                Ok(record)
             }
 
-            async fn token_delete(&self, token_id: i64) -> Result<bool, Error> {
+            async fn token_delete(
+                &self,
+                token_id: i64,
+                audit: Option<&AuditWrite>,
+            ) -> Result<bool, Error> {
+                let mut tx = self.begin_write().await?;
                 let done = sqlx::query::<$db>(sql(&self.q.token_delete))
                     .bind(token_id)
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await?;
-                Ok(done.rows_affected() > 0)
+                self.commit_changed(tx, done.rows_affected() > 0, audit)
+                    .await
             }
 
             async fn token_used(&self, token_id: i64, at_ms: i64) -> Result<(), Error> {

@@ -41,6 +41,7 @@ macro_rules! workflow_store {
                 &self,
                 run_id: i64,
                 node_id: &str,
+                audit: Option<&AuditWrite>,
             ) -> Result<Option<i64>, Error> {
                 let mut tx = self.begin_write().await?;
                 let rerun = super::rules::workflow_start::rerun_workflow_run(
@@ -56,6 +57,7 @@ macro_rules! workflow_store {
                     tx.rollback().await?;
                     return Ok(None);
                 };
+                self.audit_in(&mut tx, audit).await?;
                 tx.commit().await?;
                 self.events
                     .note(followed.created, &followed.workflows_ended);
@@ -296,8 +298,9 @@ macro_rules! workflow_store {
                 &self,
                 run_id: i64,
                 node_id: &str,
+                audit: Option<&AuditWrite>,
             ) -> Result<Option<i64>, Error> {
-                retry_transient(|| self.workflow_run_rerun_once(run_id, node_id)).await
+                retry_transient(|| self.workflow_run_rerun_once(run_id, node_id, audit)).await
             }
 
             async fn workflow_save(
@@ -367,6 +370,7 @@ macro_rules! workflow_store {
             async fn workflow_run_cancel(
                 &self,
                 run_id: i64,
+                audit: Option<&AuditWrite>,
             ) -> Result<Option<Vec<AttemptRecord>>, Error> {
                 retry_transient(|| async {
                     let mut tx = self.begin_write().await?;
@@ -382,6 +386,7 @@ macro_rules! workflow_store {
                         tx.rollback().await?;
                         return Ok(None);
                     };
+                    self.audit_in(&mut tx, audit).await?;
                     tx.commit().await?;
                     self.events
                         .note(followed.created, &followed.workflows_ended);
