@@ -1,6 +1,8 @@
 //! What an edit changed, for its audit event: the fields that differ between the resource
-//! before and after, each with both values. A handler that edits puts [`Changes`] into its
-//! response's extensions; `permissions::authorize` takes them into the event it records.
+//! before and after, each with both values. A handler that edits gives [`Changes`] to the
+//! event its store call writes, or, when its change is several writes (a workflow's), puts
+//! them into its response's extensions, where `permissions::authorize` takes them into the
+//! event it records.
 
 use std::collections::BTreeSet;
 
