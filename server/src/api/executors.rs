@@ -80,6 +80,7 @@ pub(super) fn ident(field: &str, value: &str, max: usize) -> Result<(), ApiError
 pub(super) async fn register(
     State(state): State<ApiState>,
     Extension(principal): Extension<Principal>,
+    audit: Audit,
     JsonBody(registration): JsonBody<Registration>,
 ) -> Result<Json<RegistrationAccepted>, ApiError> {
     if let Principal::Executor { app: Some(app), .. } = &principal
@@ -136,24 +137,30 @@ pub(super) async fn register(
         Principal::Executor { namespace, .. } => *namespace,
         _ => None,
     };
+    // The event goes with the registration; the jobs its handlers declare are created after,
+    // each on its own (an existing job of the name is left as it is).
+    let event = audit.event(axum::http::StatusCode::OK, None);
     let outcome = state
         .store
-        .executor_register(&ExecutorRegistration {
-            executor_id: registration.executor_id.clone(),
-            app: registration.app.clone(),
-            address: address.to_owned(),
-            weight: i64::from(registration.weight),
-            capacity: i64::from(registration.capacity),
-            accepts_batch: registration.batch,
-            protocol: executor_protocol::CARILLON.to_owned(),
-            lease_ms: 0,
-            handlers: registration
-                .handlers
-                .iter()
-                .map(|h| (h.name.clone(), h.description.chars().take(1024).collect()))
-                .collect(),
-            namespace,
-        })
+        .executor_register(
+            &ExecutorRegistration {
+                executor_id: registration.executor_id.clone(),
+                app: registration.app.clone(),
+                address: address.to_owned(),
+                weight: i64::from(registration.weight),
+                capacity: i64::from(registration.capacity),
+                accepts_batch: registration.batch,
+                protocol: executor_protocol::CARILLON.to_owned(),
+                lease_ms: 0,
+                handlers: registration
+                    .handlers
+                    .iter()
+                    .map(|h| (h.name.clone(), h.description.chars().take(1024).collect()))
+                    .collect(),
+                namespace,
+            },
+            event.as_ref(),
+        )
         .await?;
     if outcome == RegistrationOutcome::AppOfAnotherNamespace {
         return Err(ApiError::Forbidden(format!(
@@ -161,6 +168,7 @@ pub(super) async fn register(
             registration.app
         )));
     }
+    audit.written();
     if registration.handlers.iter().any(|h| h.schedule.is_some()) {
         // In the app's namespace, whoever registered it.
         let app_namespace = state

@@ -165,6 +165,7 @@ fn tasks_of(body: serde_json::Value) -> Result<Vec<TaskInput>, ApiError> {
     ))]
 pub(super) async fn enqueue(
     State(state): State<ApiState>,
+    audit: Audit,
     QueryParams(at): QueryParams<NamespaceQuery>,
     JsonBody(body): JsonBody<serde_json::Value>,
 ) -> Result<(StatusCode, Json<EnqueueView>), ApiError> {
@@ -196,12 +197,17 @@ pub(super) async fn enqueue(
             due_at_ms: task.due_at_ms,
         })
         .collect();
-    let outcomes = state.store.tasks_enqueue(&writes).await?;
-    let unknown_handlers = unknown_handlers(&state, &writes).await?;
+    let event = audit.event(StatusCode::CREATED, None);
+    let outcomes = state.store.tasks_enqueue(&writes, event.as_ref()).await?;
     let created = outcomes
         .iter()
         .filter(|o| matches!(o, Enqueued::Created(_)))
         .count();
+    // With nothing created the store wrote no event; authorize records the call's `200`.
+    if created > 0 {
+        audit.written();
+    }
+    let unknown_handlers = unknown_handlers(&state, &writes).await?;
     let view = EnqueueView {
         created,
         existing: outcomes.len() - created,
@@ -416,9 +422,10 @@ pub(super) async fn get(
     ))]
 pub(super) async fn cancel(
     State(state): State<ApiState>,
+    audit: Audit,
     IdParam(id): IdParam,
 ) -> Result<Json<TaskView>, ApiError> {
-    cancel_task(&state, id).await.map(Json)
+    cancel_task(&state, id, &audit).await.map(Json)
 }
 
 /// The query of a cancel by key.
@@ -442,6 +449,7 @@ pub(super) struct KeyQuery {
     ))]
 pub(super) async fn cancel_by_key(
     State(state): State<ApiState>,
+    audit: Audit,
     QueryParams(q): QueryParams<KeyQuery>,
 ) -> Result<Json<TaskView>, ApiError> {
     let namespace = super::namespaces::resolve(&state, q.namespace.as_deref()).await?;
@@ -450,13 +458,15 @@ pub(super) async fn cancel_by_key(
         .task_by_key(namespace.id, &q.key)
         .await?
         .ok_or_else(|| ApiError::missing(format!("task with key {:?}", q.key)))?;
-    cancel_task(&state, task.task_id).await.map(Json)
+    cancel_task(&state, task.task_id, &audit).await.map(Json)
 }
 
 /// Deletes a task: before it fires, nothing runs; once fired (tasks fire up to
 /// `tasks.fire_ahead_ms` before they are due), its run is cancelled while it is unfinished and
-/// stays in the run log. The answer is the task as it was, `cancelled`.
-async fn cancel_task(state: &ApiState, id: i64) -> Result<TaskView, ApiError> {
+/// stays in the run log. The answer is the task as it was, `cancelled`. The call's event goes
+/// with the change that cancels: the task's deletion, or its run's cancel (the task's
+/// deletion after it is bookkeeping).
+async fn cancel_task(state: &ApiState, id: i64, audit: &Audit) -> Result<TaskView, ApiError> {
     let missing = || ApiError::missing(format!("task {id}"));
     let task = state.store.task_get(id).await?.ok_or_else(missing)?;
     let namespace = super::namespaces::name_of(state, task.namespace_id).await?;
@@ -468,7 +478,9 @@ async fn cancel_task(state: &ApiState, id: i64) -> Result<TaskView, ApiError> {
         TaskView::of(task, namespace.clone())
     };
     // A guarded delete: a task that fired meanwhile stays, and its run is cancelled instead.
-    if state.store.task_remove(id, true).await? {
+    let event = audit.event(StatusCode::OK, None);
+    if state.store.task_remove(id, true, event.as_ref()).await? {
+        audit.written();
         return cancelled(task);
     }
     let task = state.store.task_get(id).await?.ok_or_else(missing)?;
@@ -477,9 +489,8 @@ async fn cancel_task(state: &ApiState, id: i64) -> Result<TaskView, ApiError> {
         None => None,
     };
     match run {
-        // Two writes: the call's event is recorded once it is answered.
-        Some(run) if super::runs::cancel_run(state, &run, &Audit::default()).await? => {
-            state.store.task_remove(id, false).await?;
+        Some(run) if super::runs::cancel_run(state, &run, audit).await? => {
+            state.store.task_remove(id, false, None).await?;
             cancelled(task)
         }
         Some(run) => Err(ApiError::Conflict(format!(
@@ -490,7 +501,9 @@ async fn cancel_task(state: &ApiState, id: i64) -> Result<TaskView, ApiError> {
             "task {id} is being fired; try again"
         ))),
         None => {
-            state.store.task_remove(id, false).await?;
+            if state.store.task_remove(id, false, event.as_ref()).await? {
+                audit.written();
+            }
             cancelled(task)
         }
     }

@@ -28,7 +28,7 @@ use crate::clock::rfc3339;
 use crate::jobs::{JobDefinition, Misfire, Overlap};
 use crate::schedule::ScheduleSpec;
 use crate::states::{JobKind, JobState};
-use crate::store::{JobFilter, JobOrder, JobRecord, NamespaceId};
+use crate::store::{AuditWrite, JobFilter, JobOrder, JobRecord, NamespaceId};
 use crate::workflows::input::{JobRef, NeedInput, StepInput, WorkflowInput};
 use crate::workflows::{Definition, Need, Step, graph};
 
@@ -181,11 +181,13 @@ async fn resolve_job_names(
 
 /// Stores the steps of `input` as version `version` of workflow `workflow` (whose partition
 /// its own steps share): a hidden job per step with a handler of its own, then the definition.
-async fn save_steps(
+/// Stores the rows of the steps of `input` that are jobs of their own (named after the
+/// workflow's version) and answers the definition naming them, not yet saved.
+async fn stage_steps(
     state: &ApiState,
     workflow: &JobRecord,
     input: &WorkflowInput,
-) -> Result<(), ApiError> {
+) -> Result<Definition, ApiError> {
     let mut steps = Vec::with_capacity(input.steps.len());
     for (i, step) in input.steps.iter().enumerate() {
         let name = format!(
@@ -208,12 +210,20 @@ async fn save_steps(
             needs: step.needs.iter().map(NeedInput::need).collect(),
         });
     }
-    let definition = serde_json::to_string(&Definition { steps })
-        .map_err(|e| ApiError::invalid("steps", e.to_string()))?;
-    state
-        .store
-        .workflow_save(workflow.job_id, &definition)
-        .await?;
+    Ok(Definition { steps })
+}
+
+/// Saves `definition` as workflow `workflow_id`'s, with `event` (the call's, when this write
+/// is the one that makes the change) in its transaction.
+async fn save_definition(
+    state: &ApiState,
+    workflow_id: i64,
+    definition: &Definition,
+    event: Option<&AuditWrite>,
+) -> Result<(), ApiError> {
+    let text =
+        serde_json::to_string(definition).map_err(|e| ApiError::invalid("steps", e.to_string()))?;
+    state.store.workflow_save(workflow_id, &text, event).await?;
     Ok(())
 }
 
@@ -265,13 +275,22 @@ async fn unchanged(
 
 /// The view of a workflow's row, with its steps as written.
 async fn view_of(state: &ApiState, record: JobRecord) -> Result<WorkflowView, ApiError> {
-    let job = definition_of(&record)?;
     let definition: Definition = match state.store.workflow_definition(record.job_id).await? {
         Some(text) => serde_json::from_str(&text).map_err(|e| {
             ApiError::unreadable(format!("the definition of workflow {}", record.job_id), &e)
         })?,
         None => Definition::default(),
     };
+    view_with(state, record, &definition).await
+}
+
+/// The view of a workflow's row with `definition` as its steps.
+async fn view_with(
+    state: &ApiState,
+    record: JobRecord,
+    definition: &Definition,
+) -> Result<WorkflowView, ApiError> {
+    let job = definition_of(&record)?;
     let ids: Vec<i64> = definition.steps.iter().map(|s| s.job_id).collect();
     let jobs: HashMap<i64, JobRecord> = state
         .store
@@ -361,6 +380,7 @@ async fn load_workflow(state: &ApiState, id: i64) -> Result<JobRecord, ApiError>
     ))]
 pub(super) async fn create(
     State(state): State<ApiState>,
+    audit: Audit,
     QueryParams(at): QueryParams<NamespaceQuery>,
     JsonBody(mut input): JsonBody<WorkflowInput>,
 ) -> Result<(StatusCode, Json<WorkflowView>), ApiError> {
@@ -374,17 +394,25 @@ pub(super) async fn create(
     super::calendars::check_named(&state, namespace, &definition).await?;
     let mut write = write_of(namespace, &definition);
     write.kind = JobKind::Workflow;
-    // Started only once its steps are stored: a run must find its definition.
+    // Started only once its steps are stored: a run must find its definition. The call's
+    // event goes with the last write, the start or else the definition.
     let mut record = insert_write(&state, &write, false).await?;
-    save_steps(&state, &record, &input).await?;
+    let steps = stage_steps(&state, &record, &input).await?;
+    let event = audit.event(StatusCode::CREATED, None);
     if input.start {
-        record = state
-            .store
-            .job_start(record.job_id, None)
-            .await?
-            .unwrap_or(record);
+        save_definition(&state, record.job_id, &steps, None).await?;
+        if let Some(started) = state.store.job_start(record.job_id, event.as_ref()).await? {
+            audit.written();
+            record = started;
+        }
+    } else {
+        save_definition(&state, record.job_id, &steps, event.as_ref()).await?;
+        audit.written();
     }
-    Ok((StatusCode::CREATED, Json(view_of(&state, record).await?)))
+    Ok((
+        StatusCode::CREATED,
+        Json(view_with(&state, record, &steps).await?),
+    ))
 }
 
 /// Replaces a workflow's schedule, policies and steps; runs already started keep theirs.
@@ -392,6 +420,7 @@ pub(super) async fn create(
     responses((status = 200, description = "The workflow as it is now", body = WorkflowView)))]
 pub(super) async fn update(
     State(state): State<ApiState>,
+    audit: Audit,
     IdParam(id): IdParam,
     JsonBody(mut input): JsonBody<WorkflowInput>,
 ) -> Result<(Extension<Changes>, Json<WorkflowView>), ApiError> {
@@ -420,9 +449,13 @@ pub(super) async fn update(
                 "workflow {id} changed while it was being updated; retry"
             ))
         })?;
-    save_steps(&state, &updated, &input).await?;
-    let after = view_of(&state, updated).await?;
+    // The event goes with the definition, the write that makes the new steps the workflow's.
+    let steps = stage_steps(&state, &updated, &input).await?;
+    let after = view_with(&state, updated, &steps).await?;
     let changes = Changes::between_except(&before, &after, VIEW_BOOKKEEPING);
+    let event = audit.event(StatusCode::OK, Some(&changes));
+    save_definition(&state, id, &steps, event.as_ref()).await?;
+    audit.written();
     Ok((Extension(changes), Json(after)))
 }
 

@@ -160,21 +160,24 @@ async fn register(state: &ApiState, headers: &HeaderMap, body: &Bytes) -> Result
     }
     state
         .store
-        .executor_register(&ExecutorRegistration {
-            executor_id: executor_id.clone(),
-            app: app.clone(),
-            address: address.clone(),
-            weight: 1,
-            capacity: settings.executor_capacity,
-            accepts_batch: false,
-            protocol: executor_protocol::XXL.to_owned(),
-            lease_ms: settings.executor_lease_ms,
-            handlers: vec![(
-                ANY_HANDLER.to_owned(),
-                "an XXL-JOB executor: it does not say which handlers it has".to_owned(),
-            )],
-            namespace: None,
-        })
+        .executor_register(
+            &ExecutorRegistration {
+                executor_id: executor_id.clone(),
+                app: app.clone(),
+                address: address.clone(),
+                weight: 1,
+                capacity: settings.executor_capacity,
+                accepts_batch: false,
+                protocol: executor_protocol::XXL.to_owned(),
+                lease_ms: settings.executor_lease_ms,
+                handlers: vec![(
+                    ANY_HANDLER.to_owned(),
+                    "an XXL-JOB executor: it does not say which handlers it has".to_owned(),
+                )],
+                namespace: None,
+            },
+            None,
+        )
         .await
         .map_err(store_error)?;
     info!(executor = %executor_id, app, address, "XXL-JOB executor registered");

@@ -265,10 +265,12 @@ pub trait JobStore: Send + Sync + std::fmt::Debug + 'static {
 #[async_trait]
 pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
     /// Registers (or re-registers) an executor and replaces its handler list, creating its app
-    /// in the registration's namespace (else `default`) when there is none.
+    /// in the registration's namespace (else `default`) when there is none. `audit` is written
+    /// with a registration that is made.
     async fn executor_register(
         &self,
         executor: &ExecutorRegistration,
+        audit: Option<&AuditWrite>,
     ) -> Result<RegistrationOutcome, Error>;
 
     /// The namespace of an executor's app; `None` for an unknown executor.

@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 
-use super::{Error, JobRecord, NamespaceId, PartitionEpoch};
+use super::{AuditWrite, Error, JobRecord, NamespaceId, PartitionEpoch};
 use crate::states::{JobKind, JobState, TaskState};
 
 /// A task to insert, its id and partition chosen by the node.
@@ -134,8 +134,13 @@ pub trait TaskStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// Stores a batch in one transaction; per task, in order: created, or the id of the
     /// unfinished task that already holds its key. A finished task (cancelled, or its run
-    /// ended) gives its key up to the new one.
-    async fn tasks_enqueue(&self, tasks: &[TaskWrite]) -> Result<Vec<Enqueued>, Error>;
+    /// ended) gives its key up to the new one. `audit`, the event of the call, is written in
+    /// the same transaction when a task was created (none is when every key was held).
+    async fn tasks_enqueue(
+        &self,
+        tasks: &[TaskWrite],
+        audit: Option<&AuditWrite>,
+    ) -> Result<Vec<Enqueued>, Error>;
 
     async fn task_get(&self, task_id: i64) -> Result<Option<TaskRecord>, Error>;
 
@@ -152,8 +157,14 @@ pub trait TaskStore: Send + Sync + std::fmt::Debug + 'static {
     async fn tasks_list(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, Error>;
 
     /// Deletes a task: only while it is `pending` when `only_pending` (so a task that fired
-    /// meanwhile stays), or whatever its state; `false` when nothing was deleted.
-    async fn task_remove(&self, task_id: i64, only_pending: bool) -> Result<bool, Error>;
+    /// meanwhile stays), or whatever its state; `false` when nothing was deleted. `audit` is
+    /// written with the deletion, in its transaction.
+    async fn task_remove(
+        &self,
+        task_id: i64,
+        only_pending: bool,
+        audit: Option<&AuditWrite>,
+    ) -> Result<bool, Error>;
 
     /// Deletes up to `limit` tasks of `partitions` that left `pending` before
     /// `ended_before_ms` and whose run is gone (purged by the run-history rules; a cancelled

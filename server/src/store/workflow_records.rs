@@ -110,8 +110,14 @@ pub fn params_of(
 
 #[async_trait]
 pub trait WorkflowStore: Send + Sync + std::fmt::Debug + 'static {
-    /// Stores (or replaces) a workflow's definition; runs already started keep theirs.
-    async fn workflow_save(&self, workflow_id: i64, definition_json: &str) -> Result<(), Error>;
+    /// Stores (or replaces) a workflow's definition; runs already started keep theirs. `audit`
+    /// is written in its transaction.
+    async fn workflow_save(
+        &self,
+        workflow_id: i64,
+        definition_json: &str,
+        audit: Option<&AuditWrite>,
+    ) -> Result<(), Error>;
 
     async fn workflow_definition(&self, workflow_id: i64) -> Result<Option<String>, Error>;
 

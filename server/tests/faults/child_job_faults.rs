@@ -122,9 +122,14 @@ async fn each_succeeded_parent_run_has_one_child_run_through_node_kills(test_db:
         .difference(&parents_with_a_child)
         .copied()
         .collect();
-    let child_runs_total = db
+    // One statement, so a child of a parent run past the window, created while this test
+    // reads, is either counted with its record or not at all.
+    let unrecorded = db
         .scalar(
-            &format!("SELECT COUNT(*) FROM runs WHERE job_id IN ({listed_children})"),
+            &format!(
+                "SELECT COUNT(*) FROM runs r WHERE r.job_id IN ({listed_children}) \
+                 AND NOT EXISTS (SELECT 1 FROM child_runs c WHERE c.child_run_id = r.run_id)"
+            ),
             &[],
         )
         .await;
@@ -134,13 +139,13 @@ async fn each_succeeded_parent_run_has_one_child_run_through_node_kills(test_db:
         .count();
     figures!(
         "{scenario}: parents {}; succeeded parent runs {}, their child runs {}, missing {}, \
-         child runs in all {} for {} recorded, not succeeded {}",
+         child runs recorded {}, unrecorded {}, not succeeded {}",
         verdict.figures(),
         succeeded.len(),
         in_window.len(),
         missing.len(),
-        child_runs_total,
         child_rows.len(),
+        unrecorded,
         not_succeeded
     );
     assert!(
@@ -153,11 +158,7 @@ async fn each_succeeded_parent_run_has_one_child_run_through_node_kills(test_db:
         parents_with_a_child.len(),
         "{scenario}: a parent run with two child runs"
     );
-    assert_eq!(
-        child_runs_total,
-        child_rows.len() as i64,
-        "{scenario}: a child run nobody recorded"
-    );
+    assert_eq!(unrecorded, 0, "{scenario}: a child run nobody recorded");
     assert_eq!(
         not_succeeded, 0,
         "{scenario}: child runs that did not succeed"

@@ -388,6 +388,19 @@ async fn a_change_and_its_event_are_stored_together(db: TestDb) {
     };
     let kept = expect(&node, Method::POST, "/api/v1/jobs", Some(job("kept")), 201).await;
     let path = format!("/api/v1/jobs/{}", kept["id"]);
+    let task = |key: &str| {
+        json!({"tasks": [{"app": "billing", "handler": "work", "key": key,
+            "delay": "1h"}]})
+    };
+    let held = expect(
+        &node,
+        Method::POST,
+        "/api/v1/tasks",
+        Some(task("held")),
+        201,
+    )
+    .await;
+    let held = format!("/api/v1/tasks/{}", held["tasks"][0]["id"]);
     db.execute_script(refuse_ok_events(db.engine)).await;
 
     let calls = [
@@ -423,6 +436,13 @@ async fn a_change_and_its_event_are_stored_together(db: TestDb) {
             Some(json!({"name": "lost", "role": "viewer"})),
             "createToken",
         ),
+        (
+            Method::POST,
+            "/api/v1/tasks".to_owned(),
+            Some(task("lost")),
+            "enqueueTasks",
+        ),
+        (Method::DELETE, held.clone(), None, "cancelTask"),
     ];
     for (method, at, body, operation) in calls {
         let (status, answer) = node.call(method.clone(), &at, body).await;
@@ -438,9 +458,8 @@ async fn a_change_and_its_event_are_stored_together(db: TestDb) {
         assert_eq!(after_trigger.len(), 1, "{operation}: {events:?}");
         assert_eq!(after_trigger[0]["outcome"], "failed", "{events:?}");
         assert!(
-            events
-                .iter()
-                .all(|e| e["outcome"] != "ok" || e["resource"] == "/api/v1/jobs"),
+            events.iter().all(|e| e["outcome"] != "ok"
+                || ["/api/v1/jobs", "/api/v1/tasks"].contains(&e["resource"].as_str().unwrap())),
             "{operation}: {events:?}"
         );
     }
@@ -463,6 +482,10 @@ async fn a_change_and_its_event_are_stored_together(db: TestDb) {
     );
     let tokens = expect(&node, Method::GET, "/api/v1/tokens", None, 200).await;
     assert!(!tokens.to_string().contains("\"lost\""), "{tokens}");
+    let task_now = expect(&node, Method::GET, &held, None, 200).await;
+    assert_eq!(task_now["state"], "pending", "{task_now}");
+    let tasks = expect(&node, Method::GET, "/api/v1/tasks", None, 200).await;
+    assert_eq!(tasks["items"].as_array().unwrap().len(), 1, "{tasks}");
     // The one done before the trigger is there, as done.
     let created = events_of(&node, "operation=createJob").await;
     assert_eq!(

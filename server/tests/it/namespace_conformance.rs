@@ -243,12 +243,15 @@ async fn names_and_keys_are_unique_within_a_namespace_not_across(db: TestDb) {
 
     // Task keys: one unfinished holder per namespace; a fired task's run is its namespace's.
     let enqueued = store
-        .tasks_enqueue(&[task(21, DEFAULT, "order-9"), task(22, b, "order-9")])
+        .tasks_enqueue(
+            &[task(21, DEFAULT, "order-9"), task(22, b, "order-9")],
+            None,
+        )
         .await
         .unwrap();
     assert_eq!(enqueued, [Enqueued::Created(21), Enqueued::Created(22)]);
     let again = store
-        .tasks_enqueue(&[task(23, b, "order-9")])
+        .tasks_enqueue(&[task(23, b, "order-9")], None)
         .await
         .unwrap();
     assert_eq!(again, [Enqueued::Existing(22)]);

@@ -119,6 +119,7 @@ macro_rules! dispatch_store {
             async fn executor_register(
                 &self,
                 executor: &ExecutorRegistration,
+                audit: Option<&AuditWrite>,
             ) -> Result<RegistrationOutcome, Error> {
                 let mut tx = self.begin_write().await?;
                 sqlx::query::<$db>(sql(&self.q.app_insert))
@@ -174,6 +175,7 @@ macro_rules! dispatch_store {
                         .execute(&mut *tx)
                         .await?;
                 }
+                self.audit_in(&mut tx, audit).await?;
                 tx.commit().await?;
                 Ok(RegistrationOutcome::Registered)
             }

@@ -47,10 +47,12 @@ macro_rules! task_store {
         impl $store {
             /// `tasks_enqueue` of a batch with keys, in one transaction (the rule:
             /// `crate::store::rules::tasks::enqueue_keyed`).
+            /// `audit` is written with it when a task was created.
             async fn enqueue_keyed(
                 &self,
                 sorted: &[TaskWrite],
                 tasks: &[TaskWrite],
+                audit: Option<&AuditWrite>,
             ) -> Result<Vec<Enqueued>, Error> {
                 let mut tx = self.begin_write().await?;
                 let outcomes = crate::store::rules::tasks::enqueue_keyed(
@@ -62,8 +64,28 @@ macro_rules! task_store {
                     tasks,
                 )
                 .await?;
+                if outcomes.iter().any(|o| matches!(o, Enqueued::Created(_))) {
+                    self.audit_in(&mut tx, audit).await?;
+                }
                 tx.commit().await?;
                 Ok(outcomes)
+            }
+
+            /// A batch without keys: nothing to read back, so one statement, atomic alone,
+            /// unless the call's event goes with it.
+            async fn enqueue_unkeyed(
+                &self,
+                tasks: &[TaskWrite],
+                audit: Option<&AuditWrite>,
+            ) -> Result<(), Error> {
+                if audit.is_none() {
+                    return self.insert_tasks_alone(tasks).await;
+                }
+                let mut tx = self.begin_write().await?;
+                self.insert_tasks(&mut *tx, tasks).await?;
+                self.audit_in(&mut tx, audit).await?;
+                tx.commit().await?;
+                Ok(())
             }
         }
 
@@ -162,19 +184,21 @@ macro_rules! task_store {
                 .await
             }
 
-            async fn tasks_enqueue(&self, tasks: &[TaskWrite]) -> Result<Vec<Enqueued>, Error> {
-                // Without keys there is nothing to read back: one statement, atomic alone,
-                // saves the transaction's round trips.
+            async fn tasks_enqueue(
+                &self,
+                tasks: &[TaskWrite],
+                audit: Option<&AuditWrite>,
+            ) -> Result<Vec<Enqueued>, Error> {
                 let one_statement =
                     $backend == Backend::Postgres || tasks.len() <= TASK_ROWS_PER_INSERT;
                 if one_statement && tasks.iter().all(|t| t.key.is_none()) {
-                    self.insert_tasks_alone(tasks).await?;
+                    self.enqueue_unkeyed(tasks, audit).await?;
                     return Ok(tasks.iter().map(|t| Enqueued::Created(t.task_id)).collect());
                 }
                 // Rows in key order: two batches sharing keys lock them in the same order.
                 let mut sorted: Vec<TaskWrite> = tasks.to_vec();
                 sorted.sort_by(|a, b| (a.namespace_id, &a.key).cmp(&(b.namespace_id, &b.key)));
-                retry_transient(|| self.enqueue_keyed(&sorted, tasks)).await
+                retry_transient(|| self.enqueue_keyed(&sorted, tasks, audit)).await
             }
 
             async fn task_get(&self, task_id: i64) -> Result<Option<TaskRecord>, Error> {
@@ -232,18 +256,24 @@ macro_rules! task_store {
                     .await?)
             }
 
-            async fn task_remove(&self, task_id: i64, only_pending: bool) -> Result<bool, Error> {
+            async fn task_remove(
+                &self,
+                task_id: i64,
+                only_pending: bool,
+                audit: Option<&AuditWrite>,
+            ) -> Result<bool, Error> {
                 let query = if only_pending {
                     &self.q.task_remove_pending
                 } else {
                     &self.q.task_remove
                 };
+                let mut tx = self.begin_write().await?;
                 let removed = sqlx::query::<$db>(sql(query))
                     .bind(task_id)
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await?
                     .rows_affected();
-                Ok(removed > 0)
+                self.commit_changed(tx, removed > 0, audit).await
             }
 
             async fn tasks_purge(

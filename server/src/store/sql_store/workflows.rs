@@ -307,6 +307,7 @@ macro_rules! workflow_store {
                 &self,
                 workflow_id: i64,
                 definition_json: &str,
+                audit: Option<&AuditWrite>,
             ) -> Result<(), Error> {
                 retry_transient(|| async {
                     let mut tx = self.begin_write().await?;
@@ -319,6 +320,7 @@ macro_rules! workflow_store {
                         .bind(definition_json)
                         .execute(&mut *tx)
                         .await?;
+                    self.audit_in(&mut tx, audit).await?;
                     tx.commit().await?;
                     Ok(())
                 })
