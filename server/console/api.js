@@ -1,8 +1,15 @@
-// The REST API (/api/v1): the fetch wrapper and its ApiError, the token kept for the tab,
-// the query-string helper, and the cache of job names (runs show their job by name).
+// The REST API (/api/v1): the fetch wrapper and its ApiError, the token and the namespace
+// kept for the tab, the query-string helper, and the cache of job names (runs show their job
+// by name).
 
 const TOKEN_KEY = 'carillon.console.token';
+const NAMESPACE_KEY = 'carillon.console.namespace';
 const API = '/api/v1';
+
+// The collections that are a namespace's: calls to them name the namespace chosen in the
+// page (`?namespace=`); a resource by id is found in its own, whatever is chosen.
+const NAMESPACED = new Set(['/jobs', '/jobs/bulk', '/workflows', '/runs', '/dead-letters',
+  '/tasks', '/schedules/preview', '/calendars', '/audit', '/tokens', '/grants']);
 
 export class ApiError extends Error {
   constructor(status, problem) {
@@ -30,14 +37,40 @@ export function storeToken(t) {
   sessionStorage.setItem(TOKEN_KEY, t);
 }
 
-/** Forgets the token and what was learnt with it (the job names). */
+/** Forgets the token and what was learnt with it (the namespace, the job names). */
 export function endSession() {
   try {
     sessionStorage.removeItem(TOKEN_KEY);
+    sessionStorage.removeItem(NAMESPACE_KEY);
   } catch {
     /* ignore */
   }
   jobNames.clear();
+}
+
+/** The namespace the tab works in; '' before one is chosen (the server's default then). */
+export function namespace() {
+  try {
+    return sessionStorage.getItem(NAMESPACE_KEY) || '';
+  } catch {
+    return '';
+  }
+}
+
+export function chooseNamespace(name) {
+  sessionStorage.setItem(NAMESPACE_KEY, name);
+  jobNames.clear();
+}
+
+/** `path` naming the chosen namespace when it is a namespace's collection and names none. */
+function inNamespace(path) {
+  const chosen = namespace();
+  const [bare, q = ''] = path.split('?');
+  if (!chosen || !NAMESPACED.has(bare)) return path;
+  const params = new URLSearchParams(q);
+  if (params.has('namespace')) return path;
+  params.set('namespace', chosen);
+  return `${bare}?${params}`;
 }
 
 // What to do when the server refuses the token in use (the shell signs the user out).
@@ -46,8 +79,9 @@ export function whenTokenRefused(fn) {
   onTokenRefused = fn;
 }
 
-/** Calls the API; answers the parsed JSON (null for 204). A 401 signs the user out. */
-export async function api(method, path, body, { signal, tokenOverride, noSignOut } = {}) {
+/** Calls the API; answers the parsed JSON (null for 204). A 401 signs the user out. A
+ *  namespace's collection is called in the chosen namespace unless `allNamespaces`. */
+export async function api(method, path, body, { signal, tokenOverride, noSignOut, allNamespaces } = {}) {
   const headers = { Accept: 'application/json, application/problem+json' };
   const t = tokenOverride ?? token();
   if (t) headers.Authorization = `Bearer ${t}`;
@@ -58,7 +92,7 @@ export async function api(method, path, body, { signal, tokenOverride, noSignOut
   }
   let res;
   try {
-    res = await fetch(API + path, init);
+    res = await fetch(API + (allNamespaces ? path : inNamespace(path)), init);
   } catch (e) {
     if (e && e.name === 'AbortError') throw e;
     throw new ApiError(0, { title: 'Network error', detail: 'the server could not be reached; check your connection and retry' });

@@ -3,9 +3,12 @@
 // textContent only: job names, errors and outputs are user data and are never parsed as HTML.
 // The page runs under a strict CSP (no inline script or style attribute).
 // This entry module boots the page, routes hash addresses to the pages, draws the shell
-// (header, navigation) and signs the user in and out.
+// (header, navigation, the namespace switcher) and signs the user in (a token, or a person
+// through the cluster's OpenID provider: sign_in.js) and out.
 
-import { ApiError, token, storeToken, endSession, whenTokenRefused, api } from './api.js';
+import { ApiError, token, storeToken, endSession, whenTokenRefused, api, namespace, chooseNamespace } from './api.js';
+import { signInSettings, startSignIn, finishSignIn } from './sign_in.js';
+import { viewAudit } from './audit.js';
 import { h, append, clear, replace, bellIcon, errorBox, fillError, newFlashArea } from './dom.js';
 import { ViewContext, pageHead } from './view.js';
 import { viewDashboard } from './dashboard.js';
@@ -24,6 +27,7 @@ let appRoot = null;
 
 function signOut(message) {
   endSession();
+  callerNamespaces = null;
   const here = location.hash;
   if (message && here && here !== '#/login') {
     try {
@@ -35,6 +39,62 @@ function signOut(message) {
   renderLogin(message);
 }
 
+/** The address to open once signed in: the one asked for before, else the dashboard. */
+function takeReturnTarget() {
+  let target = '#/dashboard';
+  try {
+    target = sessionStorage.getItem(RETURN_KEY) || target;
+    sessionStorage.removeItem(RETURN_KEY);
+  } catch {
+    /* ignore */
+  }
+  if (!/^#\/[a-z]/.test(target) || target.startsWith('#/login')) target = '#/dashboard';
+  return target;
+}
+
+function openAfterSignIn(target) {
+  if (location.hash === target) route();
+  else location.hash = target;
+}
+
+/** Offers the provider's sign-in on the login card when the cluster has one. */
+async function offerProvider(form, errorEl) {
+  let settings = null;
+  try {
+    settings = await signInSettings();
+  } catch {
+    return; // The token form still works; the server's trouble shows when it is used.
+  }
+  if (!settings || !form.isConnected) return;
+  const button = h('button', { type: 'button', class: 'primary', testid: 'sign-in-provider', text: 'Sign in with your identity provider' });
+  button.addEventListener('click', async () => {
+    button.disabled = true;
+    clear(errorEl);
+    try {
+      let target = '#/dashboard';
+      try {
+        target = sessionStorage.getItem(RETURN_KEY) || target;
+      } catch {
+        /* ignore */
+      }
+      await startSignIn(settings, target);
+    } catch (e) {
+      fillError(errorEl, e, 'Could not sign in:');
+      button.disabled = false;
+    }
+  });
+  const host = (() => {
+    try {
+      return new URL(settings.issuer).host;
+    } catch {
+      return settings.issuer;
+    }
+  })();
+  const intro = form.querySelector('p.intro');
+  if (intro) intro.textContent = `People sign in at ${host}; tools and break-glass admins with an API token.`;
+  form.insertBefore(h('div', { class: 'provider' }, button), form.querySelector('.field'));
+}
+
 function renderLogin(message) {
   if (currentView) currentView.destroy();
   currentView = null;
@@ -43,7 +103,7 @@ function renderLogin(message) {
   const button = h('button', { type: 'submit', class: 'primary', text: 'Sign in' });
   const form = h('form', { class: 'card', 'aria-labelledby': 'login-title', novalidate: true },
     h('h1', { id: 'login-title' }, bellIcon(), 'Carillon'),
-    h('p', { class: 'muted', text: 'Sign in with an admin (or read-only) API token.' }),
+    h('p', { class: 'muted intro', text: 'Sign in with an API token (admin, read-only or a namespace\u2019s).' }),
     message ? h('p', { class: 'alert info', role: 'status', text: message }) : null,
     errorEl,
     h('div', { class: 'field' }, h('label', { for: 'login-token', text: 'Token' }), input),
@@ -60,17 +120,9 @@ function renderLogin(message) {
     button.disabled = true;
     try {
       await api('GET', '/cluster', undefined, { tokenOverride: t, noSignOut: true });
+      callerNamespaces = null;
       storeToken(t);
-      let target = '#/dashboard';
-      try {
-        target = sessionStorage.getItem(RETURN_KEY) || target;
-        sessionStorage.removeItem(RETURN_KEY);
-      } catch {
-        /* ignore */
-      }
-      if (!/^#\/[a-z]/.test(target) || target.startsWith('#/login')) target = '#/dashboard';
-      if (location.hash === target) route();
-      else location.hash = target;
+      openAfterSignIn(takeReturnTarget());
     } catch (e) {
       if (e instanceof ApiError && e.status === 401) errorEl.textContent = 'That token was refused';
       else fillError(errorEl, e, 'Could not sign in:');
@@ -82,6 +134,7 @@ function renderLogin(message) {
   document.title = 'Sign in · Carillon';
   replace(appRoot, h('main', { id: 'main', class: 'login' }, form));
   input.focus();
+  offerProvider(form, errorEl);
 }
 
 const NAV = [
@@ -90,7 +143,49 @@ const NAV = [
   ['workflows', 'Workflows'],
   ['runs', 'Runs'],
   ['executors', 'Executors'],
+  ['audit', 'Audit'],
 ];
+
+// The namespaces the caller has a role in, read once per sign-in (a promise of their names).
+let callerNamespaces = null;
+
+/** Reads the caller's namespaces once, and chooses one when none (or one no longer the
+ *  caller's) is: the only one, else `default`, else the first. Pages render after it, so
+ *  they call the API in the namespace the switcher shows. */
+function settleNamespace() {
+  if (!callerNamespaces) {
+    callerNamespaces = api('GET', '/namespaces')
+      .then((list) => (list.namespaces || []).map((n) => n.name))
+      .catch(() => {
+        // Without the list the server's default is used; pages show their own errors.
+        callerNamespaces = null;
+        return [];
+      });
+  }
+  return callerNamespaces.then((names) => {
+    if (names.length && !names.includes(namespace())) {
+      chooseNamespace(names.length === 1 ? names[0] : names.includes('default') ? 'default' : names[0]);
+    }
+    return names;
+  });
+}
+
+/** The namespace switcher, hidden until the caller's namespaces are known. */
+function namespaceSwitcher() {
+  const select = h('select', { id: 'namespace', 'aria-label': 'Namespace', testid: 'namespace-switcher' });
+  const holder = h('div', { class: 'namespace', hidden: true }, h('label', { for: 'namespace', class: 'small', text: 'Namespace' }), select);
+  select.addEventListener('change', () => {
+    chooseNamespace(select.value);
+    route();
+  });
+  settleNamespace().then((names) => {
+    if (!names.length) return;
+    const chosen = namespace();
+    replace(select, ...names.map((n) => h('option', { value: n, text: n, selected: n === chosen })));
+    holder.hidden = false;
+  });
+  return holder;
+}
 
 function renderShell() {
   const main = h('main', { id: 'main', class: 'page', tabindex: '-1' });
@@ -105,6 +200,7 @@ function renderShell() {
     h('a', { class: 'brand', href: '#/dashboard', 'aria-label': 'Carillon home' }, bellIcon(), h('span', { text: 'Carillon' })),
     nav,
     h('div', { class: 'topbar-end' },
+      namespaceSwitcher(),
       h('button', { type: 'button', class: 'small', text: 'Sign out', onclick: () => { signOut(); history.replaceState(null, '', '#/login'); } })));
   replace(appRoot, skip, header, main, newFlashArea());
   return { main, nav };
@@ -124,9 +220,13 @@ const ROUTES = [
   [/^\/runs$/, 'runs', (ctx) => viewRuns(ctx)],
   [/^\/runs\/(\d+)$/, 'runs', (ctx, m) => viewRun(ctx, m[1])],
   [/^\/executors$/, 'executors', (ctx) => viewExecutors(ctx)],
+  [/^\/audit$/, 'audit', (ctx) => viewAudit(ctx)],
 ];
 
-function route() {
+let routeSeq = 0;
+
+async function route() {
+  const mine = ++routeSeq;
   const hash = location.hash.slice(1);
   const path = (hash.split('?')[0] || '').replace(/\/+$/, '');
   if (!token()) {
@@ -145,6 +245,9 @@ function route() {
     route();
     return;
   }
+  await settleNamespace();
+  // A later navigation (or a sign-out) while the namespaces were read renders instead.
+  if (mine !== routeSeq || !token()) return;
   if (!shell || !shell.main.isConnected) shell = renderShell();
   if (currentView) currentView.destroy();
   const main = clear(shell.main);
@@ -179,10 +282,32 @@ function route() {
 // ---------------------------------------------------------------------------------------------
 // Start
 
-function boot() {
+async function boot() {
   appRoot = document.getElementById('app');
   whenTokenRefused(signOut);
   window.addEventListener('hashchange', route);
+  // Back from the provider's sign-in: the code in the address becomes the tab's token.
+  let finished = null;
+  try {
+    finished = await finishSignIn();
+  } catch (e) {
+    renderLogin();
+    const errorEl = appRoot.querySelector('[data-testid="login-error"]');
+    if (errorEl) fillError(errorEl, e, 'Could not sign in:');
+    return;
+  }
+  if (finished) {
+    endSession();
+    callerNamespaces = null;
+    storeToken(finished.token);
+    try {
+      sessionStorage.removeItem(RETURN_KEY);
+    } catch {
+      /* ignore */
+    }
+    const target = /^#\/[a-z]/.test(finished.returnTo || '') ? finished.returnTo : '#/dashboard';
+    history.replaceState(null, '', `${location.pathname}${target}`);
+  }
   route();
 }
 

@@ -44,7 +44,7 @@ export async function viewDashboard(ctx) {
       const a = await api('GET', '/apps');
       if (ctx.alive) renderAppsSummary(appsBody, a.apps || []);
     } catch (e) {
-      if (ctx.alive) replace(appsBody, errorBox(e));
+      if (ctx.alive) replace(appsBody, forClusterViewers(e) || errorBox(e));
     }
   };
   const loadStats = async () => {
@@ -61,6 +61,10 @@ export async function viewDashboard(ctx) {
         replace(statsBody, h('p', { class: 'muted', text: note }));
         replace(failuresBody, h('p', { class: 'muted' }, 'See the ', h('a', { href: '#/runs?dead=1', text: 'dead letters' }), '.'));
         replace(lateBody, h('p', { class: 'muted', text: 'Not available.' }));
+      } else if (forClusterViewers(e)) {
+        replace(statsBody, forClusterViewers(e));
+        replace(failuresBody, h('p', { class: 'muted' }, 'See the ', h('a', { href: '#/runs?dead=1', text: 'dead letters' }), '.'));
+        replace(lateBody, h('p', { class: 'muted', text: 'Not available.' }));
       } else {
         replace(statsBody, errorBox(e));
       }
@@ -72,6 +76,12 @@ export async function viewDashboard(ctx) {
   };
   await refresh();
   ctx.poll(refresh, 5000);
+}
+
+/** The note shown for the cluster's figures to a caller whose roles are a namespace's. */
+function forClusterViewers(e) {
+  if (!(e instanceof ApiError) || e.status !== 403) return null;
+  return h('p', { class: 'muted', text: 'The cluster\u2019s figures are for its viewers; your roles are a namespace\u2019s.' });
 }
 
 function renderCluster(body, c) {

@@ -219,7 +219,11 @@ pub fn router(state: ApiState) -> Router {
         Some(settings) => app.merge(xxl::routes(&settings.path_prefix)),
         None => app,
     };
-    app.merge(console::routes())
+    let provider = state
+        .oidc
+        .as_ref()
+        .and_then(|oidc| console::origin_of(&oidc.settings().issuer));
+    app.merge(console::routes(provider.as_deref()))
         .method_not_allowed_fallback(error::method_not_allowed)
         .fallback(error::not_found)
         .with_state(state)

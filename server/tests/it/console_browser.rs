@@ -3,6 +3,10 @@
 //! creates a cron job and sees its schedule preview, starts it and watches its runs appear,
 //! opens a failed run's error, searches, stops and deletes, and checks a phone-sized screen.
 //!
+//! A person signs in too, through a real OpenID provider (`tests/console/console_sign_in_test.mjs`
+//! against npm's `oidc-provider`), and sees only their namespace's work and their own changes
+//! in the audit page.
+//!
 //! Needs Node.js, `playwright-core` (`npm ci` in `tests/console`) and Debian's `chromium`;
 //! `.ci/run` installs them and runs it with `--include-ignored`; a plain `cargo test` reports
 //! it ignored.
@@ -16,8 +20,11 @@ use crate::support;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use reqwest::Method;
+use serde_json::json;
 use support::executor::Executor;
 use support::node::{Solo, TOKEN};
+use support::oidc::{AUDIENCE, Provider, ProviderSpec};
 
 fn chromium() -> PathBuf {
     std::env::var_os("CHROMIUM").map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from)
@@ -81,6 +88,90 @@ async fn the_console_creates_starts_and_shows_jobs_and_their_runs_in_a_browser()
         say(&output.stdout),
         say(&output.stderr),
         node.log_text()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Node.js, playwright-core and oidc-provider (npm ci in server/tests/console and server/tests/oidc) and chromium"]
+async fn a_person_signs_in_to_the_console_through_the_provider_and_sees_only_their_namespace() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/console");
+    if let Some(what) = missing(&dir) {
+        panic!("the browser test cannot run: {what}");
+    }
+    let provider = Provider::start(&ProviderSpec {
+        accounts: json!({"alice": ["team-a-admins"]}),
+        alg: "RS256",
+        port: None,
+    });
+    let settings = tempfile::tempdir().unwrap();
+    let config = settings.path().join("carillon.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[auth.oidc]\nissuer = \"{}\"\naudience = \"{AUDIENCE}\"\nclient_id = \"carillon\"\n\
+             scopes = \"openid carillon\"\n",
+            provider.issuer
+        ),
+    )
+    .unwrap();
+    let env = vec![("CARILLON_CONFIG", config.display().to_string())];
+    let node = Solo::start(|spec| spec.extra_env = env).await;
+    let setup = [
+        ("/api/v1/namespaces", json!({"name": "team-a"})),
+        ("/api/v1/namespaces", json!({"name": "team-b"})),
+        (
+            "/api/v1/grants?namespace=team-a",
+            json!({"group": "team-a-admins", "role": "admin"}),
+        ),
+        (
+            "/api/v1/jobs?namespace=team-a",
+            json!({"name": "a-report", "app": "billing", "handler": "report",
+                   "schedule": {"cron": "0 0 2 * * ?"}}),
+        ),
+        (
+            "/api/v1/jobs?namespace=team-b",
+            json!({"name": "b-report", "app": "billing", "handler": "report",
+                   "schedule": {"cron": "0 0 2 * * ?"}}),
+        ),
+    ];
+    for (path, body) in setup {
+        let (status, answer) = node.call(Method::POST, path, Some(body)).await;
+        assert_eq!(status, 201, "{path}: {answer}");
+    }
+
+    let screenshots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screens");
+    let run = tokio::process::Command::new("node")
+        .arg(dir.join("console_sign_in_test.mjs"))
+        .current_dir(&dir)
+        .env("CONSOLE_URL", node.url(""))
+        .env("LOGIN", "alice")
+        .env("NAMESPACE", "team-a")
+        .env("OWN_JOB", "a-report")
+        .env("OTHER_JOB", "b-report")
+        .env("CHROMIUM", chromium())
+        .env("SCREENSHOT_DIR", &screenshots)
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("the sign-in test finished within 2 minutes")
+        .expect("node runs the sign-in test");
+    let say = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    assert!(
+        output.status.success(),
+        "the sign-in test failed ({}); screenshots in {}\n--- its output:\n{}\n{}\n--- the node's log:\n{}",
+        output.status,
+        screenshots.display(),
+        say(&output.stdout),
+        say(&output.stderr),
+        node.log_text()
+    );
+    // The console may call the provider, and nothing else beside its node.
+    let page = reqwest::get(node.url("/")).await.unwrap();
+    let csp = page.headers()["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains(&format!("connect-src 'self' {};", provider.issuer)),
+        "{csp}"
     );
 }
 

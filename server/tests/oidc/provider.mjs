@@ -40,7 +40,9 @@ const publicClient = (clientId) => ({
   client_id: clientId,
   application_type: 'native',
   token_endpoint_auth_method: 'none',
-  redirect_uris: ['http://127.0.0.1/callback'],
+  // The CLI's loopback answer, and the console served by a node on this machine (a native
+  // client's loopback redirect takes any port, RFC 8252).
+  redirect_uris: ['http://127.0.0.1/callback', 'http://127.0.0.1/'],
   grant_types: ['authorization_code', 'refresh_token', 'urn:ietf:params:oauth:grant-type:device_code'],
   response_types: ['code'],
   id_token_signed_response_alg: ALG,
@@ -81,6 +83,11 @@ const provider = new Provider(issuer, {
     },
   },
   pkce: { required: () => true },
+  // The console exchanges its code from the page: a public client may be called from a
+  // loopback origin of any port (its redirect URIs name none).
+  clientBasedCORS(_ctx, origin, client) {
+    return client.clientAuthMethod === 'none' && /^http:\/\/127\.0\.0\.1:\d+$/.test(origin);
+  },
 });
 // Quiet: a test reads stdout for the line below only.
 provider.on('server_error', (_ctx, err) => console.error('server_error', err));
