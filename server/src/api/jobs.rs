@@ -227,8 +227,9 @@ pub(super) fn a_job(record: &JobRecord) -> Result<(), ApiError> {
     }
 }
 
-/// Stores a new job of `namespace` under a freshly drawn id (drawing again if the id is
-/// taken); a name taken in the namespace is [`store::Error::Conflict`].
+/// Stores a new job of `namespace` under a freshly drawn id, in the partition it hashes to
+/// (drawing again if the id is taken: up to 20, as only 4,096 fall in each millisecond); a
+/// name taken in the namespace is [`store::Error::Conflict`]. `audit` is recorded with it.
 pub(super) async fn insert(
     state: &ApiState,
     namespace: NamespaceId,
@@ -236,35 +237,14 @@ pub(super) async fn insert(
     start: bool,
     audit: Option<&AuditWrite>,
 ) -> Result<JobRecord, store::Error> {
-    insert_write_in(state, &write_of(namespace, definition), start, None, audit).await
-}
-
-/// [`insert`] of a row already written out (a workflow's), in the partition its id hashes to.
-pub(super) async fn insert_write(
-    state: &ApiState,
-    write: &JobWrite,
-    start: bool,
-) -> Result<JobRecord, store::Error> {
-    insert_write_in(state, write, start, None, None).await
-}
-
-/// [`insert_write`] in `partition` when given (a workflow's step, in its workflow's), else in
-/// the one the id hashes to. Up to 20 ids are drawn: a workflow writes its steps' rows within
-/// a few milliseconds, and only 4,096 ids fall in each. `audit` is recorded with the row.
-pub(super) async fn insert_write_in(
-    state: &ApiState,
-    write: &JobWrite,
-    start: bool,
-    partition: Option<i64>,
-    audit: Option<&AuditWrite>,
-) -> Result<JobRecord, store::Error> {
+    let write = write_of(namespace, definition);
     let mut attempt = 0;
     loop {
         let id = new_job_id(state.clock.now_ms());
-        let partition = partition.unwrap_or_else(|| partition_of(id, state.partition_count));
+        let partition = partition_of(id, state.partition_count);
         match state
             .store
-            .job_insert(id, partition, write, start, audit)
+            .job_insert(id, partition, &write, start, audit)
             .await
         {
             Err(store::Error::Conflict { what }) if what.starts_with("job id") && attempt < 20 => {

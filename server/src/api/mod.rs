@@ -34,6 +34,7 @@ mod stats;
 mod tasks;
 mod tokens;
 mod workflow_runs;
+mod workflow_write;
 mod workflows;
 pub mod xxl;
 

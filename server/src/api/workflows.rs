@@ -17,9 +17,7 @@ use super::audit::Audit;
 use super::body::JsonBody;
 use super::changes::Changes;
 use super::error::Problem;
-use super::jobs::{
-    check_fires, definition_of, insert_write, insert_write_in, load, runs_of, write_of,
-};
+use super::jobs::{check_fires, definition_of, load, runs_of, write_of};
 use super::namespaces::NamespaceQuery;
 use super::params::{IdParam, QueryParams};
 use super::runs::{JobRunsQuery, RunList, RunView};
@@ -28,9 +26,9 @@ use crate::clock::rfc3339;
 use crate::jobs::{JobDefinition, Misfire, Overlap};
 use crate::schedule::ScheduleSpec;
 use crate::states::{JobKind, JobState};
-use crate::store::{AuditWrite, JobFilter, JobOrder, JobRecord, NamespaceId};
+use crate::store::{JobFilter, JobOrder, JobRecord, NamespaceId};
 use crate::workflows::input::{JobRef, NeedInput, StepInput, WorkflowInput};
-use crate::workflows::{Definition, Need, Step, graph};
+use crate::workflows::{Definition, Need, graph};
 
 /// A workflow as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]
@@ -179,54 +177,6 @@ async fn resolve_job_names(
     Ok(())
 }
 
-/// Stores the steps of `input` as version `version` of workflow `workflow` (whose partition
-/// its own steps share): a hidden job per step with a handler of its own, then the definition.
-/// Stores the rows of the steps of `input` that are jobs of their own (named after the
-/// workflow's version) and answers the definition naming them, not yet saved.
-async fn stage_steps(
-    state: &ApiState,
-    workflow: &JobRecord,
-    input: &WorkflowInput,
-) -> Result<Definition, ApiError> {
-    let mut steps = Vec::with_capacity(input.steps.len());
-    for (i, step) in input.steps.iter().enumerate() {
-        let name = format!(
-            "workflow {} v{} {}",
-            workflow.job_id, workflow.version, step.name
-        );
-        let job_id = match step.own_job(i, &name)? {
-            Some(own) => {
-                let mut write = write_of(workflow.namespace_id, &own);
-                write.kind = JobKind::Step;
-                insert_write_in(state, &write, false, Some(workflow.partition_id), None)
-                    .await?
-                    .job_id
-            }
-            None => step.job_id().unwrap_or_default(),
-        };
-        steps.push(Step {
-            name: step.name.clone(),
-            job_id,
-            needs: step.needs.iter().map(NeedInput::need).collect(),
-        });
-    }
-    Ok(Definition { steps })
-}
-
-/// Saves `definition` as workflow `workflow_id`'s, with `event` (the call's, when this write
-/// is the one that makes the change) in its transaction.
-async fn save_definition(
-    state: &ApiState,
-    workflow_id: i64,
-    definition: &Definition,
-    event: Option<&AuditWrite>,
-) -> Result<(), ApiError> {
-    let text =
-        serde_json::to_string(definition).map_err(|e| ApiError::invalid("steps", e.to_string()))?;
-    state.store.workflow_save(workflow_id, &text, event).await?;
-    Ok(())
-}
-
 /// Whether `input` (checked into `definition`) is what workflow `record` already is.
 async fn unchanged(
     state: &ApiState,
@@ -281,24 +231,27 @@ async fn view_of(state: &ApiState, record: JobRecord) -> Result<WorkflowView, Ap
         })?,
         None => Definition::default(),
     };
-    view_with(state, record, &definition).await
-}
-
-/// The view of a workflow's row with `definition` as its steps.
-async fn view_with(
-    state: &ApiState,
-    record: JobRecord,
-    definition: &Definition,
-) -> Result<WorkflowView, ApiError> {
-    let job = definition_of(&record)?;
     let ids: Vec<i64> = definition.steps.iter().map(|s| s.job_id).collect();
-    let jobs: HashMap<i64, JobRecord> = state
+    let own = state
         .store
         .jobs_get_many(&ids)
         .await?
-        .into_iter()
-        .map(|j| (j.job_id, j))
-        .collect();
+        .iter()
+        .filter(|j| j.kind == JobKind::Step)
+        .map(|j| Ok((j.job_id, definition_of(j)?)))
+        .collect::<Result<HashMap<i64, JobDefinition>, ApiError>>()?;
+    view_with(state, record, &definition, &own).await
+}
+
+/// The view of a workflow's row with `definition` as its steps, `own` the definitions of the
+/// steps that are jobs of their own, by id.
+pub(super) async fn view_with(
+    state: &ApiState,
+    record: JobRecord,
+    definition: &Definition,
+    own: &HashMap<i64, JobDefinition>,
+) -> Result<WorkflowView, ApiError> {
+    let job = definition_of(&record)?;
     let steps = definition
         .steps
         .iter()
@@ -308,23 +261,20 @@ async fn view_with(
                 .iter()
                 .map(|n| NeedInput::Need(n.clone()))
                 .collect();
-            match jobs.get(&step.job_id).filter(|j| j.kind == JobKind::Step) {
-                Some(own) => {
-                    let own = definition_of(own)?;
-                    Ok(StepInput {
-                        name: step.name.clone(),
-                        job: None,
-                        app: Some(own.app),
-                        handler: Some(own.handler),
-                        args: own.args,
-                        sharding: Some(own.policy.sharding),
-                        balance: Some(own.policy.balance),
-                        retry: Some(own.policy.retry),
-                        timeout_ms: own.policy.timeout_ms,
-                        delivery: Some(own.policy.delivery),
-                        needs,
-                    })
-                }
+            match own.get(&step.job_id).cloned() {
+                Some(own) => Ok(StepInput {
+                    name: step.name.clone(),
+                    job: None,
+                    app: Some(own.app),
+                    handler: Some(own.handler),
+                    args: own.args,
+                    sharding: Some(own.policy.sharding),
+                    balance: Some(own.policy.balance),
+                    retry: Some(own.policy.retry),
+                    timeout_ms: own.policy.timeout_ms,
+                    delivery: Some(own.policy.delivery),
+                    needs,
+                }),
                 None => Ok(StepInput {
                     name: step.name.clone(),
                     job: Some(JobRef::Id(step.job_id)),
@@ -394,25 +344,10 @@ pub(super) async fn create(
     super::calendars::check_named(&state, namespace, &definition).await?;
     let mut write = write_of(namespace, &definition);
     write.kind = JobKind::Workflow;
-    // Started only once its steps are stored: a run must find its definition. The call's
-    // event goes with the last write, the start or else the definition.
-    let mut record = insert_write(&state, &write, false).await?;
-    let steps = stage_steps(&state, &record, &input).await?;
-    let event = audit.event(StatusCode::CREATED, None);
-    if input.start {
-        save_definition(&state, record.job_id, &steps, None).await?;
-        if let Some(started) = state.store.job_start(record.job_id, event.as_ref()).await? {
-            audit.written();
-            record = started;
-        }
-    } else {
-        save_definition(&state, record.job_id, &steps, event.as_ref()).await?;
-        audit.written();
-    }
-    Ok((
-        StatusCode::CREATED,
-        Json(view_with(&state, record, &steps).await?),
-    ))
+    let view =
+        super::workflow_write::create(&state, &audit, namespace, &write, &input, input.start)
+            .await?;
+    Ok((StatusCode::CREATED, Json(view)))
 }
 
 /// Replaces a workflow's schedule, policies and steps; runs already started keep theirs.
@@ -440,27 +375,10 @@ pub(super) async fn update(
     let before = view_of(&state, record.clone()).await?;
     let mut write = write_of(record.namespace_id, &definition);
     write.kind = JobKind::Workflow;
-    let updated = state
-        .store
-        .job_update(id, record.version, &write, None)
-        .await?
-        .ok_or_else(|| {
-            ApiError::Conflict(format!(
-                "workflow {id} changed while it was being updated; retry"
-            ))
-        })?;
-    // The event goes with the definition, the write that makes the new steps the workflow's.
-    let steps = stage_steps(&state, &updated, &input).await?;
-    let after = view_with(&state, updated, &steps).await?;
-    let changes = Changes::between_except(&before, &after, VIEW_BOOKKEEPING);
-    let event = audit.event(StatusCode::OK, Some(&changes));
-    save_definition(&state, id, &steps, event.as_ref()).await?;
-    audit.written();
+    let (after, changes) =
+        super::workflow_write::update(&state, &audit, &record, &before, &write, &input).await?;
     Ok((Extension(changes), Json(after)))
 }
-
-/// What a workflow's view moves on at every write, left out of what an edit changed.
-const VIEW_BOOKKEEPING: &[&str] = &["version", "updated_at", "last_fired_at", "partition"];
 
 /// Lists the workflows, newest first.
 #[utoipa::path(get, operation_id = "listWorkflows", path = "/workflows", tag = "workflows",

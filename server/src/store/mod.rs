@@ -67,7 +67,9 @@ pub use task_records::{
 };
 pub use token_records::{TokenRecord, TokenStore, TokenWrite};
 pub use url::{Backend, DatabaseUrl};
-pub use workflow_records::{StepRunRecord, WorkflowRunRecord, WorkflowStore, params_of};
+pub use workflow_records::{
+    StepRunRecord, WorkflowRunRecord, WorkflowStore, WorkflowWrite, params_of,
+};
 
 /// Connection settings for one pool.
 #[derive(Debug, Clone)]

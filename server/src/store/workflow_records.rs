@@ -4,7 +4,7 @@
 
 use async_trait::async_trait;
 
-use super::{AttemptRecord, AuditWrite, Error, RunRecord};
+use super::{AttemptRecord, AuditWrite, Error, JobRecord, JobWrite, RunRecord};
 use crate::states::StepState;
 
 /// A row of `workflow_runs`: the definition a workflow run runs, pinned when it started.
@@ -108,16 +108,35 @@ pub fn params_of(
         .map_or_else(|| default_params.to_owned(), |p| p.to_string()))
 }
 
+/// A workflow's whole write: its row, the rows of the steps that are jobs of their own, its
+/// definition naming them, and its start.
+#[derive(Debug)]
+pub struct WorkflowWrite<'a> {
+    pub workflow_id: i64,
+    /// The workflow's partition, which its own steps share.
+    pub partition_id: i64,
+    pub row: &'a JobWrite,
+    /// `None` for a new workflow; the version an edit was made from otherwise.
+    pub expected_version: Option<i64>,
+    /// Started once written (a new workflow only; an edit keeps its state).
+    pub start: bool,
+    /// The steps' own jobs: id and row.
+    pub steps: &'a [(i64, JobWrite)],
+    pub definition_json: &'a str,
+}
+
 #[async_trait]
 pub trait WorkflowStore: Send + Sync + std::fmt::Debug + 'static {
-    /// Stores (or replaces) a workflow's definition; runs already started keep theirs. `audit`
-    /// is written in its transaction.
-    async fn workflow_save(
+    /// Writes a workflow (new or edited) with its steps, definition and start, and `audit`,
+    /// in one transaction: all of it or nothing; runs already started keep their definition.
+    /// The workflow as it is then; `None` when an edit's workflow has moved on from
+    /// `expected_version` (or is gone). A name or id already taken is a conflict naming it
+    /// (`job id …`: the caller draws other ids).
+    async fn workflow_write(
         &self,
-        workflow_id: i64,
-        definition_json: &str,
+        write: &WorkflowWrite<'_>,
         audit: Option<&AuditWrite>,
-    ) -> Result<(), Error>;
+    ) -> Result<Option<JobRecord>, Error>;
 
     async fn workflow_definition(&self, workflow_id: i64) -> Result<Option<String>, Error>;
 

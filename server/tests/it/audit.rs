@@ -401,6 +401,21 @@ async fn a_change_and_its_event_are_stored_together(db: TestDb) {
     )
     .await;
     let held = format!("/api/v1/tasks/{}", held["tasks"][0]["id"]);
+    let flow = |name: &str, handler: &str| {
+        json!({"name": name, "schedule": {"cron": "0 0 4 * * *"},
+            "steps": [{"name": "only", "app": "billing", "handler": handler}]})
+    };
+    let kept_flow = expect(
+        &node,
+        Method::POST,
+        "/api/v1/workflows",
+        Some(flow("kept-flow", "work")),
+        201,
+    )
+    .await;
+    let flow_path = format!("/api/v1/workflows/{}", kept_flow["id"]);
+    let count_jobs = || db.fetch_pairs("SELECT COUNT(*), COUNT(*) FROM jobs", &[]);
+    let jobs_before = count_jobs().await;
     db.execute_script(refuse_ok_events(db.engine)).await;
 
     let calls = [
@@ -443,6 +458,21 @@ async fn a_change_and_its_event_are_stored_together(db: TestDb) {
             "enqueueTasks",
         ),
         (Method::DELETE, held.clone(), None, "cancelTask"),
+        (
+            Method::POST,
+            "/api/v1/workflows".to_owned(),
+            Some(
+                json!({"start": true, "name": "lost-flow", "schedule": {"cron": "0 0 4 * * *"},
+                "steps": [{"name": "only", "app": "billing", "handler": "work"}]}),
+            ),
+            "createWorkflow",
+        ),
+        (
+            Method::PUT,
+            flow_path.clone(),
+            Some(flow("kept-flow", "other-work")),
+            "updateWorkflow",
+        ),
     ];
     for (method, at, body, operation) in calls {
         let (status, answer) = node.call(method.clone(), &at, body).await;
@@ -459,7 +489,8 @@ async fn a_change_and_its_event_are_stored_together(db: TestDb) {
         assert_eq!(after_trigger[0]["outcome"], "failed", "{events:?}");
         assert!(
             events.iter().all(|e| e["outcome"] != "ok"
-                || ["/api/v1/jobs", "/api/v1/tasks"].contains(&e["resource"].as_str().unwrap())),
+                || ["/api/v1/jobs", "/api/v1/tasks", "/api/v1/workflows"]
+                    .contains(&e["resource"].as_str().unwrap())),
             "{operation}: {events:?}"
         );
     }
@@ -482,6 +513,12 @@ async fn a_change_and_its_event_are_stored_together(db: TestDb) {
     );
     let tokens = expect(&node, Method::GET, "/api/v1/tokens", None, 200).await;
     assert!(!tokens.to_string().contains("\"lost\""), "{tokens}");
+    // No workflow row, step row or definition of the failed calls: the jobs table is as it
+    // was, and the kept workflow's step is the one it had.
+    assert_eq!(count_jobs().await, jobs_before);
+    let flow_now = expect(&node, Method::GET, &flow_path, None, 200).await;
+    assert_eq!(flow_now["steps"], kept_flow["steps"], "{flow_now}");
+    assert_eq!(flow_now["version"], kept_flow["version"], "{flow_now}");
     let task_now = expect(&node, Method::GET, &held, None, 200).await;
     assert_eq!(task_now["state"], "pending", "{task_now}");
     let tasks = expect(&node, Method::GET, "/api/v1/tasks", None, 200).await;

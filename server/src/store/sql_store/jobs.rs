@@ -17,6 +17,95 @@ macro_rules! job_store {
                     .await?)
             }
 
+            /// Inserts job `job_id` in `tx`; a unique key's refusal is left for
+            /// [`Self::insert_refused`] to name, once `tx` is rolled back.
+            async fn insert_job_in(
+                &self,
+                tx: &mut Tx<$db>,
+                job_id: i64,
+                partition_id: i64,
+                job: &JobWrite,
+                start: bool,
+            ) -> Result<(), Error> {
+                sqlx::query::<$db>(sql(&self.q.job_insert))
+                    .bind(job_id)
+                    .bind(partition_id)
+                    .bind(&job.name)
+                    .bind(&job.app_name)
+                    .bind(&job.handler_name)
+                    .bind(&job.schedule_json)
+                    .bind(&job.timezone)
+                    .bind(&job.args_json)
+                    .bind(&job.policy_json)
+                    .bind(job.history_keep_ms)
+                    .bind(job.history_max_runs)
+                    .bind(if start { "running" } else { "stopped" })
+                    .bind(i64::from(start))
+                    .bind(job.kind.as_str())
+                    .bind(job.namespace_id)
+                    .execute(&mut **tx)
+                    .await?;
+                Ok(())
+            }
+
+            /// What refused the insert of job `job_id` as `job`: its name, taken in its
+            /// namespace, or its id (the caller draws another); any other error as it is.
+            async fn insert_refused(&self, err: Error, job_id: i64, job: &JobWrite) -> Error {
+                if !err.is_unique_violation() {
+                    return err;
+                }
+                let named = self
+                    .jobs_list(&JobFilter {
+                        namespace: Some(job.namespace_id),
+                        name_prefix: Some(job.name.clone()),
+                        limit: 1_000,
+                        ..JobFilter::default()
+                    })
+                    .await;
+                match named {
+                    Ok(jobs) if jobs.iter().any(|j| j.name == job.name) => Error::Conflict {
+                        what: format!("job name {:?}", job.name),
+                    },
+                    Ok(_) => Error::Conflict {
+                        what: format!("job id {job_id}"),
+                    },
+                    Err(err) => err,
+                }
+            }
+
+            /// Updates job `job_id` as `job` in `tx` when it is at `expected_version`; false
+            /// when it is not (or is gone).
+            async fn update_job_in(
+                &self,
+                tx: &mut Tx<$db>,
+                job_id: i64,
+                expected_version: i64,
+                job: &JobWrite,
+            ) -> Result<bool, Error> {
+                let updated = sqlx::query::<$db>(sql(&self.q.job_update))
+                    .bind(&job.name)
+                    .bind(&job.app_name)
+                    .bind(&job.handler_name)
+                    .bind(&job.schedule_json)
+                    .bind(&job.timezone)
+                    .bind(&job.args_json)
+                    .bind(&job.policy_json)
+                    .bind(job.history_keep_ms)
+                    .bind(job.history_max_runs)
+                    .bind(job_id)
+                    .bind(expected_version)
+                    .execute(&mut **tx)
+                    .await
+                    .map_err(Error::from);
+                match updated {
+                    Ok(done) => Ok(done.rows_affected() == 1),
+                    Err(err) if err.is_unique_violation() => Err(Error::Conflict {
+                        what: format!("job name {:?}", job.name),
+                    }),
+                    Err(err) => Err(err),
+                }
+            }
+
             /// Ends a change of job `job_id` made in `tx`: the job as it is now, committed
             /// with `audit`; `None`, and nothing committed, when there is no such job.
             async fn job_changed_in(
@@ -90,46 +179,9 @@ macro_rules! job_store {
                 audit: Option<&AuditWrite>,
             ) -> Result<JobRecord, Error> {
                 let mut tx = self.begin_write().await?;
-                let inserted = sqlx::query::<$db>(sql(&self.q.job_insert))
-                    .bind(job_id)
-                    .bind(partition_id)
-                    .bind(&job.name)
-                    .bind(&job.app_name)
-                    .bind(&job.handler_name)
-                    .bind(&job.schedule_json)
-                    .bind(&job.timezone)
-                    .bind(&job.args_json)
-                    .bind(&job.policy_json)
-                    .bind(job.history_keep_ms)
-                    .bind(job.history_max_runs)
-                    .bind(if start { "running" } else { "stopped" })
-                    .bind(i64::from(start))
-                    .bind(job.kind.as_str())
-                    .bind(job.namespace_id)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(Error::from);
-                match inserted {
-                    Ok(_) => {}
-                    Err(err) if err.is_unique_violation() => {
-                        tx.rollback().await?;
-                        let name_taken = self.jobs_list(&JobFilter {
-                            namespace: Some(job.namespace_id),
-                            name_prefix: Some(job.name.clone()),
-                            limit: 1_000,
-                            ..JobFilter::default()
-                        })
-                        .await?
-                        .iter()
-                        .any(|j| j.name == job.name);
-                        let what = if name_taken {
-                            format!("job name {:?}", job.name)
-                        } else {
-                            format!("job id {job_id}")
-                        };
-                        return Err(Error::Conflict { what });
-                    }
-                    Err(err) => return Err(err),
+                if let Err(err) = self.insert_job_in(&mut tx, job_id, partition_id, job, start).await {
+                    tx.rollback().await?;
+                    return Err(self.insert_refused(err, job_id, job).await);
                 }
                 let record = self.job_in(&mut tx, job_id).await?.ok_or(Error::NotInitialised)?;
                 self.audit_in(&mut tx, audit).await?;
@@ -197,30 +249,10 @@ macro_rules! job_store {
                 audit: Option<&AuditWrite>,
             ) -> Result<Option<JobRecord>, Error> {
                 let mut tx = self.begin_write().await?;
-                let updated = sqlx::query::<$db>(sql(&self.q.job_update))
-                    .bind(&job.name)
-                    .bind(&job.app_name)
-                    .bind(&job.handler_name)
-                    .bind(&job.schedule_json)
-                    .bind(&job.timezone)
-                    .bind(&job.args_json)
-                    .bind(&job.policy_json)
-                    .bind(job.history_keep_ms)
-                    .bind(job.history_max_runs)
-                    .bind(job_id)
-                    .bind(expected_version)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(Error::from);
-                match updated {
-                    Ok(done) if done.rows_affected() == 1 => {
-                        self.job_changed_in(tx, job_id, audit).await
-                    }
-                    Ok(_) => Ok(None),
-                    Err(err) if err.is_unique_violation() => Err(Error::Conflict {
-                        what: format!("job name {:?}", job.name),
-                    }),
-                    Err(err) => Err(err),
+                if self.update_job_in(&mut tx, job_id, expected_version, job).await? {
+                    self.job_changed_in(tx, job_id, audit).await
+                } else {
+                    Ok(None)
                 }
             }
 

@@ -76,7 +76,7 @@ use super::rules::run_start::RunStartTx;
 use super::rules::workflow_start::{NewStep, RunHead, WorkflowStartTx};
 use super::rules::workflows::{StepEnd, WorkflowTx};
 use super::token_records::{TokenRecord, TokenStore, TokenWrite};
-use super::workflow_records::{StepRunRecord, WorkflowRunRecord, WorkflowStore};
+use super::workflow_records::{StepRunRecord, WorkflowRunRecord, WorkflowStore, WorkflowWrite};
 use super::{
     Backend, ClusterMeta, ClusterStore, DatabaseUrl, DispatchStore, Error, HistoryStore, JobStore,
     LeaderFence, LeaderRecord, LogStore, NodeList, NodeRecord, NodeRegistration, PartitionChange,
