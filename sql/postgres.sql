@@ -16,7 +16,12 @@ CREATE TABLE namespaces (
     description VARCHAR(1024) NOT NULL DEFAULT '',
     created_at_ms BIGINT NOT NULL,
     -- Where its jobs' alerts go when a job names no webhook of its own.
-    alert_webhook VARCHAR(2048) NULL
+    alert_webhook VARCHAR(2048) NULL,
+    -- Its quotas, set by the cluster's admins (NULL: none): jobs and workflows it may hold,
+    -- tasks pending at once, tasks each node takes from it per second.
+    max_jobs BIGINT NULL,
+    max_pending_tasks BIGINT NULL,
+    max_enqueue_per_second BIGINT NULL
 );
 CREATE UNIQUE INDEX namespaces_name_idx ON namespaces (name);
 INSERT INTO namespaces (namespace_id, name, description, created_at_ms)

@@ -332,6 +332,7 @@ impl Application {
             grants,
             oidc,
             refused_sign_ins: Arc::default(),
+            enqueue_rates: Arc::default(),
             store: api_store,
             view,
             clock,

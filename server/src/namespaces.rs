@@ -104,6 +104,19 @@ impl Directory {
             .map(|record| record.name))
     }
 
+    /// Namespace `id`, if there is one (its quotas are read from here, at most 5 s old).
+    pub async fn get(&self, id: NamespaceId) -> Result<Option<NamespaceRecord>, store::Error> {
+        let fresh = self.read_fresh(|k| k.names.get(&id).and_then(|n| k.by_name.get(n)).cloned());
+        if let Some(found) = fresh {
+            return Ok(Some(found));
+        }
+        Ok(self
+            .list()
+            .await?
+            .into_iter()
+            .find(|record| record.namespace_id == id))
+    }
+
     /// What `pick` finds in a fresh read; `None` when the read is stale or finds nothing.
     fn read_fresh<T>(&self, pick: impl FnOnce(&Known) -> Option<T>) -> Option<T> {
         let known = self.known.read().ok()?;

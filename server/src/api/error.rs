@@ -39,6 +39,12 @@ pub enum ApiError {
     Conflict(String),
     #[error("{0}")]
     PreconditionFailed(String),
+    /// A namespace's quota would be passed: nothing was stored.
+    #[error("{0}")]
+    QuotaExceeded(String),
+    /// A namespace's rate on this node is spent for now: retry after this many seconds.
+    #[error("{detail}")]
+    RateLimited { detail: String, retry_after_s: u64 },
     #[error("request body too large")]
     TooLarge,
     #[error("storage failed: {0}")]
@@ -183,6 +189,18 @@ impl ApiError {
                 "Precondition Failed",
                 detail.clone(),
             ),
+            ApiError::QuotaExceeded(detail) => (
+                StatusCode::CONFLICT,
+                "urn:carillon:problem:quota-exceeded",
+                "Quota Exceeded",
+                detail.clone(),
+            ),
+            ApiError::RateLimited { detail, .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "urn:carillon:problem:rate-limited",
+                "Too Many Requests",
+                detail.clone(),
+            ),
             ApiError::TooLarge => (
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "urn:carillon:problem:too-large",
@@ -255,6 +273,9 @@ impl IntoResponse for ApiError {
         );
         if status == StatusCode::UNAUTHORIZED {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let ApiError::RateLimited { retry_after_s, .. } = &self {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_s));
         }
         response
     }

@@ -271,7 +271,7 @@ pub(super) async fn insert(
                 ("delete" = (operation_id = "deleteJob", parameters(("id" = "$response.body#/id")))),
             ),
         ),
-        (status = 409, description = "The name is taken", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The name is taken, or the namespace holds its quota of jobs", body = Problem, content_type = "application/problem+json"),
     ))]
 pub(super) async fn create(
     State(state): State<ApiState>,
@@ -295,6 +295,7 @@ pub(super) async fn create(
         &definition.policy.children,
     )
     .await?;
+    super::quotas::check_jobs(&state, namespace.id, 1).await?;
     let event = audit.event(StatusCode::CREATED, None);
     let record = insert(&state, namespace.id, &definition, start, event.as_ref()).await?;
     audit.written();

@@ -66,7 +66,7 @@ pub(super) struct CreatedJob {
     responses(
         (status = 201, description = "Every job created", body = BulkCreated),
         (status = 400, description = "Nothing created: every bad job by its index (`errors`), a name given twice or taken among them", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Nothing created: a name of the batch is taken in a way the checks could not name (on MySQL, two names differing only in letter case), or its ids met another batch's five times", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Nothing created: the namespace's quota of jobs would be passed, or a name of the batch is taken in a way the checks could not name (on MySQL, two names differing only in letter case), or its ids met another batch's five times", body = Problem, content_type = "application/problem+json"),
     ))]
 pub(super) async fn create(
     State(state): State<ApiState>,
@@ -97,6 +97,7 @@ pub(super) async fn create(
     if !errors.is_empty() {
         return Err(refused(errors));
     }
+    super::quotas::check_jobs(&state, namespace, checked.len()).await?;
     // Ids are drawn past the largest there is; a batch that met another's (drawn from the
     // same largest id on another node) draws again past the one that won.
     let event = audit.event(StatusCode::CREATED, None);

@@ -24,6 +24,7 @@ mod openapi;
 mod paging;
 mod params;
 mod permissions;
+mod quotas;
 #[cfg(test)]
 mod reference;
 mod runs;
@@ -80,6 +81,8 @@ pub struct ApiState {
     pub oidc: Option<Arc<crate::access::oidc::OidcVerifier>>,
     /// Refused sign-ins recorded lately, so that the audit trail takes one a minute per address.
     pub refused_sign_ins: Arc<RefusedSignIns>,
+    /// Each namespace's enqueue rate on this node (`quotas.rs`).
+    pub enqueue_rates: Arc<quotas::EnqueueRates>,
     pub timings: ClusterTimings,
     pub partition_count: i64,
     pub dispatch: DispatchClient,

@@ -14,10 +14,14 @@ use super::body::JsonBody;
 use super::changes::Changes;
 use super::error::Problem;
 use super::params::NameParam;
+use super::quotas::QuotasView;
 use super::{ApiError, ApiState, Principal, rfc3339};
+use crate::access::{Decision, Need};
 use crate::jobs::check_webhook;
 use crate::namespaces::{DEFAULT_NAME, check_name};
-use crate::store::{NamespaceDeletion, NamespaceId, NamespaceRecord, NamespaceWrite};
+use crate::store::{
+    NamespaceDeletion, NamespaceId, NamespaceQuotas, NamespaceRecord, NamespaceWrite,
+};
 
 /// The namespace a request works in.
 #[derive(Debug, Default, Deserialize, IntoParams)]
@@ -69,6 +73,9 @@ pub(super) struct NamespaceView {
     /// Where its jobs' alerts go when a job names no webhook of its own (beside the node's).
     #[serde(skip_serializing_if = "Option::is_none")]
     alert_webhook: Option<String>,
+    /// Its quotas, when it has any.
+    #[serde(skip_serializing_if = "QuotasView::is_none")]
+    quotas: QuotasView,
     created_at: Option<String>,
 }
 
@@ -78,6 +85,7 @@ impl From<NamespaceRecord> for NamespaceView {
             name: record.name,
             description: record.description,
             alert_webhook: record.alert_webhook,
+            quotas: record.quotas.into(),
             created_at: rfc3339(record.created_at_ms),
         }
     }
@@ -101,6 +109,9 @@ pub(super) struct NamespaceInput {
     /// https:// URL), beside the node's `alerts.webhook`.
     #[serde(default)]
     alert_webhook: Option<String>,
+    /// Its quotas (none when left out).
+    #[serde(default)]
+    quotas: QuotasView,
 }
 
 /// A change to a namespace: the fields given are set (`null` removes the webhook).
@@ -113,6 +124,9 @@ pub(super) struct NamespacePatch {
     #[serde(default, deserialize_with = "crate::jobs::present")]
     #[schema(value_type = Option<String>)]
     alert_webhook: Option<Option<String>>,
+    /// All of its quotas, replaced (a quota left out is none); only the cluster's admins set
+    /// them.
+    quotas: Option<QuotasView>,
 }
 
 const MAX_DESCRIPTION: usize = 1_024;
@@ -187,6 +201,7 @@ pub(super) async fn create(
                 name: input.name,
                 description: input.description,
                 alert_webhook: input.alert_webhook,
+                quotas: input.quotas.checked()?,
             },
             event.as_ref(),
         )
@@ -196,17 +211,25 @@ pub(super) async fn create(
     Ok((StatusCode::CREATED, Json(record.into())))
 }
 
-/// Changes a namespace's description or alert webhook.
+/// Changes a namespace's description, alert webhook or quotas (the quotas: cluster admins
+/// only).
 #[utoipa::path(patch, operation_id = "updateNamespace", path = "/namespaces/{name}", tag = "namespaces",
     request_body = NamespacePatch,
     params(("name" = String, Path, description = "The namespace's name")),
     responses((status = 200, description = "The namespace as it is now", body = NamespaceView)))]
 pub(super) async fn update(
     State(state): State<ApiState>,
+    Extension(principal): Extension<Principal>,
     audit: Audit,
     NameParam(name): NameParam,
     JsonBody(patch): JsonBody<NamespacePatch>,
 ) -> Result<Json<NamespaceView>, ApiError> {
+    // A namespace's admin may not lift the quotas that bound it.
+    if patch.quotas.is_some() && principal.decide(Need::ClusterAdmin, None) != Decision::Allow {
+        return Err(ApiError::Forbidden(
+            "a namespace's quotas are set by the cluster's admins".to_owned(),
+        ));
+    }
     // From the database, not the node's cache: a field left out keeps what another node set.
     let current = state
         .namespaces
@@ -215,14 +238,27 @@ pub(super) async fn update(
         .into_iter()
         .find(|n| n.name == name)
         .ok_or_else(|| ApiError::missing(format!("namespace {name:?}")))?;
-    let before = audited(&current.description, current.alert_webhook.as_deref());
+    let before = audited(
+        &current.description,
+        current.alert_webhook.as_deref(),
+        current.quotas,
+    );
+    let quotas = match patch.quotas {
+        Some(quotas) => quotas.checked()?,
+        None => current.quotas,
+    };
     let write = NamespaceWrite {
         name: current.name,
         description: patch.description.unwrap_or(current.description),
         alert_webhook: patch.alert_webhook.unwrap_or(current.alert_webhook),
+        quotas,
     };
     checked(&write.description, write.alert_webhook.as_deref())?;
-    let after = audited(&write.description, write.alert_webhook.as_deref());
+    let after = audited(
+        &write.description,
+        write.alert_webhook.as_deref(),
+        write.quotas,
+    );
     let event = audit.event(StatusCode::OK, Some(&Changes::between(&before, &after)));
     let updated = state
         .store
@@ -236,14 +272,19 @@ pub(super) async fn update(
 
 /// What the audit trail shows of a namespace's settings: a webhook only by a fingerprint (chat
 /// webhooks carry their key in the URL, and the trail is kept long after one is replaced).
-fn audited(description: &str, alert_webhook: Option<&str>) -> serde_json::Value {
+fn audited(
+    description: &str,
+    alert_webhook: Option<&str>,
+    quotas: NamespaceQuotas,
+) -> serde_json::Value {
     use sha2::Digest as _;
     let webhook = alert_webhook.map(|url| {
         let digest = sha2::Sha256::digest(url.as_bytes());
         let fingerprint: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
         format!("(hidden; fingerprint {fingerprint})")
     });
-    serde_json::json!({"description": description, "alert_webhook": webhook})
+    serde_json::json!({"description": description, "alert_webhook": webhook,
+        "quotas": QuotasView::from(quotas)})
 }
 
 /// Deletes a namespace that holds no job, workflow, pending task, calendar or app; never

@@ -162,6 +162,8 @@ fn tasks_of(body: serde_json::Value) -> Result<Vec<TaskInput>, ApiError> {
     responses(
         (status = 201, description = "At least one task was created", body = EnqueueView),
         (status = 200, description = "Every task's key was held by an unfinished task: nothing created", body = EnqueueView),
+        (status = 409, description = "The namespace's pending tasks' quota would be passed: nothing created", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "The namespace's enqueue rate on this node is spent: retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json"),
     ))]
 pub(super) async fn enqueue(
     State(state): State<ApiState>,
@@ -180,6 +182,7 @@ pub(super) async fn enqueue(
                 errors: err.errors,
             }
         })?;
+    super::quotas::check_tasks(&state, namespace, checked.len()).await?;
     let ids = state.task_ids.take(&*state.store, checked.len()).await?;
     let writes: Vec<TaskWrite> = checked
         .into_iter()

@@ -326,7 +326,7 @@ async fn load_workflow(state: &ApiState, id: i64) -> Result<JobRecord, ApiError>
     params(NamespaceQuery),
     responses(
         (status = 201, description = "Created", body = WorkflowView),
-        (status = 409, description = "The name is taken", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The name is taken, or the namespace holds its quota of jobs", body = Problem, content_type = "application/problem+json"),
     ))]
 pub(super) async fn create(
     State(state): State<ApiState>,
@@ -342,6 +342,7 @@ pub(super) async fn create(
         check_fires(&state, &definition)?;
     }
     super::calendars::check_named(&state, namespace, &definition).await?;
+    super::quotas::check_jobs(&state, namespace, 1).await?;
     let mut write = write_of(namespace, &definition);
     write.kind = JobKind::Workflow;
     let view =

@@ -18,9 +18,47 @@ pub(crate) enum NamespacesCommand {
         name: String,
         #[arg(long, default_value = "")]
         description: String,
+        #[command(flatten)]
+        quotas: QuotaArgs,
+    },
+    /// Set all of a namespace's quotas (one left out is none; the cluster's admin token).
+    Quotas {
+        name: String,
+        #[command(flatten)]
+        quotas: QuotaArgs,
     },
     /// Delete an empty namespace, with its service tokens.
     Rm { name: String },
+}
+
+/// A namespace's quotas; work past one is refused.
+#[derive(Debug, clap::Args)]
+pub(crate) struct QuotaArgs {
+    /// Jobs and workflows it may hold.
+    #[arg(long)]
+    max_jobs: Option<i64>,
+    /// Tasks pending at once.
+    #[arg(long)]
+    max_pending_tasks: Option<i64>,
+    /// Tasks each node takes from it per second.
+    #[arg(long)]
+    max_enqueue_per_second: Option<i64>,
+}
+
+impl QuotaArgs {
+    fn body(&self) -> serde_json::Value {
+        let mut quotas = serde_json::Map::new();
+        for (key, value) in [
+            ("jobs", self.max_jobs),
+            ("pending_tasks", self.max_pending_tasks),
+            ("enqueue_per_second", self.max_enqueue_per_second),
+        ] {
+            if let Some(value) = value {
+                quotas.insert(key.to_owned(), value.into());
+            }
+        }
+        quotas.into()
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -93,9 +131,12 @@ const GRANT_COLUMNS: [(&str, &str); 5] = [
     ("CREATED BY", "/created_by"),
 ];
 
-const NAMESPACE_COLUMNS: [(&str, &str); 3] = [
+const NAMESPACE_COLUMNS: [(&str, &str); 6] = [
     ("NAME", "/name"),
     ("CREATED", "/created_at"),
+    ("MAX JOBS", "/quotas/jobs"),
+    ("MAX PENDING", "/quotas/pending_tasks"),
+    ("MAX /S", "/quotas/enqueue_per_second"),
     ("DESCRIPTION", "/description"),
 ];
 
@@ -130,12 +171,22 @@ pub(crate) async fn namespaces(
             let list = api.call(Method::GET, "/api/v1/namespaces", None).await?;
             show(output, &list, Some("namespaces"), &NAMESPACE_COLUMNS);
         }
-        NamespacesCommand::Create { name, description } => {
-            let body = json!({"name": name, "description": description});
+        NamespacesCommand::Create {
+            name,
+            description,
+            quotas,
+        } => {
+            let body = json!({"name": name, "description": description, "quotas": quotas.body()});
             let created = api
                 .call(Method::POST, "/api/v1/namespaces", Some(&body))
                 .await?;
             show(output, &created, None, &NAMESPACE_COLUMNS);
+        }
+        NamespacesCommand::Quotas { name, quotas } => {
+            let path = format!("/api/v1/namespaces/{}", encode(&name));
+            let body = json!({"quotas": quotas.body()});
+            let changed = api.call(Method::PATCH, &path, Some(&body)).await?;
+            show(output, &changed, None, &NAMESPACE_COLUMNS);
         }
         NamespacesCommand::Rm { name } => {
             let path = format!("/api/v1/namespaces/{}", encode(&name));

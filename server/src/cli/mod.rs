@@ -99,7 +99,7 @@ enum Command {
     /// rerun, rm.
     #[command(subcommand)]
     Workflows(workflows::WorkflowsCommand),
-    /// Namespaces, the teams' spaces: ls, create, rm.
+    /// Namespaces, the teams' spaces: ls, create, quotas, rm.
     #[command(subcommand)]
     Namespaces(access::NamespacesCommand),
     /// A namespace's service tokens: ls, create, revoke.

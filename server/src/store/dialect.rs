@@ -603,16 +603,22 @@ queries! {
     history_oldest_run = "SELECT created_at_ms FROM runs ORDER BY run_id LIMIT 1";
 
     // Namespaces (`sql_store/namespaces.rs`).
-    namespaces_list = "SELECT namespace_id, name, description, created_at_ms, alert_webhook \
-        FROM namespaces ORDER BY name";
-    namespace_by_name = "SELECT namespace_id, name, description, created_at_ms, alert_webhook \
-        FROM namespaces WHERE name = ?";
-    namespace_by_id = "SELECT namespace_id, name, description, created_at_ms, alert_webhook \
-        FROM namespaces WHERE namespace_id = ?";
-    namespace_insert = "INSERT INTO namespaces (name, description, alert_webhook, created_at_ms) \
-        VALUES (?, ?, ?, {now})";
-    namespace_update = "UPDATE namespaces SET description = ?, alert_webhook = ? \
+    namespaces_list = "SELECT namespace_id, name, description, created_at_ms, alert_webhook, \
+        max_jobs, max_pending_tasks, max_enqueue_per_second FROM namespaces ORDER BY name";
+    namespace_by_name = "SELECT namespace_id, name, description, created_at_ms, alert_webhook, \
+        max_jobs, max_pending_tasks, max_enqueue_per_second FROM namespaces WHERE name = ?";
+    namespace_by_id = "SELECT namespace_id, name, description, created_at_ms, alert_webhook, \
+        max_jobs, max_pending_tasks, max_enqueue_per_second FROM namespaces \
         WHERE namespace_id = ?";
+    namespace_insert = "INSERT INTO namespaces (name, description, alert_webhook, max_jobs, \
+        max_pending_tasks, max_enqueue_per_second, created_at_ms) \
+        VALUES (?, ?, ?, ?, ?, ?, {now})";
+    namespace_update = "UPDATE namespaces SET description = ?, alert_webhook = ?, \
+        max_jobs = ?, max_pending_tasks = ?, max_enqueue_per_second = ? \
+        WHERE namespace_id = ?";
+    namespace_counts = "SELECT \
+        (SELECT COUNT(*) FROM jobs WHERE namespace_id = ? AND kind <> 'step'), \
+        (SELECT COUNT(*) FROM tasks WHERE namespace_id = ? AND state = 'pending') {from_dual}";
     namespace_lock = "SELECT namespace_id FROM namespaces WHERE namespace_id = ? {for_update}";
     // Jobs and tasks by the indexes that lead with the namespace; calendars by their key.
     namespace_usage = "SELECT \

@@ -56,7 +56,8 @@ pub use job_records::{
 };
 pub use log_records::{LogAppend, LogCaps, LogLine, NewLogLine, TRUNCATED_LINE};
 pub use namespace_records::{
-    NamespaceDeletion, NamespaceId, NamespaceRecord, NamespaceStore, NamespaceUsage, NamespaceWrite,
+    NamespaceDeletion, NamespaceId, NamespaceQuotas, NamespaceRecord, NamespaceStore,
+    NamespaceUsage, NamespaceWrite,
 };
 pub use policy_records::{
     BackfillRecord, BackfillStep, CalendarRecord, InstantEnd, JobInstant, PolicyStore,

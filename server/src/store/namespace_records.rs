@@ -40,6 +40,19 @@ pub struct NamespaceRecord {
     pub created_at_ms: i64,
     /// Where its jobs' alerts go when a job names no webhook of its own.
     pub alert_webhook: Option<String>,
+    #[sqlx(flatten)]
+    pub quotas: NamespaceQuotas,
+}
+
+/// A namespace's quotas, set by the cluster's admins; `None` is no quota.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, sqlx::FromRow)]
+pub struct NamespaceQuotas {
+    /// Jobs and workflows it may hold (their steps are not counted).
+    pub max_jobs: Option<i64>,
+    /// Its tasks pending at once.
+    pub max_pending_tasks: Option<i64>,
+    /// Tasks each node takes from it per second.
+    pub max_enqueue_per_second: Option<i64>,
 }
 
 /// What a namespace row holds that people set.
@@ -49,6 +62,7 @@ pub struct NamespaceWrite {
     pub name: String,
     pub description: String,
     pub alert_webhook: Option<String>,
+    pub quotas: NamespaceQuotas,
 }
 
 /// What a namespace still holds. Finished tasks and runs are history, which retention
@@ -101,6 +115,10 @@ pub trait NamespaceStore: Send + Sync + std::fmt::Debug + 'static {
         write: &NamespaceWrite,
         audit: Option<&AuditWrite>,
     ) -> Result<Option<NamespaceRecord>, Error>;
+
+    /// The jobs and workflows a namespace holds (not their steps), and its pending tasks: what
+    /// its quotas count.
+    async fn namespace_counts(&self, namespace: NamespaceId) -> Result<(i64, i64), Error>;
 
     /// Deletes an empty namespace other than `default`, in one transaction with the check.
     async fn namespace_delete(

@@ -31,6 +31,7 @@ mod jobs_api;
 mod login;
 mod namespace_conformance;
 mod namespace_executors;
+mod namespace_quotas;
 mod namespaces_api;
 mod observability;
 mod oidc;

@@ -66,6 +66,16 @@ macro_rules! namespace_store {
                 )
             }
 
+            async fn namespace_counts(&self, namespace: NamespaceId) -> Result<(i64, i64), Error> {
+                Ok(
+                    sqlx::query_as::<$db, (i64, i64)>(sql(&self.q.namespace_counts))
+                        .bind(namespace)
+                        .bind(namespace)
+                        .fetch_one(&self.pool)
+                        .await?,
+                )
+            }
+
             async fn namespace_insert(
                 &self,
                 namespace: &NamespaceWrite,
@@ -77,6 +87,9 @@ macro_rules! namespace_store {
                     .bind(name)
                     .bind(&namespace.description)
                     .bind(namespace.alert_webhook.as_deref())
+                    .bind(namespace.quotas.max_jobs)
+                    .bind(namespace.quotas.max_pending_tasks)
+                    .bind(namespace.quotas.max_enqueue_per_second)
                     .execute(&mut *tx)
                     .await
                     .map_err(Error::from);
@@ -110,6 +123,9 @@ macro_rules! namespace_store {
                 sqlx::query::<$db>(sql(&self.q.namespace_update))
                     .bind(&write.description)
                     .bind(write.alert_webhook.as_deref())
+                    .bind(write.quotas.max_jobs)
+                    .bind(write.quotas.max_pending_tasks)
+                    .bind(write.quotas.max_enqueue_per_second)
                     .bind(namespace)
                     .execute(&mut *tx)
                     .await?;
