@@ -173,4 +173,60 @@ async fn cluster_gauges(state: &ApiState, out: &mut String) {
             loads.iter().map(|l| l.running).sum::<i64>() as f64,
         );
     }
+    namespace_gauges(state, out).await;
+}
+
+/// What each namespace holds, and its quotas where it has them (`usage / quota` is how full
+/// it is); every namespace shows, at 0 when it holds nothing.
+async fn namespace_gauges(state: &ApiState, out: &mut String) {
+    let reads = tokio::time::timeout(DATABASE_PROBE_LIMIT, async {
+        (
+            state.namespaces.list().await,
+            state.store.namespaces_counts().await,
+        )
+    })
+    .await;
+    let Ok((Ok(namespaces), Ok(counts))) = reads else {
+        return;
+    };
+    let held = |id| {
+        counts
+            .iter()
+            .find(|(n, _, _)| *n == id)
+            .map_or((0, 0), |(_, jobs, tasks)| (*jobs, *tasks))
+    };
+    let series = |pick: &dyn Fn(&crate::store::NamespaceRecord) -> Option<i64>| {
+        namespaces
+            .iter()
+            .filter_map(|n| pick(n).map(|value| (n.name.as_str(), value as f64)))
+            .collect::<Vec<_>>()
+    };
+    labelled_gauge(
+        out,
+        "carillon_namespace_jobs",
+        "Jobs and workflows a namespace holds (not their steps).",
+        "namespace",
+        series(&|n| Some(held(n.namespace_id).0)),
+    );
+    labelled_gauge(
+        out,
+        "carillon_namespace_pending_tasks",
+        "Tasks of a namespace pending (not yet fired).",
+        "namespace",
+        series(&|n| Some(held(n.namespace_id).1)),
+    );
+    labelled_gauge(
+        out,
+        "carillon_namespace_quota_jobs",
+        "A namespace's quota of jobs and workflows, where it has one.",
+        "namespace",
+        series(&|n| n.quotas.max_jobs),
+    );
+    labelled_gauge(
+        out,
+        "carillon_namespace_quota_pending_tasks",
+        "A namespace's quota of pending tasks, where it has one.",
+        "namespace",
+        series(&|n| n.quotas.max_pending_tasks),
+    );
 }

@@ -616,6 +616,10 @@ queries! {
     namespace_update = "UPDATE namespaces SET description = ?, alert_webhook = ?, \
         max_jobs = ?, max_pending_tasks = ?, max_enqueue_per_second = ? \
         WHERE namespace_id = ?";
+    namespaces_jobs = "SELECT namespace_id, COUNT(*) FROM jobs WHERE kind <> 'step' \
+        GROUP BY namespace_id";
+    namespaces_pending_tasks = "SELECT namespace_id, COUNT(*) FROM tasks WHERE state = 'pending' \
+        GROUP BY namespace_id";
     namespace_counts = "SELECT \
         (SELECT COUNT(*) FROM jobs WHERE namespace_id = ? AND kind <> 'step'), \
         (SELECT COUNT(*) FROM tasks WHERE namespace_id = ? AND state = 'pending') {from_dual}";

@@ -120,6 +120,10 @@ pub trait NamespaceStore: Send + Sync + std::fmt::Debug + 'static {
     /// its quotas count.
     async fn namespace_counts(&self, namespace: NamespaceId) -> Result<(i64, i64), Error>;
 
+    /// Per namespace holding any: its jobs and workflows (not their steps) and its pending
+    /// tasks, for `/metrics`.
+    async fn namespaces_counts(&self) -> Result<Vec<(NamespaceId, i64, i64)>, Error>;
+
     /// Deletes an empty namespace other than `default`, in one transaction with the check.
     async fn namespace_delete(
         &self,

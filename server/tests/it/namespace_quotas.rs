@@ -221,6 +221,33 @@ async fn quotas_refuse_work_past_them_and_only_cluster_admins_set_them(db: TestD
     tokio::time::sleep(Duration::from_secs(wait)).await;
     expect(&node, Method::POST, enqueue, Some(tasks(1)), 201).await;
 
+    // /metrics says what each namespace holds against its quotas.
+    let scrape = carillon_tls::http_client()
+        .unwrap()
+        .get(node.url("/metrics"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "carillon_namespace_jobs{namespace=\"team-q\"} 3",
+        "carillon_namespace_jobs{namespace=\"default\"} 1",
+        "carillon_namespace_pending_tasks{namespace=\"team-q\"} 6",
+        "carillon_namespace_pending_tasks{namespace=\"default\"} 0",
+    ] {
+        assert!(
+            scrape.lines().any(|l| l == line),
+            "{line} not in:\n{scrape}"
+        );
+    }
+    assert!(
+        !scrape.contains("carillon_namespace_quota_jobs{"),
+        "team-q's job quota was lifted:\n{scrape}"
+    );
+
     // The CLI sets them too, and lists them.
     let cli = |args: &[&str]| {
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_carillon"))
@@ -253,6 +280,22 @@ async fn quotas_refuse_work_past_them_and_only_cluster_admins_set_them(db: TestD
         "{shown}"
     );
     let listed = cli(&["namespaces", "ls"]);
+    let scrape = carillon_tls::http_client()
+        .unwrap()
+        .get(node.url("/metrics"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        scrape
+            .lines()
+            .any(|l| l == "carillon_namespace_quota_jobs{namespace=\"team-q\"} 7"),
+        "{scrape}"
+    );
     let row = listed.lines().find(|l| l.starts_with("team-q")).unwrap();
     assert!(row.contains(" 7 ") && row.contains(" 9 "), "{listed}");
 }

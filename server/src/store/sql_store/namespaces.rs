@@ -76,6 +76,26 @@ macro_rules! namespace_store {
                 )
             }
 
+            async fn namespaces_counts(&self) -> Result<Vec<(NamespaceId, i64, i64)>, Error> {
+                let jobs = sqlx::query_as::<$db, (NamespaceId, i64)>(sql(&self.q.namespaces_jobs))
+                    .fetch_all(&self.pool)
+                    .await?;
+                let pending = sqlx::query_as::<$db, (NamespaceId, i64)>(sql(&self
+                    .q
+                    .namespaces_pending_tasks))
+                .fetch_all(&self.pool)
+                .await?;
+                let mut counts: std::collections::BTreeMap<NamespaceId, (i64, i64)> =
+                    std::collections::BTreeMap::new();
+                for (namespace, count) in jobs {
+                    counts.entry(namespace).or_default().0 = count;
+                }
+                for (namespace, count) in pending {
+                    counts.entry(namespace).or_default().1 = count;
+                }
+                Ok(counts.into_iter().map(|(n, (j, t))| (n, j, t)).collect())
+            }
+
             async fn namespace_insert(
                 &self,
                 namespace: &NamespaceWrite,
