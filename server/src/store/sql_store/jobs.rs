@@ -17,6 +17,24 @@ macro_rules! job_store {
                     .await?)
             }
 
+            /// `query` with the fields of `job` people write, in the order both the insert
+            /// and the update of a job take them.
+            fn bind_job_row<'q>(
+                query: sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments>,
+                job: &'q JobWrite,
+            ) -> sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments> {
+                query
+                    .bind(&job.name)
+                    .bind(&job.app_name)
+                    .bind(&job.handler_name)
+                    .bind(&job.schedule_json)
+                    .bind(&job.timezone)
+                    .bind(&job.args_json)
+                    .bind(&job.policy_json)
+                    .bind(job.history_keep_ms)
+                    .bind(job.history_max_runs)
+            }
+
             /// Inserts job `job_id` in `tx`; a unique key's refusal is left for
             /// [`Self::insert_refused`] to name, once `tx` is rolled back.
             async fn insert_job_in(
@@ -27,18 +45,10 @@ macro_rules! job_store {
                 job: &JobWrite,
                 start: bool,
             ) -> Result<(), Error> {
-                sqlx::query::<$db>(sql(&self.q.job_insert))
+                let insert = sqlx::query::<$db>(sql(&self.q.job_insert))
                     .bind(job_id)
-                    .bind(partition_id)
-                    .bind(&job.name)
-                    .bind(&job.app_name)
-                    .bind(&job.handler_name)
-                    .bind(&job.schedule_json)
-                    .bind(&job.timezone)
-                    .bind(&job.args_json)
-                    .bind(&job.policy_json)
-                    .bind(job.history_keep_ms)
-                    .bind(job.history_max_runs)
+                    .bind(partition_id);
+                Self::bind_job_row(insert, job)
                     .bind(if start { "running" } else { "stopped" })
                     .bind(i64::from(start))
                     .bind(job.kind.as_str())
@@ -82,16 +92,8 @@ macro_rules! job_store {
                 expected_version: i64,
                 job: &JobWrite,
             ) -> Result<bool, Error> {
-                let updated = sqlx::query::<$db>(sql(&self.q.job_update))
-                    .bind(&job.name)
-                    .bind(&job.app_name)
-                    .bind(&job.handler_name)
-                    .bind(&job.schedule_json)
-                    .bind(&job.timezone)
-                    .bind(&job.args_json)
-                    .bind(&job.policy_json)
-                    .bind(job.history_keep_ms)
-                    .bind(job.history_max_runs)
+                let update = sqlx::query::<$db>(sql(&self.q.job_update));
+                let updated = Self::bind_job_row(update, job)
                     .bind(job_id)
                     .bind(expected_version)
                     .execute(&mut **tx)
