@@ -9,6 +9,7 @@
 import { ApiError, token, storeToken, endSession, whenTokenRefused, api, namespace, chooseNamespace } from './api.js';
 import { signInSettings, startSignIn, finishSignIn } from './sign_in.js';
 import { viewAudit } from './audit.js';
+import { viewAccess } from './access.js';
 import { h, append, clear, replace, bellIcon, errorBox, fillError, newFlashArea } from './dom.js';
 import { ViewContext, pageHead } from './view.js';
 import { viewDashboard } from './dashboard.js';
@@ -144,6 +145,7 @@ const NAV = [
   ['runs', 'Runs'],
   ['executors', 'Executors'],
   ['audit', 'Audit'],
+  ['access', 'Access'],
 ];
 
 // The namespaces the caller has a role in, read once per sign-in (a promise of their names).
@@ -221,6 +223,7 @@ const ROUTES = [
   [/^\/runs\/(\d+)$/, 'runs', (ctx, m) => viewRun(ctx, m[1])],
   [/^\/executors$/, 'executors', (ctx) => viewExecutors(ctx)],
   [/^\/audit$/, 'audit', (ctx) => viewAudit(ctx)],
+  [/^\/access$/, 'access', (ctx) => viewAccess(ctx)],
 ];
 
 let routeSeq = 0;

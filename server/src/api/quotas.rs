@@ -16,7 +16,7 @@ use crate::store::{NamespaceId, NamespaceQuotas};
 
 /// A namespace's quotas as the API shows and takes them; a field left out is no quota.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, try_from = "QuotasObject")]
 pub(super) struct QuotasView {
     /// Jobs and workflows it may hold (their steps are not counted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -30,6 +30,36 @@ pub(super) struct QuotasView {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1)]
     enqueue_per_second: Option<i64>,
+}
+
+/// What `quotas` must be: an object (serde would take `[1, 2, 3]` for a struct's fields).
+#[derive(Deserialize)]
+struct QuotasObject(serde_json::Map<String, serde_json::Value>);
+
+impl TryFrom<QuotasObject> for QuotasView {
+    type Error = String;
+
+    fn try_from(object: QuotasObject) -> Result<Self, Self::Error> {
+        let mut quotas = QuotasView::default();
+        for (key, value) in object.0 {
+            let slot = match key.as_str() {
+                "jobs" => &mut quotas.jobs,
+                "pending_tasks" => &mut quotas.pending_tasks,
+                "enqueue_per_second" => &mut quotas.enqueue_per_second,
+                other => {
+                    return Err(format!(
+                        "unknown quota {other:?}: give jobs, pending_tasks or enqueue_per_second"
+                    ));
+                }
+            };
+            *slot = match value {
+                serde_json::Value::Null => None,
+                serde_json::Value::Number(n) if n.as_i64().is_some() => n.as_i64(),
+                _ => return Err(format!("quota {key:?} is a whole number, or null for none")),
+            };
+        }
+        Ok(quotas)
+    }
 }
 
 impl QuotasView {
@@ -189,6 +219,26 @@ mod tests {
         let big = NamespaceId(4);
         assert_eq!(rates.take(big, 5, 12), Ok(()));
         assert_eq!(rates.take(big, 5, 1), Err(2));
+    }
+
+    #[test]
+    fn quotas_are_an_object_of_whole_numbers() {
+        let read = |text: &str| serde_json::from_str::<QuotasView>(text).map_err(|e| e.to_string());
+        assert_eq!(
+            read(r#"{"jobs": 5, "pending_tasks": null}"#).unwrap().jobs,
+            Some(5)
+        );
+        assert!(read("[null, null]").is_err());
+        assert!(
+            read(r#"{"jobs": 1.5}"#)
+                .unwrap_err()
+                .contains("whole number")
+        );
+        assert!(
+            read(r#"{"runs": 1}"#)
+                .unwrap_err()
+                .contains("unknown quota")
+        );
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //   SCREENSHOT_DIR  optional: a PNG of each step is saved there
 // The person signs in through the provider's own login and consent pages, finds only their
 // namespace in the switcher and only its jobs, starts their job, finds that change in the
-// audit page under their name and no other namespace's event, and signs out. Exits 0 when every step passed, 1 (printing what failed) otherwise.
+// audit page under their name and no other namespace's event, makes and revokes a service
+// token and grants a group a role on the Access page, and signs out. Exits 0 when every step passed, 1 (printing what failed) otherwise.
 
 import { chromium } from 'playwright-core';
 import { mkdirSync } from 'node:fs';
@@ -140,7 +141,26 @@ async function main() {
         `events of other namespaces are listed: ${JSON.stringify(namespaces)}`);
     });
 
-    await step('5. signing out forgets the sign-in', page, async () => {
+    await step('5. as the namespace\u2019s admin, the person makes a token (shown once) and a grant', page, async () => {
+      await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Access', exact: true }).click();
+      await heading(page, 'Access');
+      await page.getByLabel('Name', { exact: true }).fill('ci-deploys');
+      await page.getByLabel('Role', { exact: true }).first().selectOption('operator');
+      await page.getByRole('button', { name: 'Create token' }).click();
+      const secret = (await page.getByTestId('token-value').innerText()).trim();
+      check(secret.length >= 20, `no token shown: ${JSON.stringify(secret)}`);
+      await page.getByTestId('tokens-table').locator('tr[data-token-name="ci-deploys"]').waitFor({ state: 'visible' });
+      // The token works, as an operator of the namespace.
+      const res = await fetch(`${BASE}/api/v1/jobs?namespace=${NAMESPACE}`, { headers: { Authorization: `Bearer ${secret}` } });
+      check(res.status === 200, `the new token was answered ${res.status}`);
+      await page.getByLabel('Group', { exact: true }).fill('team-a-oncall');
+      await page.getByRole('button', { name: 'Grant' }).click();
+      await page.getByTestId('grants-table').locator('tr[data-group="team-a-oncall"]').waitFor({ state: 'visible' });
+      await page.getByRole('button', { name: 'Revoke ci-deploys' }).click();
+      await page.getByTestId('tokens-table').locator('tr[data-token-name="ci-deploys"]').waitFor({ state: 'detached' });
+    });
+
+    await step('6. signing out forgets the sign-in', page, async () => {
       await page.getByRole('button', { name: 'Sign out' }).click();
       await page.getByRole('button', { name: 'Sign in with your identity provider' }).waitFor({ state: 'visible' });
       const kept = await page.evaluate(() => Object.keys(sessionStorage).filter((k) => k.startsWith('carillon.console.')));

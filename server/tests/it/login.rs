@@ -79,8 +79,15 @@ async fn run(url: &str, home: &Path, args: &[&str]) -> (bool, String, String) {
     )
 }
 
-/// Starts `carillon login <args>`; the child and the address it asks the person to open.
-async fn start_login(url: &str, home: &Path, args: &[&str]) -> (tokio::process::Child, String) {
+/// A `carillon login` under way: the child, and what it writes to stderr after the address
+/// it asks the person to open (read meanwhile, so it never blocks on a full pipe).
+struct Login {
+    child: tokio::process::Child,
+    stderr: tokio::task::JoinHandle<String>,
+}
+
+/// Starts `carillon login <args>`; the login and the address it asks the person to open.
+async fn start_login(url: &str, home: &Path, args: &[&str]) -> (Login, String) {
     let mut child = cli(url, home, args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -97,16 +104,29 @@ async fn start_login(url: &str, home: &Path, args: &[&str]) -> (tokio::process::
     })
     .await
     .expect("carillon login asks the person to open an address");
-    (child, page)
+    let stderr = tokio::spawn(async move {
+        let mut rest = String::new();
+        while let Ok(Some(line)) = lines.next_line().await {
+            rest.push_str(&line);
+            rest.push('\n');
+        }
+        rest
+    });
+    (Login { child, stderr }, page)
 }
 
-async fn finished(child: tokio::process::Child) -> String {
-    let output = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+async fn finished(login: Login) -> String {
+    let output = tokio::time::timeout(Duration::from_secs(30), login.child.wait_with_output())
         .await
         .expect("carillon login ends once signed in")
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(output.status.success(), "carillon login failed: {stdout}");
+    let stderr = login.stderr.await.unwrap_or_default();
+    assert!(
+        output.status.success(),
+        "carillon login failed ({}): {stdout}\n--- its stderr:\n{stderr}",
+        output.status
+    );
     stdout
 }
 
