@@ -148,14 +148,17 @@ const NAV = [
   ['access', 'Access'],
 ];
 
-// The namespaces the caller has a role in, read once per sign-in (a promise of their names).
+// The namespaces the caller has a role in, read once per sign-in (a promise of their names),
+// and the token they were read with: an answer for an earlier sign-in is not this one's.
 let callerNamespaces = null;
+let namespacesOf = null;
 
 /** Reads the caller's namespaces once, and chooses one when none (or one no longer the
  *  caller's) is: the only one, else `default`, else the first. Pages render after it, so
  *  they call the API in the namespace the switcher shows. */
 function settleNamespace() {
-  if (!callerNamespaces) {
+  if (!callerNamespaces || namespacesOf !== token()) {
+    namespacesOf = token();
     callerNamespaces = api('GET', '/namespaces')
       .then((list) => (list.namespaces || []).map((n) => n.name))
       .catch(() => {
@@ -164,7 +167,9 @@ function settleNamespace() {
         return [];
       });
   }
+  const asked = namespacesOf;
   return callerNamespaces.then((names) => {
+    if (asked !== token()) return [];
     if (names.length && !names.includes(namespace())) {
       chooseNamespace(names.length === 1 ? names[0] : names.includes('default') ? 'default' : names[0]);
     }

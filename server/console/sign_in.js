@@ -89,9 +89,9 @@ export async function startSignIn(settings, returnTo) {
 }
 
 /** Finishes a sign-in the provider sent the browser back from (`?code=…&state=…` on the
- *  page's address): `{ token, returnTo }`; null when the address carries none. Throws, naming
- *  what went wrong, when the provider refused or the answer is not for the sign-in this tab
- *  started. */
+ *  page's address): `{ token, returnTo }`; null when the address carries none, or one that is
+ *  not for the sign-in this tab started. Throws, naming what went wrong, when the provider
+ *  refused or the exchange fails. */
 export async function finishSignIn() {
   const params = new URLSearchParams(location.search);
   const code = params.get('code');
@@ -102,14 +102,14 @@ export async function finishSignIn() {
   let pending = null;
   try {
     pending = JSON.parse(sessionStorage.getItem(PENDING_KEY) || 'null');
-    sessionStorage.removeItem(PENDING_KEY);
   } catch {
     pending = null;
   }
+  // An answer to no sign-in of this tab (a link someone sent) is ignored, and leaves a
+  // sign-in under way, or the tab's session, as it was.
+  if (!pending || pending.state !== params.get('state')) return null;
+  sessionStorage.removeItem(PENDING_KEY);
   if (error) throw new Error(`the identity provider did not sign you in: ${params.get('error_description') || error}`);
-  if (!pending || pending.state !== params.get('state')) {
-    throw new Error('this answer is not for a sign-in started in this tab; sign in again');
-  }
   // RFC 9207: a provider that names itself must be the one this tab asked.
   const iss = params.get('iss');
   if (iss && iss !== pending.issuer) throw new Error(`the answer came from ${iss}, not ${pending.issuer}`);

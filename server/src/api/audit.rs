@@ -23,7 +23,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::changes::Changes;
 use super::params::QueryParams;
 use super::{ApiError, ApiState, paging, rfc3339};
-use crate::access::Principal;
+use crate::access::{Decision, Need, Principal};
 use crate::store::{AuditFilter, AuditRecord, AuditWrite, NamespaceId};
 
 /// The address a call came from, as the node's listener saw it.
@@ -350,12 +350,16 @@ const SORTS: &[&str] = &["-created"];
     responses((status = 200, description = "A page of events", body = AuditList)))]
 pub(super) async fn list(
     State(state): State<ApiState>,
+    axum::Extension(principal): axum::Extension<Principal>,
     QueryParams(query): QueryParams<AuditQuery>,
 ) -> Result<Json<AuditList>, ApiError> {
     let limit = paging::limit(query.limit)?;
     let namespace = match query.namespace.as_deref() {
         Some(name) => Some(super::namespaces::resolve(&state, Some(name)).await?.id),
-        None => None,
+        // Every namespace's events are the cluster's admins' only; anyone else naming none
+        // was checked in their home namespace (else `default`), and gets its events.
+        None if principal.decide(Need::ClusterAdmin, None) == Decision::Allow => None,
+        None => Some(principal.home().unwrap_or(NamespaceId::DEFAULT)),
     };
     if let Some(outcome) = query.outcome.as_deref()
         && !["ok", "failed", "refused"].contains(&outcome)

@@ -246,6 +246,24 @@ async fn create_declared_job(
             return;
         }
     };
+    // Declared once: an existing job of the name stays as it is, and a new one counts
+    // against the namespace's quota like any other.
+    match state
+        .store
+        .jobs_named(namespace, std::slice::from_ref(&definition.name))
+        .await
+    {
+        Ok(found) if !found.is_empty() => return,
+        Ok(_) => {}
+        Err(err) => {
+            warn!(job = %definition.name, error = %err, "could not create the job declared in code");
+            return;
+        }
+    }
+    if let Err(err) = super::quotas::check_jobs(state, namespace, 1).await {
+        warn!(job = %definition.name, error = %err, "the job declared in code is not created");
+        return;
+    }
     match super::jobs::insert(state, namespace, &definition, true, None).await {
         Ok(_) => info!(job = %definition.name, "created the job declared in code"),
         Err(store::Error::Conflict { .. }) => {}

@@ -297,6 +297,29 @@ async fn people_get_the_roles_their_groups_are_granted(db: TestDb) {
     .await;
     assert_eq!(trail["events"].as_array().unwrap().len(), 1, "{trail}");
 
+    // An admin of `default` with a role elsewhere too (so no single home) who names no
+    // namespace reads `default`'s trail, never the whole cluster's.
+    let everyone = expect(
+        &node,
+        admin,
+        Method::POST,
+        "/api/v1/grants",
+        grant("everyone", "admin"),
+        201,
+    )
+    .await;
+    let own = expect(&node, &alice, Method::GET, "/api/v1/audit", None, 200).await;
+    let namespaces: Vec<&Value> = own["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| &e["namespace"])
+        .collect();
+    assert!(!namespaces.is_empty(), "{own}");
+    assert!(namespaces.iter().all(|n| *n == "default"), "{own}");
+    let path = format!("/api/v1/grants/{}", everyone["id"]);
+    expect(&node, admin, Method::DELETE, &path, None, 204).await;
+
     // A grant taken back closes what it opened, at once on this node; the namespace's
     // deletion takes its grants along.
     let id = alice_grant["id"].as_i64().unwrap();

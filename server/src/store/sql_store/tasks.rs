@@ -192,7 +192,7 @@ macro_rules! task_store {
                 let one_statement =
                     $backend == Backend::Postgres || tasks.len() <= TASK_ROWS_PER_INSERT;
                 if one_statement && tasks.iter().all(|t| t.key.is_none()) {
-                    self.enqueue_unkeyed(tasks, audit).await?;
+                    retry_transient(|| self.enqueue_unkeyed(tasks, audit)).await?;
                     return Ok(tasks.iter().map(|t| Enqueued::Created(t.task_id)).collect());
                 }
                 // Rows in key order: two batches sharing keys lock them in the same order.
@@ -267,13 +267,16 @@ macro_rules! task_store {
                 } else {
                     &self.q.task_remove
                 };
-                let mut tx = self.begin_write().await?;
-                let removed = sqlx::query::<$db>(sql(query))
-                    .bind(task_id)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-                self.commit_changed(tx, removed > 0, audit).await
+                retry_transient(|| async {
+                    let mut tx = self.begin_write().await?;
+                    let removed = sqlx::query::<$db>(sql(query))
+                        .bind(task_id)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                    self.commit_changed(tx, removed > 0, audit).await
+                })
+                .await
             }
 
             async fn tasks_purge(

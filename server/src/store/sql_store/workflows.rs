@@ -35,6 +35,58 @@ macro_rules! workflow_store {
                 Ok(true)
             }
 
+            /// `workflow_write` once: a transient failure rolls it all back.
+            async fn workflow_write_once(
+                &self,
+                write: &WorkflowWrite<'_>,
+                audit: Option<&AuditWrite>,
+            ) -> Result<Option<JobRecord>, Error> {
+                let id = write.workflow_id;
+                let mut tx = self.begin_write().await?;
+                match write.expected_version {
+                    Some(version) => {
+                        if !self.update_job_in(&mut tx, id, version, write.row).await? {
+                            return Ok(None);
+                        }
+                    }
+                    None => {
+                        let inserted = self
+                            .insert_job_in(&mut tx, id, write.partition_id, write.row, false)
+                            .await;
+                        if let Err(err) = inserted {
+                            tx.rollback().await?;
+                            return Err(self.insert_refused(err, id, write.row).await);
+                        }
+                    }
+                }
+                for (step_id, step) in write.steps {
+                    let inserted = self
+                        .insert_job_in(&mut tx, *step_id, write.partition_id, step, false)
+                        .await;
+                    if let Err(err) = inserted {
+                        tx.rollback().await?;
+                        return Err(self.insert_refused(err, *step_id, step).await);
+                    }
+                }
+                sqlx::query::<$db>(sql(&self.q.workflow_definition_delete))
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query::<$db>(sql(&self.q.workflow_definition_insert))
+                    .bind(id)
+                    .bind(write.definition_json)
+                    .execute(&mut *tx)
+                    .await?;
+                // Started only with its steps and definition stored: a run must find them.
+                if write.start {
+                    sqlx::query::<$db>(sql(&self.q.job_start))
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                self.job_changed_in(tx, id, audit).await
+            }
+
             /// Runs an ended workflow run again in one transaction (the rule:
             /// `super::rules::workflow_start::rerun_workflow_run`); an error writes nothing.
             async fn workflow_run_rerun_once(
@@ -308,50 +360,7 @@ macro_rules! workflow_store {
                 write: &WorkflowWrite<'_>,
                 audit: Option<&AuditWrite>,
             ) -> Result<Option<JobRecord>, Error> {
-                let id = write.workflow_id;
-                let mut tx = self.begin_write().await?;
-                match write.expected_version {
-                    Some(version) => {
-                        if !self.update_job_in(&mut tx, id, version, write.row).await? {
-                            return Ok(None);
-                        }
-                    }
-                    None => {
-                        let inserted = self
-                            .insert_job_in(&mut tx, id, write.partition_id, write.row, false)
-                            .await;
-                        if let Err(err) = inserted {
-                            tx.rollback().await?;
-                            return Err(self.insert_refused(err, id, write.row).await);
-                        }
-                    }
-                }
-                for (step_id, step) in write.steps {
-                    let inserted = self
-                        .insert_job_in(&mut tx, *step_id, write.partition_id, step, false)
-                        .await;
-                    if let Err(err) = inserted {
-                        tx.rollback().await?;
-                        return Err(self.insert_refused(err, *step_id, step).await);
-                    }
-                }
-                sqlx::query::<$db>(sql(&self.q.workflow_definition_delete))
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await?;
-                sqlx::query::<$db>(sql(&self.q.workflow_definition_insert))
-                    .bind(id)
-                    .bind(write.definition_json)
-                    .execute(&mut *tx)
-                    .await?;
-                // Started only with its steps and definition stored: a run must find them.
-                if write.start {
-                    sqlx::query::<$db>(sql(&self.q.job_start))
-                        .bind(id)
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                self.job_changed_in(tx, id, audit).await
+                retry_transient(|| self.workflow_write_once(write, audit)).await
             }
 
             async fn workflow_definition(&self, workflow_id: i64) -> Result<Option<String>, Error> {
