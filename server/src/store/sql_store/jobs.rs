@@ -11,9 +11,18 @@ macro_rules! job_store {
                 tx: &mut Tx<$db>,
                 job_id: i64,
             ) -> Result<Option<JobRecord>, Error> {
+                self.job_read(&mut **tx, job_id).await
+            }
+
+            /// Job `job_id`, read through `conn` (the pool, or a transaction).
+            async fn job_read<'e>(
+                &self,
+                conn: impl sqlx::Executor<'e, Database = $db>,
+                job_id: i64,
+            ) -> Result<Option<JobRecord>, Error> {
                 Ok(sqlx::query_as::<$db, JobRecord>(sql(&self.q.job_get))
                     .bind(job_id)
-                    .fetch_optional(&mut **tx)
+                    .fetch_optional(conn)
                     .await?)
             }
 
@@ -192,10 +201,7 @@ macro_rules! job_store {
             }
 
             async fn job_get(&self, job_id: i64) -> Result<Option<JobRecord>, Error> {
-                Ok(sqlx::query_as::<$db, JobRecord>(sql(&self.q.job_get))
-                    .bind(job_id)
-                    .fetch_optional(&self.pool)
-                    .await?)
+                self.job_read(&self.pool, job_id).await
             }
 
             async fn jobs_list(&self, filter: &JobFilter) -> Result<Vec<JobRecord>, Error> {

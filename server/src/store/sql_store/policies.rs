@@ -129,13 +129,7 @@ macro_rules! policy_store {
                 namespace: NamespaceId,
                 name: &str,
             ) -> Result<Option<CalendarRecord>, Error> {
-                Ok(
-                    sqlx::query_as::<$db, CalendarRecord>(sql(&self.q.calendar_get))
-                        .bind(namespace)
-                        .bind(name)
-                        .fetch_optional(&self.pool)
-                        .await?,
-                )
+                self.calendar_read(&self.pool, namespace, name).await
             }
 
             async fn calendars_list(&self) -> Result<Vec<CalendarRecord>, Error> {
@@ -282,11 +276,22 @@ macro_rules! policy_store {
                 namespace: NamespaceId,
                 name: &str,
             ) -> Result<Option<CalendarRecord>, Error> {
+                self.calendar_read(&mut **tx, namespace, name).await
+            }
+
+            /// Calendar `name` of `namespace`, read through `conn` (the pool, or a
+            /// transaction).
+            async fn calendar_read<'e>(
+                &self,
+                conn: impl sqlx::Executor<'e, Database = $db>,
+                namespace: NamespaceId,
+                name: &str,
+            ) -> Result<Option<CalendarRecord>, Error> {
                 Ok(
                     sqlx::query_as::<$db, CalendarRecord>(sql(&self.q.calendar_get))
                         .bind(namespace)
                         .bind(name)
-                        .fetch_optional(&mut **tx)
+                        .fetch_optional(conn)
                         .await?,
                 )
             }
