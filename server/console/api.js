@@ -9,7 +9,8 @@ const API = '/api/v1';
 // The collections that are a namespace's: calls to them name the namespace chosen in the
 // page (`?namespace=`); a resource by id is found in its own, whatever is chosen.
 const NAMESPACED = new Set(['/jobs', '/jobs/bulk', '/workflows', '/runs', '/dead-letters',
-  '/tasks', '/schedules/preview', '/calendars', '/audit', '/tokens', '/grants']);
+  '/tasks', '/schedules/preview', '/calendars', '/audit', '/tokens', '/grants', '/apps',
+  '/executors']);
 
 export class ApiError extends Error {
   constructor(status, problem) {

@@ -1,5 +1,5 @@
 //! The executor endpoints: registration, heartbeat, result reports, deregistration (executor
-//! token), and the executor listing (admin token).
+//! token), and draining, resuming and removing an executor (cluster admin).
 
 use axum::extract::State;
 use axum::{Extension, Json};
@@ -15,7 +15,7 @@ use super::audit::Audit;
 use super::body::JsonBody;
 use super::error::Problem;
 use super::params::NameParam;
-use super::{ApiError, ApiState, Principal, rfc3339};
+use super::{ApiError, ApiState, Principal};
 use crate::dispatch::finish::{Ending, finish_attempt_by};
 use crate::jobs::JobInput;
 use crate::schedule::ScheduleSpec;
@@ -395,18 +395,6 @@ pub(super) struct Deregistered {
     left: bool,
 }
 
-/// Every executor.
-#[derive(Debug, Serialize, ToSchema)]
-pub(super) struct ExecutorList {
-    executors: Vec<ExecutorView>,
-}
-
-/// Every app with an executor.
-#[derive(Debug, Serialize, ToSchema)]
-pub(super) struct AppList {
-    apps: Vec<AppView>,
-}
-
 async fn set_drained(
     state: &ApiState,
     audit: &Audit,
@@ -496,128 +484,4 @@ pub(super) async fn deregister(
     }
     info!(executor = %leaving.executor_id, "executor deregistered");
     Ok(Json(Deregistered { left }))
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub(super) struct ExecutorView {
-    id: String,
-    app: String,
-    /// Its app's namespace: the executors of an app of `default` serve every namespace's
-    /// jobs, the others their own namespace's only.
-    namespace: String,
-    address: String,
-    weight: i64,
-    capacity: i64,
-    in_flight: i64,
-    state: String,
-    healthy: bool,
-    /// `carillon`, or `xxl` for an XXL-JOB executor (whose handlers are `*`: any).
-    protocol: String,
-    handlers: Vec<String>,
-    registered_at: Option<String>,
-    last_heartbeat_at: Option<String>,
-}
-
-/// Every executor as the API shows it.
-async fn views(state: &ApiState) -> Result<Vec<ExecutorView>, ApiError> {
-    let list = state.store.executors_list(None).await?;
-    let lease = i64::try_from(state.executor_lease_ms).unwrap_or(i64::MAX);
-    let mut views = Vec::with_capacity(list.executors.len());
-    for e in &list.executors {
-        views.push(ExecutorView {
-            id: e.executor_id.clone(),
-            app: e.app_name.clone(),
-            namespace: super::namespaces::name_of(state, e.namespace_id).await?,
-            address: e.address.clone(),
-            weight: e.weight,
-            capacity: e.capacity,
-            in_flight: e.in_flight,
-            state: e.state.clone(),
-            healthy: e.is_healthy(list.now_ms, lease),
-            protocol: e.protocol.clone(),
-            handlers: list
-                .handlers
-                .iter()
-                .filter(|(id, _)| *id == e.executor_id)
-                .map(|(_, h)| h.clone())
-                .collect(),
-            registered_at: rfc3339(e.registered_at_ms),
-            last_heartbeat_at: rfc3339(e.heartbeat_at_ms),
-        });
-    }
-    Ok(views)
-}
-
-/// Every executor, with its health.
-#[utoipa::path(get, operation_id = "listExecutors", path = "/executors", tag = "executors",
-    responses((status = 200, description = "Every executor", body = ExecutorList)))]
-pub(super) async fn list(State(state): State<ApiState>) -> Result<Json<ExecutorList>, ApiError> {
-    Ok(Json(ExecutorList {
-        executors: views(&state).await?,
-    }))
-}
-
-#[utoipa::path(get, operation_id = "getExecutor", path = "/executors/{id}", tag = "executors", params(("id" = String, Path, description = "The executor's id")),
-    responses((status = 200, description = "The executor", body = ExecutorView)))]
-/// `GET /executors/{id}`.
-pub(super) async fn get(
-    State(state): State<ApiState>,
-    NameParam(id): NameParam,
-) -> Result<Json<ExecutorView>, ApiError> {
-    views(&state)
-        .await?
-        .into_iter()
-        .find(|e| e.id == id)
-        .map(Json)
-        .ok_or_else(|| ApiError::missing(format!("executor {id}")))
-}
-
-/// An app: the executors registered under its name, and the handlers they offer.
-#[derive(Debug, Serialize, ToSchema)]
-pub(super) struct AppView {
-    name: String,
-    namespace: String,
-    executors: usize,
-    healthy_executors: usize,
-    capacity: i64,
-    handlers: Vec<String>,
-}
-
-#[utoipa::path(get, operation_id = "listApps", path = "/apps", tag = "executors",
-    responses((status = 200, description = "Every app with an executor", body = AppList)))]
-/// `GET /apps`: every app with an executor, with its health at a glance.
-pub(super) async fn apps(State(state): State<ApiState>) -> Result<Json<AppList>, ApiError> {
-    let mut apps: std::collections::BTreeMap<String, AppView> = std::collections::BTreeMap::new();
-    for e in views(&state)
-        .await?
-        .into_iter()
-        .filter(|e| e.state != "left")
-    {
-        let app = apps.entry(e.app.clone()).or_insert_with(|| AppView {
-            name: e.app.clone(),
-            namespace: e.namespace.clone(),
-            executors: 0,
-            healthy_executors: 0,
-            capacity: 0,
-            handlers: Vec::new(),
-        });
-        app.executors += 1;
-        if e.healthy {
-            app.healthy_executors += 1;
-            app.capacity += e.capacity;
-        }
-        for handler in e.handlers {
-            if !app.handlers.contains(&handler) {
-                app.handlers.push(handler);
-            }
-        }
-    }
-    let apps: Vec<AppView> = apps
-        .into_values()
-        .map(|mut a| {
-            a.handlers.sort();
-            a
-        })
-        .collect();
-    Ok(Json(AppList { apps }))
 }

@@ -287,6 +287,7 @@ pub(super) async fn create(
         check_fires(&state, &definition)?;
     }
     super::calendars::check_named(&state, namespace.id, &definition).await?;
+    super::apps::check_reachable(&state, namespace.id, "app", &definition.app).await?;
     super::children::check(
         &state,
         namespace.id,
@@ -487,6 +488,9 @@ pub(super) async fn update(
         check_fires(&state, &definition)?;
     }
     super::calendars::check_named(&state, record.namespace_id, &definition).await?;
+    if definition.app != before.app {
+        super::apps::check_reachable(&state, record.namespace_id, "app", &definition.app).await?;
+    }
     super::children::check(
         &state,
         record.namespace_id,

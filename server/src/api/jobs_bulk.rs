@@ -81,8 +81,17 @@ pub(super) async fn create(
     let mut errors = Vec::new();
     let mut checked: Vec<(usize, JobDefinition, bool)> = Vec::with_capacity(items.len());
     let mut calendars_known: HashMap<String, bool> = HashMap::new();
+    let mut app_owners = HashMap::new();
     for (index, item) in items.into_iter().enumerate() {
-        match check_one(&state, namespace, item, &mut calendars_known).await {
+        match check_one(
+            &state,
+            namespace,
+            item,
+            &mut calendars_known,
+            &mut app_owners,
+        )
+        .await
+        {
             Ok((definition, start)) => checked.push((index, definition, start)),
             Err(ApiError::Invalid { field, message }) => errors.push(ItemError {
                 index,
@@ -187,6 +196,7 @@ async fn check_one(
     namespace: NamespaceId,
     item: Value,
     calendars_known: &mut HashMap<String, bool>,
+    app_owners: &mut HashMap<String, Option<NamespaceId>>,
 ) -> Result<(JobDefinition, bool), ApiError> {
     let input: JobInput = serde_path_to_error::deserialize(item).map_err(|err| {
         let (field, message) = described(&err, "job");
@@ -198,6 +208,8 @@ async fn check_one(
         check_fires(state, &definition)?;
     }
     super::calendars::check_named_known(state, namespace, &definition, calendars_known).await?;
+    super::apps::check_reachable_known(state, namespace, "app", &definition.app, app_owners)
+        .await?;
     super::children::check(
         state,
         namespace,

@@ -1,5 +1,6 @@
 //! The HTTP surface: health probes and the admin REST API under `/api/v1`.
 
+mod apps;
 mod audit;
 mod auth;
 mod backfills;
@@ -159,11 +160,11 @@ fn routes_with(
         .routes(routes!(logs::page))
         .routes(routes!(history::purge))
         .routes(routes!(stats::show))
-        .routes(routes!(executors::list))
-        .routes(routes!(executors::get, executors::remove))
+        .routes(routes!(apps::list))
+        .routes(routes!(apps::get, executors::remove))
         .routes(routes!(executors::drain))
         .routes(routes!(executors::resume))
-        .routes(routes!(executors::apps))
+        .routes(routes!(apps::apps))
         .routes(routes!(executors::register))
         .routes(routes!(executors::heartbeat))
         .routes(routes!(executors::results))

@@ -35,7 +35,8 @@ pub(super) fn need_of(operation_id: &str) -> Option<Need> {
         "getNamespace" | "listJobs" | "getJob" | "listJobRuns" | "listJobBackfills"
         | "getBackfill" | "previewSchedule" | "listCalendars" | "getCalendar" | "listWorkflows"
         | "getWorkflow" | "listWorkflowRuns" | "getWorkflowRun" | "listRuns" | "getRun"
-        | "listDeadLetters" | "getRunLogs" | "listTasks" | "getTask" => Need::Role(Viewer),
+        | "listDeadLetters" | "getRunLogs" | "listTasks" | "getTask" | "listExecutors"
+        | "getExecutor" | "listApps" => Need::Role(Viewer),
         "startJob" | "stopJob" | "triggerJob" | "backfillJob" | "cancelBackfill"
         | "startWorkflow" | "stopWorkflow" | "triggerWorkflow" | "rerunWorkflowRun"
         | "cancelWorkflowRun" | "rerunRun" | "cancelRun" | "enqueueTasks" | "cancelTask"
@@ -46,9 +47,7 @@ pub(super) fn need_of(operation_id: &str) -> Option<Need> {
         }
         "updateNamespace" | "listTokens" | "createToken" | "revokeToken" | "listGrants"
         | "createGrant" | "revokeGrant" | "listAuditEvents" => Need::Role(Admin),
-        "getStats" | "listExecutors" | "getExecutor" | "listApps" | "getMetrics" => {
-            Need::ClusterViewer
-        }
+        "getStats" | "getMetrics" => Need::ClusterViewer,
         "createNamespace" | "deleteNamespace" | "drainExecutor" | "resumeExecutor"
         | "removeExecutor" | "purgeRuns" => Need::ClusterAdmin,
         "registerExecutor" | "executorHeartbeat" | "reportResult" | "deregisterExecutor"

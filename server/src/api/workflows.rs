@@ -91,10 +91,21 @@ async fn checked(
     graph::check(&steps).map_err(|e| ApiError::invalid(&e.field, e.message))?;
     let mut referenced = Vec::new();
     for (i, step) in input.steps.iter().enumerate() {
-        if step.own_job(i, &format!("step {}", step.name))?.is_none()
-            && let Some(job) = step.job_id()
-        {
-            referenced.push((i, job));
+        match step.own_job(i, &format!("step {}", step.name))? {
+            Some(own) => {
+                super::apps::check_reachable(
+                    state,
+                    namespace,
+                    &format!("steps[{i}].app"),
+                    &own.app,
+                )
+                .await?;
+            }
+            None => {
+                if let Some(job) = step.job_id() {
+                    referenced.push((i, job));
+                }
+            }
         }
     }
     let ids: Vec<i64> = referenced.iter().map(|(_, j)| *j).collect();

@@ -279,6 +279,9 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
     /// The namespace of an executor's app; `None` for an unknown executor.
     async fn executor_namespace(&self, executor_id: &str) -> Result<Option<NamespaceId>, Error>;
 
+    /// The namespace app `app` belongs to; `None` before any executor of it registered.
+    async fn app_namespace(&self, app: &str) -> Result<Option<NamespaceId>, Error>;
+
     /// Records a heartbeat; false when the executor is unknown or has left.
     async fn executor_heartbeat(
         &self,

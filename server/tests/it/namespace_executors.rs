@@ -1,7 +1,8 @@
 //! Executors of a namespace, through a real node on every backend: a namespace's executor
 //! token registers apps into its namespace and acts for their executors only; a job's work
 //! goes to executors of its own namespace's apps or of `default`'s, never another's, and work
-//! with only another namespace's executors ends saying so.
+//! with only another namespace's executors ends saying so. A job naming another namespace's
+//! app is refused once that app is known, and a namespace's people see the apps serving it.
 #![allow(
     clippy::unwrap_used,
     reason = "a test fails loudly on any unexpected error"
@@ -80,6 +81,18 @@ async fn executor_tokens_serve_their_namespaces_apps_only(db: TestDb) {
         executor_tokens.push(made["token"].as_str().unwrap().to_owned());
     }
     let (team_a, team_b) = (&executor_tokens[0], &executor_tokens[1]);
+    // Made before any executor of `billing` registered: nothing says whose it will be.
+    let early = expect(
+        &node,
+        Method::POST,
+        "/api/v1/jobs?namespace=team-b",
+        Some(
+            json!({"name": "on-billing", "app": "billing", "handler": "work",
+            "schedule": {"manual": true}}),
+        ),
+        201,
+    )
+    .await;
     let (b, a, s) = (
         SilentExecutor::start().await,
         SilentExecutor::start().await,
@@ -139,25 +152,124 @@ async fn executor_tokens_serve_their_namespaces_apps_only(db: TestDb) {
         "{refused}"
     );
 
-    // team-a's job runs on team-a's executor; team-b's job naming team-a's app finds none,
-    // and its job naming a `default` app runs there.
+    // Now `billing` is team-a's: team-b can no longer name it, in a job, a bulk create or a
+    // workflow's step; `shared` (default's) it can.
+    let refused = expect(
+        &node,
+        Method::POST,
+        "/api/v1/jobs?namespace=team-b",
+        Some(
+            json!({"name": "late-billing", "app": "billing", "handler": "work",
+            "schedule": {"manual": true}}),
+        ),
+        400,
+    )
+    .await;
+    assert!(
+        refused["detail"]
+            .as_str()
+            .unwrap()
+            .contains("another namespace's"),
+        "{refused}"
+    );
+    assert_eq!(refused["field"], "app", "{refused}");
+    expect(
+        &node,
+        Method::POST,
+        "/api/v1/jobs/bulk?namespace=team-b",
+        Some(
+            json!([{"name": "bulk-billing", "app": "billing", "handler": "work",
+            "schedule": {"manual": true}}]),
+        ),
+        400,
+    )
+    .await;
+    let refused = expect(
+        &node,
+        Method::POST,
+        "/api/v1/workflows?namespace=team-b",
+        Some(json!({"name": "flow", "schedule": {"manual": true},
+            "steps": [{"name": "pay", "app": "billing", "handler": "work"}]})),
+        400,
+    )
+    .await;
+    assert_eq!(refused["field"], "steps[0].app", "{refused}");
+    expect(
+        &node,
+        Method::PATCH,
+        &format!("/api/v1/jobs/{}", early["id"]),
+        Some(json!({"app": "billing"})),
+        200,
+    )
+    .await;
+    // team-a's people see the apps serving team-a: its own and default's, not team-b's.
+    let viewer = expect(
+        &node,
+        Method::POST,
+        "/api/v1/tokens?namespace=team-a",
+        Some(json!({"name": "dashboards", "role": "viewer"})),
+        201,
+    )
+    .await;
+    let viewer = viewer["token"].as_str().unwrap();
+    let (status, seen) = node
+        .call_as(viewer, Method::GET, "/api/v1/apps", None)
+        .await;
+    assert_eq!(status, 200, "{seen}");
+    let names: Vec<&Value> = seen["apps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| &a["name"])
+        .collect();
+    assert_eq!(names, [&json!("billing"), &json!("shared")], "{seen}");
+    let (status, seen) = node
+        .call_as(viewer, Method::GET, "/api/v1/executors", None)
+        .await;
+    assert_eq!(status, 200, "{seen}");
+    let ids: Vec<&Value> = seen["executors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| &e["id"])
+        .collect();
+    assert_eq!(ids.len(), 2, "{seen}");
+    assert!(
+        !ids.contains(&&json!("b-2")),
+        "team-b's executor shown to team-a: {seen}"
+    );
+    let (status, _) = node
+        .call_as(viewer, Method::GET, "/api/v1/executors/b-2", None)
+        .await;
+    assert_eq!(status, 404, "team-b's executor found by team-a");
+    let (status, _) = node
+        .call_as(viewer, Method::GET, "/api/v1/apps?namespace=team-b", None)
+        .await;
+    assert_eq!(status, 404, "team-b's apps listed for team-a");
+
+    // team-a's job runs on team-a's executor; team-b's job made before `billing` was team-a's
+    // finds none, and its job naming a `default` app runs there.
     let mut runs = Vec::new();
     for (namespace, app) in [
         ("team-a", "billing"),
         ("team-b", "billing"),
         ("team-b", "shared"),
     ] {
-        let job = expect(
-            &node,
-            Method::POST,
-            &format!("/api/v1/jobs?namespace={namespace}"),
-            Some(
-                json!({"name": format!("on-{app}"), "app": app, "handler": "work",
-                "schedule": {"manual": true}}),
-            ),
-            201,
-        )
-        .await;
+        let job = if (namespace, app) == ("team-b", "billing") {
+            early.clone()
+        } else {
+            expect(
+                &node,
+                Method::POST,
+                &format!("/api/v1/jobs?namespace={namespace}"),
+                Some(
+                    json!({"name": format!("on-{app}"), "app": app, "handler": "work",
+                    "schedule": {"manual": true}}),
+                ),
+                201,
+            )
+            .await
+        };
         let run = expect(
             &node,
             Method::POST,

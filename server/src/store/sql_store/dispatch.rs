@@ -192,6 +192,15 @@ macro_rules! dispatch_store {
                 )
             }
 
+            async fn app_namespace(&self, app: &str) -> Result<Option<NamespaceId>, Error> {
+                Ok(
+                    sqlx::query_scalar::<$db, NamespaceId>(sql(&self.q.app_namespace))
+                        .bind(app)
+                        .fetch_optional(&self.pool)
+                        .await?,
+                )
+            }
+
             async fn executor_heartbeat(
                 &self,
                 executor_id: &str,
