@@ -33,7 +33,19 @@ pub(super) async fn metrics(
         ApiError::NotFound
     })?;
     let mut out = String::with_capacity(8 * 1024);
-    state.observer.metrics.render(&mut out);
+    let metrics = &state.observer.metrics;
+    let mut names = BTreeMap::new();
+    for id in metrics.namespaces() {
+        // A namespace deleted since is named as views name it; an unknown one (a deleted
+        // job's run) is left blank.
+        let name = if id == crate::observe::UNKNOWN_NAMESPACE {
+            String::new()
+        } else {
+            super::namespaces::name_of(&state, id).await?
+        };
+        names.insert(id.0, name);
+    }
+    metrics.render(&mut out, &|id| names.get(&id).cloned().unwrap_or_default());
     node_gauges(&state, &mut out);
     cluster_gauges(&state, &mut out).await;
     Ok((

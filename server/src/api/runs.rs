@@ -440,9 +440,13 @@ pub(super) async fn cancel_run(
         return Ok(false);
     };
     audit.written();
-    state
-        .observer
-        .run_ended(run.run_id, run.job_id, RunState::Cancelled, None);
+    state.observer.run_ended(
+        run.run_id,
+        run.job_id,
+        Some(run.namespace_id),
+        RunState::Cancelled,
+        None,
+    );
     stop_attempts(state, running).await?;
     Ok(true)
 }

@@ -204,7 +204,7 @@ pub(super) async fn cancel(
     audit.written();
     state
         .observer
-        .workflow_run_ended(id, run.job_id, RunState::Cancelled);
+        .workflow_run_ended(id, run.job_id, Some(run.namespace_id), RunState::Cancelled);
     stop_attempts(&state, running).await?;
     Ok(Json(run_view(&state, id).await?))
 }

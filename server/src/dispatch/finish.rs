@@ -66,7 +66,13 @@ pub async fn finish_attempt_by(
         }
     };
     let ended = store.attempt_end(attempt.attempt_id, &end).await?;
-    observer.attempt_ended(&ended, attempt.run_id, attempt.job_id, end.error.as_deref());
+    observer.attempt_ended(
+        &ended,
+        attempt.run_id,
+        attempt.job_id,
+        job.as_ref().map(|j| j.namespace_id),
+        end.error.as_deref(),
+    );
     Ok(ended)
 }
 

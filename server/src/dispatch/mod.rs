@@ -186,7 +186,21 @@ impl Dispatcher {
                     ended = events.next() => {
                         self.wake.notify_one();
                         for run in ended {
-                            self.observer.workflow_run_ended(run.run_id, run.workflow_id, run.state);
+                            // A workflow run's end is rare beside its steps': its namespace is
+                            // read from its workflow.
+                            let namespace = self
+                                .store
+                                .job_get(run.workflow_id)
+                                .await
+                                .ok()
+                                .flatten()
+                                .map(|workflow| workflow.namespace_id);
+                            self.observer.workflow_run_ended(
+                                run.run_id,
+                                run.workflow_id,
+                                namespace,
+                                run.state,
+                            );
                         }
                     }
                 }

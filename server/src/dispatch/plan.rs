@@ -13,7 +13,7 @@ use super::finish::{Ending, finish_attempt};
 use super::fleet::Fleet;
 use crate::jobs::{Delivery, JobPolicy};
 use crate::states::RunState;
-use crate::store::{self, AttemptRecord, DueAttempt, ExecutorRecord, JobRecord};
+use crate::store::{self, AttemptRecord, DueAttempt, ExecutorRecord, JobRecord, NamespaceId};
 
 /// Waiting this long raises an attempt's priority by one, so low priorities are not starved.
 const AGEING_STEP_MS: i64 = 10_000;
@@ -78,6 +78,8 @@ pub(super) struct Target {
 #[derive(Debug)]
 pub(super) struct Offer {
     pub(super) attempt: AttemptRecord,
+    /// The job's namespace, for the counters of the run's end.
+    pub(super) namespace: NamespaceId,
     pub(super) scheduled_at_ms: i64,
     pub(super) request: Dispatch,
     /// The executors to offer it to, in order.
@@ -89,10 +91,11 @@ pub(super) struct Offer {
 }
 
 impl Dispatcher {
-    /// Ends the run of `attempt` and its attempts `no_executor`.
+    /// Ends the run of `attempt` (of a job of `namespace`) and its attempts `no_executor`.
     async fn end_run_nowhere(
         &self,
         attempt: &AttemptRecord,
+        namespace: NamespaceId,
         message: &str,
     ) -> Result<(), store::Error> {
         let ended = self
@@ -103,6 +106,7 @@ impl Dispatcher {
             self.observer.run_ended(
                 attempt.run_id,
                 attempt.job_id,
+                Some(namespace),
                 RunState::NoExecutor,
                 Some(message),
             );
@@ -159,7 +163,8 @@ impl Dispatcher {
                     // A run that is one attempt (most start in their claim) and never found an
                     // executor ends as the start pass ends one: `no_executor`, a dead letter,
                     // not a failure to retry.
-                    self.end_run_nowhere(attempt, &message).await?;
+                    self.end_run_nowhere(attempt, job.namespace_id, &message)
+                        .await?;
                 } else {
                     finish_attempt(
                         &*self.store,
@@ -265,6 +270,7 @@ impl Dispatcher {
         }
         Ok(Some(Offer {
             attempt: attempt.clone(),
+            namespace: job.namespace_id,
             scheduled_at_ms,
             request,
             targets,

@@ -19,7 +19,7 @@ use super::finish::{Ending, end_of};
 use super::plan::Offer;
 use crate::jobs::Overlap;
 use crate::observe::Observer;
-use crate::store::{self, AttemptEnd, DueAttempt, Store};
+use crate::store::{self, AttemptEnd, DueAttempt, NamespaceId, Store};
 
 /// An attempt an executor answered at once, to end with the others of its pass.
 #[derive(Debug)]
@@ -27,6 +27,7 @@ pub(super) struct Ended {
     pub(super) attempt_id: i64,
     pub(super) run_id: i64,
     pub(super) job_id: i64,
+    pub(super) namespace: NamespaceId,
     pub(super) end: AttemptEnd,
     /// The executor, when this is a plain success: the run's only shard, no output, and a
     /// job that queues nothing behind it and has no children (so nothing else changes when
@@ -107,6 +108,7 @@ pub(super) async fn settle(
         attempt_id: attempt.attempt_id,
         run_id: attempt.run_id,
         job_id: attempt.job_id,
+        namespace: offer.namespace,
         end,
         simple_success: simple.then(|| executor_id.to_owned()),
     })))
@@ -271,28 +273,29 @@ async fn end_together(
     observer: &Observer,
     ended: &[Ended],
 ) -> Result<usize, store::Error> {
-    // Plain successes end in two statements per executor; the rest one by one, together.
-    let mut simple: HashMap<&str, Vec<i64>> = HashMap::new();
-    // The others end together; `runs_of_rest` names each one's run and job, in order.
+    // Plain successes end in two statements per executor (and namespace, whose runs they count
+    // as); the rest one by one, together.
+    let mut simple: HashMap<(&str, NamespaceId), Vec<i64>> = HashMap::new();
+    // The others end together; `runs_of_rest` names each one's run, job and namespace, in order.
     let mut rest = Vec::new();
     let mut runs_of_rest = Vec::new();
     for done in ended {
         match &done.simple_success {
             Some(executor) => simple
-                .entry(executor.as_str())
+                .entry((executor.as_str(), done.namespace))
                 .or_default()
                 .push(done.attempt_id),
             None => {
-                runs_of_rest.push((done.run_id, done.job_id));
+                runs_of_rest.push((done.run_id, done.job_id, done.namespace));
                 rest.push((done.attempt_id, done.end.clone()));
             }
         }
     }
     let mut count = 0;
-    for (executor, attempts) in simple {
+    for ((executor, namespace), attempts) in simple {
         for chunk in attempts.chunks(SETTLE_CHUNK) {
             let runs = store.attempts_succeed(executor, chunk).await?;
-            observer.runs_succeeded(runs);
+            observer.runs_succeeded(namespace, runs);
             count += chunk.len();
         }
     }
@@ -301,9 +304,16 @@ async fn end_together(
         .zip(runs_of_rest.chunks(SETTLE_CHUNK));
     for (rest, runs_of_rest) in chunks {
         let outcomes = store.attempts_end(rest).await?;
-        for (((run_id, job_id), (_, end)), outcome) in runs_of_rest.iter().zip(rest).zip(&outcomes)
+        for (((run_id, job_id, namespace), (_, end)), outcome) in
+            runs_of_rest.iter().zip(rest).zip(&outcomes)
         {
-            observer.attempt_ended(outcome, *run_id, *job_id, end.error.as_deref());
+            observer.attempt_ended(
+                outcome,
+                *run_id,
+                *job_id,
+                Some(*namespace),
+                end.error.as_deref(),
+            );
         }
         count += rest.len();
     }

@@ -99,8 +99,13 @@ impl Dispatcher {
                 .run_end(run.run_id, RunState::Cancelled, Some(message))
                 .await?
             {
-                self.observer
-                    .run_ended(run.run_id, run.job_id, RunState::Cancelled, Some(message));
+                self.observer.run_ended(
+                    run.run_id,
+                    run.job_id,
+                    Some(run.namespace_id),
+                    RunState::Cancelled,
+                    Some(message),
+                );
             }
             return Ok(None);
         };
@@ -116,6 +121,7 @@ impl Dispatcher {
                 self.observer.run_ended(
                     run.run_id,
                     run.job_id,
+                    Some(run.namespace_id),
                     RunState::NoExecutor,
                     Some(&message),
                 );
@@ -136,6 +142,7 @@ impl Dispatcher {
                     self.observer.run_ended(
                         run.run_id,
                         run.job_id,
+                        Some(run.namespace_id),
                         RunState::Failed,
                         Some(&message),
                     );

@@ -3,7 +3,8 @@
 //! Gauges of the cluster's state (executors, in-flight attempts, the leader) are read at
 //! scrape time by the endpoint, not kept here.
 
-use super::prometheus::{Counter, Histogram, LabelledCounter};
+use super::prometheus::{Counter, Histogram, LabelledCounter, NamespacedCounter};
+use crate::store::NamespaceId;
 
 /// Buckets of fire lateness, in seconds: a fire on time is a few milliseconds late, a node
 /// failover a few seconds, a misfire catch-up minutes.
@@ -14,8 +15,9 @@ const LATENESS_BOUNDS: &[f64] = &[
 /// The series a node keeps.
 #[derive(Debug)]
 pub struct NodeMetrics {
-    /// Runs this node's scheduler claimed, by trigger (`schedule`, `misfire`).
-    pub fires: LabelledCounter,
+    /// Runs this node's scheduler claimed, by namespace and trigger (`schedule`, `misfire`,
+    /// `task`).
+    pub fires: NamespacedCounter,
     /// Claims this node's scheduler made, by outcome (`claimed`, `stale`, `fenced`).
     pub claims: LabelledCounter,
     /// Delivery time minus scheduled instant of each run's first dispatch.
@@ -24,10 +26,10 @@ pub struct NodeMetrics {
     pub dispatches: LabelledCounter,
     /// Retries queued after an attempt failed, timed out or was lost.
     pub retries: Counter,
-    /// Runs this node ended, by final state.
-    pub runs_finished: LabelledCounter,
-    /// Runs this node ended without success for good (`failed`, `no_executor`).
-    pub dead_letters: Counter,
+    /// Runs this node ended, by namespace and final state.
+    pub runs_finished: NamespacedCounter,
+    /// Runs this node ended without success for good (`failed`, `no_executor`), by namespace.
+    pub dead_letters: NamespacedCounter,
     /// Workflow runs whose end this node stored (or cancelled), by final state.
     pub workflow_runs_finished: LabelledCounter,
     /// Alerts, by outcome (`delivered`, `failed`, `dropped`).
@@ -45,11 +47,12 @@ impl Default for NodeMetrics {
 impl NodeMetrics {
     pub fn new() -> Self {
         Self {
-            fires: LabelledCounter::new(
+            fires: NamespacedCounter::new(
                 "carillon_fires_total",
-                "Runs claimed by this node's scheduler, by trigger.",
-                "trigger",
+                "Runs claimed by this node's scheduler, by namespace and trigger.",
+                Some("trigger"),
                 &["schedule", "misfire"],
+                &[NamespaceId::DEFAULT.0],
             ),
             claims: LabelledCounter::new(
                 "carillon_claims_total",
@@ -80,11 +83,12 @@ impl NodeMetrics {
                 "carillon_retries_total",
                 "Retries queued by this node after an attempt failed, timed out or was lost.",
             ),
-            runs_finished: LabelledCounter::new(
+            runs_finished: NamespacedCounter::new(
                 "carillon_runs_finished_total",
-                "Runs this node ended, by final state.",
-                "state",
+                "Runs this node ended, by namespace and final state.",
+                Some("state"),
                 &["succeeded", "failed", "cancelled", "no_executor"],
+                &[NamespaceId::DEFAULT.0],
             ),
             workflow_runs_finished: LabelledCounter::new(
                 "carillon_workflow_runs_finished_total",
@@ -92,9 +96,12 @@ impl NodeMetrics {
                 "state",
                 &["succeeded", "failed", "cancelled"],
             ),
-            dead_letters: Counter::new(
+            dead_letters: NamespacedCounter::new(
                 "carillon_dead_letters_total",
-                "Runs this node ended without success for good (failed after their last attempt, or no executor).",
+                "Runs this node ended without success for good (failed after their last attempt, or no executor), by namespace.",
+                None,
+                &[],
+                &[NamespaceId::DEFAULT.0],
             ),
             alerts: LabelledCounter::new(
                 "carillon_alerts_total",
@@ -117,16 +124,26 @@ impl NodeMetrics {
         self.history_deleted.add("attempts", purged.attempts);
     }
 
-    /// The counters and histograms, in the text format.
-    pub fn render(&self, out: &mut String) {
-        self.fires.render(out);
+    /// The namespaces the counters hold, by id: the ones [`Self::render`] names.
+    pub fn namespaces(&self) -> Vec<NamespaceId> {
+        let mut ids = self.fires.namespaces();
+        ids.extend(self.runs_finished.namespaces());
+        ids.extend(self.dead_letters.namespaces());
+        ids.sort_unstable();
+        ids.dedup();
+        ids.into_iter().map(NamespaceId).collect()
+    }
+
+    /// The counters and histograms, in the text format, naming namespaces with `name_of`.
+    pub fn render(&self, out: &mut String, name_of: &dyn Fn(i64) -> String) {
+        self.fires.render(out, name_of);
         self.claims.render(out);
         self.lateness.render(out);
         self.dispatches.render(out);
         self.retries.render(out);
-        self.runs_finished.render(out);
+        self.runs_finished.render(out, name_of);
         self.workflow_runs_finished.render(out);
-        self.dead_letters.render(out);
+        self.dead_letters.render(out, name_of);
         self.alerts.render(out);
         self.history_deleted.render(out);
     }

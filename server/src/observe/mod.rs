@@ -16,7 +16,10 @@ pub use metrics::NodeMetrics;
 
 use crate::jobs::JobPolicy;
 use crate::states::RunState;
-use crate::store::AttemptEnded;
+use crate::store::{AttemptEnded, NamespaceId};
+
+/// What a run is counted under when its namespace is not known (its job was deleted).
+pub const UNKNOWN_NAMESPACE: NamespaceId = NamespaceId(0);
 
 /// Where the node's work is reported.
 #[derive(Debug, Clone)]
@@ -44,26 +47,39 @@ impl Observer {
         }
     }
 
-    /// What ending an attempt did to its run: a retry queued, or the run ended.
+    /// What ending an attempt did to its run (of `job_id`, in `namespace` when known): a retry
+    /// queued, or the run ended.
     pub fn attempt_ended(
         &self,
         ended: &AttemptEnded,
         run_id: i64,
         job_id: i64,
+        namespace: Option<NamespaceId>,
         error: Option<&str>,
     ) {
         match ended {
             AttemptEnded::Retrying => self.metrics.retries.add(1),
-            AttemptEnded::RunEnded(state) => self.run_ended(run_id, job_id, *state, error),
+            AttemptEnded::RunEnded(state) => {
+                self.run_ended(run_id, job_id, namespace, *state, error);
+            }
             AttemptEnded::AlreadyEnded | AttemptEnded::RunContinues => {}
         }
     }
 
-    /// A run ended in `state`; one that failed for good is a dead letter and an alert.
-    pub fn run_ended(&self, run_id: i64, job_id: i64, state: RunState, error: Option<&str>) {
-        self.metrics.runs_finished.add(state.as_str(), 1);
+    /// A run of `job_id` (in `namespace` when known) ended in `state`; one that failed for
+    /// good is a dead letter and an alert.
+    pub fn run_ended(
+        &self,
+        run_id: i64,
+        job_id: i64,
+        namespace: Option<NamespaceId>,
+        state: RunState,
+        error: Option<&str>,
+    ) {
+        let namespace = namespace.unwrap_or(UNKNOWN_NAMESPACE).0;
+        self.metrics.runs_finished.add(namespace, state.as_str(), 1);
         if state == RunState::Failed || state == RunState::NoExecutor {
-            self.metrics.dead_letters.add(1);
+            self.metrics.dead_letters.add(namespace, "", 1);
             self.failed_jobs.note(job_id);
             tracing::info!(
                 run_id,
@@ -83,17 +99,23 @@ impl Observer {
 
     /// A workflow run ended in `state`: counted as a workflow run and as a run (alerts, and
     /// pausing after failures, as for a job's run).
-    pub fn workflow_run_ended(&self, run_id: i64, workflow_id: i64, state: RunState) {
+    pub fn workflow_run_ended(
+        &self,
+        run_id: i64,
+        workflow_id: i64,
+        namespace: Option<NamespaceId>,
+        state: RunState,
+    ) {
         self.metrics.workflow_runs_finished.add(state.as_str(), 1);
         let message = (state != RunState::Succeeded).then_some("a step failed or was cancelled");
-        self.run_ended(run_id, workflow_id, state, message);
+        self.run_ended(run_id, workflow_id, namespace, state, message);
     }
 
-    /// `count` runs ended `succeeded` at once.
-    pub fn runs_succeeded(&self, count: u64) {
+    /// `count` runs of `namespace` ended `succeeded` at once.
+    pub fn runs_succeeded(&self, namespace: NamespaceId, count: u64) {
         self.metrics
             .runs_finished
-            .add(RunState::Succeeded.as_str(), count);
+            .add(namespace.0, RunState::Succeeded.as_str(), count);
     }
 
     /// A run's first attempt was sent at `sent_ms` (cluster clock) and taken: its lateness,

@@ -102,6 +102,101 @@ impl LabelledCounter {
     }
 }
 
+/// A counter per namespace and per value of one more label (or of none), e.g. runs finished
+/// by namespace and state. Namespaces are counted by id and named when rendered, so counting
+/// never looks a name up. `preset` values of the `preset_namespaces` show as 0 from the start.
+#[derive(Debug)]
+pub struct NamespacedCounter {
+    name: &'static str,
+    help: &'static str,
+    label: Option<&'static str>,
+    values: Mutex<BTreeMap<i64, BTreeMap<String, u64>>>,
+}
+
+impl NamespacedCounter {
+    pub fn new(
+        name: &'static str,
+        help: &'static str,
+        label: Option<&'static str>,
+        preset: &[&str],
+        preset_namespaces: &[i64],
+    ) -> Self {
+        let values = preset_namespaces
+            .iter()
+            .map(|namespace| {
+                let zeros = if label.is_some() {
+                    preset.iter().map(|v| ((*v).to_owned(), 0)).collect()
+                } else {
+                    BTreeMap::from([(String::new(), 0)])
+                };
+                (*namespace, zeros)
+            })
+            .collect();
+        Self {
+            name,
+            help,
+            label,
+            values: Mutex::new(values),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<i64, BTreeMap<String, u64>>> {
+        match self.values.lock() {
+            Ok(values) => values,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Counts `n` for `namespace` and `value` (`""` for a counter without a second label).
+    pub fn add(&self, namespace: i64, value: &str, n: u64) {
+        let mut values = self.lock();
+        let counts = values.entry(namespace).or_default();
+        match counts.get_mut(value) {
+            Some(count) => *count += n,
+            None => {
+                counts.insert(value.to_owned(), n);
+            }
+        }
+    }
+
+    /// The count of `value`, over every namespace.
+    pub fn total(&self, value: &str) -> u64 {
+        self.lock()
+            .values()
+            .filter_map(|counts| counts.get(value))
+            .sum()
+    }
+
+    /// The namespaces counted, by id.
+    pub fn namespaces(&self) -> Vec<i64> {
+        self.lock().keys().copied().collect()
+    }
+
+    /// Writes the series, naming each namespace with `name_of`.
+    pub fn render(&self, out: &mut String, name_of: &dyn Fn(i64) -> String) {
+        header(out, self.name, self.help, "counter");
+        let values = self.lock().clone();
+        for (namespace, counts) in values {
+            let namespace = escape(&name_of(namespace));
+            for (value, count) in counts {
+                match self.label {
+                    Some(label) => {
+                        let _ = writeln!(
+                            out,
+                            "{}{{namespace=\"{namespace}\",{label}=\"{}\"}} {count}",
+                            self.name,
+                            escape(&value)
+                        );
+                    }
+                    None => {
+                        let _ = writeln!(out, "{}{{namespace=\"{namespace}\"}} {count}", self.name);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// A histogram with fixed buckets, in seconds.
 #[derive(Debug)]
 pub struct Histogram {
@@ -242,5 +337,35 @@ mod tests {
             out.contains("dispatches_total{outcome=\"we\\\"ird\\n\"} 2"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn namespaced_counters_name_namespaces_when_rendered() {
+        let c = NamespacedCounter::new("runs_total", "r", Some("state"), &["failed"], &[1]);
+        c.add(7, "failed", 2);
+        c.add(1, "succeeded", 1);
+        let plain = NamespacedCounter::new("dead_total", "d", None, &[], &[1]);
+        plain.add(7, "", 3);
+        let name_of = |id: i64| {
+            if id == 1 {
+                "default".to_owned()
+            } else {
+                format!("team-{id}")
+            }
+        };
+        let mut out = String::new();
+        c.render(&mut out, &name_of);
+        plain.render(&mut out, &name_of);
+        for series in [
+            "runs_total{namespace=\"default\",state=\"failed\"} 0",
+            "runs_total{namespace=\"default\",state=\"succeeded\"} 1",
+            "runs_total{namespace=\"team-7\",state=\"failed\"} 2",
+            "dead_total{namespace=\"default\"} 0",
+            "dead_total{namespace=\"team-7\"} 3",
+        ] {
+            assert!(out.contains(series), "{series} in {out}");
+        }
+        assert_eq!(c.total("failed"), 2);
+        assert_eq!(c.namespaces(), [1, 7]);
     }
 }

@@ -93,9 +93,11 @@ impl BackfillDriver {
             {
                 Some(fired) => {
                     if fired > 0 {
-                        self.metrics
-                            .fires
-                            .add(TriggerKind::Backfill.as_str(), fired);
+                        self.metrics.fires.add(
+                            step.namespace_id.0,
+                            TriggerKind::Backfill.as_str(),
+                            fired,
+                        );
                         self.dispatcher.notify_one();
                     }
                     debug!(

@@ -519,7 +519,9 @@ impl Scheduler {
             match outcome {
                 ClaimOutcome::Claimed => {
                     self.metrics.claims.add("claimed", 1);
-                    self.metrics.fires.add(claim.trigger_kind.as_str(), 1);
+                    self.metrics
+                        .fires
+                        .add(claim.namespace_id.0, claim.trigger_kind.as_str(), 1);
                 }
                 ClaimOutcome::Fenced => {
                     self.metrics.claims.add("fenced", 1);

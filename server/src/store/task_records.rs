@@ -114,12 +114,14 @@ pub struct TaskFilter {
 }
 
 /// A window of due tasks fired: what the owner's fire stored.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TasksFired {
     /// Tasks read from the window.
     pub read: usize,
     /// Tasks that became runs.
     pub fired: usize,
+    /// Of those, how many of each namespace.
+    pub fired_by_namespace: std::collections::BTreeMap<NamespaceId, u64>,
     /// Tasks of partitions this node no longer owns at their epoch.
     pub fenced: usize,
 }

@@ -125,9 +125,11 @@ impl TaskFirer {
             )
             .await?;
         if fired.fired > 0 {
-            self.metrics
-                .fires
-                .add(TriggerKind::Task.as_str(), fired.fired as u64);
+            for (namespace, count) in &fired.fired_by_namespace {
+                self.metrics
+                    .fires
+                    .add(namespace.0, TriggerKind::Task.as_str(), *count);
+            }
             self.dispatcher.notify_one();
         }
         if fired.fenced > 0 {

@@ -85,7 +85,10 @@ async fn metrics_move_with_the_work_done() {
     assert_eq!(sample(&before, "carillon_leader_term"), 1.0);
     assert_eq!(sample(&before, "carillon_database_up"), 1.0);
     assert!(sample(&before, "carillon_database_round_trip_seconds") > 0.0);
-    let fires_before = sample(&before, "carillon_fires_total{trigger=\"schedule\"}");
+    let fires_before = sample(
+        &before,
+        "carillon_fires_total{namespace=\"default\",trigger=\"schedule\"}",
+    );
 
     let echo = create(
         &node,
@@ -121,7 +124,10 @@ async fn metrics_move_with_the_work_done() {
 
     let (_, after) = scrape(&node, TOKEN).await;
     let moved = |series: &str| sample(&after, series) - sample(&before, series);
-    let fired = sample(&after, "carillon_fires_total{trigger=\"schedule\"}") - fires_before;
+    let fired = sample(
+        &after,
+        "carillon_fires_total{namespace=\"default\",trigger=\"schedule\"}",
+    ) - fires_before;
     assert!(fired >= succeeded, "fires {fired} < {succeeded} runs");
     assert!(
         sample(&after, "carillon_claims_total{outcome=\"claimed\"}") >= fired,
@@ -133,15 +139,20 @@ async fn metrics_move_with_the_work_done() {
         "{after}"
     );
     assert!(
-        moved("carillon_runs_finished_total{state=\"succeeded\"}") >= succeeded,
+        moved("carillon_runs_finished_total{namespace=\"default\",state=\"succeeded\"}")
+            >= succeeded,
         "{after}"
     );
     assert_eq!(
-        moved("carillon_runs_finished_total{state=\"failed\"}"),
+        moved("carillon_runs_finished_total{namespace=\"default\",state=\"failed\"}"),
         1.0,
         "{after}"
     );
-    assert_eq!(moved("carillon_dead_letters_total"), 1.0, "{after}");
+    assert_eq!(
+        moved("carillon_dead_letters_total{namespace=\"default\"}"),
+        1.0,
+        "{after}"
+    );
     assert_eq!(moved("carillon_retries_total"), 1.0, "{after}");
     // One lateness per run first dispatched: the echo runs and the failing run.
     assert!(

@@ -227,9 +227,16 @@ pub(crate) async fn fire<T: TaskTx + ?Sized>(
     if !firsts.is_empty() {
         tx.insert_first_attempts(&firsts).await?;
     }
+    let mut fired_by_namespace = std::collections::BTreeMap::new();
+    for f in &firing {
+        if runs.contains_key(&f.task.run_job_id()) {
+            *fired_by_namespace.entry(f.task.namespace_id).or_default() += 1;
+        }
+    }
     Ok(TasksFired {
         read: due.len(),
         fired: firsts.len(),
+        fired_by_namespace,
         fenced: due.len() - fenced.len(),
     })
 }
