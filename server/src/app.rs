@@ -42,6 +42,25 @@ pub enum StartupError {
     Connect { url: String, source: store::Error },
     #[error("applying migrations to {url}: {source}")]
     Migrate { url: String, source: store::Error },
+    #[error(
+        "the schema of {url} is at migration {}, and this version needs {wanted}: run `carillon migrate` against it (database.migrate is off, so the node does not)",
+        applied.map_or_else(|| "none (no Carillon schema)".to_owned(), |v| v.to_string())
+    )]
+    SchemaBehind {
+        url: String,
+        applied: Option<i64>,
+        wanted: i64,
+    },
+    #[error(
+        "the schema of {url} is at migration {applied}, newer than this version's {wanted}: run the version that migrated it, or a newer one"
+    )]
+    SchemaAhead {
+        url: String,
+        applied: i64,
+        wanted: i64,
+    },
+    #[error("checking the schema of {url}: {source}")]
+    SchemaCheck { url: String, source: store::Error },
     #[error("initialising the cluster in {url}: {source}")]
     ClusterInit { url: String, source: store::Error },
     #[error("registering node {node_id}: {source}")]
@@ -161,6 +180,8 @@ impl Application {
                     url: url.to_string(),
                     source,
                 })?;
+        } else {
+            check_schema(&*api_store, &url.to_string()).await?;
         }
         let partitions = i64::from(config.cluster.partitions);
         let meta = api_store.cluster_init(partitions).await.map_err(|source| {
@@ -440,6 +461,31 @@ impl Application {
         }
         info!("node stopped");
         outcome
+    }
+}
+
+/// Refuses to start on a schema this build did not migrate to: with `database.migrate` off
+/// (a migration job, a DBA) the schema must be this build's.
+async fn check_schema(store: &dyn Store, url: &str) -> Result<(), StartupError> {
+    let version = store
+        .schema_version()
+        .await
+        .map_err(|source| StartupError::SchemaCheck {
+            url: url.to_owned(),
+            source,
+        })?;
+    match version.applied {
+        Some(applied) if applied == version.wanted => Ok(()),
+        Some(applied) if applied > version.wanted => Err(StartupError::SchemaAhead {
+            url: url.to_owned(),
+            applied,
+            wanted: version.wanted,
+        }),
+        applied => Err(StartupError::SchemaBehind {
+            url: url.to_owned(),
+            applied,
+            wanted: version.wanted,
+        }),
     }
 }
 

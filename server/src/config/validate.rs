@@ -67,44 +67,28 @@ impl Config {
             ));
         }
         if let Some(token) = &self.auth.admin_token {
-            validate_token(token.expose())?;
+            check_secret("auth.admin_token", token.expose())?;
         }
         if let Some(token) = &self.auth.read_only_token {
-            validate_token(token.expose()).map_err(|_| {
-                invalid(
-                    "auth.read_only_token",
-                    "too short or blank: use at least 16 characters",
-                )
-            })?;
+            check_secret("auth.read_only_token", token.expose())?;
         }
         for (app, token) in &self.auth.app_tokens {
-            if validate_token(token.expose()).is_err() {
-                return Err(invalid(
-                    "auth.app_tokens",
-                    format!(
-                        "the token of app {app:?} is too short or blank: use at least 16 characters"
-                    ),
-                ));
-            }
+            check_secret("auth.app_tokens", token.expose()).map_err(|err| match err {
+                ConfigError::Invalid { field, reason } => ConfigError::Invalid {
+                    field,
+                    reason: format!("the token of app {app:?}: {reason}"),
+                },
+                other => other,
+            })?;
         }
         if let Some(token) = &self.auth.executor_token {
-            validate_token(token.expose()).map_err(|_| {
-                invalid(
-                    "auth.executor_token",
-                    "too short or blank: use at least 16 characters",
-                )
-            })?;
+            check_secret("auth.executor_token", token.expose())?;
         }
         if let Some(oidc) = &self.auth.oidc {
             validate_oidc(oidc)?;
         }
         if let Some(secret) = &self.dispatch.secret {
-            validate_token(secret.expose()).map_err(|_| {
-                invalid(
-                    "dispatch.secret",
-                    "too short or blank: use at least 16 characters",
-                )
-            })?;
+            check_secret("dispatch.secret", secret.expose())?;
         }
         let d = &self.dispatch;
         if d.executor_lease_ms < 2 * d.executor_heartbeat_ms || d.executor_heartbeat_ms == 0 {
@@ -272,10 +256,25 @@ fn validate_oidc(oidc: &crate::access::oidc::OidcConfig) -> Result<(), ConfigErr
 }
 
 pub fn validate_token(token: &str) -> Result<(), ConfigError> {
-    if token.trim().len() < TOKEN_MIN {
+    check_secret("auth.admin_token", token)
+}
+
+/// What the deployment examples (`deploy/`) put where a secret of the operator's own goes.
+const PLACEHOLDER: &str = "replace-me";
+
+/// Refuses a token or key at `field` that is short, blank, or an example's placeholder.
+fn check_secret(field: &'static str, value: &str) -> Result<(), ConfigError> {
+    if value.trim().len() < TOKEN_MIN {
         return Err(invalid(
-            "auth.admin_token",
+            field,
             format!("too short or blank: use at least {TOKEN_MIN} characters"),
+        ));
+    }
+    if value.contains(PLACEHOLDER) {
+        return Err(invalid(
+            field,
+            "is the deployment example's placeholder: put one of your own in its place \
+             (openssl rand -hex 32)",
         ));
     }
     Ok(())

@@ -86,6 +86,13 @@ pub struct PoolOptions {
     pub transaction_pooler: bool,
 }
 
+/// Where the database's schema is against this build's migrations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchemaVersion {
+    pub applied: Option<i64>,
+    pub wanted: i64,
+}
+
 /// Nodes, the leader lease and partitions.
 #[async_trait]
 pub trait ClusterStore: Send + Sync + std::fmt::Debug + 'static {
@@ -93,6 +100,10 @@ pub trait ClusterStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// Applies the embedded migrations of this backend.
     async fn migrate(&self) -> Result<(), Error>;
+
+    /// The last migration applied to the database (none on a database without the schema)
+    /// and the last one this build embeds.
+    async fn schema_version(&self) -> Result<SchemaVersion, Error>;
 
     /// The database's clock, in epoch milliseconds.
     async fn now_ms(&self) -> Result<i64, Error>;

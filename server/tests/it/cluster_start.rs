@@ -23,7 +23,8 @@ for_engine!(
     [
         five_nodes_started_at_once_migrate_once_and_elect_one_leader,
         a_node_creates_its_database_when_it_does_not_exist,
-        a_role_that_may_not_create_the_database_is_told_how
+        a_role_that_may_not_create_the_database_is_told_how,
+        the_schema_version_is_read_from_the_database
     ]
 );
 for_engine!(
@@ -33,13 +34,17 @@ for_engine!(
         five_nodes_started_at_once_migrate_once_and_elect_one_leader,
         a_node_creates_its_database_when_it_does_not_exist,
         an_interrupted_migration_is_finished_by_the_next_start,
-        an_interrupted_migration_this_build_does_not_know_says_what_to_do
+        an_interrupted_migration_this_build_does_not_know_says_what_to_do,
+        the_schema_version_is_read_from_the_database
     ]
 );
 for_engine!(
     sqlite,
     Sqlite,
-    [five_nodes_started_at_once_migrate_once_and_elect_one_leader]
+    [
+        five_nodes_started_at_once_migrate_once_and_elect_one_leader,
+        the_schema_version_is_read_from_the_database
+    ]
 );
 
 /// The migration files of `engine`, as sqlx numbers them.
@@ -151,6 +156,19 @@ async fn an_interrupted_migration_is_finished_by_the_next_start(db: TestDb) {
             .await;
         assert_eq!(columns, vec![(1, 0)], "the column is there ({undo:?})");
     }
+}
+
+/// What a node with `database.migrate` off checks before it starts: the last migration the
+/// database has, none without a schema, against the last this build embeds.
+async fn the_schema_version_is_read_from_the_database(db: TestDb) {
+    let wanted = migration_count(db.engine);
+    let version = db.store().await.schema_version().await.unwrap();
+    assert_eq!((version.applied, version.wanted), (None, wanted));
+    db.migrate_to(wanted - 1).await;
+    let version = db.store().await.schema_version().await.unwrap();
+    assert_eq!(version.applied, Some(wanted - 1));
+    let version = db.migrated_store().await.schema_version().await.unwrap();
+    assert_eq!(version.applied, Some(wanted));
 }
 
 /// A partly applied migration whose text this build does not carry is not guessed at: the

@@ -23,6 +23,8 @@ mod cluster_failover;
 mod cluster_start;
 mod console_browser;
 mod database_tls;
+mod deploy_kubernetes;
+mod deploy_monitoring;
 mod dispatch_failover;
 mod executors_e2e;
 mod history_conformance;

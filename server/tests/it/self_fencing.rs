@@ -16,7 +16,7 @@ use carillon_server::clock::ClusterClock;
 use carillon_server::cluster::{ClusterTimings, Coordinator, LocalView};
 use carillon_server::store::{
     Backend, ClusterMeta, ClusterStore, Error, LeaderFence, LeaderRecord, NodeList,
-    NodeRegistration, PartitionChange, PartitionRecord,
+    NodeRegistration, PartitionChange, PartitionRecord, SchemaVersion,
 };
 use support::db::TestDb;
 use support::wait_for;
@@ -46,6 +46,10 @@ impl ClusterStore for Severable {
     async fn migrate(&self) -> Result<(), Error> {
         self.check()?;
         self.inner.migrate().await
+    }
+    async fn schema_version(&self) -> Result<SchemaVersion, Error> {
+        self.check()?;
+        self.inner.schema_version().await
     }
     async fn now_ms(&self) -> Result<i64, Error> {
         self.check()?;

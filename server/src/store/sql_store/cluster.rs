@@ -169,6 +169,25 @@ macro_rules! cluster_store {
                 self.migrate_schema().await
             }
 
+            async fn schema_version(&self) -> Result<SchemaVersion, Error> {
+                // sqlx's own table, the same on every backend; a database without it has no
+                // schema yet.
+                let applied = sqlx::query_scalar::<$db, Option<i64>>(
+                    "SELECT MAX(version) FROM _sqlx_migrations WHERE success",
+                )
+                .fetch_one(&self.pool)
+                .await;
+                let applied = match applied {
+                    Ok(version) => version,
+                    Err(sqlx::Error::Database(_)) => None,
+                    Err(other) => return Err(other.into()),
+                };
+                Ok(SchemaVersion {
+                    applied,
+                    wanted: Self::migrator().iter().map(|m| m.version).max().unwrap_or(0),
+                })
+            }
+
             async fn now_ms(&self) -> Result<i64, Error> {
                 let (now,) = sqlx::query_as::<$db, (i64,)>(sql(&self.q.now))
                     .fetch_one(&self.pool)

@@ -80,7 +80,7 @@ use super::workflow_records::{StepRunRecord, WorkflowRunRecord, WorkflowStore, W
 use super::{
     Backend, ClusterMeta, ClusterStore, DatabaseUrl, DispatchStore, Error, HistoryStore, JobStore,
     LeaderFence, LeaderRecord, LogStore, NodeList, NodeRecord, NodeRegistration, PartitionChange,
-    PartitionRecord, PolicyStore, PoolOptions, StandbyStore,
+    PartitionRecord, PolicyStore, PoolOptions, SchemaVersion, StandbyStore,
 };
 use crate::states::{JobKind, JobState, RunState, StepState};
 use logs::LOG_ROWS_PER_INSERT;
@@ -280,6 +280,10 @@ impl PostgresStore {
     async fn migrate_schema(&self) -> Result<(), Error> {
         migrate::postgres(&self.pool, &POSTGRES_MIGRATOR).await
     }
+
+    fn migrator() -> &'static Migrator {
+        &POSTGRES_MIGRATOR
+    }
 }
 
 /// MySQL 8 and MariaDB 10.6+.
@@ -331,6 +335,10 @@ impl MysqlStore {
 
     async fn begin_write(&self) -> Result<Transaction<'static, MySql>, Error> {
         Ok(self.pool.begin().await?)
+    }
+
+    fn migrator() -> &'static Migrator {
+        &MYSQL_MIGRATOR
     }
 
     async fn migrate_schema(&self) -> Result<(), Error> {
@@ -387,6 +395,10 @@ impl SqliteStore {
     /// transaction that reads then writes cannot fail half-way on a lock upgrade.
     async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, Error> {
         Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
+    fn migrator() -> &'static Migrator {
+        &SQLITE_MIGRATOR
     }
 
     async fn migrate_schema(&self) -> Result<(), Error> {
