@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use crate::support;
 use support::executor::Executor;
-use support::node::{NodeProcess, Solo, TOKEN};
+use support::node::Solo;
 
 /// Labels Prometheus adds (or histograms have) that a node does not write.
 const ADDED_LABELS: [&str; 3] = ["instance", "job", "le"];
@@ -117,20 +117,7 @@ async fn busy_node_metrics() -> String {
         (run["state"] == "succeeded").then_some(())
     })
     .await;
-    scrape(&node).await
-}
-
-async fn scrape(node: &NodeProcess) -> String {
-    carillon_tls::http_client()
-        .unwrap()
-        .get(node.url("/metrics"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
+    node.metrics().await
 }
 
 /// The `expr` of each rule.

@@ -53,20 +53,6 @@ fn tasks(count: usize) -> Value {
     json!({"tasks": vec![one; count]})
 }
 
-/// The node's `/metrics` text.
-async fn metrics(node: &NodeProcess) -> String {
-    carillon_tls::http_client()
-        .unwrap()
-        .get(node.url("/metrics"))
-        .bearer_auth(TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
 /// A refusal of a quota: `409`, its problem type, and a detail naming `needle`.
 fn assert_over_quota(answer: &Value, needle: &str) {
     assert_eq!(
@@ -236,7 +222,7 @@ async fn quotas_refuse_work_past_them_and_only_cluster_admins_set_them(db: TestD
     expect(&node, Method::POST, enqueue, Some(tasks(1)), 201).await;
 
     // /metrics says what each namespace holds against its quotas.
-    let scrape = metrics(&node).await;
+    let scrape = node.metrics().await;
     for line in [
         "carillon_namespace_jobs{namespace=\"team-q\"} 3",
         "carillon_namespace_jobs{namespace=\"default\"} 1",
@@ -285,7 +271,7 @@ async fn quotas_refuse_work_past_them_and_only_cluster_admins_set_them(db: TestD
         "{shown}"
     );
     let listed = cli(&["namespaces", "ls"]);
-    let scrape = metrics(&node).await;
+    let scrape = node.metrics().await;
     assert!(
         scrape
             .lines()

@@ -184,7 +184,11 @@ macro_rules! cluster_store {
                 };
                 Ok(SchemaVersion {
                     applied,
-                    wanted: Self::migrator().iter().map(|m| m.version).max().unwrap_or(0),
+                    wanted: Self::migrator()
+                        .iter()
+                        .map(|m| m.version)
+                        .max()
+                        .unwrap_or(0),
                 })
             }
 
