@@ -2,7 +2,9 @@
 //! - the migrations: `sqlx::migrate!` embeds the folders' files at compile time, and cargo
 //!   does not otherwise watch them;
 //! - the web console: every file of `console/` becomes an entry of `CONSOLE_ASSETS`
-//!   (`$OUT_DIR/console_assets.rs`), so a file added there is served without a code change.
+//!   (`$OUT_DIR/console_assets.rs`), so a file added there is served without a code change;
+//! - the commit built (`CARILLON_COMMIT`), for `carillon --version` and the cluster's view of
+//!   its nodes: what a bug report or an upgrade needs to name.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -14,6 +16,29 @@ fn main() {
         // A build script reports through cargo's protocol; this stops the build, naming why.
         println!("cargo::error=cannot embed the web console: {err}");
     }
+    println!("cargo:rustc-env=CARILLON_COMMIT={}", commit());
+}
+
+/// The commit of the checkout being built (12 hex digits), or `unknown` outside a git
+/// checkout (a source package); watched so that a new commit is seen.
+fn commit() -> String {
+    let git = Path::new("../.git");
+    if let Ok(head) = std::fs::read_to_string(git.join("HEAD")) {
+        println!("cargo:rerun-if-changed=../.git/HEAD");
+        if let Some(reference) = head.trim().strip_prefix("ref: ") {
+            println!("cargo:rerun-if-changed=../.git/{reference}");
+            println!("cargo:rerun-if-changed=../.git/packed-refs");
+        }
+    }
+    std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .and_then(|out| String::from_utf8(out.stdout).ok())
+        .map(|commit| commit.trim().to_owned())
+        .filter(|commit| !commit.is_empty())
+        .unwrap_or_else(|| "unknown".to_owned())
 }
 
 fn write_console_assets() -> Result<(), Box<dyn std::error::Error>> {

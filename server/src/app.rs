@@ -238,7 +238,7 @@ impl Application {
                 node_id: node_id.clone(),
                 incarnation: incarnation.clone(),
                 address,
-                version: env!("CARGO_PKG_VERSION").to_owned(),
+                version: crate::VERSION.to_owned(),
             },
         )
         .await?;

@@ -26,3 +26,12 @@ pub mod store;
 pub mod tasks;
 pub mod telemetry;
 pub mod workflows;
+
+/// This build: the package's version and the commit it was built from (`0.1.0 (3fa1c2e9b7d0)`),
+/// as `carillon --version` says and each node registers in the cluster.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("CARILLON_COMMIT"),
+    ")"
+);

@@ -9,6 +9,7 @@ mod apply_children;
 mod client;
 mod client_config;
 mod commands;
+mod config_command;
 mod credentials;
 mod import;
 mod job_fields;
@@ -38,7 +39,7 @@ use crate::telemetry;
 #[derive(Debug, Parser)]
 #[command(
     name = "carillon",
-    version,
+    version = crate::VERSION,
     about = "Carillon: a distributed cron scheduler"
 )]
 pub struct Cli {
@@ -72,6 +73,9 @@ enum Command {
     Server(Box<ServerArgs>),
     /// Apply the database migrations and exit.
     Migrate(CommonArgs),
+    /// A node's settings: example (every setting with its default), check (the --config file).
+    #[command(subcommand)]
+    Config(config_command::ConfigCommand),
     /// Jobs: ls, get, create, edit, start, stop, trigger, rm.
     #[command(subcommand)]
     Jobs(Box<commands::JobsCommand>),
@@ -422,6 +426,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             telemetry::init(&config.log);
             migrate(config).await
         }
+        Command::Config(command) => config_command::run(&command, cli.config.as_deref(), &config),
         Command::Login { browser, no_open } => {
             let flow = if browser {
                 login::Flow::Browser { open: !no_open }
@@ -485,6 +490,7 @@ pub async fn run(cli: Cli) -> ExitCode {
                 Command::Audit(c) => access::audit(&api, output, c).await,
                 Command::Server(_)
                 | Command::Migrate(_)
+                | Command::Config(_)
                 | Command::Login { .. }
                 | Command::Logout => Ok(()),
             };

@@ -1,6 +1,7 @@
 //! The node's configuration: one typed tree built from defaults, an optional TOML file, then
 //! environment variables and flags (see `cli`), validated once before anything starts.
 
+pub mod example;
 mod validate;
 
 use std::net::SocketAddr;

@@ -658,3 +658,78 @@ async fn the_cli_works_in_the_namespace_its_flag_file_or_settings_name() {
         "{stderr}"
     );
 }
+
+/// `carillon config example` is a settings file a node takes as it is; `config check` reads a
+/// file as a node would and names what is wrong in it.
+#[test]
+fn the_config_example_is_taken_and_check_names_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_carillon"));
+        for (key, _) in std::env::vars() {
+            if key.starts_with("CARILLON_") {
+                command.env_remove(key);
+            }
+        }
+        let output = command.args(args).output().unwrap();
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (ok, example, said) = run(&["config", "example"]);
+    assert!(ok, "{said}");
+    assert!(
+        example.contains("# listen = \"127.0.0.1:9001\""),
+        "{example}"
+    );
+    let check = |name: &str, text: &str| {
+        let file = dir.path().join(name);
+        std::fs::write(&file, text).unwrap();
+        run(&["--config", file.to_str().unwrap(), "config", "check"])
+    };
+    let (ok, said, err) = check("example.toml", &example);
+    assert!(ok && said.ends_with("example.toml: ok\n"), "{said}{err}");
+    // Live settings of one's own pass too.
+    let (ok, said, err) = check(
+        "mine.toml",
+        "[http]\nlisten = \"0.0.0.0:9001\"\n[auth]\nadmin_token = \"0123456789abcdef0123\"\n",
+    );
+    assert!(ok, "{said}{err}");
+    let (ok, _, err) = check("typo.toml", "[http]\nlisen = \"0.0.0.0:9001\"\n");
+    assert!(!ok && err.contains("lisen"), "{err}");
+    let (ok, _, err) = check(
+        "placeholder.toml",
+        "[auth]\nadmin_token = \"replace-me-0000000000000000\"\n",
+    );
+    assert!(
+        !ok && err.contains("auth.admin_token") && err.contains("placeholder"),
+        "{err}"
+    );
+    let (ok, _, err) = run(&["config", "check"]);
+    assert!(!ok && err.contains("--config FILE"), "{err}");
+}
+
+/// `carillon --version` names the commit built, as each node tells the cluster
+/// (`GET /api/v1/cluster`): what a bug report or an upgrade names.
+#[test]
+fn the_version_names_the_commit_built() {
+    let output = Command::new(env!("CARGO_BIN_EXE_carillon"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        said.trim(),
+        format!("carillon {}", carillon_server::VERSION)
+    );
+    let commit = carillon_server::VERSION
+        .split_once(" (")
+        .and_then(|(_, rest)| rest.strip_suffix(')'))
+        .unwrap();
+    assert!(
+        commit.len() == 12 && commit.chars().all(|c| c.is_ascii_hexdigit()),
+        "built in a git checkout, the commit is named: {said}"
+    );
+}

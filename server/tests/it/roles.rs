@@ -179,7 +179,6 @@ async fn fixtures(node: &NodeProcess, namespace: &str, round: usize) -> Fixtures
             ("tasks", task),
             ("tokens", token),
             ("grants", grant),
-            ("executors", 1),
         ]),
     }
 }
@@ -244,6 +243,9 @@ fn concrete(op: &Operation, fixtures: &Fixtures, namespace: &str, name_it: bool)
     if let Some(id) = fixtures.by_segment.get(segment) {
         path = path.replace("{id}", &id.to_string());
     }
+    if segment == "executors" {
+        path = path.replace("{id}", &format!("{namespace}-executor"));
+    }
     if op.in_a_namespace && name_it {
         path.push_str(&format!("?namespace={namespace}"));
     }
@@ -262,6 +264,29 @@ async fn each_role_opens_its_operations_in_its_own_namespace_only(db: TestDb) {
             201,
         )
         .await;
+        // An executor of an app of its own, registered with the namespace's executor token:
+        // what `/executors/{id}` finds (`concrete` names it).
+        let made = expect(
+            &node,
+            Method::POST,
+            &format!("/api/v1/tokens?namespace={name}"),
+            Some(json!({"name": "executors", "role": "executor"})),
+            201,
+        )
+        .await;
+        let (status, answer) = node
+            .call_as(
+                made["token"].as_str().unwrap(),
+                Method::POST,
+                "/api/v1/executors/register",
+                Some(
+                    json!({"protocol": 1, "executor_id": format!("{name}-executor"),
+                    "app": format!("{name}-app"), "address": "http://127.0.0.1:9",
+                    "weight": 1, "capacity": 1, "handlers": [{"name": "work"}]}),
+                ),
+            )
+            .await;
+        assert_eq!(status, 200, "{answer}");
     }
     let mut tokens = Vec::new();
     for role in ROLES {
@@ -336,13 +361,14 @@ async fn each_role_opens_its_operations_in_its_own_namespace_only(db: TestDb) {
     // Nothing of team-b was touched by all of that.
     for (segment, id) in &other.by_segment {
         let path = match *segment {
-            "executors" => continue,
             "tokens" | "grants" => format!("/api/v1/{segment}?namespace=team-b"),
             _ => format!("/api/v1/{segment}/{id}"),
         };
         let answer = expect(&node, Method::GET, &path, None, 200).await;
         if *segment == "tokens" || *segment == "grants" {
-            assert_eq!(answer[*segment].as_array().unwrap().len(), 1, "{answer}");
+            // The fixture's, and for tokens the namespace's executor token.
+            let kept = if *segment == "tokens" { 2 } else { 1 };
+            assert_eq!(answer[*segment].as_array().unwrap().len(), kept, "{answer}");
         }
         if *segment == "jobs" {
             assert_eq!(
