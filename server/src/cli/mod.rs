@@ -9,8 +9,8 @@ mod apply_children;
 mod client;
 mod client_config;
 mod commands;
-mod config_command;
 mod credentials;
+mod describe;
 mod import;
 mod job_fields;
 mod login;
@@ -75,7 +75,15 @@ enum Command {
     Migrate(CommonArgs),
     /// A node's settings: example (every setting with its default), check (the --config file).
     #[command(subcommand)]
-    Config(config_command::ConfigCommand),
+    Config(describe::ConfigCommand),
+    /// Print the shell completions of these commands (bash, zsh, fish, elvish, powershell).
+    Completions { shell: clap_complete::Shell },
+    /// Print the manual page (roff), as `man -l -` reads it; with --dir, write it and a page
+    /// per subcommand (carillon-server.1, …) there.
+    Man {
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Jobs: ls, get, create, edit, start, stop, trigger, rm.
     #[command(subcommand)]
     Jobs(Box<commands::JobsCommand>),
@@ -426,7 +434,9 @@ pub async fn run(cli: Cli) -> ExitCode {
             telemetry::init(&config.log);
             migrate(config).await
         }
-        Command::Config(command) => config_command::run(&command, cli.config.as_deref(), &config),
+        Command::Config(command) => describe::run(&command, cli.config.as_deref(), &config),
+        Command::Completions { shell } => describe::completions(shell),
+        Command::Man { dir } => describe::man(dir.as_deref()),
         Command::Login { browser, no_open } => {
             let flow = if browser {
                 login::Flow::Browser { open: !no_open }
@@ -491,6 +501,8 @@ pub async fn run(cli: Cli) -> ExitCode {
                 Command::Server(_)
                 | Command::Migrate(_)
                 | Command::Config(_)
+                | Command::Completions { .. }
+                | Command::Man { .. }
                 | Command::Login { .. }
                 | Command::Logout => Ok(()),
             };

@@ -733,3 +733,39 @@ fn the_version_names_the_commit_built() {
         "built in a git checkout, the commit is named: {said}"
     );
 }
+
+/// The shell completions load into bash and complete the subcommands; the manual pages name
+/// every subcommand, and the server's page its settings' environment variables.
+#[test]
+fn completions_load_and_the_manual_pages_name_what_there_is() {
+    let carillon = env!("CARGO_BIN_EXE_carillon");
+    let script = format!(
+        "source <('{carillon}' completions bash) && complete -p carillon && \
+         COMP_WORDS=(carillon con) && COMP_CWORD=1 && _carillon carillon con carillon && \
+         echo \"${{COMPREPLY[@]}}\""
+    );
+    let completed = Command::new("bash").args(["-c", &script]).output().unwrap();
+    let said = String::from_utf8_lossy(&completed.stdout);
+    assert!(
+        completed.status.success() && said.contains("_carillon") && said.contains("config"),
+        "{said}{}",
+        String::from_utf8_lossy(&completed.stderr)
+    );
+    let page = Command::new(carillon).arg("man").output().unwrap();
+    let page = String::from_utf8_lossy(&page.stdout);
+    assert!(
+        page.starts_with(".ie") && page.contains(".TH carillon 1"),
+        "{page}"
+    );
+    for subcommand in ["server", "migrate", "config", "jobs", "tasks", "workflows"] {
+        assert!(page.contains(subcommand), "{subcommand} in {page}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let wrote = Command::new(carillon)
+        .args(["man", "--dir", dir.path().to_str().unwrap()])
+        .status()
+        .unwrap();
+    assert!(wrote.success());
+    let server = std::fs::read_to_string(dir.path().join("carillon-server.1")).unwrap();
+    assert!(server.contains("CARILLON_DATABASE_URL"), "{server}");
+}
