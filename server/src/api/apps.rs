@@ -16,7 +16,7 @@ use utoipa::ToSchema;
 use super::namespaces::NamespaceQuery;
 use super::params::{NameParam, QueryParams};
 use super::{ApiError, ApiState, Principal, rfc3339};
-use crate::access::{Decision, Need};
+use crate::access::Need;
 use crate::store::NamespaceId;
 
 /// Every executor.
@@ -48,20 +48,6 @@ pub(super) struct ExecutorView {
     handlers: Vec<String>,
     registered_at: Option<String>,
     last_heartbeat_at: Option<String>,
-}
-
-/// The namespace whose executors a listing shows: the one named, else every one for a
-/// cluster viewer, else `default` (a namespace's people were given their own by the check).
-async fn seen_from(
-    state: &ApiState,
-    principal: &Principal,
-    named: Option<&str>,
-) -> Result<Option<NamespaceId>, ApiError> {
-    Ok(match named {
-        Some(name) => Some(super::namespaces::resolve(state, Some(name)).await?.id),
-        None if principal.decide(Need::ClusterViewer, None) == Decision::Allow => None,
-        None => Some(principal.home().unwrap_or(NamespaceId::DEFAULT)),
-    })
 }
 
 /// Whether an app of namespace `owner` serves the jobs of `namespace`.
@@ -114,7 +100,13 @@ pub(super) async fn list(
     Extension(principal): Extension<Principal>,
     QueryParams(at): QueryParams<NamespaceQuery>,
 ) -> Result<Json<ExecutorList>, ApiError> {
-    let namespace = seen_from(&state, &principal, at.namespace.as_deref()).await?;
+    let namespace = super::namespaces::listed(
+        &state,
+        &principal,
+        Need::ClusterViewer,
+        at.namespace.as_deref(),
+    )
+    .await?;
     Ok(Json(ExecutorList {
         executors: views(&state, namespace).await?,
     }))
@@ -130,7 +122,13 @@ pub(super) async fn get(
     NameParam(id): NameParam,
     QueryParams(at): QueryParams<NamespaceQuery>,
 ) -> Result<Json<ExecutorView>, ApiError> {
-    let namespace = seen_from(&state, &principal, at.namespace.as_deref()).await?;
+    let namespace = super::namespaces::listed(
+        &state,
+        &principal,
+        Need::ClusterViewer,
+        at.namespace.as_deref(),
+    )
+    .await?;
     views(&state, namespace)
         .await?
         .into_iter()
@@ -160,7 +158,13 @@ pub(super) async fn apps(
     Extension(principal): Extension<Principal>,
     QueryParams(at): QueryParams<NamespaceQuery>,
 ) -> Result<Json<AppList>, ApiError> {
-    let namespace = seen_from(&state, &principal, at.namespace.as_deref()).await?;
+    let namespace = super::namespaces::listed(
+        &state,
+        &principal,
+        Need::ClusterViewer,
+        at.namespace.as_deref(),
+    )
+    .await?;
     let mut apps: std::collections::BTreeMap<String, AppView> = std::collections::BTreeMap::new();
     for e in views(&state, namespace)
         .await?

@@ -23,7 +23,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::changes::Changes;
 use super::params::QueryParams;
 use super::{ApiError, ApiState, paging, rfc3339};
-use crate::access::{Decision, Need, Principal};
+use crate::access::{Need, Principal};
 use crate::store::{AuditFilter, AuditRecord, AuditWrite, NamespaceId};
 
 /// The address a call came from, as the node's listener saw it.
@@ -354,13 +354,14 @@ pub(super) async fn list(
     QueryParams(query): QueryParams<AuditQuery>,
 ) -> Result<Json<AuditList>, ApiError> {
     let limit = paging::limit(query.limit)?;
-    let namespace = match query.namespace.as_deref() {
-        Some(name) => Some(super::namespaces::resolve(&state, Some(name)).await?.id),
-        // Every namespace's events are the cluster's admins' only; anyone else naming none
-        // was checked in their home namespace (else `default`), and gets its events.
-        None if principal.decide(Need::ClusterAdmin, None) == Decision::Allow => None,
-        None => Some(principal.home().unwrap_or(NamespaceId::DEFAULT)),
-    };
+    // Every namespace's events are the cluster's admins' only.
+    let namespace = super::namespaces::listed(
+        &state,
+        &principal,
+        Need::ClusterAdmin,
+        query.namespace.as_deref(),
+    )
+    .await?;
     if let Some(outcome) = query.outcome.as_deref()
         && !["ok", "failed", "refused"].contains(&outcome)
     {

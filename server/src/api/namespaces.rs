@@ -55,6 +55,22 @@ pub(super) async fn resolve(state: &ApiState, name: Option<&str>) -> Result<Name
     })
 }
 
+/// The namespace a listing across namespaces shows: the one named; none (every one) for a
+/// caller `every` opens to; else the caller's home (else `default`), in which the permission
+/// check admitted it.
+pub(super) async fn listed(
+    state: &ApiState,
+    principal: &crate::access::Principal,
+    every: crate::access::Need,
+    named: Option<&str>,
+) -> Result<Option<NamespaceId>, ApiError> {
+    Ok(match named {
+        Some(name) => Some(resolve(state, Some(name)).await?.id),
+        None if principal.decide(every, None) == crate::access::Decision::Allow => None,
+        None => Some(principal.home().unwrap_or(NamespaceId::DEFAULT)),
+    })
+}
+
 /// The name of namespace `id` for a view: `#<id>` once the namespace is deleted (its history
 /// stays until retention removes it).
 pub(super) async fn name_of(state: &ApiState, id: NamespaceId) -> Result<String, ApiError> {

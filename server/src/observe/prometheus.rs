@@ -159,14 +159,6 @@ impl NamespacedCounter {
         }
     }
 
-    /// The count of `value`, over every namespace.
-    pub fn total(&self, value: &str) -> u64 {
-        self.lock()
-            .values()
-            .filter_map(|counts| counts.get(value))
-            .sum()
-    }
-
     /// The namespaces counted, by id.
     pub fn namespaces(&self) -> Vec<i64> {
         self.lock().keys().copied().collect()
@@ -365,7 +357,6 @@ mod tests {
         ] {
             assert!(out.contains(series), "{series} in {out}");
         }
-        assert_eq!(c.total("failed"), 2);
         assert_eq!(c.namespaces(), [1, 7]);
     }
 }
