@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use carillon_protocol::{
     AttemptLines, AttemptReport, DefaultSchedule, HandlerSpec, Heartbeat, HeartbeatReply, LogBatch,
-    Outcome, PROTOCOL_VERSION, Registration, RegistrationAccepted, ShippedLine, admin_paths,
+    Outcome, PROTOCOL_VERSION, Registration, RegistrationAccepted, admin_paths,
 };
 use serde_json::Value;
 use tokio::sync::Semaphore;
@@ -246,10 +246,7 @@ impl Shared {
         loop {
             tick.tick().await;
             for log in self.logs.open_logs() {
-                let lines = log.take();
-                if !lines.is_empty() {
-                    self.ship_log(&log, lines).await;
-                }
+                self.ship_log(&log).await;
             }
         }
     }
@@ -260,19 +257,22 @@ impl Shared {
             return;
         };
         for _ in 0..3 {
-            let lines = log.take();
-            if lines.is_empty() {
-                return;
-            }
-            if !self.ship_log(&log, lines).await {
-                tokio::time::sleep(crate::logs::SHIP_EVERY).await;
+            match self.ship_log(&log).await {
+                Shipped::Nothing => return,
+                Shipped::Taken => {}
+                Shipped::NotTaken => tokio::time::sleep(crate::logs::SHIP_EVERY).await,
             }
         }
     }
 
-    /// Sends one attempt's lines; puts them back when no node took them (not when one
-    /// refused them for good). True when they were taken.
-    async fn ship_log(&self, log: &crate::logs::AttemptLog, lines: Vec<ShippedLine>) -> bool {
+    /// Sends one batch of an attempt's waiting lines, after any batch of it already on its
+    /// way; puts them back when no node took them (not when one refused them for good).
+    async fn ship_log(&self, log: &crate::logs::AttemptLog) -> Shipped {
+        let _sending = log.sending().await;
+        let lines = log.take();
+        if lines.is_empty() {
+            return Shipped::Nothing;
+        }
         let mut batch = LogBatch {
             executor_id: self.id.executor_id.clone(),
             attempts: vec![AttemptLines {
@@ -284,19 +284,29 @@ impl Shared {
             .call_once::<_, Value>(admin_paths::LOGS, &batch, log.report_to())
             .await
         {
-            Ok(_) => true,
+            Ok(_) => Shipped::Taken,
             Err(e) if e.permanent => {
                 debug!(attempt_id = log.attempt_id(), error = %e.message, "log lines refused");
-                true
+                Shipped::Taken
             }
             Err(_) => {
                 if let Some(back) = batch.attempts.pop() {
                     log.put_back(back.lines);
                 }
-                false
+                Shipped::NotTaken
             }
         }
     }
+}
+
+/// What sending an attempt's waiting lines came to.
+enum Shipped {
+    /// None were waiting.
+    Nothing,
+    /// A node took them, or refused them for good.
+    Taken,
+    /// No node took them; they wait again.
+    NotTaken,
 }
 
 /// Heartbeats until the task is aborted: in-flight attempts and draining go up, attempts to

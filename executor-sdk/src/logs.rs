@@ -47,6 +47,11 @@ pub(crate) struct AttemptLog {
     next_line: AtomicI64,
     pending: Mutex<Vec<ShippedLine>>,
     dropped: AtomicU64,
+    /// Held while a batch of this attempt is taken and sent: the periodic shipping and the
+    /// last one at the attempt's end never overlap, so batches reach a node in order (a node
+    /// skips a line numbered at or below the last it stored, and counts its caps from what it
+    /// stored).
+    sending: tokio::sync::Mutex<()>,
 }
 
 impl AttemptLog {
@@ -66,6 +71,12 @@ impl AttemptLog {
             level: level.as_str().to_owned(),
             message,
         });
+    }
+
+    /// Waits until no other batch of this attempt is being sent; hold it while taking and
+    /// sending one.
+    pub(crate) async fn sending(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.sending.lock().await
     }
 
     pub(crate) fn attempt_id(&self) -> i64 {
@@ -129,6 +140,7 @@ impl LogShipper {
             next_line: AtomicI64::new(1),
             pending: Mutex::new(Vec::new()),
             dropped: AtomicU64::new(0),
+            sending: tokio::sync::Mutex::new(()),
         });
         self.lock().insert(attempt_id, Arc::clone(&log));
         log

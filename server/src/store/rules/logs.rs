@@ -86,7 +86,7 @@ pub(crate) async fn append_logs<D: LogDriver + ?Sized>(
     if taken_ids.is_empty() {
         return Ok(outcome);
     }
-    // Two batches of one attempt at once (an executor sends them in order) could pass a cap by
+    // Two batches of one attempt at once (an executor sends them one at a time) could pass a cap by
     // one batch; never by more.
     let sizes = db.log_sizes(&taken_ids).await?;
     let mut rows = Vec::new();
