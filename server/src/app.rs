@@ -68,7 +68,8 @@ pub enum StartupError {
         node_id: String,
         source: store::Error,
     },
-    #[error("cannot build the HTTP client for dispatch: {0}")]
+    /// Building an HTTP client or the listener's TLS failed; the message says which.
+    #[error("{0}")]
     Http(String),
     #[error("http.listen: cannot listen on {addr}: {source}")]
     Bind {
@@ -262,7 +263,12 @@ impl Application {
             AlertSettings::new(&config.alerts, config.dispatch.executor_lease_ms),
             Arc::clone(&metrics),
         )
-        .map_err(|e| StartupError::Http(format!("cannot build the HTTP client for alerts: {e}")))?;
+        .map_err(|e| {
+            StartupError::Http(format!(
+                "cannot build the HTTP client for alerts: {}",
+                carillon_tls::with_causes(&e)
+            ))
+        })?;
         let failed_jobs = Arc::new(FailedJobs::default());
         let failure_pauser = FailurePauser::new(
             Arc::clone(&api_store) as Arc<dyn store::JobStore>,
@@ -320,7 +326,7 @@ impl Application {
                 .map_err(|why| StartupError::Http(format!("dispatch.allowed_networks: {why}")))?,
             &config.dispatch.client_tls(),
         )
-        .map_err(|e| StartupError::Http(e.to_string()))?
+        .map_err(|e| StartupError::Http(carillon_tls::with_causes(&e)))?
         .with_xxl_token(config.xxl.access_token.clone());
         let dispatcher = Dispatcher::new(
             Arc::clone(&api_store),

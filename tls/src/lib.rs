@@ -196,6 +196,20 @@ impl ClientTls {
     }
 }
 
+/// An error with its causes, as one line: reqwest says "builder error" or "error sending
+/// request" and keeps the reason (no root certificates, a refused certificate, a reset) in its
+/// sources.
+pub fn with_causes(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 /// Whether a failed call failed in TLS (a certificate refused by either side, or a broken
 /// handshake), looking through its causes: rustls' own error, or an I/O error carrying one.
 pub fn is_tls_failure(err: &(dyn std::error::Error + 'static)) -> bool {

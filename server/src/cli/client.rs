@@ -41,19 +41,6 @@ pub(crate) struct ApiTarget {
     namespace_given: bool,
 }
 
-/// An error with its causes, as one line (reqwest says "error sending request" and keeps the
-/// reason, a refused certificate for one, in its sources).
-fn with_causes(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
 /// How the server and token were not found, or a call failed.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ClientError {
@@ -203,7 +190,7 @@ impl ApiTarget {
         let response = request
             .send()
             .await
-            .map_err(|e| unreachable(with_causes(&e.without_url())))?;
+            .map_err(|e| unreachable(carillon_tls::with_causes(&e.without_url())))?;
         let status = response.status();
         let bytes = response.bytes().await.unwrap_or_default();
         let json: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);

@@ -95,9 +95,10 @@ impl From<NoAnswer> for String {
 /// Why the dispatch client could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientBuildError {
-    #[error("dispatch TLS: {0}")]
+    // The cause follows in the error's sources (`carillon_tls::with_causes`).
+    #[error("dispatch TLS")]
     Tls(#[from] carillon_tls::TlsError),
-    #[error("cannot build the dispatch HTTP client: {0}")]
+    #[error("cannot build the dispatch HTTP client")]
     Http(#[from] reqwest::Error),
 }
 
@@ -321,15 +322,9 @@ fn not_taken(status: u16, detail: &str) -> Delivery {
 /// With its causes: "error sending request" keeps the reason (a refused certificate, a reset)
 /// in its sources.
 fn without_url(err: &reqwest::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = std::error::Error::source(err);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
+    let text = carillon_tls::with_causes(err);
+    match err.url() {
+        Some(url) => text.replace(url.as_str(), "executor"),
+        None => text,
     }
-    if let Some(url) = err.url() {
-        text = text.replace(url.as_str(), "executor");
-    }
-    text
 }

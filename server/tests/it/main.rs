@@ -23,6 +23,7 @@ mod cluster_failover;
 mod cluster_start;
 mod console_browser;
 mod database_tls;
+mod deploy_debian;
 mod deploy_kubernetes;
 mod deploy_monitoring;
 mod dispatch_failover;

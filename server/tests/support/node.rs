@@ -211,7 +211,13 @@ impl NodeProcess {
             ),
         ];
         env.extend(spec.extra_env.iter().cloned());
-        let mut child = spawn_carillon(&["server"], &env, &spec.data_dir, &log);
+        let child = spawn_carillon(&["server"], &env, &spec.data_dir, &log);
+        Self::adopt(spec, child, log).await
+    }
+
+    /// A node started otherwise (as a packaged one, in a chroot) whose standard error goes
+    /// to `log`: waits until it listens. `spec` says only its id and how to reach it.
+    pub async fn adopt(spec: NodeSpec, mut child: Child, log: PathBuf) -> NodeProcess {
         let addr = wait_for_listen_address(&mut child, &log).await;
         let mut client = carillon_tls::http_client_builder();
         if let Some(ca) = &spec.https_ca {
