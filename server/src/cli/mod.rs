@@ -15,6 +15,7 @@ mod import;
 mod job_fields;
 mod login;
 mod policies;
+mod probe;
 mod purge;
 mod run_logs;
 mod table;
@@ -84,6 +85,9 @@ enum Command {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// Exit with success when the node on this host is ready (GET /readyz): a container's
+    /// health check.
+    Ready(probe::ReadyArgs),
     /// Jobs: ls, get, create, edit, start, stop, trigger, rm.
     #[command(subcommand)]
     Jobs(Box<commands::JobsCommand>),
@@ -437,6 +441,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Config(command) => describe::run(&command, cli.config.as_deref(), &config),
         Command::Completions { shell } => describe::completions(shell),
         Command::Man { dir } => describe::man(dir.as_deref()),
+        Command::Ready(args) => probe::ready(args, &config).await,
         Command::Login { browser, no_open } => {
             let flow = if browser {
                 login::Flow::Browser { open: !no_open }
@@ -503,6 +508,7 @@ pub async fn run(cli: Cli) -> ExitCode {
                 | Command::Config(_)
                 | Command::Completions { .. }
                 | Command::Man { .. }
+                | Command::Ready(_)
                 | Command::Login { .. }
                 | Command::Logout => Ok(()),
             };

@@ -24,6 +24,7 @@ mod cluster_start;
 mod console_browser;
 mod database_tls;
 mod deploy_debian;
+mod deploy_image;
 mod deploy_kubernetes;
 mod deploy_monitoring;
 mod dispatch_failover;
