@@ -8,7 +8,10 @@
 #
 # The base images are arguments, for registries of your own (and for CI, which has none):
 # BUILDER must have cargo (Rust 1.94 or newer); RUNTIME is Debian bookworm or alike. The target
-# `prebuilt` takes a binary already built (a file `carillon` in the build context) instead.
+# `prebuilt` takes a binary already built (a file `carillon` in the build context) instead;
+# `demo` is the demo executor of compose.yaml (`prebuilt-demo`: a built `carillon-demo`). It
+# needs BuildKit, Docker's builder since 23.0: the legacy builder builds every stage before
+# the one asked for, the prebuilt ones too.
 ARG BUILDER=rust:1.94-bookworm
 ARG RUNTIME=debian:bookworm-slim
 
@@ -40,11 +43,28 @@ CMD ["server"]
 FROM runtime AS prebuilt
 COPY carillon /usr/bin/carillon
 
+# The demo executor (compose.yaml): the SDK's example handlers, no node of its own.
+FROM runtime AS demo-runtime
+EXPOSE 9100
+HEALTHCHECK NONE
+ENTRYPOINT ["/usr/bin/carillon-demo"]
+CMD []
+
+FROM demo-runtime AS prebuilt-demo
+COPY carillon-demo /usr/bin/carillon-demo
+
 FROM ${BUILDER} AS build
 WORKDIR /src
 COPY . .
 RUN cargo build --release --locked --bin carillon \
     && install -m 0755 target/release/carillon /usr/local/bin/carillon
+
+FROM build AS build-demo
+RUN cargo build --release --locked --bin carillon-demo \
+    && install -m 0755 target/release/carillon-demo /usr/local/bin/carillon-demo
+
+FROM demo-runtime AS demo
+COPY --from=build-demo /usr/local/bin/carillon-demo /usr/bin/carillon-demo
 
 FROM runtime AS image
 COPY --from=build /usr/local/bin/carillon /usr/bin/carillon

@@ -20,6 +20,14 @@ const EXECUTOR_DRAIN_LIMIT: Duration = Duration::from_secs(40);
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    match std::env::var("CARILLON_ADMIN_URLS") {
+        Ok(urls) => executor_alone(&urls).await,
+        Err(_) => node_and_executor().await,
+    }
+}
+
+/// The node and the executor in one process, on SQLite: the quickstart.
+async fn node_and_executor() -> anyhow::Result<()> {
     // The server's own variables, for the few settings a demo may need to move.
     let mut config = Config::default();
     if let Ok(url) = std::env::var("CARILLON_DATABASE_URL") {
@@ -88,6 +96,68 @@ async fn main() -> anyhow::Result<()> {
     node_stop.cancel();
     node.await.context("the admin node's task failed")??;
     Ok(())
+}
+
+/// Only the executor, for a cluster that runs elsewhere (`compose.yaml`): it registers with
+/// the nodes of `CARILLON_ADMIN_URLS` (comma-separated) with the cluster's executor token and
+/// dispatch key, listens on `CARILLON_EXECUTOR_LISTEN` (default 0.0.0.0:9100) and is reached
+/// at `CARILLON_EXECUTOR_ADVERTISE`; with `CARILLON_ADMIN_TOKEN` it also creates the API's
+/// jobs. SIGTERM (a container's stop) or Ctrl-C drains it.
+async fn executor_alone(urls: &str) -> anyhow::Result<()> {
+    carillon_server::telemetry::init(&Config::default().log);
+    let setting = |name: &str| std::env::var(name).with_context(|| format!("{name} is not set"));
+    let admins: Vec<String> = urls
+        .split(',')
+        .map(|url| url.trim().trim_end_matches('/').to_owned())
+        .filter(|url| !url.is_empty())
+        .collect();
+    let first = admins
+        .first()
+        .cloned()
+        .context("CARILLON_ADMIN_URLS names no node")?;
+    let listen =
+        std::env::var("CARILLON_EXECUTOR_LISTEN").unwrap_or_else(|_| "0.0.0.0:9100".into());
+    let listen = listen
+        .parse()
+        .with_context(|| format!("CARILLON_EXECUTOR_LISTEN={listen:?} is not an address:port"))?;
+    let mut builder = Executor::builder()
+        .app("demo")
+        .admin_urls(admins)
+        .listen(listen)
+        .executor_token(setting("CARILLON_EXECUTOR_TOKEN")?)
+        .dispatch_secret(setting("CARILLON_DISPATCH_SECRET")?)
+        .capacity(8);
+    if let Ok(advertise) = std::env::var("CARILLON_EXECUTOR_ADVERTISE") {
+        builder = builder.advertise(advertise);
+    }
+    let executor = builder.build()?;
+    let stop = CancellationToken::new();
+    let running = tokio::spawn({
+        let stop = stop.clone();
+        executor.run_until(async move { stop.cancelled().await })
+    });
+    if let Ok(token) = std::env::var("CARILLON_ADMIN_TOKEN") {
+        create_api_jobs(&first, &token).await?;
+    }
+    info!("demo executor running for the nodes at {urls}");
+    stopped().await?;
+    info!("stopping: the executor drains and deregisters");
+    stop.cancel();
+    match tokio::time::timeout(EXECUTOR_DRAIN_LIMIT, running).await {
+        Ok(Ok(done)) => done.context("the demo's executor stopped with an error"),
+        Ok(Err(e)) => Err(e).context("the demo's executor task failed"),
+        Err(_) => anyhow::bail!("the demo's executor did not stop in time"),
+    }
+}
+
+/// Waits for Ctrl-C or SIGTERM.
+async fn stopped() -> anyhow::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("listening for SIGTERM")?;
+    tokio::select! {
+        interrupted = tokio::signal::ctrl_c() => interrupted.context("waiting for Ctrl-C"),
+        _ = term.recv() => Ok(()),
+    }
 }
 
 /// Jobs whose policies are set through the API: sharding and retries.

@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 
 use crate::support;
 use support::db::TestDb;
+use support::docker::{self, Image, docker, docker_ok, text};
 use support::executor::{EXECUTOR_TOKEN, Executor, SECRET};
 use support::node::{NodeProcess, NodeSpec, TOKEN};
 use support::wait_for;
@@ -29,33 +30,22 @@ for_engine!(
     [three_node_containers_fire_every_instant_once_through_a_kill]
 );
 
-/// The base `.ci/run` imports from its debootstrap root; `CARILLON_TEST_BASE_IMAGE` names
-/// another.
-fn base_image() -> String {
-    std::env::var("CARILLON_TEST_BASE_IMAGE")
-        .unwrap_or_else(|_| "carillon-ci/bookworm-minbase".to_owned())
-}
-
 /// Jobs firing every second with no executor (their runs are counted), and the window's
 /// length in seconds.
 const JOBS: usize = 60;
 const WINDOW_S: i64 = 12;
 
 async fn three_node_containers_fire_every_instant_once_through_a_kill(db: TestDb) {
-    let base = base_image();
-    let engine = docker(&["version", "--format", "{{.Server.Version}}"]);
-    assert!(
-        engine.status.success(),
-        "no Docker engine answers: .ci/run starts dockerd ({})",
-        text(&engine.stderr)
-    );
-    assert!(
-        docker(&["image", "inspect", &base]).status.success(),
-        "no image {base}: .ci/run imports it from its debootstrap root"
-    );
+    let base = docker::base_image();
     let scratch = tempfile::tempdir().unwrap();
     let suffix = carillon_server::data_dir::random_hex(6).unwrap();
-    let image = Image::build(&base, scratch.path(), &format!("carillon-test:{suffix}"));
+    let binary = Path::new(env!("CARGO_BIN_EXE_carillon"));
+    let image = Image::prebuilt(
+        &base,
+        "prebuilt",
+        &[(binary, "carillon")],
+        &format!("carillon-test:{suffix}"),
+    );
 
     // What the image says of itself.
     let config: Value = serde_json::from_slice(
@@ -200,39 +190,6 @@ async fn three_node_containers_fire_every_instant_once_through_a_kill(db: TestDb
     drop(nodes);
 }
 
-/// The image of this build's binary, removed when dropped.
-struct Image(String);
-
-impl Image {
-    fn build(base: &str, scratch: &Path, tag: &str) -> Self {
-        let context = scratch.join("context");
-        std::fs::create_dir_all(&context).unwrap();
-        let dockerfile = Path::new(env!("CARGO_MANIFEST_DIR")).join("../Dockerfile");
-        std::fs::copy(dockerfile, context.join("Dockerfile")).unwrap();
-        std::fs::copy(env!("CARGO_BIN_EXE_carillon"), context.join("carillon")).unwrap();
-        let context = context.to_str().unwrap();
-        let runtime = format!("RUNTIME={base}");
-        docker_ok(&[
-            "build",
-            "-q",
-            "--target",
-            "prebuilt",
-            "--build-arg",
-            &runtime,
-            "-t",
-            tag,
-            context,
-        ]);
-        Self(tag.to_owned())
-    }
-}
-
-impl Drop for Image {
-    fn drop(&mut self) {
-        let _ = docker(&["rmi", "-f", &self.0]);
-    }
-}
-
 /// Containers removed when dropped, whatever the test's outcome.
 struct Containers(Vec<String>);
 
@@ -301,27 +258,4 @@ async fn db_now(db: &TestDb) -> i64 {
     db.fetch_pairs("SELECT COUNT(*), MAX(heartbeat_at_ms) FROM nodes", &[])
         .await[0]
         .1
-}
-
-fn docker(args: &[&str]) -> std::process::Output {
-    Command::new("docker")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-fn docker_ok(args: &[&str]) -> std::process::Output {
-    let output = docker(args);
-    assert!(
-        output.status.success(),
-        "docker {args:?}: {}{}",
-        text(&output.stdout),
-        text(&output.stderr)
-    );
-    output
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }

@@ -23,6 +23,7 @@ mod cluster_failover;
 mod cluster_start;
 mod console_browser;
 mod database_tls;
+mod deploy_compose;
 mod deploy_debian;
 mod deploy_image;
 mod deploy_kubernetes;
