@@ -115,25 +115,8 @@ async fn every_instant_runs_exactly_once_through_kills_and_restarts(db: TestDb) 
 
     let window_end = window_start + WINDOW_S * 1_000;
     let instants = WINDOW_S + 1;
-    // Wait until every job has fired past the window.
-    wait_for(Duration::from_secs(90), "every job to fire past the window", || async {
-        let behind = db
-            .fetch_pairs(
-                "SELECT COUNT(*), COUNT(*) FROM jobs WHERE last_fired_at_ms IS NULL OR last_fired_at_ms < ?",
-                &[window_end],
-            )
-            .await[0]
-            .0;
-        (behind == 0).then_some(())
-    })
-    .await;
-
-    let per_job = db
-        .fetch_pairs(
-            "SELECT job_id, COUNT(*) FROM runs WHERE scheduled_at_ms BETWEEN ? AND ? GROUP BY job_id",
-            &[window_start, window_end],
-        )
-        .await;
+    db.wait_fired_past(window_end).await;
+    let per_job = db.runs_per_job(window_start, window_end).await;
     let total: i64 = per_job.iter().map(|(_, n)| n).sum();
     let wrong: Vec<_> = per_job.iter().filter(|(_, n)| *n != instants).collect();
     let distinct = db

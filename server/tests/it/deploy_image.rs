@@ -155,23 +155,8 @@ async fn three_node_containers_fire_every_instant_once_through_a_kill(db: TestDb
     .await;
 
     let window_end = window_start + WINDOW_S * 1_000;
-    wait_for(Duration::from_secs(60), "every job to fire past the window", || async {
-        let behind = db
-            .fetch_pairs(
-                "SELECT COUNT(*), COUNT(*) FROM jobs WHERE last_fired_at_ms IS NULL OR last_fired_at_ms < ?",
-                &[window_end],
-            )
-            .await[0]
-            .0;
-        (behind == 0).then_some(())
-    })
-    .await;
-    let per_job = db
-        .fetch_pairs(
-            "SELECT job_id, COUNT(*) FROM runs WHERE scheduled_at_ms BETWEEN ? AND ? GROUP BY job_id",
-            &[window_start, window_end],
-        )
-        .await;
+    db.wait_fired_past(window_end).await;
+    let per_job = db.runs_per_job(window_start, window_end).await;
     let wrong: Vec<_> = per_job.iter().filter(|(_, n)| *n != WINDOW_S + 1).collect();
     assert_eq!(per_job.len(), JOBS + 1, "every job ran in the window");
     assert!(

@@ -358,6 +358,34 @@ impl TestDb {
         lines
     }
 
+    /// Waits (up to 90 s) until every job has fired an instant past `until_ms`.
+    pub async fn wait_fired_past(&self, until_ms: i64) {
+        super::wait_for(
+            std::time::Duration::from_secs(90),
+            "every job to fire past the window",
+            || async {
+                let behind = self
+                    .fetch_pairs(
+                        "SELECT COUNT(*), COUNT(*) FROM jobs WHERE last_fired_at_ms IS NULL OR last_fired_at_ms < ?",
+                        &[until_ms],
+                    )
+                    .await[0]
+                    .0;
+                (behind == 0).then_some(())
+            },
+        )
+        .await;
+    }
+
+    /// (job id, runs) of the runs scheduled from `from_ms` to `to_ms`, both included.
+    pub async fn runs_per_job(&self, from_ms: i64, to_ms: i64) -> Vec<(i64, i64)> {
+        self.fetch_pairs(
+            "SELECT job_id, COUNT(*) FROM runs WHERE scheduled_at_ms BETWEEN ? AND ? GROUP BY job_id",
+            &[from_ms, to_ms],
+        )
+        .await
+    }
+
     /// Rows of two integers from `query` (written with `?` placeholders) bound to `binds`.
     pub async fn fetch_pairs(&self, query: &str, binds: &[i64]) -> Vec<(i64, i64)> {
         fetch_rows(self.engine, &self.url, query, binds).await
