@@ -17,7 +17,8 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::support;
-use support::docker::{self, Image, docker_ok, text};
+use support::docker::{self, Image, docker_ok};
+use support::text;
 use support::wait_for;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

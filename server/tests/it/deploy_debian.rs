@@ -28,7 +28,7 @@ use crate::support;
 use support::db::TestDb;
 use support::executor::{EXECUTOR_TOKEN, Executor};
 use support::node::{NodeProcess, NodeSpec, TOKEN};
-use support::wait_for;
+use support::{text, wait_for};
 
 for_engine!(
     postgres,
@@ -415,8 +415,4 @@ impl Unit {
         let spec = NodeSpec::fast("packaged-node", &db.url, scratch);
         NodeProcess::adopt(spec, child, log).await
     }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }

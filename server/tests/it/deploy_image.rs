@@ -18,9 +18,10 @@ use serde_json::{Value, json};
 
 use crate::support;
 use support::db::TestDb;
-use support::docker::{self, Image, docker, docker_ok, text};
+use support::docker::{self, Image, docker, docker_ok};
 use support::executor::{EXECUTOR_TOKEN, Executor, SECRET};
 use support::node::{NodeProcess, NodeSpec, TOKEN};
+use support::text;
 use support::wait_for;
 
 for_engine!(

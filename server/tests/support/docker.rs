@@ -5,6 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use super::text;
+
 /// The base image: the one `.ci/run` imports, or `CARILLON_TEST_BASE_IMAGE`. Fails the test,
 /// saying what is missing, when no engine answers or the base is absent.
 pub fn base_image() -> String {
@@ -88,8 +90,4 @@ pub fn docker_ok(args: &[&str]) -> Output {
         text(&output.stderr)
     );
     output
-}
-
-pub fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }

@@ -98,6 +98,11 @@ macro_rules! behind_pgbouncer {
     };
 }
 
+/// A command's output as text (lossy: it is for messages).
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
 /// A loopback port free now, for a server a test starts.
 pub fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
