@@ -82,6 +82,19 @@ impl JobContext {
             .map_err(|e| JobError::new(format!("the input does not fit: {e}")))
     }
 
+    /// The W3C `traceparent` the node sent with this attempt: the run's trace, with the
+    /// node's delivery span as the parent. Send it on (a `traceparent` header) or give it to
+    /// your tracer, and the work this handler causes joins the run's trace.
+    pub fn traceparent(&self) -> Option<&str> {
+        self.dispatch.traceparent.as_deref()
+    }
+
+    /// The run's trace id (32 hex digits), when the node sent a `traceparent`; the attempt's
+    /// log lines carry it as `trace_id`.
+    pub fn trace_id(&self) -> Option<&str> {
+        trace_id_of(self.dispatch.traceparent.as_deref()?)
+    }
+
     /// True once the run was cancelled (or the executor is stopping hard).
     pub fn is_cancelled(&self) -> bool {
         self.cancel.is_cancelled()
@@ -104,4 +117,10 @@ impl JobContext {
     {
         crate::logs::in_current_attempt(future)
     }
+}
+
+/// The trace id of a version-00 `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`).
+pub(crate) fn trace_id_of(traceparent: &str) -> Option<&str> {
+    let trace = traceparent.split('-').nth(1)?;
+    (trace.len() == 32 && trace.bytes().all(|b| b.is_ascii_hexdigit())).then_some(trace)
 }

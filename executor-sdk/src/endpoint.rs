@@ -203,6 +203,10 @@ fn start(shared: &Arc<Shared>, dispatch: Dispatch) -> Result<(), (StatusCode, St
         attempt_id = dispatch.attempt_id,
         job = %dispatch.job,
         shard = dispatch.shard.index,
+        trace_id = dispatch
+            .traceparent
+            .as_deref()
+            .and_then(crate::context::trace_id_of),
     );
     shared.tasks.spawn(
         async move {

@@ -118,6 +118,11 @@ pub struct Dispatch {
     /// job's own schedule, a manual one or a task's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<Value>,
+    /// The W3C trace context of this delivery (`00-<trace id>-<parent span id>-<flags>`): the
+    /// run's trace, and the node's span of this delivery as the parent. A single dispatch also
+    /// carries it as the `traceparent` header; in a batch only here, one per dispatch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

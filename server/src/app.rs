@@ -20,6 +20,7 @@ use crate::config::{Config, ConfigError, Pooler};
 use crate::data_dir::{DataDir, DataDirError};
 use crate::dispatch::Dispatcher;
 use crate::dispatch::client::DispatchClient;
+use crate::observe::traces::{ExportSettings, TraceExport, Traces};
 use crate::observe::{
     self, AlertSettings, AlertWorker, FailedJobs, FailurePauser, NodeMetrics, Observer,
 };
@@ -71,6 +72,8 @@ pub enum StartupError {
     /// Building an HTTP client or the listener's TLS failed; the message says which.
     #[error("{0}")]
     Http(String),
+    #[error(transparent)]
+    Traces(#[from] crate::observe::traces::ExportError),
     #[error("http.listen: cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -103,6 +106,8 @@ pub struct Application {
     failure_pauser: FailurePauser,
     backfill_driver: BackfillDriver,
     task_firer: TaskFirer,
+    /// Sends the node's spans, when `[telemetry]` names a collector.
+    trace_export: Option<TraceExport>,
     /// Serve HTTPS with this configuration (`http.tls_cert`).
     tls: Option<Arc<carillon_tls::ServerConfig>>,
     shutdown_grace: Duration,
@@ -275,11 +280,13 @@ impl Application {
             Arc::clone(&failed_jobs),
             alerter.clone(),
         );
+        let (traces, trace_export) = traces(&config.telemetry, &dispatch_secret, view.node_id())?;
         let observer = Observer::new(
             Arc::clone(&metrics),
             alerter,
             config.alerts.late_after_ms,
             failed_jobs,
+            traces.clone(),
         );
         let history_purger = HistoryPurger::new(
             Arc::clone(&api_store) as Arc<dyn store::HistoryStore>,
@@ -314,6 +321,7 @@ impl Application {
             config.scheduler_settings(),
             Arc::clone(&dispatcher_wake),
             metrics,
+            traces,
         );
         let client = DispatchClient::new(
             Arc::new(dispatch_secret),
@@ -400,6 +408,7 @@ impl Application {
             failure_pauser,
             backfill_driver,
             task_firer,
+            trace_export,
             tls,
             shutdown_grace: Duration::from_millis(config.cluster.shutdown_grace_ms),
         })
@@ -447,6 +456,9 @@ impl Application {
         tracker.spawn(self.failure_pauser.run(shutdown.child_token()));
         tracker.spawn(self.backfill_driver.run(shutdown.child_token()));
         tracker.spawn(self.task_firer.run(shutdown.child_token()));
+        if let Some(export) = self.trace_export {
+            tracker.spawn(export.run(shutdown.child_token()));
+        }
         tracker.close();
         info!(address = %self.local_addr, "carillon node listening");
 
@@ -468,6 +480,36 @@ impl Application {
         info!("node stopped");
         outcome
     }
+}
+
+/// The node's trace ids and, when `[telemetry]` names a collector, its span exporter.
+fn traces(
+    telemetry: &crate::config::TelemetryConfig,
+    dispatch_key: &crate::secret::Secret,
+    node_id: &str,
+) -> Result<(Traces, Option<TraceExport>), StartupError> {
+    let key = dispatch_key.expose().as_bytes();
+    let Some(endpoint) = &telemetry.otlp_endpoint else {
+        return Ok((Traces::new(key, None), None));
+    };
+    let settings = ExportSettings {
+        endpoint: endpoint.clone(),
+        headers: telemetry
+            .otlp_headers
+            .iter()
+            .map(|(name, value)| (name.clone(), value.expose().to_owned()))
+            .collect(),
+        service_name: telemetry.service_name.clone(),
+        node_id: node_id.to_owned(),
+        timeout: Duration::from_millis(telemetry.export_timeout_ms),
+    };
+    let (spans, queued) = Traces::queue();
+    let export = TraceExport::new(&settings, queued)?;
+    info!(endpoint = %endpoint, sample_ratio = telemetry.sample_ratio, "exporting traces over OTLP");
+    Ok((
+        Traces::new(key, Some((spans, telemetry.sample_ratio))),
+        Some(export),
+    ))
 }
 
 /// Refuses to start on a schema this build did not migrate to: with `database.migrate` off

@@ -24,7 +24,7 @@ static SLOW_FINISHED: AtomicUsize = AtomicUsize::new(0);
 
 #[job(name = "tick", description = "declared in code", cron = "* * * * * *")]
 async fn tick(ctx: JobContext) -> Result<Value, JobError> {
-    Ok(json!({ "run": ctx.run_id() }))
+    Ok(json!({ "run": ctx.run_id(), "traceparent": ctx.traceparent() }))
 }
 
 #[job(name = "shard")]
@@ -206,6 +206,12 @@ async fn the_sdk_registers_runs_handlers_and_drains() {
         "{said}"
     );
     assert_eq!(said["span"]["job"], "chatty", "{said}");
+    // And the run's trace, from the dispatch's traceparent, sent even with no collector.
+    let trace_id = said["span"]["trace_id"].as_str().unwrap_or_default();
+    assert!(
+        trace_id.len() == 32 && trace_id.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{said}"
+    );
 
     // Sharding: count 3 gives three attempts with their index and total.
     let run = trigger_new(&node, "sharded", "shard", json!({"sharding": {"count": 3}})).await;
@@ -314,4 +320,245 @@ async fn the_sdk_registers_runs_handlers_and_drains() {
         executors["executors"][0]["state"], "left",
         "deregistered after draining"
     );
+}
+
+/// Spans an OTLP receiver got (`tests/otlp/receiver.py`, decoding with opentelemetry-proto).
+struct Receiver {
+    port: u16,
+    child: std::process::Child,
+}
+
+impl Receiver {
+    fn start() -> Receiver {
+        use std::io::BufRead;
+        let script = format!("{}/tests/otlp/receiver.py", env!("CARGO_MANIFEST_DIR"));
+        let mut child = std::process::Command::new("python3")
+            .arg(script)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 runs the OTLP receiver");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .strip_prefix("listening ")
+            .unwrap_or_else(|| {
+                panic!("the receiver said {line:?} (is opentelemetry-proto installed?)")
+            })
+            .parse()
+            .unwrap();
+        Receiver { port, child }
+    }
+
+    async fn spans(&self) -> Vec<Value> {
+        let got: Value = reqwest::get(format!("http://127.0.0.1:{}/spans", self.port))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(got["refused"], json!([]), "bodies that are not OTLP");
+        got["spans"].as_array().unwrap().clone()
+    }
+
+    /// Waits for spans passing `wanted`, all of them once `enough` says they are.
+    async fn wait_spans(&self, what: &str, enough: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        wait_for(Duration::from_secs(30), what, || async {
+            let spans = self.spans().await;
+            enough(&spans).then_some(spans)
+        })
+        .await
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn named<'a>(spans: &'a [Value], name: &str, run: &Value) -> Option<&'a Value> {
+    spans
+        .iter()
+        .find(|s| s["name"] == name && s["attributes"]["carillon.run_id"] == *run)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs opentelemetry-proto (pip install opentelemetry-proto==1.45.2; .ci/run installs it)"]
+async fn a_runs_stages_and_api_requests_reach_an_otlp_collector_as_one_trace() {
+    let receiver = Receiver::start();
+    let node = Solo::start(|spec| {
+        spec.extra_env = vec![
+            ("CARILLON_EXECUTOR_TOKEN", EXECUTOR_TOKEN.to_owned()),
+            ("CARILLON_DISPATCH_SECRET", SECRET.to_owned()),
+            ("CARILLON_EXECUTOR_HEARTBEAT_MS", "200".to_owned()),
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("http://127.0.0.1:{}", receiver.port),
+            ),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=tests".to_owned()),
+        ];
+    })
+    .await;
+    let executor = Executor::builder()
+        .app("sdk")
+        .admin_urls([node.url("")])
+        .executor_token(EXECUTOR_TOKEN)
+        .dispatch_secret(SECRET)
+        .executor_id("sdk-traced")
+        .build()
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let stop = CancellationToken::new();
+    let stopped = stop.clone();
+    let running = tokio::spawn(
+        executor.run_with_listener(listener, async move { stopped.cancelled().await }),
+    );
+
+    // A run of the declared job's schedule (every second): claimed, delivered to the executor
+    // (it starts in its claim: one attempt) and settled, one trace under its claim.
+    let run = wait_for(
+        Duration::from_secs(30),
+        "a scheduled run to succeed",
+        || async {
+            let (_, jobs) = node
+                .call(Method::GET, "/api/v1/jobs?name=sdk.tick", None)
+                .await;
+            let job = jobs["jobs"].get(0)?.clone();
+            let (_, runs) = node
+                .call(
+                    Method::GET,
+                    &format!("/api/v1/jobs/{}/runs", job["id"]),
+                    None,
+                )
+                .await;
+            runs["runs"]
+                .as_array()?
+                .iter()
+                .find(|r| r["state"] == "succeeded")
+                .map(|r| r["id"].clone())
+        },
+    )
+    .await;
+    let stages = ["carillon.claim", "carillon.deliver", "carillon.settle"];
+    let spans = receiver
+        .wait_spans(&format!("the stages of run {run}"), |spans| {
+            stages.iter().all(|name| named(spans, name, &run).is_some())
+        })
+        .await;
+    let [claim, deliver, settle] = stages.map(|name| named(&spans, name, &run).unwrap().clone());
+    let trace = claim["trace_id"].as_str().unwrap().to_owned();
+    for span in [&claim, &deliver, &settle] {
+        assert_eq!(span["trace_id"], trace, "one trace: {span}");
+        assert_eq!(span["resource"]["service.name"], "carillon", "{span}");
+        assert_eq!(span["resource"]["service.instance.id"], "solo", "{span}");
+        assert_eq!(span["scope"], "carillon");
+        assert_eq!(
+            span["headers"]["x-tenant"], "tests",
+            "the configured header"
+        );
+        assert!(
+            span["end_ns"].as_u64() >= span["start_ns"].as_u64(),
+            "{span}"
+        );
+    }
+    assert_eq!(claim["parent_span_id"], "", "the claim is the root");
+    assert_eq!(deliver["parent_span_id"], claim["span_id"]);
+    assert_eq!(settle["parent_span_id"], claim["span_id"]);
+    assert!(claim["end_ns"].as_u64() <= deliver["start_ns"].as_u64());
+    assert_eq!(deliver["kind"], 3, "a delivery is a client span");
+    assert_eq!(deliver["attributes"]["carillon.executor_id"], "sdk-traced");
+    assert_eq!(
+        deliver["attributes"]["carillon.outcome"], "accepted",
+        "the SDK answers later"
+    );
+    assert_eq!(settle["attributes"]["carillon.run_state"], "succeeded");
+    // The handler was given the trace, with the delivery as its parent.
+    let detail = run_detail(&node, &run).await;
+    assert_eq!(
+        detail["attempts"][0]["output"]["traceparent"],
+        format!("00-{trace}-{}-01", deliver["span_id"].as_str().unwrap()),
+        "{detail}"
+    );
+
+    // A run of three shards is started by a start pass: its span, and a delivery per shard.
+    let sharded = trigger_new(&node, "sharded", "shard", json!({"sharding": {"count": 3}})).await;
+    let spans = receiver
+        .wait_spans("the sharded run's deliveries", |spans| {
+            spans
+                .iter()
+                .filter(|s| {
+                    s["name"] == "carillon.settle" && s["attributes"]["carillon.run_id"] == sharded
+                })
+                .count()
+                == 3
+        })
+        .await;
+    let root = named(&spans, "carillon.run", &sharded).expect("a manual run's root");
+    assert_eq!(root["parent_span_id"], "");
+    let start = named(&spans, "carillon.start", &sharded).expect("its start");
+    assert_eq!(start["parent_span_id"], root["span_id"]);
+    assert_eq!(start["attributes"]["carillon.shards"], 3);
+    let deliveries: Vec<&Value> = spans
+        .iter()
+        .filter(|s| {
+            s["name"] == "carillon.deliver" && s["attributes"]["carillon.run_id"] == sharded
+        })
+        .collect();
+    assert_eq!(deliveries.len(), 3);
+    assert!(
+        deliveries
+            .iter()
+            .all(|d| d["parent_span_id"] == root["span_id"])
+    );
+    assert!(
+        named(&spans, "carillon.claim", &sharded).is_none(),
+        "a manual run has no claim"
+    );
+
+    // An API request bringing a traceparent joins the caller's trace.
+    let caller_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let caller_span = "00f067aa0ba902b7";
+    let (_, job) = node
+        .call(Method::GET, "/api/v1/jobs?name=sdk.tick", None)
+        .await;
+    let job_id = job["jobs"][0]["id"].clone();
+    let answer = carillon_tls::http_client()
+        .unwrap()
+        .post(node.url(&format!("/api/v1/jobs/{job_id}/trigger")))
+        .bearer_auth(support::node::TOKEN)
+        .header("traceparent", format!("00-{caller_trace}-{caller_span}-01"))
+        .send()
+        .await
+        .unwrap();
+    let status = answer.status().as_u16();
+    let spans = receiver
+        .wait_spans("the request's span", |spans| {
+            spans.iter().any(|s| s["trace_id"] == caller_trace)
+        })
+        .await;
+    let request = spans
+        .iter()
+        .find(|s| s["trace_id"] == caller_trace)
+        .unwrap();
+    assert_eq!(
+        request["name"], "POST /api/v1/jobs/{id}/trigger",
+        "{request}"
+    );
+    assert_eq!(request["parent_span_id"], caller_span);
+    assert_eq!(request["kind"], 2, "a server span");
+    assert_eq!(
+        request["attributes"]["http.route"],
+        "/api/v1/jobs/{id}/trigger"
+    );
+    assert_eq!(
+        request["attributes"]["http.response.status_code"], status,
+        "{request}"
+    );
+
+    stop.cancel();
+    running.await.unwrap().unwrap();
 }

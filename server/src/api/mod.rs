@@ -35,6 +35,7 @@ mod sign_in;
 mod stats;
 mod tasks;
 mod tokens;
+mod traced;
 mod workflow_runs;
 mod workflow_write;
 mod workflows;
@@ -228,8 +229,10 @@ pub fn router(state: ApiState) -> Router {
         .oidc
         .as_ref()
         .and_then(|oidc| console::origin_of(&oidc.settings().issuer));
+    let traces = state.observer.traces.clone();
     app.merge(console::routes(provider.as_deref()))
         .method_not_allowed_fallback(error::method_not_allowed)
         .fallback(error::not_found)
+        .layer(middleware::from_fn_with_state(traces, traced::traced))
         .with_state(state)
 }

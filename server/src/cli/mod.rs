@@ -288,6 +288,15 @@ struct ServerArgs {
     /// PostgreSQL: deliver nothing before the standbys have it (`true` by default).
     #[arg(long, env = "CARILLON_WAIT_FOR_STANDBYS")]
     wait_for_standbys: Option<bool>,
+    /// Export traces to this OTLP/HTTP collector (`http://collector:4318`).
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
+    /// Headers for the collector: `x-api-key=…,tenant=…` (prefer the environment variable).
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_HEADERS", hide_env_values = true)]
+    otlp_headers: Option<String>,
+    /// The spans' `service.name` (default carillon).
+    #[arg(long, env = "OTEL_SERVICE_NAME")]
+    otel_service_name: Option<String>,
 }
 
 impl CommonArgs {
@@ -403,6 +412,17 @@ impl ServerArgs {
             &mut config.database.wait_for_standbys,
             self.wait_for_standbys,
         );
+        let t = &mut config.telemetry;
+        set(&mut t.otlp_endpoint, self.otlp_endpoint.map(Some));
+        set(&mut t.service_name, self.otel_service_name);
+        if let Some(pairs) = self.otlp_headers {
+            for pair in pairs.split(',').filter(|p| !p.trim().is_empty()) {
+                // A pair without '=' is a header without a value, which validation names.
+                let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+                t.otlp_headers
+                    .insert(name.trim().to_owned(), Secret::new(value.trim().to_owned()));
+            }
+        }
     }
 }
 

@@ -167,7 +167,12 @@ impl DispatchClient {
         self.allowlist.check_address(address).await
     }
 
-    async fn post_signed(&self, url: String, body: Vec<u8>) -> Result<reqwest::Response, NoAnswer> {
+    async fn post_signed(
+        &self,
+        url: String,
+        body: Vec<u8>,
+        traceparent: Option<&str>,
+    ) -> Result<reqwest::Response, NoAnswer> {
         // An address literal skips the resolver: check it here.
         if !self.allowlist.permits_literal(&url) {
             return Err(NoAnswer {
@@ -181,19 +186,20 @@ impl DispatchClient {
         // stale by executors whose clocks are right.
         let timestamp = self.clock.now_ms();
         let signature = sign(self.secret.expose().as_bytes(), timestamp, &body);
-        self.http
+        let mut request = self
+            .http
             .post(url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header(TIMESTAMP_HEADER, timestamp.to_string())
-            .header(SIGNATURE_HEADER, signature)
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| NoAnswer {
-                tls: carillon_tls::is_tls_failure(&e),
-                sent: !e.is_connect(),
-                why: format!("no answer: {}", without_url(&e)),
-            })
+            .header(SIGNATURE_HEADER, signature);
+        if let Some(traceparent) = traceparent {
+            request = request.header("traceparent", traceparent);
+        }
+        request.body(body).send().await.map_err(|e| NoAnswer {
+            tls: carillon_tls::is_tls_failure(&e),
+            sent: !e.is_connect(),
+            why: format!("no answer: {}", without_url(&e)),
+        })
     }
 
     /// Now by the cluster clock, which stamps the signatures.
@@ -211,7 +217,10 @@ impl DispatchClient {
             address.trim_end_matches('/'),
             executor_paths::DISPATCH
         );
-        let response = match self.post_signed(url, body).await {
+        let response = match self
+            .post_signed(url, body, dispatch.traceparent.as_deref())
+            .await
+        {
             Ok(response) => response,
             // A certificate refused (ours or the executor's) is no passing outage: the
             // attempt fails with the reason, and the retry policy decides what follows.
@@ -251,7 +260,7 @@ impl DispatchClient {
             address.trim_end_matches('/'),
             executor_paths::DISPATCH_BATCH
         );
-        let response = self.post_signed(url, body).await?;
+        let response = self.post_signed(url, body, None).await?;
         let status = response.status();
         if status != StatusCode::OK {
             return Err(format!("executor answered {status} to a batch"));
@@ -277,7 +286,7 @@ impl DispatchClient {
             address.trim_end_matches('/'),
             executor_paths::CANCEL
         );
-        matches!(self.post_signed(url, body).await, Ok(r) if r.status().is_success())
+        matches!(self.post_signed(url, body, None).await, Ok(r) if r.status().is_success())
     }
 }
 

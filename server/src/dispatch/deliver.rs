@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tracing::{debug, warn};
 
@@ -18,6 +18,7 @@ use super::xxl::trigger_of;
 use super::{Dispatcher, millis};
 use crate::jobs::Delivery as Guarantee;
 use crate::observe::Observer;
+use crate::observe::traces::Offering;
 use crate::store::{self, JobRecord, Store};
 
 /// A delivery pass slower than this is logged with where its time went (a pass waits up to
@@ -251,7 +252,7 @@ async fn deliver_at_most_once(
         return Ok(None);
     }
     let sent_ms = client.now_ms();
-    let delivery = send(client, target, offer).await;
+    let delivery = send(client, observer, (0, target), offer).await;
     match delivery {
         Delivery::Accepted => {
             observer.metrics.dispatches.add(delivery.outcome(), 1);
@@ -287,9 +288,17 @@ async fn deliver_at_most_once(
     }
 }
 
-/// Sends an offer to one executor, in its protocol.
-async fn send(client: &DispatchClient, target: &Target, offer: &Offer) -> Delivery {
-    if target.xxl {
+/// Sends an offer to one executor (the `index`th of its order), in its protocol, and traces
+/// it.
+async fn send(
+    client: &DispatchClient,
+    observer: &Observer,
+    (index, target): (usize, &Target),
+    offer: &Offer,
+) -> Delivery {
+    let began = SystemTime::now();
+    let offering = offering(offer, index);
+    let delivery = if target.xxl {
         let trigger = trigger_of(
             &offer.request,
             offer.policy.overlap,
@@ -298,8 +307,40 @@ async fn send(client: &DispatchClient, target: &Target, offer: &Offer) -> Delive
         client
             .xxl_run(&target.address, &trigger, offer.policy.balance)
             .await
-    } else {
+    } else if offering.target == 0 {
         client.dispatch(&target.address, &offer.request).await
+    } else {
+        // The next executor's offer is a delivery span of its own.
+        let mut request = offer.request.clone();
+        request.traceparent = Some(observer.traces.traceparent((
+            offering.run_id,
+            offering.attempt_id,
+            offering.target,
+        )));
+        client.dispatch(&target.address, &request).await
+    };
+    observer.traces.delivered(
+        &offering,
+        &target.executor_id,
+        delivery.outcome(),
+        (began, SystemTime::now()),
+    );
+    delivery
+}
+
+fn offering(offer: &Offer, index: usize) -> Offering {
+    let a = &offer.attempt;
+    Offering {
+        run_id: a.run_id,
+        attempt_id: a.attempt_id,
+        attempt_no: a.attempt_no,
+        shard_index: a.shard_index,
+        created_at_ms: a.created_at_ms,
+        lost_before: a.lost_before,
+        job_id: a.job_id,
+        namespace_id: offer.namespace.0,
+        scheduled_at_ms: offer.scheduled_at_ms,
+        target: u32::try_from(index).unwrap_or(u32::MAX),
     }
 }
 
@@ -312,7 +353,7 @@ async fn deliver_from(
     first: usize,
 ) -> Delivered {
     let effect_once = offer.policy.delivery == Guarantee::ExactlyOnceEffect;
-    for target in offer.targets.iter().skip(first) {
+    for (index, target) in offer.targets.iter().enumerate().skip(first) {
         let executor_id = &target.executor_id;
         // An effect-once offer names its executor before it goes: only that executor's
         // record can answer for the work, so an offer made again (this node died before
@@ -326,7 +367,7 @@ async fn deliver_from(
                 .await?;
         }
         let sent_ms = client.now_ms();
-        let delivery = send(client, target, offer).await;
+        let delivery = send(client, observer, (index, target), offer).await;
         // It may have reached the executor: not on to the next one.
         if effect_once
             && matches!(&delivery, Delivery::TryAnother(not_taken, _) if not_taken.maybe_taken())
@@ -363,7 +404,23 @@ async fn deliver_batch(
     };
     let requests = offers.iter().map(|o| o.request.clone()).collect();
     let sent_ms = client.now_ms();
-    let mut replies = match client.dispatch_batch(&address, requests).await {
+    let began = SystemTime::now();
+    let batch = client.dispatch_batch(&address, requests).await;
+    if observer.traces.exporting() {
+        let ended = SystemTime::now();
+        for offer in &offers {
+            let outcome = match &batch {
+                Ok(replies) => replies
+                    .get(&offer.attempt.attempt_id)
+                    .map_or("unanswered", Delivery::outcome),
+                Err(_) => "batch_failed",
+            };
+            observer
+                .traces
+                .delivered(&offering(offer, 0), &executor_id, outcome, (began, ended));
+        }
+    }
+    let mut replies = match batch {
         Ok(replies) => replies,
         Err(why) => {
             debug!(executor = %executor_id, why, attempts = offers.len(), "batch not delivered; offering one by one");

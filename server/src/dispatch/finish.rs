@@ -65,7 +65,20 @@ pub async fn finish_attempt_by(
             end_unreadable(attempt, executor_id, ending, output, error, &unreadable)
         }
     };
+    let began = std::time::SystemTime::now();
     let ended = store.attempt_end(attempt.attempt_id, &end).await?;
+    if !matches!(ended, AttemptEnded::AlreadyEnded) {
+        let run_state = match &ended {
+            AttemptEnded::RunEnded(state) => Some(state.as_str()),
+            _ => None,
+        };
+        observer.traces.settled(
+            (attempt.run_id, attempt.attempt_id),
+            end.state.as_str(),
+            run_state,
+            (began, std::time::SystemTime::now()),
+        );
+    }
     observer.attempt_ended(
         &ended,
         attempt.run_id,

@@ -248,6 +248,11 @@ impl Dispatcher {
                 let tries = attempt.attempt_no - attempt.lost_before;
                 format!("{}:{}:{tries}", attempt.run_id, attempt.shard_index)
             }),
+            traceparent: Some(self.observer.traces.traceparent((
+                attempt.run_id,
+                attempt.attempt_id,
+                0,
+            ))),
         };
         let targets: Vec<Target> = order
             .iter()

@@ -19,7 +19,7 @@ use super::finish::{Ending, end_of};
 use super::plan::Offer;
 use crate::jobs::Overlap;
 use crate::observe::Observer;
-use crate::store::{self, AttemptEnd, DueAttempt, NamespaceId, Store};
+use crate::store::{self, AttemptEnd, AttemptEnded, DueAttempt, NamespaceId, Store};
 
 /// An attempt an executor answered at once, to end with the others of its pass.
 #[derive(Debug)]
@@ -291,6 +291,8 @@ async fn end_together(
             }
         }
     }
+    let began = std::time::SystemTime::now();
+    let mut run_ends = Vec::new();
     let mut count = 0;
     for ((executor, namespace), attempts) in simple {
         for chunk in attempts.chunks(SETTLE_CHUNK) {
@@ -304,9 +306,10 @@ async fn end_together(
         .zip(runs_of_rest.chunks(SETTLE_CHUNK));
     for (rest, runs_of_rest) in chunks {
         let outcomes = store.attempts_end(rest).await?;
-        for (((run_id, job_id, namespace), (_, end)), outcome) in
+        for (((run_id, job_id, namespace), (attempt_id, end)), outcome) in
             runs_of_rest.iter().zip(rest).zip(&outcomes)
         {
+            run_ends.push((*attempt_id, outcome.clone()));
             observer.attempt_ended(
                 outcome,
                 *run_id,
@@ -316,6 +319,24 @@ async fn end_together(
             );
         }
         count += rest.len();
+    }
+    if observer.traces.exporting() {
+        let times = (began, std::time::SystemTime::now());
+        let run_ends: HashMap<i64, AttemptEnded> = run_ends.into_iter().collect();
+        for done in ended {
+            let run_state = match run_ends.get(&done.attempt_id) {
+                Some(AttemptEnded::RunEnded(state)) => Some(state.as_str()),
+                Some(_) => None,
+                // A plain success is its run's only shard: the run succeeded with it.
+                None => Some(done.end.state.as_str()),
+            };
+            observer.traces.settled(
+                (done.run_id, done.attempt_id),
+                done.end.state.as_str(),
+                run_state,
+                times,
+            );
+        }
     }
     Ok(count)
 }

@@ -11,6 +11,7 @@ use super::Dispatcher;
 use super::fleet::Fleet;
 use super::sharding::first_attempts;
 use crate::jobs::jitter_delay_ms;
+use crate::observe::traces::StartedRun;
 use crate::states::RunState;
 use crate::store::{self, JobRecord, NewAttempt, RunRecord};
 
@@ -26,6 +27,7 @@ impl Dispatcher {
             return Ok(0);
         }
         let began = std::time::Instant::now();
+        let began_at = std::time::SystemTime::now();
         let cursor = self.runs_cursor.load(Ordering::Relaxed);
         let pending = self
             .store
@@ -69,6 +71,19 @@ impl Dispatcher {
         let planned = began.elapsed();
         let started = self.store.runs_start(&starting).await?;
         let took = began.elapsed();
+        if self.observer.traces.exporting() {
+            let runs: Vec<StartedRun> = starting
+                .iter()
+                .map(|(run, attempts)| StartedRun {
+                    run_id: run.run_id,
+                    job_id: run.job_id,
+                    shards: attempts.len(),
+                })
+                .collect();
+            self.observer
+                .traces
+                .started(&runs, (began_at, std::time::SystemTime::now()));
+        }
         if took > SLOW_PASS {
             warn!(
                 ?took,

@@ -335,6 +335,7 @@ mod tests {
             report_to: Vec::new(),
             effect_key: None,
             input: None,
+            traceparent: None,
         };
         let trigger = trigger_of(&dispatch, Overlap::Skip, 1_700_000_000_000);
         assert_eq!(trigger.executor_params, "region=eu");

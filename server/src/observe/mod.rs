@@ -1,5 +1,6 @@
 //! What a node tells its operators about its work: counters for `/metrics`
-//! ([`NodeMetrics`]) and alerts to webhooks ([`alerts`]). The [`Observer`] is the one handle
+//! ([`NodeMetrics`]), alerts to webhooks ([`alerts`]) and OTLP traces ([`traces`]). The
+//! [`Observer`] is the one handle
 //! the dispatcher, `finish_attempt` and the API report run endings and dispatches to (the
 //! scheduler counts its claims into [`NodeMetrics`] directly); reporting never waits on I/O.
 
@@ -7,12 +8,14 @@ pub mod alerts;
 pub mod failure_pause;
 pub mod metrics;
 pub mod prometheus;
+pub mod traces;
 
 use std::sync::Arc;
 
 pub use alerts::{AlertEvent, AlertSettings, AlertWorker, Alerter};
 pub use failure_pause::{FailedJobs, FailurePauser};
 pub use metrics::NodeMetrics;
+pub use traces::Traces;
 
 use crate::jobs::JobPolicy;
 use crate::states::RunState;
@@ -30,6 +33,8 @@ pub struct Observer {
     late_after_ms: u64,
     /// Jobs with a run that failed for good, for `pause_after_failures`.
     failed_jobs: Arc<FailedJobs>,
+    /// The fire path's spans, and the ids dispatches and logs carry.
+    pub traces: Traces,
 }
 
 impl Observer {
@@ -38,12 +43,14 @@ impl Observer {
         alerter: Alerter,
         late_after_ms: u64,
         failed_jobs: Arc<FailedJobs>,
+        traces: Traces,
     ) -> Self {
         Self {
             metrics,
             alerter,
             late_after_ms,
             failed_jobs,
+            traces,
         }
     }
 
@@ -140,7 +147,8 @@ impl Observer {
         let late = u64::try_from(lateness_ms).unwrap_or(0);
         let past = |threshold: u64| threshold > 0 && late > threshold;
         if past(job_threshold) || past(self.late_after_ms) {
-            tracing::info!(run_id, job_id, lateness_ms, "run fired late");
+            let trace_id = self.traces.trace_id(run_id);
+            tracing::info!(run_id, job_id, lateness_ms, trace_id, "run fired late");
             self.alerter.raise(AlertEvent::FiredLate {
                 run_id,
                 job_id,

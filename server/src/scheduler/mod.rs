@@ -19,7 +19,7 @@ pub mod timer;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use chrono::DateTime;
 use tokio_util::sync::CancellationToken;
@@ -28,7 +28,7 @@ use tracing::{debug, warn};
 use crate::clock::ClusterClock;
 use crate::cluster::LocalView;
 use crate::jobs::Overlap;
-use crate::observe::NodeMetrics;
+use crate::observe::{NodeMetrics, Traces};
 use crate::schedule::{NextHints, Schedule};
 use crate::states::{JobState, RunState, TriggerKind};
 use crate::store::{
@@ -143,6 +143,8 @@ impl SchedulerStores {
 #[derive(Debug)]
 pub struct Scheduler {
     metrics: Arc<NodeMetrics>,
+    /// Each claim's timing, for its run's trace.
+    traces: Traces,
     store: SchedulerStores,
     view: Arc<LocalView>,
     clock: Arc<ClusterClock>,
@@ -181,9 +183,11 @@ impl Scheduler {
         settings: SchedulerSettings,
         dispatcher: Arc<tokio::sync::Notify>,
         metrics: Arc<NodeMetrics>,
+        traces: Traces,
     ) -> Self {
         Self {
             metrics,
+            traces,
             store,
             view,
             clock,
@@ -422,9 +426,15 @@ impl Scheduler {
             let mut failure = None;
             let mut claimed = Vec::with_capacity(batch.len());
             let mut outcomes = Vec::with_capacity(batch.len());
-            for (lane, result) in claim_in_lanes(&self.store.jobs, &node_id, batch).await {
+            for (lane, result, took) in claim_in_lanes(&self.store.jobs, &node_id, batch).await {
                 match result {
                     Ok(lane_outcomes) => {
+                        let runs = lane.iter().zip(&lane_outcomes);
+                        self.traces.claimed(
+                            runs.filter(|(_, o)| **o == ClaimOutcome::Claimed)
+                                .map(|(c, _)| (c.job_id, c.scheduled_at_ms)),
+                            took,
+                        );
                         claimed.extend(lane);
                         outcomes.extend(lane_outcomes);
                     }
@@ -561,13 +571,20 @@ impl Scheduler {
 /// node and the database busy instead of one transaction's round trips.
 const CLAIM_LANES: i64 = 4;
 
+/// A lane's claims, what became of them, and when its transaction began and ended.
+type LaneClaimed = (
+    Vec<RunClaim>,
+    Result<Vec<ClaimOutcome>, store::Error>,
+    (SystemTime, SystemTime),
+);
+
 /// Claims `batch` in up to [`CLAIM_LANES`] concurrent transactions, by partition; returns each
 /// lane's claims with what became of them.
 async fn claim_in_lanes(
     store: &Arc<dyn JobStore>,
     node_id: &str,
     batch: Vec<RunClaim>,
-) -> Vec<(Vec<RunClaim>, Result<Vec<ClaimOutcome>, store::Error>)> {
+) -> Vec<LaneClaimed> {
     let mut lanes: Vec<Vec<RunClaim>> = (0..CLAIM_LANES).map(|_| Vec::new()).collect();
     for claim in batch {
         let lane = usize::try_from(claim.partition_id.rem_euclid(CLAIM_LANES)).unwrap_or(0);
@@ -578,8 +595,9 @@ async fn claim_in_lanes(
         let store = Arc::clone(store);
         let node_id = node_id.to_owned();
         tasks.spawn(async move {
+            let began = SystemTime::now();
             let result = store.runs_claim(&node_id, &lane).await;
-            (lane, result)
+            (lane, result, (began, SystemTime::now()))
         });
     }
     let mut done = Vec::new();
