@@ -208,6 +208,8 @@ fn start(shared: &Arc<Shared>, dispatch: Dispatch) -> Result<(), (StatusCode, St
             .as_deref()
             .and_then(crate::context::trace_id_of),
     );
+    #[cfg(feature = "opentelemetry")]
+    crate::otel::continue_trace(&span, dispatch.traceparent.as_deref());
     shared.tasks.spawn(
         async move {
             let attempt_id = dispatch.attempt_id;

@@ -32,6 +32,8 @@ mod effects;
 mod endpoint;
 mod executor;
 mod logs;
+#[cfg(feature = "opentelemetry")]
+mod otel;
 mod registry;
 mod tasks;
 

@@ -8,7 +8,8 @@
 //! derived ([`ids`]), so no stage reads or stores them; the spans are built here with the
 //! stage's own timings and queued to the exporter ([`export`]) without waiting: a full queue
 //! drops spans, never slows a fire. With no endpoint nothing is recorded, and the dispatches
-//! still carry `traceparent` (not sampled), so an executor's own traces group by run.
+//! still carry `traceparent` (sampled: the executor's tracing decides), so an executor's own
+//! traces group by run.
 
 mod export;
 pub(crate) mod ids;
@@ -144,7 +145,9 @@ impl Traces {
         ids::traceparent(
             trace,
             self.inner.ids.span(Derived::Deliver, attempt_id, target),
-            self.sampling(trace).is_some(),
+            // Not exporting, the node leaves the decision to the executor's own tracing (a
+            // parent-based sampler would drop every span of a trace said unsampled).
+            self.inner.export.is_none() || self.sampling(trace).is_some(),
         )
     }
 
@@ -559,9 +562,9 @@ mod tests {
     }
 
     #[test]
-    fn off_records_nothing_and_says_not_sampled() {
+    fn off_records_nothing_and_leaves_sampling_to_the_executor() {
         let traces = Traces::new(b"key", None);
-        assert!(traces.traceparent((9, 90, 0)).ends_with("-00"));
+        assert!(traces.traceparent((9, 90, 0)).ends_with("-01"));
         assert!(traces.request_began(None).is_none());
         let (tx, _rx) = Traces::queue();
         let none_sampled = Traces::new(b"key", Some((tx, 0.0)));
