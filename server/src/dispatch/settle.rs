@@ -84,7 +84,7 @@ pub(super) async fn settle(
             )
         }
         Delivery::TryAnother(_, why) => {
-            debug!(run_id = attempt.run_id, attempt_id = attempt.attempt_id, executor = %executor_id, why, "offering to the next executor");
+            debug!(run_id = attempt.run_id, attempt_id = attempt.attempt_id, trace_id = observer.traces.trace_id(attempt.run_id), executor = %executor_id, why, "offering to the next executor");
             return None;
         }
         Delivery::Refused(why) => (Ending::Refused, None, Some(why)),

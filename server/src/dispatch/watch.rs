@@ -23,7 +23,8 @@ impl Dispatcher {
             .attempts_orphaned(partitions, lease_ms, self.settings.batch)
             .await?
         {
-            info!(run_id = attempt.run_id, attempt_id = attempt.attempt_id, executor = ?attempt.executor_id, "executor lost the attempt; failing it over");
+            let trace_id = self.observer.traces.trace_id(attempt.run_id);
+            info!(run_id = attempt.run_id, attempt_id = attempt.attempt_id, trace_id, executor = ?attempt.executor_id, "executor lost the attempt; failing it over");
             let error = Some(
                 "the executor stopped heartbeating, or heartbeats without listing it".to_owned(),
             );

@@ -93,6 +93,7 @@ impl Observer {
                 job_id,
                 state = state.as_str(),
                 error,
+                trace_id = self.traces.trace_id(run_id),
                 "run failed for good"
             );
             self.alerter.raise(AlertEvent::RunFailed {
@@ -147,8 +148,13 @@ impl Observer {
         let late = u64::try_from(lateness_ms).unwrap_or(0);
         let past = |threshold: u64| threshold > 0 && late > threshold;
         if past(job_threshold) || past(self.late_after_ms) {
-            let trace_id = self.traces.trace_id(run_id);
-            tracing::info!(run_id, job_id, lateness_ms, trace_id, "run fired late");
+            tracing::info!(
+                run_id,
+                job_id,
+                lateness_ms,
+                trace_id = self.traces.trace_id(run_id),
+                "run fired late"
+            );
             self.alerter.raise(AlertEvent::FiredLate {
                 run_id,
                 job_id,
