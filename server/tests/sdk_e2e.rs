@@ -558,6 +558,12 @@ async fn a_runs_stages_and_api_requests_reach_an_otlp_collector_as_one_trace() {
         request["attributes"]["http.response.status_code"], status,
         "{request}"
     );
+    // The collector kept up: nothing dropped.
+    let metrics = node.metrics().await;
+    assert!(
+        metrics.contains("\ncarillon_trace_spans_dropped_total 0\n"),
+        "{metrics}"
+    );
 
     stop.cancel();
     running.await.unwrap().unwrap();

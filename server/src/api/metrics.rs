@@ -12,7 +12,7 @@ use axum::response::IntoResponse;
 use super::error::Problem;
 use super::{ApiError, ApiState, auth, permissions};
 use crate::access::Need;
-use crate::observe::prometheus::{gauge, labelled_gauge};
+use crate::observe::prometheus::{counter, gauge, labelled_gauge};
 
 /// How long the scrape waits for the database before it leaves its gauges out.
 const DATABASE_PROBE_LIMIT: Duration = Duration::from_secs(2);
@@ -47,6 +47,15 @@ pub(super) async fn metrics(
     }
     metrics.render(&mut out, &|id| names.get(&id).cloned().unwrap_or_default());
     node_gauges(&state, &mut out);
+    let traces = &state.observer.traces;
+    if traces.exporting() {
+        counter(
+            &mut out,
+            "carillon_trace_spans_dropped_total",
+            "Spans dropped because the OTLP exporter fell behind (telemetry.otlp_endpoint).",
+            traces.dropped(),
+        );
+    }
     cluster_gauges(&state, &mut out).await;
     Ok((
         StatusCode::OK,

@@ -255,6 +255,12 @@ impl Histogram {
     }
 }
 
+/// A counter kept outside [`NodeMetrics`], read at scrape time.
+pub fn counter(out: &mut String, name: &str, help: &str, value: u64) {
+    header(out, name, help, "counter");
+    let _ = writeln!(out, "{name} {value}");
+}
+
 /// A gauge read at scrape time.
 pub fn gauge(out: &mut String, name: &str, help: &str, value: f64) {
     header(out, name, help, "gauge");
