@@ -121,6 +121,34 @@ async fn ended(node: &NodeProcess, run: &Value) -> Value {
     .await
 }
 
+/// The job declared in code (`tick`, every second) and a run of it that succeeded.
+async fn a_succeeded_tick(node: &NodeProcess) -> (Value, Value) {
+    wait_for(
+        Duration::from_secs(30),
+        "the declared job to fire",
+        || async {
+            let (_, jobs) = node
+                .call(Method::GET, "/api/v1/jobs?name=sdk.tick", None)
+                .await;
+            let job = jobs["jobs"].get(0)?.clone();
+            let (_, runs) = node
+                .call(
+                    Method::GET,
+                    &format!("/api/v1/jobs/{}/runs", job["id"]),
+                    None,
+                )
+                .await;
+            let run = runs["runs"]
+                .as_array()?
+                .iter()
+                .find(|r| r["state"] == "succeeded")?
+                .clone();
+            Some((job, run["id"].clone()))
+        },
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sdk_registers_runs_handlers_and_drains() {
     let logs = Captured::default();
@@ -158,29 +186,7 @@ async fn the_sdk_registers_runs_handlers_and_drains() {
     );
 
     // The job declared in code exists and fires through the SDK.
-    let declared = wait_for(
-        Duration::from_secs(20),
-        "the declared job to fire",
-        || async {
-            let (_, jobs) = node
-                .call(Method::GET, "/api/v1/jobs?name=sdk.tick", None)
-                .await;
-            let job = jobs["jobs"].get(0)?.clone();
-            let (_, runs) = node
-                .call(
-                    Method::GET,
-                    &format!("/api/v1/jobs/{}/runs", job["id"]),
-                    None,
-                )
-                .await;
-            runs["runs"]
-                .as_array()?
-                .iter()
-                .any(|r| r["state"] == "succeeded")
-                .then_some(job)
-        },
-    )
-    .await;
+    let (declared, _) = a_succeeded_tick(&node).await;
     assert_eq!(declared["state"], "running");
     assert_eq!(declared["schedule"]["cron"], "* * * * * *");
 
@@ -420,29 +426,7 @@ async fn a_runs_stages_and_api_requests_reach_an_otlp_collector_as_one_trace() {
 
     // A run of the declared job's schedule (every second): claimed, delivered to the executor
     // (it starts in its claim: one attempt) and settled, one trace under its claim.
-    let run = wait_for(
-        Duration::from_secs(30),
-        "a scheduled run to succeed",
-        || async {
-            let (_, jobs) = node
-                .call(Method::GET, "/api/v1/jobs?name=sdk.tick", None)
-                .await;
-            let job = jobs["jobs"].get(0)?.clone();
-            let (_, runs) = node
-                .call(
-                    Method::GET,
-                    &format!("/api/v1/jobs/{}/runs", job["id"]),
-                    None,
-                )
-                .await;
-            runs["runs"]
-                .as_array()?
-                .iter()
-                .find(|r| r["state"] == "succeeded")
-                .map(|r| r["id"].clone())
-        },
-    )
-    .await;
+    let (_, run) = a_succeeded_tick(&node).await;
     let stages = ["carillon.claim", "carillon.deliver", "carillon.settle"];
     let spans = receiver
         .wait_spans(&format!("the stages of run {run}"), |spans| {
