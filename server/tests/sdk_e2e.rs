@@ -369,7 +369,7 @@ impl Receiver {
         got["spans"].as_array().unwrap().clone()
     }
 
-    /// Waits for spans passing `wanted`, all of them once `enough` says they are.
+    /// Waits until the spans received satisfy `enough`, and returns them all.
     async fn wait_spans(&self, what: &str, enough: impl Fn(&[Value]) -> bool) -> Vec<Value> {
         wait_for(Duration::from_secs(30), what, || async {
             let spans = self.spans().await;
@@ -409,20 +409,7 @@ async fn a_runs_stages_and_api_requests_reach_an_otlp_collector_as_one_trace() {
         ];
     })
     .await;
-    let executor = Executor::builder()
-        .app("sdk")
-        .admin_urls([node.url("")])
-        .executor_token(EXECUTOR_TOKEN)
-        .dispatch_secret(SECRET)
-        .executor_id("sdk-traced")
-        .build()
-        .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let stop = CancellationToken::new();
-    let stopped = stop.clone();
-    let running = tokio::spawn(
-        executor.run_with_listener(listener, async move { stopped.cancelled().await }),
-    );
+    let executor = support::sdk::serve(&node, "sdk", "sdk-traced", (EXECUTOR_TOKEN, SECRET)).await;
 
     // A run of the declared job's schedule (every second): claimed, delivered to the executor
     // (it starts in its claim: one attempt) and settled, one trace under its claim.
@@ -549,6 +536,5 @@ async fn a_runs_stages_and_api_requests_reach_an_otlp_collector_as_one_trace() {
         "{metrics}"
     );
 
-    stop.cancel();
-    running.await.unwrap().unwrap();
+    executor.stop().await;
 }

@@ -11,14 +11,13 @@ mod support;
 
 use std::time::Duration;
 
-use carillon_executor::{Executor, JobContext, JobError, job};
+use carillon_executor::{JobContext, JobError, job};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
 use reqwest::Method;
 use serde_json::{Value, json};
 use support::node::Solo;
 use support::wait_for;
-use tokio_util::sync::CancellationToken;
 use tracing_subscriber::layer::SubscriberExt as _;
 
 const EXECUTOR_TOKEN: &str = "otel-executor-token-0123456789";
@@ -50,20 +49,7 @@ async fn a_handlers_spans_continue_the_runs_trace() {
         ];
     })
     .await;
-    let executor = Executor::builder()
-        .app("otel")
-        .admin_urls([node.url("")])
-        .executor_token(EXECUTOR_TOKEN)
-        .dispatch_secret(SECRET)
-        .executor_id("otel-1")
-        .build()
-        .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let stop = CancellationToken::new();
-    let stopped = stop.clone();
-    let running = tokio::spawn(
-        executor.run_with_listener(listener, async move { stopped.cancelled().await }),
-    );
+    let executor = support::sdk::serve(&node, "otel", "otel-1", (EXECUTOR_TOKEN, SECRET)).await;
     let (_, job) = node
         .call(
             Method::POST,
@@ -128,6 +114,5 @@ async fn a_handlers_spans_continue_the_runs_trace() {
     assert_eq!(work.span_context.trace_id().to_string(), trace);
     assert_eq!(work.parent_span_id, attempt.span_context.span_id());
 
-    stop.cancel();
-    running.await.unwrap().unwrap();
+    executor.stop().await;
 }

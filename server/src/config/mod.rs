@@ -2,6 +2,7 @@
 //! environment variables and flags (see `cli`), validated once before anything starts.
 
 pub mod example;
+mod telemetry;
 mod validate;
 
 use std::net::SocketAddr;
@@ -14,6 +15,7 @@ use crate::cluster::ClusterTimings;
 use crate::jobs::RetentionConfig;
 pub use crate::observe::alerts::AlertsConfig;
 pub use crate::secret::Secret;
+pub use telemetry::TelemetryConfig;
 pub use validate::{validate_node_id, validate_token};
 
 /// Why a configuration was refused. Every message names the setting at fault.
@@ -56,35 +58,6 @@ pub struct Config {
     pub xxl: XxlConfig,
     pub handler_logs: HandlerLogsConfig,
     pub telemetry: TelemetryConfig,
-}
-
-/// `[telemetry]`: OpenTelemetry traces of the fire path and the API, over OTLP/HTTP
-/// (protobuf). Off unless `otlp_endpoint` is set.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct TelemetryConfig {
-    /// The collector: `http://collector:4318` (`/v1/traces` is added) or the traces URL.
-    pub otlp_endpoint: Option<String>,
-    /// Headers sent with every export (a vendor's API key): `{ "x-api-key" = "…" }`.
-    pub otlp_headers: std::collections::BTreeMap<String, Secret>,
-    /// `service.name` of the spans.
-    pub service_name: String,
-    /// The share of runs' and unsampled requests' traces exported, 0 to 1.
-    pub sample_ratio: f64,
-    /// How long one export may take before its spans are dropped.
-    pub export_timeout_ms: u64,
-}
-
-impl Default for TelemetryConfig {
-    fn default() -> Self {
-        Self {
-            otlp_endpoint: None,
-            otlp_headers: std::collections::BTreeMap::new(),
-            service_name: "carillon".to_owned(),
-            sample_ratio: 1.0,
-            export_timeout_ms: 10_000,
-        }
-    }
 }
 
 /// `[handler_logs]`: how much of the log each attempt's handler ships is kept.
@@ -560,41 +533,6 @@ mod tests {
         assert!(err.contains("scheduler.claim_ahead_ms"), "{err}");
         let none = parse("[scheduler]\nclaim_ahead_ms = 0\n").unwrap();
         assert_eq!(none.scheduler_settings().claim_ahead, Duration::ZERO);
-    }
-
-    #[test]
-    fn telemetry_settings_that_cannot_work_are_refused_by_name() {
-        for (text, field) in [
-            (
-                "otlp_endpoint = \"collector:4317\"",
-                "telemetry.otlp_endpoint",
-            ),
-            (
-                "otlp_endpoint = \"grpc://c:4317\"",
-                "telemetry.otlp_endpoint",
-            ),
-            ("sample_ratio = 1.5", "telemetry.sample_ratio"),
-            (
-                "otlp_headers = { \"bad name\" = \"v\" }",
-                "telemetry.otlp_headers",
-            ),
-            ("otlp_headers = { key = \"\" }", "telemetry.otlp_headers"),
-            ("service_name = \" \"", "telemetry.service_name"),
-        ] {
-            let err = parse(&format!("[telemetry]\n{text}\n"))
-                .unwrap_err()
-                .to_string();
-            assert!(err.contains(field), "{text}: {err}");
-        }
-        let on = parse("[telemetry]\notlp_endpoint = \"http://c:4318\"\nsample_ratio = 0.25\n");
-        assert!(on.is_ok());
-        assert!(
-            !format!(
-                "{:?}",
-                parse("[telemetry]\notlp_headers = { k = \"sekrit\" }\n")
-            )
-            .contains("sekrit")
-        );
     }
 
     #[test]

@@ -179,57 +179,8 @@ impl Config {
                 format!("{} is outside 1..=100000", self.tasks.fire_batch),
             ));
         }
-        validate_telemetry(&self.telemetry)
+        self.telemetry.validate()
     }
-}
-
-fn validate_telemetry(t: &super::TelemetryConfig) -> Result<(), ConfigError> {
-    if let Some(endpoint) = &t.otlp_endpoint {
-        let url = reqwest::Url::parse(endpoint).map_err(|e| {
-            invalid(
-                "telemetry.otlp_endpoint",
-                format!("{endpoint:?} is not a URL: {e}"),
-            )
-        })?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(invalid(
-                "telemetry.otlp_endpoint",
-                format!(
-                    "{endpoint:?}: use http:// or https:// (OTLP over HTTP; gRPC is not spoken)"
-                ),
-            ));
-        }
-    }
-    for (name, value) in &t.otlp_headers {
-        let valid_name = !name.is_empty()
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b));
-        if !valid_name || value.expose().is_empty() {
-            return Err(invalid(
-                "telemetry.otlp_headers",
-                format!(
-                    "{name:?}: a header needs a name of letters, digits, '-' or '_' and a value"
-                ),
-            ));
-        }
-    }
-    if !(0.0..=1.0).contains(&t.sample_ratio) {
-        return Err(invalid(
-            "telemetry.sample_ratio",
-            format!("{} is outside 0..=1", t.sample_ratio),
-        ));
-    }
-    if t.service_name.trim().is_empty() {
-        return Err(invalid("telemetry.service_name", "must not be empty"));
-    }
-    if !(100..=600_000).contains(&t.export_timeout_ms) {
-        return Err(invalid(
-            "telemetry.export_timeout_ms",
-            format!("{} is outside 100..=600000", t.export_timeout_ms),
-        ));
-    }
-    Ok(())
 }
 
 pub fn validate_node_id(id: &str) -> Result<(), ConfigError> {

@@ -291,6 +291,8 @@ async fn end_together(
             }
         }
     }
+    // What the settle spans need, gathered only when spans are recorded.
+    let traced = observer.traces.exporting();
     let began = std::time::SystemTime::now();
     let mut run_ends = Vec::new();
     let mut count = 0;
@@ -309,7 +311,9 @@ async fn end_together(
         for (((run_id, job_id, namespace), (attempt_id, end)), outcome) in
             runs_of_rest.iter().zip(rest).zip(&outcomes)
         {
-            run_ends.push((*attempt_id, outcome.clone()));
+            if traced {
+                run_ends.push((*attempt_id, outcome.clone()));
+            }
             observer.attempt_ended(
                 outcome,
                 *run_id,
@@ -320,7 +324,7 @@ async fn end_together(
         }
         count += rest.len();
     }
-    if observer.traces.exporting() {
+    if traced {
         let times = (began, std::time::SystemTime::now());
         let run_ends: HashMap<i64, AttemptEnded> = run_ends.into_iter().collect();
         for done in ended {
