@@ -48,6 +48,7 @@ mod self_fencing;
 mod settle_conformance;
 mod single_node;
 mod store_conformance;
+mod upgrade;
 mod workflows_e2e;
 mod xxl_admin_api;
 mod xxl_executors;
