@@ -10,6 +10,7 @@ import { ApiError, token, storeToken, endSession, whenTokenRefused, api, namespa
 import { signInSettings, startSignIn, finishSignIn } from './sign_in.js';
 import { viewAudit } from './audit.js';
 import { viewAccess } from './access.js';
+import { viewSecrets } from './secrets.js';
 import { h, append, clear, replace, bellIcon, errorBox, fillError, newFlashArea } from './dom.js';
 import { ViewContext, pageHead } from './view.js';
 import { viewDashboard } from './dashboard.js';
@@ -144,6 +145,7 @@ const NAV = [
   ['workflows', 'Workflows'],
   ['runs', 'Runs'],
   ['executors', 'Executors'],
+  ['secrets', 'Secrets'],
   ['audit', 'Audit'],
   ['access', 'Access'],
 ];
@@ -228,6 +230,7 @@ const ROUTES = [
   [/^\/runs\/(\d+)$/, 'runs', (ctx, m) => viewRun(ctx, m[1])],
   [/^\/executors$/, 'executors', (ctx) => viewExecutors(ctx)],
   [/^\/audit$/, 'audit', (ctx) => viewAudit(ctx)],
+  [/^\/secrets$/, 'secrets', (ctx) => viewSecrets(ctx)],
   [/^\/access$/, 'access', (ctx) => viewAccess(ctx)],
 ];
 

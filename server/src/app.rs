@@ -74,6 +74,8 @@ pub enum StartupError {
     Http(String),
     #[error(transparent)]
     Traces(#[from] crate::observe::traces::ExportError),
+    #[error(transparent)]
+    SecretKeys(#[from] crate::secrets::KeyError),
     #[error("http.listen: cannot listen on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -146,6 +148,26 @@ impl Application {
             None => DatabaseUrl::parse(&data_dir.sqlite_url()),
         }
         .map_err(StartupError::DatabaseUrl)?;
+
+        let kept_key = if !config.secrets.names_a_key() && url.backend() == store::Backend::Sqlite {
+            Some(data_dir.secrets_key()?)
+        } else {
+            None
+        };
+        let secret_keys = crate::secrets::load_keys(
+            &config.secrets,
+            kept_key
+                .as_ref()
+                .map(|kept| (kept.value.as_str(), kept.path.as_path())),
+        )?
+        .map(Arc::new);
+        match &secret_keys {
+            Some(keys) => info!(
+                key_id = keys.current().id(),
+                "secrets are sealed with this key"
+            ),
+            None => info!("no secrets key: secrets cannot be stored (set secrets.key)"),
+        }
 
         let db = &config.database;
         let api_pool = PoolOptions {
@@ -394,6 +416,7 @@ impl Application {
             task_ids: Arc::default(),
             known_handlers: Arc::default(),
             log_caps: config.handler_logs.caps(),
+            secret_keys,
             xxl: config.xxl_settings(),
         };
         Ok(Self {

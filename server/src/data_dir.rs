@@ -87,6 +87,12 @@ impl DataDir {
         self.secret("dispatch-secret")
     }
 
+    /// The key secrets are sealed with when the settings name none (a node on SQLite): 32
+    /// random bytes as hex, made once.
+    pub fn secrets_key(&self) -> Result<Persisted<String>, DataDirError> {
+        self.read_or_create("secrets-key", || random_hex(32))
+    }
+
     fn secret(&self, name: &str) -> Result<Persisted<Secret>, DataDirError> {
         let persisted = self.read_or_create(name, || random_hex(32))?;
         config::validate_token(&persisted.value).map_err(|e| DataDirError::Invalid {

@@ -21,6 +21,7 @@ pub mod retention;
 pub mod schedule;
 pub mod scheduler;
 pub mod secret;
+pub mod secrets;
 pub mod states;
 pub mod store;
 pub mod tasks;

@@ -30,6 +30,7 @@ mod quotas;
 mod reference;
 mod runs;
 mod schedules;
+mod secrets;
 mod served;
 mod sign_in;
 mod stats;
@@ -104,6 +105,8 @@ pub struct ApiState {
     pub known_handlers: Arc<KnownHandlers>,
     /// How much of each attempt's log is kept (`[handler_logs]`).
     pub log_caps: crate::store::LogCaps,
+    /// The keys secrets are sealed with (`[secrets]`); `None` when the node has none.
+    pub secret_keys: Option<Arc<crate::secrets::seal::Keyring>>,
     /// `[xxl]`, when XXL-JOB executors are served (`api/xxl.rs`).
     pub xxl: Option<Arc<xxl::XxlSettings>>,
 }
@@ -173,6 +176,9 @@ fn routes_with(
         .routes(routes!(logs::append))
         .routes(routes!(tokens::list, tokens::create))
         .routes(routes!(tokens::revoke))
+        .routes(routes!(secrets::list))
+        .routes(routes!(secrets::put, secrets::delete))
+        .routes(routes!(secrets::rotate))
         .routes(routes!(grants::list, grants::create))
         .routes(routes!(grants::revoke))
         .routes(routes!(audit::list))

@@ -35,6 +35,7 @@ use crate::access::Need;
     security(("bearer" = [])),
     tags(
         (name = "namespaces", description = "The teams' spaces: every job, workflow, task and calendar is in one"),
+        (name = "secrets", description = "Named values sealed at rest, written and never read back through the API"),
         (name = "jobs", description = "Cron, RRULE, interval and one-shot jobs"),
         (name = "workflows", description = "DAGs of steps with a schedule, and their runs"),
         (name = "runs", description = "Run logs, cancellation, dead letters and re-runs"),

@@ -36,20 +36,19 @@ pub(super) fn need_of(operation_id: &str) -> Option<Need> {
         | "getBackfill" | "previewSchedule" | "listCalendars" | "getCalendar" | "listWorkflows"
         | "getWorkflow" | "listWorkflowRuns" | "getWorkflowRun" | "listRuns" | "getRun"
         | "listDeadLetters" | "getRunLogs" | "listTasks" | "getTask" | "listExecutors"
-        | "getExecutor" | "listApps" => Need::Role(Viewer),
+        | "getExecutor" | "listApps" | "listSecrets" => Need::Role(Viewer),
         "startJob" | "stopJob" | "triggerJob" | "backfillJob" | "cancelBackfill"
         | "startWorkflow" | "stopWorkflow" | "triggerWorkflow" | "rerunWorkflowRun"
         | "cancelWorkflowRun" | "rerunRun" | "cancelRun" | "enqueueTasks" | "cancelTask"
         | "cancelTaskByKey" => Need::Role(Operator),
         "createJob" | "updateJob" | "deleteJob" | "createJobs" | "putCalendar"
-        | "deleteCalendar" | "createWorkflow" | "updateWorkflow" | "deleteWorkflow" => {
-            Need::Role(Editor)
-        }
+        | "deleteCalendar" | "createWorkflow" | "updateWorkflow" | "deleteWorkflow"
+        | "putSecret" | "deleteSecret" => Need::Role(Editor),
         "updateNamespace" | "listTokens" | "createToken" | "revokeToken" | "listGrants"
         | "createGrant" | "revokeGrant" | "listAuditEvents" => Need::Role(Admin),
         "getStats" | "getMetrics" => Need::ClusterViewer,
         "createNamespace" | "deleteNamespace" | "drainExecutor" | "resumeExecutor"
-        | "removeExecutor" | "purgeRuns" => Need::ClusterAdmin,
+        | "removeExecutor" | "purgeRuns" | "rotateSecrets" => Need::ClusterAdmin,
         "registerExecutor" | "executorHeartbeat" | "reportResult" | "deregisterExecutor"
         | "appendAttemptLogs" => Need::Executor,
         _ => return None,

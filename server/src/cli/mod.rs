@@ -18,6 +18,7 @@ mod policies;
 mod probe;
 mod purge;
 mod run_logs;
+mod secrets;
 mod table;
 mod tasks;
 mod workflows;
@@ -133,6 +134,9 @@ enum Command {
     },
     /// Forget the sign-in kept for this node.
     Logout,
+    /// A namespace's secrets, sealed at rest: ls, set, rm, rotate; key prints a new key.
+    #[command(subcommand)]
+    Secrets(secrets::SecretsCommand),
     /// A namespace's roles for the identity provider's groups: ls, add, rm.
     #[command(subcommand)]
     Grants(access::GrantsCommand),
@@ -297,6 +301,15 @@ struct ServerArgs {
     /// The spans' `service.name` (default carillon).
     #[arg(long, env = "OTEL_SERVICE_NAME")]
     otel_service_name: Option<String>,
+    /// The key secrets are sealed with (prefer the environment variable).
+    #[arg(long, env = "CARILLON_SECRETS_KEY", hide_env_values = true)]
+    secrets_key: Option<String>,
+    /// A file holding that key, instead.
+    #[arg(long, env = "CARILLON_SECRETS_KEY_FILE")]
+    secrets_key_file: Option<PathBuf>,
+    /// Earlier keys, comma-separated, that still open secrets during a rotation.
+    #[arg(long, env = "CARILLON_SECRETS_PREVIOUS_KEYS", hide_env_values = true)]
+    secrets_previous_keys: Option<String>,
 }
 
 impl CommonArgs {
@@ -412,6 +425,19 @@ impl ServerArgs {
             &mut config.database.wait_for_standbys,
             self.wait_for_standbys,
         );
+        let keys = &mut config.secrets;
+        set(
+            &mut keys.key,
+            self.secrets_key.map(|k| Some(Secret::new(k))),
+        );
+        set(&mut keys.key_file, self.secrets_key_file.map(Some));
+        if let Some(list) = self.secrets_previous_keys {
+            keys.previous_keys = list
+                .split(',')
+                .filter(|k| !k.trim().is_empty())
+                .map(|k| Secret::new(k.trim().to_owned()))
+                .collect();
+        }
         let t = &mut config.telemetry;
         set(&mut t.otlp_endpoint, self.otlp_endpoint.map(Some));
         set(&mut t.service_name, self.otel_service_name);
@@ -460,6 +486,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         }
         Command::Config(command) => describe::run(&command, cli.config.as_deref(), &config),
         Command::Completions { shell } => describe::completions(shell),
+        Command::Secrets(secrets::SecretsCommand::Key) => secrets::new_key(),
         Command::Man { dir } => describe::man(dir.as_deref()),
         Command::Ready(args) => probe::ready(args, &config).await,
         Command::Login { browser, no_open } => {
@@ -521,6 +548,7 @@ pub async fn run(cli: Cli) -> ExitCode {
                 Command::Import(c) => import::import(&api, output, c).await,
                 Command::Namespaces(c) => access::namespaces(&api, output, c).await,
                 Command::Tokens(c) => access::tokens(&api, output, c).await,
+                Command::Secrets(c) => secrets::secrets(&api, output, c).await,
                 Command::Grants(c) => access::grants(&api, output, c).await,
                 Command::Audit(c) => access::audit(&api, output, c).await,
                 Command::Server(_)

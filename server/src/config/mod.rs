@@ -15,6 +15,7 @@ use crate::cluster::ClusterTimings;
 use crate::jobs::RetentionConfig;
 pub use crate::observe::alerts::AlertsConfig;
 pub use crate::secret::Secret;
+pub use crate::secrets::SecretsConfig;
 pub use telemetry::TelemetryConfig;
 pub use validate::{validate_node_id, validate_token};
 
@@ -58,6 +59,7 @@ pub struct Config {
     pub xxl: XxlConfig,
     pub handler_logs: HandlerLogsConfig,
     pub telemetry: TelemetryConfig,
+    pub secrets: SecretsConfig,
 }
 
 /// `[handler_logs]`: how much of the log each attempt's handler ships is kept.

@@ -2,6 +2,7 @@
 //! what would be accepted.
 
 use super::{Config, ConfigError, invalid};
+use crate::secrets::seal::SealingKey;
 
 /// The longest node id: it is stored in `VARCHAR(64)` columns.
 const NODE_ID_MAX: usize = 64;
@@ -179,7 +180,27 @@ impl Config {
                 format!("{} is outside 1..=100000", self.tasks.fire_batch),
             ));
         }
-        self.telemetry.validate()
+        self.telemetry.validate()?;
+        self.validate_secrets()
+    }
+
+    /// Refuses keys that are not keys, naming the setting; a key file is read at start.
+    fn validate_secrets(&self) -> Result<(), ConfigError> {
+        let secrets = &self.secrets;
+        if secrets.key.is_some() && secrets.key_file.is_some() {
+            return Err(invalid(
+                "secrets.key_file",
+                "set secrets.key or secrets.key_file, not both",
+            ));
+        }
+        if let Some(key) = &secrets.key {
+            SealingKey::parse(key.expose()).map_err(|e| invalid("secrets.key", e.to_string()))?;
+        }
+        for key in &secrets.previous_keys {
+            SealingKey::parse(key.expose())
+                .map_err(|e| invalid("secrets.previous_keys", e.to_string()))?;
+        }
+        Ok(())
     }
 }
 

@@ -658,6 +658,23 @@ queries! {
     token_delete = "DELETE FROM service_tokens WHERE token_id = ?";
     token_used = "UPDATE service_tokens SET last_used_at_ms = ? WHERE token_id = ?";
 
+    // Secrets (`sql_store/secrets.rs`).
+    secrets_list = "SELECT secret_id, namespace_id, name, sealed, key_id, version, created_at_ms, \
+        updated_at_ms, updated_by FROM secrets WHERE namespace_id = ? ORDER BY name";
+    secret_by_name = "SELECT secret_id, namespace_id, name, sealed, key_id, version, \
+        created_at_ms, updated_at_ms, updated_by FROM secrets WHERE namespace_id = ? AND name = ?";
+    secret_update = "UPDATE secrets SET sealed = ?, key_id = ?, updated_by = ?, \
+        version = version + 1, updated_at_ms = {now} WHERE namespace_id = ? AND name = ?";
+    secret_insert = "INSERT INTO secrets (namespace_id, name, sealed, key_id, updated_by, \
+        version, created_at_ms, updated_at_ms) VALUES (?, ?, ?, ?, ?, 1, {now}, {now})";
+    secret_delete = "DELETE FROM secrets WHERE namespace_id = ? AND name = ?";
+    secrets_under_other_keys = "SELECT secret_id, namespace_id, name, sealed, key_id, version, \
+        created_at_ms, updated_at_ms, updated_by FROM secrets \
+        WHERE key_id <> ? AND secret_id > ? ORDER BY secret_id LIMIT ?";
+    secret_reseal = "UPDATE secrets SET sealed = ?, key_id = ? \
+        WHERE secret_id = ? AND version = ?";
+    namespace_secrets_delete = "DELETE FROM secrets WHERE namespace_id = ?";
+
     // Role grants (`sql_store/grants.rs`).
     grants_all = "SELECT grant_id, namespace_id, group_name, role, created_at_ms, created_by \
         FROM role_grants ORDER BY namespace_id, group_name";

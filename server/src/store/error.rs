@@ -99,4 +99,18 @@ impl Error {
             _ => false,
         }
     }
+
+    /// A write's outcome, with a unique key's refusal as [`Error::Conflict`] over `what`.
+    pub(crate) fn conflict_on_unique<T>(
+        outcome: Result<T, sqlx::Error>,
+        what: impl FnOnce() -> String,
+    ) -> Result<T, Error> {
+        outcome.map_err(Error::from).map_err(|err| {
+            if err.is_unique_violation() {
+                Error::Conflict { what: what() }
+            } else {
+                err
+            }
+        })
+    }
 }

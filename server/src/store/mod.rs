@@ -17,6 +17,7 @@ mod log_records;
 mod namespace_records;
 mod policy_records;
 mod rules;
+mod secret_records;
 mod sql_store;
 mod task_records;
 mod text_columns;
@@ -63,6 +64,7 @@ pub use policy_records::{
     BackfillRecord, BackfillStep, CalendarRecord, InstantEnd, JobInstant, PolicyStore,
 };
 pub use rules::attempt_end::PlainSuccessCheck;
+pub use secret_records::{SecretRecord, SecretStore, SecretWrite};
 pub use task_records::{
     Enqueued, TaskFilter, TaskRecord, TaskStore, TaskWrite, TasksFired, task_of_job_id,
 };
@@ -504,6 +506,7 @@ pub trait Store:
     + WorkflowStore
     + NamespaceStore
     + TokenStore
+    + SecretStore
     + GrantStore
     + AuditStore
 {
@@ -522,6 +525,7 @@ impl<
         + WorkflowStore
         + NamespaceStore
         + TokenStore
+        + SecretStore
         + GrantStore
         + AuditStore,
 > Store for T

@@ -451,6 +451,26 @@ async function main() {
       check(await apiCall('DELETE', `/workflows/${wf.id}`) === 204, `workflow ${WORKFLOW} could not be deleted`);
     });
 
+    await step('3e. secrets: one set through the page is listed, its value never shown; deleted', page, async () => {
+      const secretName = `db-password-${SUFFIX}`;
+      const value = `not-for-eyes-${SUFFIX}`;
+      await openNav(page, 'Secrets');
+      await page.getByLabel('Name', { exact: true }).fill(secretName);
+      await page.getByLabel('Value', { exact: true }).fill(value);
+      await page.getByRole('button', { name: 'Set secret' }).click();
+      const listed = page.getByTestId('secrets-table').locator(`tbody tr[data-secret-name="${secretName}"]`);
+      await waitFor(async () => (await listed.count()) === 1, 10_000, `${secretName} listed`);
+      check((await page.getByLabel('Value', { exact: true }).inputValue()) === '', 'the value field is emptied once sent');
+      check(!(await page.content()).includes(value), 'the page shows the value');
+      check((await listed.innerText()).includes('yes'), `the node cannot open ${secretName}`);
+      const answer = await apiJson('GET', '/secrets');
+      check(!JSON.stringify(answer).includes(value), 'the API answers the value');
+      await shot(page, 'secrets');
+      page.once('dialog', (d) => d.accept());
+      await listed.getByRole('button', { name: `Delete ${secretName}` }).click();
+      await waitFor(async () => (await listed.count()) === 0, 10_000, `${secretName} gone after Delete`);
+    });
+
     await step('4. search finds exactly the two jobs; stop and delete both', page, async () => {
       await openNav(page, 'Jobs');
       await page.getByLabel('Search jobs').fill(SUFFIX);

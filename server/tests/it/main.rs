@@ -44,6 +44,7 @@ mod retention;
 mod roles;
 mod schedule_policies;
 mod schedule_reference;
+mod secrets_api;
 mod self_fencing;
 mod settle_conformance;
 mod single_node;

@@ -149,6 +149,14 @@ async fn fixtures(node: &NodeProcess, namespace: &str, round: usize) -> Fixtures
         )
         .await;
     assert!(status == 200 || status == 201, "{answer}");
+    let (status, answer) = node
+        .call(
+            Method::PUT,
+            &format!("/api/v1/secrets/holidays{at}"),
+            Some(json!({"value": "not a calendar"})),
+        )
+        .await;
+    assert!(status == 200 || status == 201, "{answer}");
     let token = expect(
         node,
         post.clone(),
@@ -254,7 +262,10 @@ fn concrete(op: &Operation, fixtures: &Fixtures, namespace: &str, name_it: bool)
 
 async fn each_role_opens_its_operations_in_its_own_namespace_only(db: TestDb) {
     let dir = tempfile::tempdir().unwrap();
-    let node = NodeProcess::start(NodeSpec::fast("n1", &db.url, dir.path())).await;
+    let mut spec = NodeSpec::fast("n1", &db.url, dir.path());
+    // Secrets are stored only with a key, on a shared database.
+    spec.extra_env = vec![("CARILLON_SECRETS_KEY", "ab".repeat(32))];
+    let node = NodeProcess::start(spec).await;
     for name in ["team-a", "team-b"] {
         expect(
             &node,

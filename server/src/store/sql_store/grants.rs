@@ -23,17 +23,10 @@ macro_rules! grant_store {
                     .bind(&grant.role)
                     .bind(&grant.created_by)
                     .execute(&mut *tx)
-                    .await
-                    .map_err(Error::from);
-                match inserted {
-                    Ok(_) => {}
-                    Err(err) if err.is_unique_violation() => {
-                        return Err(Error::Conflict {
-                            what: format!("a role of group {:?}", grant.group_name),
-                        });
-                    }
-                    Err(err) => return Err(err),
-                }
+                    .await;
+                Error::conflict_on_unique(inserted, || {
+                    format!("a role of group {:?}", grant.group_name)
+                })?;
                 let record = sqlx::query_as::<$db, GrantRecord>(sql(&self.q.grant_by_group))
                     .bind(grant.namespace_id)
                     .bind(&grant.group_name)

@@ -37,11 +37,12 @@ macro_rules! namespace_store {
             }
 
             async fn delete_namespace(&mut self, namespace: NamespaceId) -> Result<(), Error> {
-                // Its tokens and grants open nothing once it is gone, and a namespace of the
-                // same name made later must not inherit them.
+                // Its tokens, grants and secrets serve nothing once it is gone, and a
+                // namespace of the same name made later must not inherit them.
                 for query in [
                     &self.store.q.namespace_tokens_delete,
                     &self.store.q.namespace_grants_delete,
+                    &self.store.q.namespace_secrets_delete,
                 ] {
                     sqlx::query::<$db>(sql(query))
                         .bind(namespace)

@@ -26,17 +26,8 @@ macro_rules! token_store {
                     .bind(&token.created_by)
                     .bind(token.expires_at_ms)
                     .execute(&mut *tx)
-                    .await
-                    .map_err(Error::from);
-                match inserted {
-                    Ok(_) => {}
-                    Err(err) if err.is_unique_violation() => {
-                        return Err(Error::Conflict {
-                            what: format!("token name {:?}", token.name),
-                        });
-                    }
-                    Err(err) => return Err(err),
-                }
+                    .await;
+                Error::conflict_on_unique(inserted, || format!("token name {:?}", token.name))?;
                 let record = sqlx::query_as::<$db, TokenRecord>(sql(&self.q.token_by_secret))
                     .bind(&token.secret_sha256)
                     .fetch_optional(&mut *tx)
