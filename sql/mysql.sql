@@ -52,7 +52,8 @@ CREATE UNIQUE INDEX service_tokens_namespace_name_idx ON service_tokens (namespa
 CREATE TABLE secrets (
     secret_id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
     namespace_id BIGINT NOT NULL,
-    name VARCHAR(63) NOT NULL,
+    -- Compared byte for byte: the sealed value is bound to the name as written.
+    name VARCHAR(63) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     sealed TEXT NOT NULL,
     key_id VARCHAR(32) NOT NULL,
     version BIGINT NOT NULL,

@@ -4,7 +4,8 @@
 CREATE TABLE secrets (
     secret_id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
     namespace_id BIGINT NOT NULL,
-    name VARCHAR(63) NOT NULL,
+    -- Compared byte for byte: the sealed value is bound to the name as written.
+    name VARCHAR(63) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
     sealed TEXT NOT NULL,
     key_id VARCHAR(32) NOT NULL,
     version BIGINT NOT NULL,

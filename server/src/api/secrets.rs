@@ -83,7 +83,8 @@ pub(super) struct RotationView {
     /// Secrets sealed with a key this node does not have, left as they are: give the node
     /// that key among `secrets.previous_keys` and rotate again.
     unopened: u64,
-    /// Secrets written while the rotation ran (sealed with the current key by their writer).
+    /// Secrets written while the rotation ran, left as their writer sealed them: rotate again
+    /// until this and `unopened` are 0.
     rewritten: u64,
 }
 

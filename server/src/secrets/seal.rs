@@ -21,6 +21,8 @@ pub enum SealError {
     BadKey,
     #[error("no secure random numbers available")]
     Random,
+    #[error("the value could not be sealed")]
+    Seal,
     #[error("the stored value is not a sealed secret")]
     Malformed,
     #[error("sealed with key {0}, which this node does not have")]
@@ -92,7 +94,7 @@ impl SealingKey {
                 Aad::from(associated(namespace_id, name)),
                 &mut data,
             )
-            .map_err(|_| SealError::Random)?;
+            .map_err(|_| SealError::Seal)?;
         let mut whole = nonce.to_vec();
         whole.extend_from_slice(&data);
         Ok(format!(
@@ -170,6 +172,10 @@ fn associated(namespace_id: i64, name: &str) -> Vec<u8> {
 }
 
 fn hex_bytes(text: &str) -> Option<Vec<u8>> {
+    // `from_str_radix` would take a sign too.
+    if !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
     (0..text.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
@@ -239,7 +245,15 @@ mod tests {
         let from_base64 = key("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=");
         assert_eq!(from_hex.id(), from_base64.id());
         assert_eq!(from_hex.id().len(), 16);
-        for bad in ["", "00", &A[..62], "not a key at all", &format!("{A}00")] {
+        let signed = format!("+0{}", &A[2..]);
+        for bad in [
+            "",
+            "00",
+            &A[..62],
+            "not a key at all",
+            &format!("{A}00"),
+            &signed,
+        ] {
             assert_eq!(
                 SealingKey::parse(bad).unwrap_err(),
                 SealError::BadKey,

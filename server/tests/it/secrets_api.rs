@@ -87,6 +87,13 @@ async fn secrets_are_sealed_write_only_and_rotate(db: TestDb) {
     )
     .await;
     assert_eq!(status, 201, "{largest}");
+    // Names are compared as written, on every backend.
+    let (status, other) = put(&node, "DB-PASSWORD", "", json!({"value": "upper"})).await;
+    assert_eq!((status, &other["readable"]), (201, &json!(true)), "{other}");
+    let (status, _) = node
+        .call(Method::DELETE, "/api/v1/secrets/DB-PASSWORD", None)
+        .await;
+    assert_eq!(status, 204);
     assert_eq!(names(&node, "").await, ["API_TOKEN.v1", "db-password"]);
     assert_eq!(names(&node, "?namespace=team").await, ["db-password"]);
 
@@ -108,9 +115,17 @@ async fn secrets_are_sealed_write_only_and_rotate(db: TestDb) {
     let (_, trail) = node
         .call(Method::GET, "/api/v1/audit?limit=100", None)
         .await;
+    assert!(!trail.to_string().contains(VALUE), "{trail}");
+    let statuses: Vec<&Value> = trail["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["operation"] == "putSecret")
+        .map(|e| &e["status"])
+        .collect();
     assert!(
-        trail.to_string().contains("putSecret") && !trail.to_string().contains(VALUE),
-        "{trail}"
+        statuses.contains(&&json!(201)) && statuses.contains(&&json!(200)),
+        "a creation is recorded 201, a replacement 200: {trail}"
     );
 
     let (status, _) = node
@@ -250,6 +265,9 @@ async fn bad_input_is_refused_naming_the_field(node: &NodeProcess) {
             "{name}: {problem}"
         );
     }
+    // `rotate` is the rotation's path, not a name.
+    let (status, problem) = put(node, "rotate", "", json!({"value": "x"})).await;
+    assert_eq!(status, 405, "{problem}");
     let (status, problem) = put(node, "ok", "?namespace=nope", json!({"value": "x"})).await;
     assert_eq!(status, 404, "{problem}");
 }

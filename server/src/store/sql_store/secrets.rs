@@ -51,7 +51,12 @@ macro_rules! secret_store {
                     .fetch_optional(&mut *tx)
                     .await?
                     .ok_or(Error::NotInitialised)?;
-                self.audit_in(&mut tx, audit).await?;
+                // The event was drafted before the store knew whether the name was new.
+                let event = audit.map(|event| AuditWrite {
+                    status: if created { 201 } else { event.status },
+                    ..event.clone()
+                });
+                self.audit_in(&mut tx, event.as_ref()).await?;
                 tx.commit().await?;
                 Ok((record, created))
             }
