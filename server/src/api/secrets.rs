@@ -14,7 +14,7 @@ use super::error::Problem;
 use super::namespaces::NamespaceQuery;
 use super::params::{NameParam, QueryParams};
 use super::{ApiError, ApiState, Principal, rfc3339};
-use crate::secrets::seal::{Keyring, key_id_of};
+use crate::secrets::seal::Keyring;
 use crate::store::{SecretRecord, SecretWrite};
 
 /// The largest value stored: a certificate chain fits, a file does not; sealed, it still fits
@@ -48,7 +48,7 @@ impl SecretView {
                 .is_ok()
         });
         Self {
-            key_id: key_id_of(&record.sealed).unwrap_or_default().to_owned(),
+            key_id: record.key_id,
             name: record.name,
             namespace: namespace.to_owned(),
             version: record.version,
