@@ -200,30 +200,36 @@ macro_rules! cluster_store {
             }
 
             async fn cluster_init(&self, partition_count: i64) -> Result<ClusterMeta, Error> {
-                if let Some(meta) = self.cluster_meta_get().await? {
-                    return Ok(meta);
-                }
-                let mut tx = self.begin_write().await?;
-                let inserted = sqlx::query::<$db>(sql(&self.q.cluster_meta_insert))
-                    .bind(partition_count)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(Error::from);
-                match inserted {
-                    Ok(_) => {
-                        for partition_id in 0..partition_count {
-                            sqlx::query::<$db>(sql(&self.q.partition_insert))
-                                .bind(partition_id)
-                                .execute(&mut *tx)
-                                .await?;
-                        }
-                        tx.commit().await?;
+                // Nodes starting together race to initialise; on Galera the loser learns it at
+                // commit, as a certification failure (a deadlock), and tries again to find the
+                // winner's row.
+                retry_transient(|| async {
+                    if let Some(meta) = self.cluster_meta_get().await? {
+                        return Ok(meta);
                     }
-                    // Another node initialised the cluster at the same moment: use theirs.
-                    Err(err) if err.is_unique_violation() => tx.rollback().await?,
-                    Err(err) => return Err(err),
-                }
-                self.cluster_meta_get().await?.ok_or(Error::NotInitialised)
+                    let mut tx = self.begin_write().await?;
+                    let inserted = sqlx::query::<$db>(sql(&self.q.cluster_meta_insert))
+                        .bind(partition_count)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(Error::from);
+                    match inserted {
+                        Ok(_) => {
+                            for partition_id in 0..partition_count {
+                                sqlx::query::<$db>(sql(&self.q.partition_insert))
+                                    .bind(partition_id)
+                                    .execute(&mut *tx)
+                                    .await?;
+                            }
+                            tx.commit().await?;
+                        }
+                        // Another node initialised the cluster at the same moment: use theirs.
+                        Err(err) if err.is_unique_violation() => tx.rollback().await?,
+                        Err(err) => return Err(err),
+                    }
+                    self.cluster_meta_get().await?.ok_or(Error::NotInitialised)
+                })
+                .await
             }
 
             async fn node_register(&self, node: &NodeRegistration) -> Result<(), Error> {
