@@ -97,6 +97,7 @@ impl FastExecutor {
             .route(executor_paths::DISPATCH, post(dispatch))
             .route(executor_paths::DISPATCH_BATCH, post(dispatch_batch))
             .route(executor_paths::CANCEL, post(|| async { StatusCode::OK }))
+            .route(HTTP_JOB_PATH, post(http_job))
             .with_state(Arc::clone(&shared));
         tokio::spawn(async move { axum::serve(listener, app).await });
         let executor = FastExecutor { shared, address };
@@ -343,6 +344,35 @@ async fn dispatch(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
     };
     record(&shared, std::slice::from_ref(&dispatch), received_ms);
     Json(succeeded()).into_response()
+}
+
+/// Where the `http` scenario's HTTP jobs call: the same receipts as a dispatch.
+pub(crate) const HTTP_JOB_PATH: &str = "/http-job";
+
+/// The body the `http` scenario's jobs send (`{{job_id}}`, `{{run_id}}`, `{{instant_ms}}`).
+#[derive(serde::Deserialize)]
+struct HttpJobCall {
+    job_id: i64,
+    run_id: i64,
+    at: i64,
+}
+
+async fn http_job(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+    let received_ms = now_ms();
+    let Ok(call) = serde_json::from_slice::<HttpJobCall>(&body) else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    shared
+        .receipts
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(Receipt {
+            job_id: call.job_id,
+            run_id: call.run_id,
+            scheduled_ms: call.at,
+            received_ms,
+        });
+    StatusCode::NO_CONTENT.into_response()
 }
 
 async fn dispatch_batch(

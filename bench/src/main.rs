@@ -84,6 +84,18 @@ enum Scenario {
         #[arg(long)]
         size_every: Option<u64>,
     },
+    /// HTTP jobs firing every second, each calling a fast local HTTP server: fires/s end to
+    /// end, lateness (from the instant to the server's receipt), duplicates, missed.
+    Http {
+        #[arg(long, default_value_t = 1)]
+        nodes: usize,
+        #[arg(long, default_value_t = 10_000)]
+        jobs: usize,
+        #[arg(long, default_value_t = 10)]
+        warmup: u64,
+        #[arg(long, default_value_t = 30)]
+        duration: u64,
+    },
     /// `kill -9` of the leader, then of a follower, under load (3 nodes, default timings,
     /// `catch_up`): seconds until a new leader, until the dead node's jobs fire again;
     /// duplicates and missed instants.
@@ -201,6 +213,25 @@ async fn main() -> anyhow::Result<()> {
                 duration_s: duration,
                 history_backlog,
                 size_every_s: size_every,
+                http: false,
+            };
+            scenarios::throughput(&common, &load).await?
+        }
+        Scenario::Http {
+            nodes,
+            jobs,
+            warmup,
+            duration,
+        } => {
+            let load = scenarios::Load {
+                nodes,
+                jobs,
+                one_shot: None,
+                warmup_s: warmup,
+                duration_s: duration,
+                history_backlog: None,
+                size_every_s: None,
+                http: true,
             };
             scenarios::throughput(&common, &load).await?
         }

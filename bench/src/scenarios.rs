@@ -45,11 +45,21 @@ pub(crate) struct Load {
     pub(crate) history_backlog: Option<u64>,
     /// Print the database's size this often during the window.
     pub(crate) size_every_s: Option<u64>,
+    /// The jobs are HTTP jobs calling the fast executor's server, not dispatches to it.
+    pub(crate) http: bool,
 }
 
 fn every_second(i: usize, misfire: &str) -> Value {
     json!({"name": format!("bench-{i}"), "app": "bench", "handler": "noop",
         "schedule": {"cron": "* * * * * *"}, "misfire": misfire, "start": true})
+}
+
+/// An HTTP job firing every second that calls `address` (the fast executor's server).
+fn http_every_second(i: usize, address: &str) -> Value {
+    json!({"name": format!("bench-http-{i}"), "schedule": {"cron": "* * * * * *"},
+        "misfire": "fire_once", "start": true,
+        "http": {"method": "POST", "url": format!("{address}{}", crate::executor::HTTP_JOB_PATH),
+                 "body": "{\"job_id\": {{job_id}}, \"run_id\": {{run_id}}, \"at\": {{instant_ms}}}"}})
 }
 
 /// A cluster on a fresh database of the scenario's backend; no node yet.
@@ -102,7 +112,7 @@ pub(crate) async fn throughput(common: &Common, load: &Load) -> anyhow::Result<R
         report_backlog_insert(backlog, inserted_at.elapsed());
     }
     let executor = FastExecutor::start(&cluster, common.batch, common.log_lines).await?;
-    let mut report = Report::new("throughput");
+    let mut report = Report::new(if load.http { "http" } else { "throughput" });
     report.add("log_lines_per_attempt", common.log_lines);
     report.add("db", format!("{:?}", common.db).to_lowercase());
     report.add("nodes", nodes);
@@ -156,7 +166,12 @@ pub(crate) async fn throughput(common: &Common, load: &Load) -> anyhow::Result<R
         report.add_delivery(&d);
         return Ok(report);
     }
-    let docs = (0..jobs).map(|i| every_second(i, "fire_once")).collect();
+    let docs = (0..jobs)
+        .map(|i| match load.http {
+            true => http_every_second(i, &executor.address),
+            false => every_second(i, "fire_once"),
+        })
+        .collect();
     let created_at = Instant::now();
     let ids = cluster.create_jobs(docs).await?;
     report.add("jobs_every_second", jobs);

@@ -20,6 +20,7 @@ use crate::config::{Config, ConfigError, Pooler};
 use crate::data_dir::{DataDir, DataDirError};
 use crate::dispatch::Dispatcher;
 use crate::dispatch::client::DispatchClient;
+use crate::dispatch::http_jobs::HttpJobs;
 use crate::observe::traces::{ExportSettings, TraceExport, Traces};
 use crate::observe::{
     self, AlertSettings, AlertWorker, FailedJobs, FailurePauser, NodeMetrics, Observer,
@@ -366,6 +367,10 @@ impl Application {
             dispatcher_wake,
             vec![advertised.clone()],
             observer.clone(),
+        )
+        .with_http_jobs(
+            HttpJobs::new(&config.http_jobs, view.node_id(), secret_keys.clone())
+                .map_err(StartupError::Http)?,
         );
         let namespaces = Arc::new(crate::namespaces::Directory::new(
             Arc::clone(&api_store) as Arc<dyn crate::store::NamespaceStore>

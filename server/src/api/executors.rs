@@ -208,8 +208,9 @@ async fn create_declared_job(
 ) {
     let input = JobInput {
         name: format!("{app}.{handler}"),
-        app: app.to_owned(),
-        handler: handler.to_owned(),
+        app: Some(app.to_owned()),
+        handler: Some(handler.to_owned()),
+        http: None,
         schedule: ScheduleSpec {
             cron: schedule.cron.clone(),
             rrule: schedule.rrule.clone(),

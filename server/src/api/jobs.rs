@@ -164,9 +164,12 @@ fn view_of(state: &ApiState, namespace: String, record: JobRecord) -> Result<Job
 async fn view_warned(state: &ApiState, record: JobRecord) -> Result<JobView, ApiError> {
     let namespace = super::namespaces::name_of(state, record.namespace_id).await?;
     let mut view = view_of(state, namespace, record)?;
-    view.warnings = super::served::handler_warning(state, &view.app, &view.handler)
-        .await?
-        .map(|warning| vec![warning]);
+    // An HTTP job's call is made by the nodes: no executor serves it.
+    if view.policy.http.is_none() {
+        view.warnings = super::served::handler_warning(state, &view.app, &view.handler)
+            .await?
+            .map(|warning| vec![warning]);
+    }
     Ok(view)
 }
 

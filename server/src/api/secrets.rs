@@ -20,7 +20,6 @@ use crate::store::{SecretRecord, SecretWrite};
 /// The largest value stored: a certificate chain fits, a file does not; sealed, it still fits
 /// a MySQL `TEXT` (64 KiB).
 const MAX_VALUE_BYTES: usize = 32 * 1024;
-const MAX_NAME: usize = 63;
 
 /// A secret as listed: never its value.
 #[derive(Debug, Serialize, ToSchema)]
@@ -227,21 +226,5 @@ fn keys(state: &ApiState) -> Result<&Keyring, ApiError> {
 }
 
 fn check_secret_name(name: &str) -> Result<(), ApiError> {
-    let valid = !name.is_empty()
-        && name.len() <= MAX_NAME
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
-        && !name.starts_with('.');
-    if valid {
-        Ok(())
-    } else {
-        Err(ApiError::invalid(
-            "name",
-            format!(
-                "{name:?}: 1 to {MAX_NAME} letters, digits, '_', '-' and '.', not starting \
-                 with '.'"
-            ),
-        ))
-    }
+    crate::secrets::check_name(name).map_err(|why| ApiError::invalid("name", why))
 }

@@ -329,6 +329,12 @@ fn definition_of_view(view: &Value) -> Option<JobDefinition> {
     ] {
         fields.remove(added);
     }
+    // An HTTP job is shown under app `http`, its handler the call's method; its document
+    // names neither.
+    if fields.contains_key("http") {
+        fields.remove("app");
+        fields.remove("handler");
+    }
     let input: JobInput = serde_json::from_value(Value::Object(fields)).ok()?;
     input.into_definition().ok()
 }
@@ -350,6 +356,10 @@ fn patch_of(definition: &JobDefinition) -> Value {
         serde_json::to_value(&definition.policy),
     ) {
         fields.extend(policy);
+        if definition.policy.http.is_some() {
+            fields.remove("app");
+            fields.remove("handler");
+        }
     }
     // Fields the policy leaves out when unset: `null` (or `[]`) clears what the job has.
     for (key, cleared) in [

@@ -114,6 +114,12 @@ pub(super) struct ServerArgs {
     /// Networks executors may register addresses in: `10.0.0.0/8,fd00::/8`.
     #[arg(long, env = "CARILLON_DISPATCH_ALLOWED_NETWORKS")]
     dispatch_allowed_networks: Option<String>,
+    /// Networks HTTP jobs may call: `10.0.0.0/8,fd00::/8` (default loopback only).
+    #[arg(long, env = "CARILLON_HTTP_JOBS_ALLOWED_NETWORKS")]
+    http_jobs_allowed_networks: Option<String>,
+    /// Host names HTTP jobs may call wherever they resolve: `api.example.com,*.corp.example`.
+    #[arg(long, env = "CARILLON_HTTP_JOBS_ALLOWED_HOSTS")]
+    http_jobs_allowed_hosts: Option<String>,
     /// Where every alert is posted (prefer the environment variable: flags show in `ps`, and
     /// chat webhooks carry their key in the URL).
     #[arg(long, env = "CARILLON_ALERTS_WEBHOOK", hide_env_values = true)]
@@ -230,12 +236,13 @@ impl ServerArgs {
             config.dispatch.secret = Some(Secret::new(secret));
         }
         if let Some(networks) = self.dispatch_allowed_networks {
-            config.dispatch.allowed_networks = networks
-                .split(',')
-                .map(str::trim)
-                .filter(|n| !n.is_empty())
-                .map(str::to_owned)
-                .collect();
+            config.dispatch.allowed_networks = comma_list(&networks);
+        }
+        if let Some(networks) = self.http_jobs_allowed_networks {
+            config.http_jobs.allowed_networks = comma_list(&networks);
+        }
+        if let Some(hosts) = self.http_jobs_allowed_hosts {
+            config.http_jobs.allowed_hosts = comma_list(&hosts);
         }
         set(
             &mut config.dispatch.executor_lease_ms,
@@ -312,4 +319,13 @@ fn set<T>(field: &mut T, value: Option<T>) {
     if let Some(value) = value {
         *field = value;
     }
+}
+
+/// The items of a comma-separated list, trimmed, the empty ones left out.
+fn comma_list(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+        .collect()
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::cluster::ClusterTimings;
+pub use crate::dispatch::http_jobs::HttpJobsConfig;
 use crate::jobs::RetentionConfig;
 pub use crate::observe::alerts::AlertsConfig;
 pub use crate::secret::Secret;
@@ -60,6 +61,7 @@ pub struct Config {
     pub handler_logs: HandlerLogsConfig,
     pub telemetry: TelemetryConfig,
     pub secrets: SecretsConfig,
+    pub http_jobs: HttpJobsConfig,
 }
 
 /// `[handler_logs]`: how much of the log each attempt's handler ships is kept.

@@ -181,6 +181,9 @@ impl Config {
             ));
         }
         self.telemetry.validate()?;
+        self.http_jobs
+            .check()
+            .map_err(|(setting, why)| invalid(setting, why))?;
         self.validate_secrets()
     }
 

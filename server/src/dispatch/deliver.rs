@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 use tracing::{debug, warn};
 
 use super::client::{Delivery, DispatchClient};
+use super::deliver_http::deliver_http;
 use super::finish::{Ending, finish_attempt_by};
 use super::plan::{Offer, Target, by_priority};
 use super::settle::{Delivered, Ended, first_taken, settle};
@@ -18,7 +19,6 @@ use super::xxl::trigger_of;
 use super::{Dispatcher, millis};
 use crate::jobs::Delivery as Guarantee;
 use crate::observe::Observer;
-use crate::observe::traces::Offering;
 use crate::store::{self, JobRecord, Store};
 
 /// A delivery pass slower than this is logged with where its time went (a pass waits up to
@@ -72,6 +72,7 @@ impl Dispatcher {
         // Offers due at one instant for one batch-taking executor go in one request.
         let mut batches: HashMap<(String, i64), Vec<Offer>> = HashMap::new();
         let mut singles = Vec::new();
+        let mut calls = Vec::new();
         for due in due {
             let job = jobs.get(&due.attempt.job_id).and_then(Option::as_ref);
             let planned = self
@@ -84,6 +85,7 @@ impl Dispatcher {
                 )
                 .await?;
             match planned {
+                Some(offer) if offer.http.is_some() => calls.push(offer),
                 // Offers under a delivery guarantee other than at-least-once are marked before
                 // they go, alone.
                 Some(offer)
@@ -97,6 +99,24 @@ impl Dispatcher {
                 Some(offer) => singles.push(offer),
                 None => {}
             }
+        }
+        self.open_http_secrets(&mut calls).await?;
+        for offer in calls {
+            let due_ms = offer.attempt.not_before_ms;
+            let store = Arc::clone(&self.store);
+            let client = self.client.clone();
+            let view = Arc::clone(&self.view);
+            let observer = self.observer.clone();
+            let http_jobs = self.http_jobs.clone();
+            let wait_ms = u64::try_from(due_ms - clock_base.1).unwrap_or(0);
+            let at = clock_base.0 + Duration::from_millis(wait_ms);
+            delivering.spawn(async move {
+                tokio::time::sleep_until(at).await;
+                if !view.owns(offer.attempt.partition_id) {
+                    return Vec::new();
+                }
+                vec![deliver_http(store, client, observer, http_jobs, offer).await]
+            });
         }
         let deliveries = singles.into_iter().map(|offer| vec![offer]).chain(
             batches
@@ -297,7 +317,7 @@ async fn send(
     offer: &Offer,
 ) -> Delivery {
     let began = SystemTime::now();
-    let offering = offering(offer, index);
+    let offering = offer.offering(index);
     let delivery = if target.xxl {
         let trigger = trigger_of(
             &offer.request,
@@ -326,22 +346,6 @@ async fn send(
         (began, SystemTime::now()),
     );
     delivery
-}
-
-fn offering(offer: &Offer, index: usize) -> Offering {
-    let a = &offer.attempt;
-    Offering {
-        run_id: a.run_id,
-        attempt_id: a.attempt_id,
-        attempt_no: a.attempt_no,
-        shard_index: a.shard_index,
-        created_at_ms: a.created_at_ms,
-        lost_before: a.lost_before,
-        job_id: a.job_id,
-        namespace_id: offer.namespace.0,
-        scheduled_at_ms: offer.scheduled_at_ms,
-        target: u32::try_from(index).unwrap_or(u32::MAX),
-    }
 }
 
 /// [`deliver`], starting at target `first`.
@@ -417,7 +421,7 @@ async fn deliver_batch(
             };
             observer
                 .traces
-                .delivered(&offering(offer, 0), &executor_id, outcome, (began, ended));
+                .delivered(&offer.offering(0), &executor_id, outcome, (began, ended));
         }
     }
     let mut replies = match batch {

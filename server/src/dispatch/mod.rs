@@ -11,7 +11,8 @@
 //! - `start`: a pending run gets its first attempts (one per shard), in one transaction;
 //! - `plan`: a due attempt is ordered by priority and given the executors to try, in the
 //!   order its balancer says;
-//! - `deliver`: offers go out at their instant, batched per executor where it can take them;
+//! - `deliver`: offers go out at their instant, batched per executor where it can take them
+//!   (`deliver_http`: an HTTP job's call, made by the node itself);
 //! - `settle`: what executors answered is stored, the plain successes together;
 //! - `watch`: attempts of lost executors fail over, overdue ones time out;
 //! - `finish`: one attempt ends (from any node), queueing its retry or ending its run.
@@ -22,8 +23,10 @@ pub mod backoff;
 pub mod balancer;
 pub mod client;
 mod deliver;
+mod deliver_http;
 pub mod finish;
 mod fleet;
+pub mod http_jobs;
 pub mod networks;
 mod plan;
 mod settle;
@@ -48,6 +51,7 @@ use crate::store::{self, JobRecord, Store};
 use balancer::Balancers;
 use client::DispatchClient;
 use fleet::Fleet;
+use http_jobs::HttpJobs;
 use plan::DueCursor;
 use settle::Settling;
 
@@ -115,6 +119,8 @@ pub struct Dispatcher {
     settling: Arc<Settling>,
     observer: Observer,
     standby_wait: std::sync::Mutex<standbys::StandbyWait>,
+    /// Makes HTTP jobs' calls; without it they fail, saying this node makes none.
+    http_jobs: Option<Arc<HttpJobs>>,
 }
 
 impl Dispatcher {
@@ -142,7 +148,14 @@ impl Dispatcher {
             settling: Settling::new(),
             observer,
             standby_wait: std::sync::Mutex::new(standbys::StandbyWait::default()),
+            http_jobs: None,
         }
+    }
+
+    /// The dispatcher, making HTTP jobs' calls with `http_jobs`.
+    pub fn with_http_jobs(mut self, http_jobs: HttpJobs) -> Self {
+        self.http_jobs = Some(Arc::new(http_jobs));
+        self
     }
 
     /// Two passes run side by side: one starts pending runs (the database work of creating

@@ -11,7 +11,9 @@ use super::Dispatcher;
 use super::balancer::Candidate;
 use super::finish::{Ending, finish_attempt};
 use super::fleet::Fleet;
-use crate::jobs::{Delivery, JobPolicy};
+use super::http_jobs::HttpOffer;
+use crate::jobs::{Delivery, HttpCall, JobPolicy};
+use crate::observe::traces::Offering;
 use crate::states::RunState;
 use crate::store::{self, AttemptRecord, DueAttempt, ExecutorRecord, JobRecord, NamespaceId};
 
@@ -88,6 +90,27 @@ pub(super) struct Offer {
     pub(super) first_takes_batches: bool,
     pub(super) policy: JobPolicy,
     pub(super) timeout_ms: i64,
+    /// An HTTP job's call, made by this node instead of an executor.
+    pub(super) http: Option<Box<HttpOffer>>,
+}
+
+impl Offer {
+    /// The offer to its `index`th target, as traces name it.
+    pub(super) fn offering(&self, index: usize) -> Offering {
+        let a = &self.attempt;
+        Offering {
+            run_id: a.run_id,
+            attempt_id: a.attempt_id,
+            attempt_no: a.attempt_no,
+            shard_index: a.shard_index,
+            created_at_ms: a.created_at_ms,
+            lost_before: a.lost_before,
+            job_id: a.job_id,
+            namespace_id: self.namespace.0,
+            scheduled_at_ms: self.scheduled_at_ms,
+            target: u32::try_from(index).unwrap_or(u32::MAX),
+        }
+    }
 }
 
 impl Dispatcher {
@@ -155,6 +178,17 @@ impl Dispatcher {
                 return Ok(None);
             }
         };
+        if let Some(call) = &policy.http {
+            let request = self.request_of(job, attempt, policy, (args, input), scheduled_at_ms);
+            return Ok(Some(self.http_offer(
+                attempt,
+                job,
+                scheduled_at_ms,
+                request,
+                policy,
+                call,
+            )));
+        }
         let offering = fleet.offering(job);
         if offering.is_empty() {
             let waited = fleet.now_ms - attempt.not_before_ms.max(attempt.created_at_ms);
@@ -227,33 +261,7 @@ impl Dispatcher {
             let first = order.remove(pos);
             order.insert(0, first);
         }
-        let request = Dispatch {
-            protocol: PROTOCOL_VERSION,
-            run_id: attempt.run_id,
-            attempt_id: attempt.attempt_id,
-            attempt: u32::try_from(attempt.attempt_no).unwrap_or(u32::MAX),
-            job_id: job.job_id,
-            job: job.name.clone(),
-            handler: job.handler_name.clone(),
-            args,
-            shard: Shard {
-                index: u32::try_from(attempt.shard_index).unwrap_or(0),
-                total: u32::try_from(attempt.shard_total).unwrap_or(1),
-            },
-            scheduled_at: crate::clock::rfc3339(scheduled_at_ms).unwrap_or_default(),
-            timeout_ms: policy.timeout_ms,
-            report_to: self.report_to.clone(),
-            input,
-            effect_key: (policy.delivery == Delivery::ExactlyOnceEffect).then(|| {
-                let tries = attempt.attempt_no - attempt.lost_before;
-                format!("{}:{}:{tries}", attempt.run_id, attempt.shard_index)
-            }),
-            traceparent: Some(self.observer.traces.traceparent((
-                attempt.run_id,
-                attempt.attempt_id,
-                0,
-            ))),
-        };
+        let request = self.request_of(job, attempt, policy, (args, input), scheduled_at_ms);
         let targets: Vec<Target> = order
             .iter()
             .map(|&i| Target {
@@ -284,7 +292,87 @@ impl Dispatcher {
                 .timeout_ms
                 .map_or(0, |t| i64::try_from(t).unwrap_or(i64::MAX)),
             policy: policy.clone(),
+            http: None,
         }))
+    }
+
+    /// The offer of an HTTP job's attempt: its one target is the job's URL, called by this
+    /// node (its secrets are read with the pass's others, `deliver`).
+    fn http_offer(
+        &self,
+        attempt: &AttemptRecord,
+        job: &JobRecord,
+        scheduled_at_ms: i64,
+        request: Dispatch,
+        policy: &JobPolicy,
+        call: &HttpCall,
+    ) -> Offer {
+        let executor_id = self
+            .http_jobs
+            .as_ref()
+            .map_or_else(String::new, |h| h.executor_id.clone());
+        let timeout = self
+            .http_jobs
+            .as_ref()
+            .map_or(0, |h| super::millis(h.timeout(policy.timeout_ms)));
+        Offer {
+            attempt: attempt.clone(),
+            namespace: job.namespace_id,
+            scheduled_at_ms,
+            request,
+            targets: vec![Target {
+                executor_id,
+                address: call.url.clone(),
+                xxl: false,
+            }],
+            first_takes_batches: false,
+            policy: policy.clone(),
+            timeout_ms: timeout,
+            http: Some(Box::new(HttpOffer {
+                call: call.clone(),
+                secrets: Default::default(),
+                secrets_unavailable: None,
+            })),
+        }
+    }
+
+    /// The dispatch of `attempt` (the request an executor is sent, and what an HTTP job's
+    /// templates are filled from).
+    fn request_of(
+        &self,
+        job: &JobRecord,
+        attempt: &AttemptRecord,
+        policy: &JobPolicy,
+        (args, input): (Value, Option<Value>),
+        scheduled_at_ms: i64,
+    ) -> Dispatch {
+        Dispatch {
+            protocol: PROTOCOL_VERSION,
+            run_id: attempt.run_id,
+            attempt_id: attempt.attempt_id,
+            attempt: u32::try_from(attempt.attempt_no).unwrap_or(u32::MAX),
+            job_id: job.job_id,
+            job: job.name.clone(),
+            handler: job.handler_name.clone(),
+            args,
+            shard: Shard {
+                index: u32::try_from(attempt.shard_index).unwrap_or(0),
+                total: u32::try_from(attempt.shard_total).unwrap_or(1),
+            },
+            scheduled_at: crate::clock::rfc3339(scheduled_at_ms).unwrap_or_default(),
+            timeout_ms: policy.timeout_ms,
+            report_to: self.report_to.clone(),
+            input,
+            effect_key: (policy.delivery == Delivery::ExactlyOnceEffect).then(|| {
+                let tries = attempt.attempt_no - attempt.lost_before;
+                format!("{}:{}:{tries}", attempt.run_id, attempt.shard_index)
+            }),
+            traceparent: Some(self.observer.traces.traceparent((
+                attempt.run_id,
+                attempt.attempt_id,
+                0,
+            ))),
+        }
     }
 }
 

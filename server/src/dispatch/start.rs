@@ -125,7 +125,9 @@ impl Dispatcher {
             return Ok(None);
         };
         let executors = fleet.offering(job);
-        if executors.is_empty() {
+        // An HTTP job's call is made by this node: it needs no executor.
+        let calls_url = job.policy().is_ok_and(|p| p.http.is_some());
+        if executors.is_empty() && !calls_url {
             let waited = fleet.now_ms - run.created_at_ms;
             if let Some(message) = fleet.nowhere_to_go(job, waited, self.grace_ms())
                 && self

@@ -1,12 +1,14 @@
 //! The watch over attempts in flight, at the start of every delivery pass: an attempt whose
 //! executor stopped heartbeating (or heartbeats without listing it) fails over to another
 //! executor; one past its job's timeout ends `timed_out` and its executor is told to cancel
-//! (an XXL-JOB executor: `/kill`).
+//! (an XXL-JOB executor: `/kill`). HTTP jobs' calls in flight are not executors' and are left
+//! to their answer or deadline.
 
 use tracing::info;
 
 use super::finish::{Ending, finish_attempt};
 use super::fleet::Fleet;
+use super::http_jobs::HTTP_EXECUTOR_PREFIX;
 use super::{Dispatcher, millis};
 use crate::store;
 
@@ -23,6 +25,9 @@ impl Dispatcher {
             .attempts_orphaned(partitions, lease_ms, self.settings.batch)
             .await?
         {
+            if self.making_http_call(attempt.executor_id.as_deref(), attempt.attempt_id) {
+                continue;
+            }
             let trace_id = self.observer.traces.trace_id(attempt.run_id);
             info!(run_id = attempt.run_id, attempt_id = attempt.attempt_id, trace_id, executor = ?attempt.executor_id, "executor lost the attempt; failing it over");
             let error = Some(
@@ -67,5 +72,21 @@ impl Dispatcher {
             }
         }
         Ok(())
+    }
+
+    /// Whether an attempt recorded by an HTTP job's call (executor `http@<node>`) may still be
+    /// answered: another node's ends by its answer or its deadline (the node may live on after
+    /// the partition moved); this node's only while this process is calling it (one recorded
+    /// by an earlier process of the node lost its call).
+    fn making_http_call(&self, executor_id: Option<&str>, attempt_id: i64) -> bool {
+        let Some(node) = executor_id.and_then(|e| e.strip_prefix(HTTP_EXECUTOR_PREFIX)) else {
+            return false;
+        };
+        if node != self.view.node_id() {
+            return true;
+        }
+        self.http_jobs
+            .as_ref()
+            .is_some_and(|h| h.is_calling(attempt_id))
     }
 }

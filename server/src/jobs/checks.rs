@@ -1,10 +1,13 @@
 //! The checks a job document's fields pass beyond their types: bounds, calendar names, alert
-//! webhooks, and what a job and a task share (app, handler, arguments, priority, retry,
-//! timeout).
+//! webhooks, what a job and a task share (app, handler, arguments, priority, retry,
+//! timeout), and which app and handler a job names (an HTTP job: none of its own).
 
 use chrono_tz::Tz;
 
-use super::{Bounds, Delivery, JobError, JobPolicy, MAX_ARGS_BYTES, MAX_IDENT, MAX_TIMEOUT_MS};
+use super::{
+    Bounds, Delivery, HTTP_APP, HttpCall, JobError, JobPolicy, MAX_ARGS_BYTES, MAX_IDENT,
+    MAX_TIMEOUT_MS,
+};
 use crate::schedule::{Window, parse_instant};
 
 /// The instants `bounds` allow, read in `zone`.
@@ -134,4 +137,30 @@ pub(super) fn check_text(
         return Err(JobError::new(field, format!("must not contain {bad:?}")));
     }
     Ok(())
+}
+
+/// The app and handler a job document names: an executor's, or for an HTTP job (which names
+/// neither) [`HTTP_APP`] and the call's method.
+pub(super) fn work_named(
+    app: Option<String>,
+    handler: Option<String>,
+    http: Option<&HttpCall>,
+) -> Result<(String, String), JobError> {
+    match (app, handler, http) {
+        (None, None, Some(call)) => Ok((HTTP_APP.to_owned(), call.method.clone())),
+        (Some(_), _, Some(_)) => Err(JobError::new(
+            "app",
+            "an HTTP job has no app: its http call says where it goes",
+        )),
+        (None, Some(_), Some(_)) => Err(JobError::new(
+            "handler",
+            "an HTTP job has no handler: its http call says where it goes",
+        )),
+        (Some(app), Some(handler), None) => Ok((app, handler)),
+        (None, _, None) => Err(JobError::new(
+            "app",
+            "is required: the executor app that runs the job (or http, for a job that calls a URL)",
+        )),
+        (Some(_), None, None) => Err(JobError::new("handler", "is required")),
+    }
 }

@@ -3,15 +3,17 @@
 
 mod checks;
 pub mod history;
+pub mod http_call;
 pub mod policy;
 pub mod stored;
 
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 
-use checks::check_text;
 pub use checks::{check_calendar_name, check_webhook, validate_work, window_of};
+use checks::{check_text, work_named};
 pub use history::{JobHistory, KeepFor, RetentionConfig};
+pub use http_call::{HTTP_APP, HttpCall};
 pub use policy::{
     AlertFormat, Backoff, Balance, Bounds, Children, Delivery, JobAlerts, JobPolicy, Misfire,
     Overlap, Retry, Sharding, jitter_delay_ms,
@@ -91,8 +93,14 @@ const MAX_DESCRIPTION: usize = 4_000;
 #[serde(deny_unknown_fields)]
 pub struct JobInput {
     pub name: String,
-    pub app: String,
-    pub handler: String,
+    /// The executor app whose handler runs the job (none for an HTTP job).
+    #[serde(default)]
+    pub app: Option<String>,
+    #[serde(default)]
+    pub handler: Option<String>,
+    /// The URL an HTTP job calls at each instant, instead of an executor's handler.
+    #[serde(default)]
+    pub http: Option<HttpCall>,
     pub schedule: ScheduleSpec,
     #[serde(default = "utc")]
     pub timezone: String,
@@ -160,6 +168,8 @@ pub struct JobPatch {
     pub name: Option<String>,
     pub app: Option<String>,
     pub handler: Option<String>,
+    /// An HTTP job's whole call (an executor's job cannot become one).
+    pub http: Option<HttpCall>,
     pub schedule: Option<ScheduleSpec>,
     pub timezone: Option<String>,
     /// `null` here sets the arguments to `null`; leaving the field out keeps them.
@@ -226,10 +236,11 @@ pub struct JobDefinition {
 impl JobInput {
     pub fn into_definition(self) -> Result<JobDefinition, JobError> {
         let defaults = JobPolicy::default();
+        let (app, handler) = work_named(self.app, self.handler, self.http.as_ref())?;
         let definition = JobDefinition {
             name: self.name,
-            app: self.app,
-            handler: self.handler,
+            app,
+            handler,
             schedule: self.schedule,
             timezone: self.timezone,
             args: self.args,
@@ -254,6 +265,7 @@ impl JobInput {
                 children: self.children,
                 workflow: false,
                 description: self.description,
+                http: self.http,
             },
         };
         definition.validate()?;
@@ -265,6 +277,27 @@ impl JobPatch {
     /// `current` with this patch applied, validated.
     pub fn apply(self, current: &JobDefinition) -> Result<JobDefinition, JobError> {
         let mut next = current.clone();
+        match (&current.policy.http, self.http) {
+            (Some(_), Some(call)) => {
+                next.handler.clone_from(&call.method);
+                next.policy.http = Some(call);
+            }
+            (None, Some(_)) => {
+                return Err(JobError::new(
+                    "http",
+                    "the job runs on an executor; an HTTP job is created as one",
+                ));
+            }
+            (_, None) => {}
+        }
+        if current.policy.http.is_some() {
+            if self.app.is_some() {
+                return Err(JobError::new("app", "an HTTP job has no app"));
+            }
+            if self.handler.is_some() {
+                return Err(JobError::new("handler", "an HTTP job has no handler"));
+            }
+        }
         let p = &mut next.policy;
         macro_rules! take {
             ($($target:expr => $source:expr),* $(,)?) => {
@@ -332,6 +365,15 @@ impl JobDefinition {
         validate_work(&self.app, &self.handler, &self.args, &self.policy)?;
         self.parsed_schedule()?;
         let p = &self.policy;
+        if let Some(call) = &p.http {
+            call.validate()?;
+            if p.sharding.split || p.sharding.broadcast {
+                return Err(JobError::new(
+                    "sharding",
+                    "an HTTP job has no executors to split or broadcast over: use count",
+                ));
+            }
+        }
         if p.catch_up_window_ms > MAX_CATCH_UP_WINDOW_MS {
             return Err(JobError::new(
                 "catch_up_window_ms",

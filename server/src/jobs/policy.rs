@@ -164,6 +164,9 @@ pub struct JobPolicy {
     /// read by the scheduler.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
+    /// An HTTP job's call: the node makes it instead of dispatching to an executor.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http: Option<super::HttpCall>,
 }
 
 impl JobPolicy {
@@ -267,6 +270,7 @@ impl Default for JobPolicy {
             children: Children::default(),
             workflow: false,
             description: None,
+            http: None,
         }
     }
 }

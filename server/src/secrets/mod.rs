@@ -1,7 +1,10 @@
 //! Named secrets: sealed with the operators' key before they reach the database (`seal`),
 //! opened only where they are used, re-sealed under a new key by a rotation.
 
+pub mod names;
 pub mod seal;
+
+pub use names::check_name;
 
 use std::path::{Path, PathBuf};
 

@@ -122,8 +122,9 @@ impl WorkflowInput {
     pub fn job_definition(&self) -> Result<JobDefinition, JobError> {
         let input = JobInput {
             name: self.name.clone(),
-            app: WORKFLOW_APP.to_owned(),
-            handler: WORKFLOW_HANDLER.to_owned(),
+            app: Some(WORKFLOW_APP.to_owned()),
+            handler: Some(WORKFLOW_HANDLER.to_owned()),
+            http: None,
             schedule: self.schedule.clone(),
             timezone: self.timezone.clone(),
             args: self.params.clone(),

@@ -31,6 +31,7 @@ mod deploy_monitoring;
 mod dispatch_failover;
 mod executors_e2e;
 mod history_conformance;
+mod http_jobs;
 mod job_store_conformance;
 mod jobs_api;
 mod login;

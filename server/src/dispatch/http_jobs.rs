@@ -1,0 +1,398 @@
+//! The calls of HTTP jobs (`jobs::http_call`), made by the node that owns the job's partition
+//! on a client of their own: what they may reach is `[http_jobs]`'s (never the executors'
+//! list), redirects are not followed, and every connection's addresses are checked, so a job
+//! cannot be pointed at the node's own network (XXL-JOB's CVE-2025-7787).
+
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use carillon_protocol::{DirectResult, Dispatch, Outcome};
+use serde::Deserialize;
+use serde_json::Value;
+use tokio::sync::Semaphore;
+
+use super::client::{Delivery, NotTaken};
+use super::networks::Allowlist;
+use crate::jobs::http_call::{Encoding, HeaderValue, HttpCall, TemplateValues, render};
+use crate::secret::Secret;
+
+/// The most of an answer's body kept as the run's output.
+const MAX_ANSWER_BYTES: usize = 16 * 1024;
+
+/// The `[http_jobs]` settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpJobsConfig {
+    /// Networks HTTP jobs may call (`10.0.0.0/8`, `fd00::/8`, single addresses): loopback
+    /// only unless set; an empty list allows none, `0.0.0.0/0` and `::/0` any.
+    pub allowed_networks: Vec<String>,
+    /// Host names HTTP jobs may call wherever they resolve (`api.example.com`, or
+    /// `*.example.com` for its subdomains).
+    pub allowed_hosts: Vec<String>,
+    /// How long a call of a job without `timeout_ms` may take.
+    pub timeout_ms: u64,
+    pub connect_timeout_ms: u64,
+    /// Most calls in flight on a node; more wait for a slot.
+    pub max_in_flight: usize,
+    /// A call not answered within this long is recorded as running, and its delivery pass goes
+    /// on; its answer ends the attempt when it comes.
+    pub answer_wait_ms: u64,
+}
+
+impl Default for HttpJobsConfig {
+    fn default() -> Self {
+        Self {
+            allowed_networks: vec!["127.0.0.0/8".to_owned(), "::1".to_owned()],
+            allowed_hosts: Vec::new(),
+            timeout_ms: 30_000,
+            connect_timeout_ms: 2_000,
+            max_in_flight: 512,
+            answer_wait_ms: 250,
+        }
+    }
+}
+
+impl HttpJobsConfig {
+    /// What is wrong with the settings, naming the setting.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        Allowlist::parse(&self.allowed_networks)
+            .map_err(|why| ("http_jobs.allowed_networks", why))?;
+        for host in &self.allowed_hosts {
+            let bare = host.strip_prefix("*.").unwrap_or(host);
+            let label =
+                |l: &str| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+            if !bare.split('.').all(label) {
+                return Err((
+                    "http_jobs.allowed_hosts",
+                    format!("{host:?} is not a host name or *.domain"),
+                ));
+            }
+        }
+        if self.timeout_ms == 0 || self.max_in_flight == 0 {
+            return Err((
+                "http_jobs",
+                "timeout_ms and max_in_flight must be above 0".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Where HTTP jobs may go.
+#[derive(Debug)]
+struct Reach {
+    networks: Allowlist,
+    hosts: Vec<String>,
+}
+
+impl Reach {
+    fn permits_ip(&self, ip: IpAddr) -> bool {
+        // Unlike the executors' list, an empty one allows nothing.
+        !self.networks.is_open() && self.networks.permits(ip)
+    }
+
+    fn permits_host(&self, host: &str) -> bool {
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        self.hosts
+            .iter()
+            .any(|allowed| match allowed.strip_prefix("*.") {
+                Some(domain) => host
+                    .strip_suffix(domain)
+                    .is_some_and(|sub| sub.ends_with('.') && sub.len() > 1),
+                None => host == *allowed,
+            })
+    }
+}
+
+/// Resolves names for HTTP jobs: a listed host keeps every address, another name only the
+/// addresses in the listed networks.
+#[derive(Debug, Clone)]
+struct ReachResolver(Arc<Reach>);
+
+impl reqwest::dns::Resolve for ReachResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let reach = Arc::clone(&self.0);
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            let resolved = tokio::net::lookup_host((host.as_str(), 0)).await?;
+            let listed = reach.permits_host(&host);
+            let allowed: Vec<SocketAddr> = resolved
+                .filter(|a| listed || reach.permits_ip(a.ip()))
+                .collect();
+            if allowed.is_empty() {
+                let err: Box<dyn std::error::Error + Send + Sync> = format!(
+                    "{host} is not in http_jobs.allowed_hosts and resolves to no address in \
+                     http_jobs.allowed_networks"
+                )
+                .into();
+                return Err(err);
+            }
+            let addrs: reqwest::dns::Addrs = Box::new(allowed.into_iter());
+            Ok(addrs)
+        })
+    }
+}
+
+/// What an HTTP job's call needs beside the run: the call and its secrets, opened.
+#[derive(Debug, Clone)]
+pub(super) struct HttpOffer {
+    pub(super) call: HttpCall,
+    /// The secrets its headers name, by name; a name missing here fails the call.
+    pub(super) secrets: HashMap<String, Secret>,
+    /// Why the secrets could not be read (no key, not set, sealed with another key).
+    pub(super) secrets_unavailable: Option<String>,
+}
+
+/// The node's HTTP job caller.
+#[derive(Debug)]
+pub struct HttpJobs {
+    http: reqwest::Client,
+    reach: Arc<Reach>,
+    default_timeout: Duration,
+    pub(super) answer_wait: Duration,
+    pub(super) slots: Arc<Semaphore>,
+    /// The secrets' keys, when the node has them.
+    pub(super) keys: Option<Arc<crate::secrets::seal::Keyring>>,
+    /// What the attempts this node is calling record as their executor.
+    pub(super) executor_id: String,
+    /// The attempts this node is calling past their answer wait (recorded as running).
+    calling: Mutex<HashSet<i64>>,
+}
+
+/// The prefix of the executor id HTTP calls record (`http@<node id>`).
+pub const HTTP_EXECUTOR_PREFIX: &str = "http@";
+
+impl HttpJobs {
+    pub fn new(
+        config: &HttpJobsConfig,
+        node_id: &str,
+        keys: Option<Arc<crate::secrets::seal::Keyring>>,
+    ) -> Result<Self, String> {
+        config
+            .check()
+            .map_err(|(setting, why)| format!("{setting}: {why}"))?;
+        let reach = Arc::new(Reach {
+            networks: Allowlist::parse(&config.allowed_networks)?,
+            hosts: config
+                .allowed_hosts
+                .iter()
+                .map(|h| h.to_ascii_lowercase())
+                .collect(),
+        });
+        let http = carillon_tls::http_client_builder()
+            .connect_timeout(Duration::from_millis(config.connect_timeout_ms))
+            .redirect(reqwest::redirect::Policy::none())
+            .dns_resolver(ReachResolver(Arc::clone(&reach)))
+            .pool_max_idle_per_host(64)
+            .build()
+            .map_err(|e| format!("cannot build the HTTP jobs' client: {e}"))?;
+        Ok(Self {
+            http,
+            reach,
+            default_timeout: Duration::from_millis(config.timeout_ms),
+            answer_wait: Duration::from_millis(config.answer_wait_ms),
+            slots: Arc::new(Semaphore::new(config.max_in_flight)),
+            keys,
+            executor_id: format!("{HTTP_EXECUTOR_PREFIX}{node_id}"),
+            calling: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// How long a call of a job with `timeout_ms` may take.
+    pub(super) fn timeout(&self, timeout_ms: Option<u64>) -> Duration {
+        timeout_ms.map_or(self.default_timeout, Duration::from_millis)
+    }
+
+    pub(super) fn begin_calling(&self, attempt_id: i64) {
+        self.lock().insert(attempt_id);
+    }
+
+    pub(super) fn end_calling(&self, attempt_id: i64) {
+        self.lock().remove(&attempt_id);
+    }
+
+    /// Whether this node is calling `attempt_id` now (a running attempt of its own that it is
+    /// not calling was left by an earlier process of the node).
+    pub(super) fn is_calling(&self, attempt_id: i64) -> bool {
+        self.lock().contains(&attempt_id)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<i64>> {
+        self.calling.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Makes the call of `offer` for the run `request` describes. `Finished` with the answer
+    /// as output; `Refused` when it may not go (outside the allowed reach, a secret missing);
+    /// `TryAnother` when no answer came (`Unreachable`: nothing was sent).
+    pub(super) async fn call(
+        &self,
+        offer: &HttpOffer,
+        (request, scheduled_at_ms): (&Dispatch, i64),
+        idempotency_key: Option<&str>,
+    ) -> Delivery {
+        let call = &offer.call;
+        let values = TemplateValues {
+            instant: request.scheduled_at.clone(),
+            instant_ms: scheduled_at_ms,
+            run_id: request.run_id,
+            attempt: request.attempt,
+            job: request.job.clone(),
+            job_id: request.job_id,
+            shard_index: request.shard.index,
+            shard_total: request.shard.total,
+            args: request.args.clone(),
+        };
+        let url = match reqwest::Url::parse(&render(&call.url, &values, Encoding::Url)) {
+            Ok(url) => url,
+            Err(e) => return Delivery::Refused(format!("the call's URL does not read: {e}")),
+        };
+        if let Some(ip) = url
+            .host_str()
+            .map(|h| h.trim_start_matches('[').trim_end_matches(']'))
+            .and_then(|h| h.parse::<IpAddr>().ok())
+            && !self.reach.permits_ip(ip)
+        {
+            return Delivery::Refused(format!(
+                "{ip} is outside http_jobs.allowed_networks: the node does not call it"
+            ));
+        }
+        let Ok(method) = reqwest::Method::from_bytes(call.method.as_bytes()) else {
+            return Delivery::Refused(format!("{} is not a method", call.method));
+        };
+        let mut builder = self
+            .http
+            .request(method, url)
+            .timeout(self.timeout(request.timeout_ms));
+        let mut typed = false;
+        for (name, value) in &call.headers {
+            let text = match value {
+                HeaderValue::Text(text) => render(text, &values, Encoding::Plain),
+                HeaderValue::Secret { secret } => match offer.secrets.get(secret) {
+                    Some(value) => value.expose().to_owned(),
+                    None => {
+                        let why = offer.secrets_unavailable.clone().unwrap_or_else(|| {
+                            format!("the secret {secret:?} is not set in the job's namespace")
+                        });
+                        return Delivery::Refused(format!("header {name}: {why}"));
+                    }
+                },
+            };
+            typed |= name.eq_ignore_ascii_case("content-type");
+            builder = builder.header(name.as_str(), text);
+        }
+        if let Some(key) = idempotency_key {
+            builder = builder.header("Idempotency-Key", key);
+        }
+        if let Some(traceparent) = &request.traceparent {
+            builder = builder.header("traceparent", traceparent.as_str());
+        }
+        if let Some(body) = &call.body {
+            let body = render(body, &values, Encoding::Plain);
+            if !typed {
+                let json = serde_json::from_str::<Value>(&body).is_ok();
+                let kind = if json {
+                    "application/json"
+                } else {
+                    "text/plain; charset=utf-8"
+                };
+                builder = builder.header(reqwest::header::CONTENT_TYPE, kind);
+            }
+            builder = builder.body(body);
+        }
+        let mut response = match builder.send().await {
+            Ok(response) => response,
+            Err(e) => {
+                let why = carillon_tls::with_causes(&e);
+                let not = if e.is_connect() {
+                    NotTaken::Unreachable
+                } else {
+                    NotTaken::NoAnswer
+                };
+                return Delivery::TryAnother(not, format!("no answer from the URL: {why}"));
+            }
+        };
+        let status = response.status().as_u16();
+        let mut bytes = Vec::new();
+        let mut cut = false;
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    let room = MAX_ANSWER_BYTES.saturating_sub(bytes.len());
+                    bytes.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                    if chunk.len() > room {
+                        cut = true;
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    return Delivery::TryAnother(
+                        NotTaken::NoAnswer,
+                        format!("the URL answered {status}, then its body broke off: {e}"),
+                    );
+                }
+            }
+        }
+        let json = (!cut)
+            .then(|| serde_json::from_slice::<Value>(&bytes).ok())
+            .flatten();
+        let body = match &json {
+            Some(json) => json.clone(),
+            None if bytes.is_empty() => Value::Null,
+            None => Value::String(String::from_utf8_lossy(&bytes).into_owned()),
+        };
+        let mut output = serde_json::json!({"status": status, "body": body});
+        if cut {
+            output["cut_at_bytes"] = Value::from(MAX_ANSWER_BYTES);
+        }
+        let (outcome, error) = match call.succeeded(status, json.as_ref()) {
+            Ok(()) => (Outcome::Succeeded, None),
+            Err(why) => (Outcome::Failed, Some(why)),
+        };
+        Delivery::Finished(DirectResult {
+            outcome,
+            output: Some(output),
+            error,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reach(networks: &[&str], hosts: &[&str]) -> Reach {
+        Reach {
+            networks: Allowlist::parse(networks).unwrap(),
+            hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn an_empty_network_list_allows_nothing_and_hosts_match_exactly_or_below() {
+        let none = reach(&[], &["api.example.com", "*.corp.example"]);
+        assert!(!none.permits_ip("127.0.0.1".parse().unwrap()));
+        assert!(none.permits_host("API.example.com."));
+        assert!(!none.permits_host("evil-api.example.com"));
+        assert!(none.permits_host("a.b.corp.example"));
+        assert!(!none.permits_host("corp.example"));
+        assert!(!none.permits_host("xcorp.example"));
+        let loopback = reach(&["127.0.0.0/8"], &[]);
+        assert!(loopback.permits_ip("127.0.0.2".parse().unwrap()));
+        assert!(!loopback.permits_ip("10.0.0.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn bad_settings_are_named() {
+        let mut config = HttpJobsConfig {
+            allowed_networks: vec!["10.0.0.0/99".to_owned()],
+            ..HttpJobsConfig::default()
+        };
+        assert_eq!(config.check().unwrap_err().0, "http_jobs.allowed_networks");
+        config.allowed_networks.clear();
+        config.allowed_hosts = vec!["bad host".to_owned()];
+        assert_eq!(config.check().unwrap_err().0, "http_jobs.allowed_hosts");
+    }
+}
