@@ -57,6 +57,7 @@ export function docFromJob(job) {
     calendars: job.calendars || [],
     pause_after_failures: job.pause_after_failures ?? null,
     children: childrenDoc(job.children),
+    http: job.http ?? null,
   };
 }
 

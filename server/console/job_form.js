@@ -8,6 +8,7 @@ import {
   BALANCES, BACKOFFS, MISFIRES, OVERLAPS, ALERT_FORMATS, COMMON_ZONES, docFromJob, browserZone,
 } from './job_doc.js';
 import { policyFields, instantNote } from './job_policies.js';
+import { httpFields } from './job_http.js';
 
 export async function viewJobForm(ctx, id) {
   const editing = id !== null;
@@ -26,7 +27,7 @@ export async function viewJobForm(ctx, id) {
     name: '', app: '', handler: '', schedule: { cron: '' }, timezone: browserZone(), args: null,
     balance: 'round_robin', retry: { max_attempts: 1, backoff: 'fixed', initial_delay_ms: 1000, max_delay_ms: 60000 },
     timeout_ms: null, misfire: 'fire_once', catch_up_window_ms: 3600000, overlap: 'allow', priority: 5, sharding: {}, alerts: null,
-    bounds: null, jitter_ms: null, calendars: [], pause_after_failures: null, children: {},
+    bounds: null, jitter_ms: null, calendars: [], pause_after_failures: null, children: {}, http: null,
   };
   const sched = scheduleOf(start.schedule);
 
@@ -63,9 +64,12 @@ export async function viewJobForm(ctx, id) {
   c.alertFormat = selectEl({ id: 'job-alert-format' }, ALERT_FORMATS.map((f) => [f, f]), start.alerts ? start.alerts.format : 'json');
   c.lateAfter = h('input', { type: 'number', id: 'job-late-after', min: '0', step: '1', value: String(start.alerts ? start.alerts.late_after_ms : 60000) });
   c.start = h('input', { type: 'checkbox', id: 'job-start' });
+  // What runs the job: an executor's handler, or an HTTP call the nodes make (for life).
+  c.runs = selectEl({ id: 'job-runs', disabled: editing }, [['executor', 'an executor\u2019s handler'], ['http', 'an HTTP call']], start.http ? 'http' : 'executor');
 
   const f = {
     name: field('Name', c.name),
+    runs: field('Runs', c.runs, { hint: editing ? 'Fixed when the job was created' : 'An HTTP call needs no executor of yours' }),
     app: field('App', c.app, { hint: 'The executors\u2019 app name' }),
     handler: field('Handler', c.handler),
     kind: field('Schedule kind', c.kind),
@@ -90,6 +94,8 @@ export async function viewJobForm(ctx, id) {
   };
   const policies = policyFields(start);
   Object.assign(f, policies.f);
+  const http = httpFields(start);
+  Object.assign(f, http.f);
   // Where the server's `field` of a problem points.
   const fieldOf = {
     name: 'name', app: 'app', handler: 'handler', schedule: 'expr', 'schedule.cron': 'expr', 'schedule.rrule': 'expr',
@@ -100,6 +106,7 @@ export async function viewJobForm(ctx, id) {
     sharding: 'sharding', 'sharding.count': 'shardCount', alerts: 'webhook', 'alerts.webhook': 'webhook',
     'alerts.format': 'alertFormat', 'alerts.late_after_ms': 'lateAfter', 'schedule.fixed_delay': 'expr', 'schedule.manual': 'expr',
     ...policies.fieldOf,
+    ...http.fieldOf,
   };
 
   const previewBody = h('div', { class: 'preview-body' });
@@ -114,7 +121,8 @@ export async function viewJobForm(ctx, id) {
     h('div', { class: 'form-columns' },
       h('div', null,
         h('fieldset', null, h('legend', { text: 'Job' }),
-          h('div', { class: 'form-grid' }, f.name, f.app, f.handler), appList, handlerList),
+          h('div', { class: 'form-grid' }, f.name, f.runs, f.app, f.handler), appList, handlerList),
+        http.fieldset,
         h('fieldset', null, h('legend', { text: 'Schedule' }),
           h('div', { class: 'form-grid' }, f.kind, f.timezone, f.expr), zoneList, preview),
         h('fieldset', null, h('legend', { text: 'Arguments' }), h('div', { class: 'form-grid' }, f.args))),
@@ -151,6 +159,21 @@ export async function viewJobForm(ctx, id) {
     replace(handlerList, handlers.map((x) => h('option', { value: x })));
   }
   c.app.addEventListener('input', updateHandlers);
+
+  const callsUrl = () => c.runs.value === 'http';
+  const syncRuns = () => {
+    f.app.hidden = callsUrl();
+    f.handler.hidden = callsUrl();
+    http.fieldset.hidden = !callsUrl();
+  };
+  c.runs.addEventListener('change', syncRuns);
+  syncRuns();
+  http.testButton.addEventListener('click', () => {
+    clearErrors();
+    const args = checkArgs();
+    const doc = http.read(setFieldError);
+    if (doc && args.ok) http.testCall(ctx, doc, args.value, c.name.value.trim());
+  });
 
   const syncSharding = () => {
     f.shardCount.hidden = c.sharding.value !== 'count';
@@ -284,8 +307,12 @@ export async function viewJobForm(ctx, id) {
       }
     };
     need('name', c.name, 'a name');
-    need('app', c.app, 'the app');
-    need('handler', c.handler, 'the handler');
+    if (!callsUrl()) {
+      need('app', c.app, 'the app');
+      need('handler', c.handler, 'the handler');
+    }
+    const httpDoc = callsUrl() ? http.read(setFieldError) : null;
+    if (callsUrl() && !httpDoc) ok = false;
     if (c.kind.value !== 'manual') need('expr', c.expr, 'an expression');
     need('timezone', c.timezone, 'a time zone');
     const args = checkArgs();
@@ -325,10 +352,10 @@ export async function viewJobForm(ctx, id) {
     const policyDoc = policies.read(num);
     if (!ok) return null;
     const kind = c.kind.value;
+    const work = callsUrl() ? { http: httpDoc } : { app: c.app.value.trim(), handler: c.handler.value.trim() };
     return {
       name: c.name.value.trim(),
-      app: c.app.value.trim(),
-      handler: c.handler.value.trim(),
+      ...work,
       schedule: kind === 'manual' ? { manual: true } : { [kind]: c.expr.value.trim() },
       timezone: c.timezone.value.trim(),
       args: args.value,

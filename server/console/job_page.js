@@ -48,7 +48,9 @@ export async function viewJob(ctx, id) {
       ? h('button', { type: 'button', text: 'Stop', onclick: (e) => call(e.currentTarget, 'POST', `/jobs/${enc(id)}/stop`, (j) => { job = j; render(); flash('Stopped'); }) })
       : h('button', { type: 'button', class: 'primary', text: 'Start', onclick: (e) => call(e.currentTarget, 'POST', `/jobs/${enc(id)}/start`, (j) => { job = j; render(); flash('Started'); }) });
     replace(head, pageHead(job.name, {
-      subtitle: [h('code', { text: job.app }), ' / ', h('code', { text: job.handler }), ` · job ${job.id}`],
+      subtitle: job.http
+        ? [h('code', { text: `${job.http.method} ${job.http.url}` }), ` · HTTP job ${job.id}`]
+        : [h('code', { text: job.app }), ' / ', h('code', { text: job.handler }), ` · job ${job.id}`],
       badges: [h('span', { testid: 'job-state' }, badge(job.state))],
       actions: [
         startStop,

@@ -359,6 +359,10 @@ impl Application {
         )
         .map_err(|e| StartupError::Http(carillon_tls::with_causes(&e)))?
         .with_xxl_token(config.xxl.access_token.clone());
+        let http_jobs = Arc::new(
+            HttpJobs::new(&config.http_jobs, view.node_id(), secret_keys.clone())
+                .map_err(StartupError::Http)?,
+        );
         let dispatcher = Dispatcher::new(
             Arc::clone(&api_store),
             Arc::clone(&view),
@@ -368,10 +372,7 @@ impl Application {
             vec![advertised.clone()],
             observer.clone(),
         )
-        .with_http_jobs(
-            HttpJobs::new(&config.http_jobs, view.node_id(), secret_keys.clone())
-                .map_err(StartupError::Http)?,
-        );
+        .with_http_jobs(Arc::clone(&http_jobs));
         let namespaces = Arc::new(crate::namespaces::Directory::new(
             Arc::clone(&api_store) as Arc<dyn crate::store::NamespaceStore>
         ));
@@ -422,6 +423,7 @@ impl Application {
             known_handlers: Arc::default(),
             log_caps: config.handler_logs.caps(),
             secret_keys,
+            http_jobs,
             xxl: config.xxl_settings(),
         };
         Ok(Self {

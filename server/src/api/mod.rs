@@ -15,6 +15,7 @@ mod executors;
 mod grants;
 mod health;
 mod history;
+mod http_test;
 mod jobs;
 mod jobs_bulk;
 mod lifecycle;
@@ -107,6 +108,8 @@ pub struct ApiState {
     pub log_caps: crate::store::LogCaps,
     /// The keys secrets are sealed with (`[secrets]`); `None` when the node has none.
     pub secret_keys: Option<Arc<crate::secrets::seal::Keyring>>,
+    /// Makes HTTP jobs' calls (`[http_jobs]`), for a test call.
+    pub http_jobs: Arc<crate::dispatch::http_jobs::HttpJobs>,
     /// `[xxl]`, when XXL-JOB executors are served (`api/xxl.rs`).
     pub xxl: Option<Arc<xxl::XxlSettings>>,
 }
@@ -179,6 +182,7 @@ fn routes_with(
         .routes(routes!(secrets::list))
         .routes(routes!(secrets::put, secrets::delete))
         .routes(routes!(secrets::rotate))
+        .routes(routes!(http_test::test_call))
         .routes(routes!(grants::list, grants::create))
         .routes(routes!(grants::revoke))
         .routes(routes!(audit::list))

@@ -43,7 +43,7 @@ pub(super) fn need_of(operation_id: &str) -> Option<Need> {
         | "cancelTaskByKey" => Need::Role(Operator),
         "createJob" | "updateJob" | "deleteJob" | "createJobs" | "putCalendar"
         | "deleteCalendar" | "createWorkflow" | "updateWorkflow" | "deleteWorkflow"
-        | "putSecret" | "deleteSecret" => Need::Role(Editor),
+        | "putSecret" | "deleteSecret" | "testHttpCall" => Need::Role(Editor),
         "updateNamespace" | "listTokens" | "createToken" | "revokeToken" | "listGrants"
         | "createGrant" | "revokeGrant" | "listAuditEvents" => Need::Role(Admin),
         "getStats" | "getMetrics" => Need::ClusterViewer,

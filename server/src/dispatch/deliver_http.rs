@@ -25,7 +25,6 @@ use super::plan::Offer;
 use super::settle::{Delivered, first_taken, settle};
 use crate::jobs::Delivery as Guarantee;
 use crate::observe::Observer;
-use crate::secret::Secret;
 use crate::store::{self, NamespaceId, Store};
 
 /// A running call's deadline is its timeout and this much more: the call's own timeout answers
@@ -36,50 +35,20 @@ impl Dispatcher {
     /// Opens the secrets the HTTP offers of a pass name: one read per namespace that needs
     /// any, none for offers that name none.
     pub(super) async fn open_http_secrets(&self, offers: &mut [Offer]) -> Result<(), store::Error> {
+        let Some(http_jobs) = &self.http_jobs else {
+            return Ok(());
+        };
         let mut needed: HashMap<NamespaceId, Vec<usize>> = HashMap::new();
         for (i, offer) in offers.iter().enumerate() {
-            if offer
-                .http
-                .as_ref()
-                .is_some_and(|h| h.call.secrets().next().is_some())
-            {
+            if offer.http.as_ref().is_some_and(|h| h.names_secrets()) {
                 needed.entry(offer.namespace).or_default().push(i);
             }
         }
         for (namespace, indices) in needed {
-            let Some(keys) = self.http_jobs.as_ref().and_then(|h| h.keys.clone()) else {
-                for i in indices {
-                    if let Some(http) = offers[i].http.as_mut() {
-                        http.secrets_unavailable = Some(
-                            "this node has no secrets key (secrets.key) to open the secret"
-                                .to_owned(),
-                        );
-                    }
-                }
-                continue;
-            };
             let stored = self.store.secrets_list(namespace).await?;
             for i in indices {
-                let Some(http) = offers[i].http.as_mut() else {
-                    continue;
-                };
-                let names: Vec<String> = http.call.secrets().map(str::to_owned).collect();
-                for name in names {
-                    let Some(record) = stored.iter().find(|r| r.name == name) else {
-                        continue;
-                    };
-                    match keys.open(namespace.0, &name, &record.sealed) {
-                        Ok(value) => {
-                            http.secrets.insert(name, Secret::new(value));
-                        }
-                        Err(_) => {
-                            http.secrets_unavailable = Some(format!(
-                                "the secret {name:?} is sealed with a key this node does not have \
-                                 (key id {})",
-                                record.key_id
-                            ));
-                        }
-                    }
+                if let Some(http) = offers[i].http.as_mut() {
+                    http_jobs.open_secrets(http, namespace, &stored);
                 }
             }
         }

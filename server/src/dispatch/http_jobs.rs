@@ -17,6 +17,7 @@ use super::client::{Delivery, NotTaken};
 use super::networks::Allowlist;
 use crate::jobs::http_call::{Encoding, HeaderValue, HttpCall, TemplateValues, render};
 use crate::secret::Secret;
+use crate::store::{NamespaceId, SecretRecord};
 
 /// The most of an answer's body kept as the run's output.
 const MAX_ANSWER_BYTES: usize = 16 * 1024;
@@ -137,12 +138,28 @@ impl reqwest::dns::Resolve for ReachResolver {
 
 /// What an HTTP job's call needs beside the run: the call and its secrets, opened.
 #[derive(Debug, Clone)]
-pub(super) struct HttpOffer {
+pub struct HttpOffer {
     pub(super) call: HttpCall,
     /// The secrets its headers name, by name; a name missing here fails the call.
-    pub(super) secrets: HashMap<String, Secret>,
-    /// Why the secrets could not be read (no key, not set, sealed with another key).
-    pub(super) secrets_unavailable: Option<String>,
+    secrets: HashMap<String, Secret>,
+    /// Why the secrets could not be read (no key, sealed with another key).
+    secrets_unavailable: Option<String>,
+}
+
+impl HttpOffer {
+    /// The offer of `call`, its secrets not read yet.
+    pub fn new(call: HttpCall) -> Self {
+        Self {
+            call,
+            secrets: HashMap::new(),
+            secrets_unavailable: None,
+        }
+    }
+
+    /// Whether its headers name secrets (to read before the call).
+    pub fn names_secrets(&self) -> bool {
+        self.call.secrets().next().is_some()
+    }
 }
 
 /// The node's HTTP job caller.
@@ -154,7 +171,7 @@ pub struct HttpJobs {
     pub(super) answer_wait: Duration,
     pub(super) slots: Arc<Semaphore>,
     /// The secrets' keys, when the node has them.
-    pub(super) keys: Option<Arc<crate::secrets::seal::Keyring>>,
+    keys: Option<Arc<crate::secrets::seal::Keyring>>,
     /// What the attempts this node is calling record as their executor.
     pub(super) executor_id: String,
     /// The attempts this node is calling past their answer wait (recorded as running).
@@ -200,6 +217,37 @@ impl HttpJobs {
         })
     }
 
+    /// Opens the secrets `offer`'s headers name, from `stored` (its namespace's secrets).
+    pub fn open_secrets(
+        &self,
+        offer: &mut HttpOffer,
+        namespace: NamespaceId,
+        stored: &[SecretRecord],
+    ) {
+        let Some(keys) = &self.keys else {
+            offer.secrets_unavailable =
+                Some("this node has no secrets key (secrets.key) to open the secret".to_owned());
+            return;
+        };
+        let names: Vec<String> = offer.call.secrets().map(str::to_owned).collect();
+        for name in names {
+            let Some(record) = stored.iter().find(|r| r.name == name) else {
+                continue;
+            };
+            match keys.open(namespace.0, &name, &record.sealed) {
+                Ok(value) => {
+                    offer.secrets.insert(name, Secret::new(value));
+                }
+                Err(_) => {
+                    offer.secrets_unavailable = Some(format!(
+                        "the secret {name:?} is sealed with a key this node does not have (key id {})",
+                        record.key_id
+                    ));
+                }
+            }
+        }
+    }
+
     /// How long a call of a job with `timeout_ms` may take.
     pub(super) fn timeout(&self, timeout_ms: Option<u64>) -> Duration {
         timeout_ms.map_or(self.default_timeout, Duration::from_millis)
@@ -226,7 +274,7 @@ impl HttpJobs {
     /// Makes the call of `offer` for the run `request` describes. `Finished` with the answer
     /// as output; `Refused` when it may not go (outside the allowed reach, a secret missing);
     /// `TryAnother` when no answer came (`Unreachable`: nothing was sent).
-    pub(super) async fn call(
+    pub async fn call(
         &self,
         offer: &HttpOffer,
         (request, scheduled_at_ms): (&Dispatch, i64),

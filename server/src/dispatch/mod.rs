@@ -153,8 +153,8 @@ impl Dispatcher {
     }
 
     /// The dispatcher, making HTTP jobs' calls with `http_jobs`.
-    pub fn with_http_jobs(mut self, http_jobs: HttpJobs) -> Self {
-        self.http_jobs = Some(Arc::new(http_jobs));
+    pub fn with_http_jobs(mut self, http_jobs: Arc<HttpJobs>) -> Self {
+        self.http_jobs = Some(http_jobs);
         self
     }
 

@@ -328,11 +328,7 @@ impl Dispatcher {
             first_takes_batches: false,
             policy: policy.clone(),
             timeout_ms: timeout,
-            http: Some(Box::new(HttpOffer {
-                call: call.clone(),
-                secrets: Default::default(),
-                secrets_unavailable: None,
-            })),
+            http: Some(Box::new(HttpOffer::new(call.clone()))),
         }
     }
 

@@ -471,6 +471,37 @@ async function main() {
       await waitFor(async () => (await listed.count()) === 0, 10_000, `${secretName} gone after Delete`);
     });
 
+    await step('3f. an HTTP job: the form\'s test call shows the answer; created, it runs with no executor', page, async () => {
+      const name = `console-http-${SUFFIX}`;
+      await openNav(page, 'Jobs');
+      await page.getByRole('link', { name: 'New job' }).click();
+      await waitHeading(page, 'New job');
+      await page.getByLabel('Name', { exact: true }).fill(name);
+      await page.getByLabel('Runs', { exact: true }).selectOption('http');
+      check(!(await page.getByLabel('App', { exact: true }).isVisible()), 'the App field is shown for an HTTP job');
+      await page.getByLabel('Method', { exact: true }).selectOption('GET');
+      await page.getByLabel('URL', { exact: true }).fill(`${BASE}/healthz?run={{run_id}}`);
+      await page.getByLabel('Success statuses').fill('200');
+      await page.getByRole('button', { name: 'Test call now' }).click();
+      const verdict = page.getByTestId('test-call-verdict');
+      await verdict.waitFor({ state: 'visible', timeout: 10_000 });
+      check((await verdict.innerText()).startsWith('Succeeded'), `the test call: ${await verdict.innerText()}`);
+      check((await page.getByTestId('test-call-body').innerText()).includes('"status"'), 'the test call shows the answer\'s body');
+      await page.getByLabel('Schedule kind').selectOption('manual');
+      await page.getByRole('button', { name: 'Create job' }).click();
+      const id = await waitFor(async () => {
+        const m = /^#\/jobs\/(\d+)$/.exec(hashOf(page));
+        return m ? m[1] : null;
+      }, 10_000, `the page of the new job ${name}`);
+      createdJobs.set(name, id);
+      await waitHeading(page, name);
+      await shot(page, 'http-job');
+      const run = await apiJson('POST', `/jobs/${id}/trigger`);
+      await waitFor(async () => (await apiJson('GET', `/runs/${run.id}`)).state === 'succeeded', 15_000, `the run of ${name} succeeding`);
+      check(await apiCall('DELETE', `/jobs/${id}`) === 204, `job ${name} could not be deleted`);
+      createdJobs.delete(name);
+    });
+
     await step('4. search finds exactly the two jobs; stop and delete both', page, async () => {
       await openNav(page, 'Jobs');
       await page.getByLabel('Search jobs').fill(SUFFIX);

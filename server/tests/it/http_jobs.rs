@@ -3,7 +3,8 @@
 //! clear), its answer is the run's output; a failing status is retried; a slow call neither
 //! holds up other calls nor is lost; redirects are not followed; success can require a value in
 //! the answer; a call outside `http_jobs.allowed_networks`, or naming a secret that is not
-//! set, fails saying so; bad documents are refused naming the field.
+//! set, fails saying so; a test call answers what came back and records no run; bad
+//! documents are refused naming the field.
 #![allow(
     clippy::unwrap_used,
     reason = "a test fails loudly on any unexpected error"
@@ -372,6 +373,62 @@ async fn http_jobs_call_urls_with_secrets_retry_and_never_block(db: TestDb) {
         ["failed", "timed_out"].contains(&detail["state"].as_str().unwrap()),
         "{detail}"
     );
+
+    // A test call is made once, now, as a run would make it, and answers what came back;
+    // no run is recorded.
+    let runs_before =
+        fetch_rows::<(i64,)>(db.engine, &db.url, "SELECT COUNT(*) FROM runs", &[]).await[0].0;
+    let (status, answer) = node
+        .call(
+            Method::POST,
+            "/api/v1/jobs/test-call",
+            Some(
+                json!({"http": {"method": "POST", "url": format!("{base}/ok"),
+                "headers": {"Authorization": {"secret": "hook-token"}},
+                "body": "{\"day\": \"{{args.day}}\"}"}, "args": {"day": "tue"}}),
+            ),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["succeeded"], true, "{answer}");
+    assert_eq!(answer["output"]["body"]["ok"], true, "{answer}");
+    let last = target.seen("/ok").pop().unwrap();
+    assert_eq!(last.authorization.as_deref(), Some(TOKEN));
+    assert_eq!(last.body, "{\"day\": \"tue\"}");
+    let (status, answer) = node
+        .call(
+            Method::POST,
+            "/api/v1/jobs/test-call",
+            Some(json!({"http": {"url": "http://10.255.255.1:9/x"}})),
+        )
+        .await;
+    assert_eq!(
+        (status, &answer["succeeded"]),
+        (200, &json!(false)),
+        "{answer}"
+    );
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .contains("http_jobs.allowed_networks"),
+        "{answer}"
+    );
+    let (status, answer) = node
+        .call(
+            Method::POST,
+            "/api/v1/jobs/test-call",
+            Some(json!({"http": {"url": "gopher://x"}})),
+        )
+        .await;
+    assert_eq!(
+        (status, &answer["field"]),
+        (400, &json!("http.url")),
+        "{answer}"
+    );
+    let runs_after =
+        fetch_rows::<(i64,)>(db.engine, &db.url, "SELECT COUNT(*) FROM runs", &[]).await[0].0;
+    assert_eq!(runs_before, runs_after, "a test call recorded a run");
 
     // Bad documents are refused naming the field.
     for (doc, field) in [
