@@ -202,7 +202,8 @@ impl HttpJobs {
             .connect_timeout(Duration::from_millis(config.connect_timeout_ms))
             .redirect(reqwest::redirect::Policy::none())
             .dns_resolver(ReachResolver(Arc::clone(&reach)))
-            .pool_max_idle_per_host(64)
+            // As many kept open as calls may be in flight: many jobs call one host.
+            .pool_max_idle_per_host(config.max_in_flight)
             .build()
             .map_err(|e| format!("cannot build the HTTP jobs' client: {e}"))?;
         Ok(Self {

@@ -276,15 +276,21 @@ async fn end_together(
     // Plain successes end in two statements per executor (and namespace, whose runs they count
     // as); the rest one by one, together.
     let mut simple: HashMap<(&str, NamespaceId), Vec<i64>> = HashMap::new();
+    let mut outputs: HashMap<i64, String> = HashMap::new();
     // The others end together; `runs_of_rest` names each one's run, job and namespace, in order.
     let mut rest = Vec::new();
     let mut runs_of_rest = Vec::new();
     for done in ended {
         match &done.simple_success {
-            Some(executor) => simple
-                .entry((executor.as_str(), done.namespace))
-                .or_default()
-                .push(done.attempt_id),
+            Some(executor) => {
+                simple
+                    .entry((executor.as_str(), done.namespace))
+                    .or_default()
+                    .push(done.attempt_id);
+                if let Some(output) = &done.end.output {
+                    outputs.insert(done.attempt_id, output.clone());
+                }
+            }
             None => {
                 runs_of_rest.push((done.run_id, done.job_id, done.namespace));
                 rest.push((done.attempt_id, done.end.clone()));
@@ -298,7 +304,13 @@ async fn end_together(
     let mut count = 0;
     for ((executor, namespace), attempts) in simple {
         for chunk in attempts.chunks(SETTLE_CHUNK) {
-            let runs = store.attempts_succeed(executor, chunk).await?;
+            let with_output: Vec<(i64, String)> = chunk
+                .iter()
+                .filter_map(|id| outputs.remove(id).map(|output| (*id, output)))
+                .collect();
+            let runs = store
+                .attempts_succeed(executor, chunk, &with_output)
+                .await?;
             observer.runs_succeeded(namespace, runs);
             count += chunk.len();
         }

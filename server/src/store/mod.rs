@@ -450,12 +450,17 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
     }
 
     /// Ends attempts that `executor_id` answered at once with success, each the only shard of
-    /// its run, with no output, of a job that queues nothing behind it and has no children
-    /// (whose runs this does not create: `attempts_end` does): the attempts and their
-    /// runs end `succeeded` in two statements (one transaction) whatever their number. An
-    /// attempt no longer unfinished is left alone, and so is its run. Returns how many runs
-    /// ended.
-    async fn attempts_succeed(&self, executor_id: &str, attempt_ids: &[i64]) -> Result<u64, Error>;
+    /// its run, of a job that queues nothing behind it and has no children (whose runs this
+    /// does not create: `attempts_end` does): the attempts and their runs end `succeeded` in
+    /// two statements (one transaction) whatever their number, and `outputs` (attempt id,
+    /// output) are stored with them. An attempt no longer unfinished is left alone, and so are
+    /// its run and its output. Returns how many runs ended.
+    async fn attempts_succeed(
+        &self,
+        executor_id: &str,
+        attempt_ids: &[i64],
+        outputs: &[(i64, String)],
+    ) -> Result<u64, Error>;
 
     /// [`attempt_end`](Self::attempt_end) for many attempts in one transaction, in the order
     /// given; returns what became of each.

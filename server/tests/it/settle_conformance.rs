@@ -79,14 +79,24 @@ async fn plain_successes_end_their_runs_but_not_a_run_whose_attempt_ended_elsewh
 
     assert_eq!(
         store
-            .attempts_succeed("e1", &attempt_ids(&ids))
+            .attempts_succeed(
+                "e1",
+                &attempt_ids(&ids),
+                &[
+                    (ids[0].0, "{\"status\":200}".to_owned()),
+                    (ids[2].0, "{\"late\":true}".to_owned())
+                ]
+            )
             .await
             .unwrap(),
         2,
         "two runs end: the third's attempt had ended already"
     );
+    let output_of = |attempt: &carillon_server::store::AttemptRecord| attempt.output.clone();
     for &(attempt_id, run_id) in &ids[..2] {
         let attempt = store.attempt_get(attempt_id).await.unwrap().unwrap();
+        let expected = (attempt_id == ids[0].0).then(|| "{\"status\":200}".to_owned());
+        assert_eq!(output_of(&attempt), expected, "stored with its success");
         assert_eq!(attempt.state, AttemptState::Succeeded);
         assert_eq!(attempt.executor_id.as_deref(), Some("e1"));
         let run = store.run_get(run_id).await.unwrap().unwrap();
@@ -94,9 +104,12 @@ async fn plain_successes_end_their_runs_but_not_a_run_whose_attempt_ended_elsewh
         assert!(run.finished_at_ms.is_some());
     }
     let (attempt_id, run_id) = ids[2];
+    let timed_out = store.attempt_get(attempt_id).await.unwrap().unwrap();
+    assert_eq!(timed_out.state, AttemptState::TimedOut);
     assert_eq!(
-        store.attempt_get(attempt_id).await.unwrap().unwrap().state,
-        AttemptState::TimedOut
+        output_of(&timed_out),
+        None,
+        "a late success's output is not stored"
     );
     assert_eq!(
         store.run_get(run_id).await.unwrap().unwrap().state,
@@ -110,12 +123,12 @@ async fn plain_successes_end_their_runs_but_not_a_run_whose_attempt_ended_elsewh
     // Again, nothing changes: every attempt named has ended.
     assert_eq!(
         store
-            .attempts_succeed("e1", &attempt_ids(&ids))
+            .attempts_succeed("e1", &attempt_ids(&ids), &[])
             .await
             .unwrap(),
         0
     );
-    assert_eq!(store.attempts_succeed("e1", &[]).await.unwrap(), 0);
+    assert_eq!(store.attempts_succeed("e1", &[], &[]).await.unwrap(), 0);
 }
 
 /// The attempt ids of `(attempt, run)` pairs.

@@ -143,6 +143,9 @@ pub(crate) trait PlainSuccessTx: Send {
 
     /// Ends those of `run_ids` (sorted) still unfinished as succeeded; how many.
     async fn succeed_runs(&mut self, run_ids: &[i64]) -> Result<u64, Error>;
+
+    /// Stores the outputs of attempts this transaction ended succeeded, where none is stored.
+    async fn set_outputs(&mut self, outputs: &[(i64, String)]) -> Result<(), Error>;
 }
 
 /// What decides whether an attempt's end may take the plain-success path.
@@ -158,14 +161,13 @@ pub struct PlainSuccessCheck<'a> {
 }
 
 impl PlainSuccessCheck<'_> {
-    /// Whether [`succeed_plainly`] may end it: it succeeded with nothing to record (no output,
-    /// no error, no retry), it is its run's only shard, and its run's end has nothing to
-    /// follow (no children, no queue, no workflow). Anything else goes through
+    /// Whether [`succeed_plainly`] may end it: it succeeded with nothing to record but its
+    /// output (no error, no retry), it is its run's only shard, and its run's end has nothing
+    /// to follow (no children, no queue, no workflow). Anything else goes through
     /// [`end_attempt`], which does all of that.
     pub fn holds(&self) -> bool {
         let end = self.end;
         end.state == AttemptState::Succeeded
-            && end.output.is_none()
             && end.error.is_none()
             && end.retry_after_ms.is_none()
             && !end.job_has_children
@@ -175,14 +177,16 @@ impl PlainSuccessCheck<'_> {
     }
 }
 
-/// Ends plain successes answered by `executor_id` in two statements, whatever their number:
-/// each attempt is one that [`PlainSuccessCheck::holds`] for (the caller's promise), so ending
-/// the attempt ends its run and nothing follows. An attempt
-/// already ended (timed out, lost, cancelled) leaves its run alone. How many runs it ended.
+/// Ends plain successes answered by `executor_id` in two statements, whatever their number
+/// (and a third per [`OUTPUTS_PER_STATEMENT`] of `outputs`, the outputs of those that have
+/// one): each attempt is one that [`PlainSuccessCheck::holds`] for (the caller's promise), so
+/// ending the attempt ends its run and nothing follows. An attempt already ended (timed out,
+/// lost, cancelled) leaves its run and its output alone. How many runs it ended.
 pub(crate) async fn succeed_plainly<T: PlainSuccessTx + ?Sized>(
     tx: &mut T,
     executor_id: &str,
     attempt_ids: &[i64],
+    outputs: &[(i64, String)],
 ) -> Result<u64, Error> {
     let mut attempt_ids = attempt_ids.to_vec();
     attempt_ids.sort_unstable();
@@ -194,8 +198,16 @@ pub(crate) async fn succeed_plainly<T: PlainSuccessTx + ?Sized>(
         return Ok(0);
     }
     runs.sort_unstable();
-    tx.succeed_runs(&runs).await
+    let ended = tx.succeed_runs(&runs).await?;
+    for chunk in outputs.chunks(OUTPUTS_PER_STATEMENT) {
+        tx.set_outputs(chunk).await?;
+    }
+    Ok(ended)
 }
+
+/// Most outputs stored by one statement (a parameter each; the backends' limits are far
+/// above).
+pub(crate) const OUTPUTS_PER_STATEMENT: usize = 500;
 
 /// How a run ends once every shard's latest attempt has ended: `succeeded` when all
 /// succeeded, `cancelled` when one was cancelled, else `failed` naming each shard that did
@@ -453,7 +465,9 @@ mod tests {
             state: AttemptState::TimedOut,
             ..attempt_row(2, 2, JOB, (0, 1), 1)
         });
-        let ended = succeed_plainly(&mut db, "e9", &[2, 1]).await.unwrap();
+        let ended = succeed_plainly(&mut db, "e9", &[2, 1], &[(1, "{\"n\":1}".to_owned())])
+            .await
+            .unwrap();
         assert_eq!(ended, 1);
         assert_eq!(run_state_of(&db, RUN).0, "succeeded");
         assert_eq!(
@@ -462,8 +476,9 @@ mod tests {
             "its attempt timed out: the run goes on to its retry"
         );
         assert_eq!(db.attempts[0].executor_id.as_deref(), Some("e9"));
+        assert_eq!(db.attempts[0].output.as_deref(), Some("{\"n\":1}"));
         assert_eq!(
-            succeed_plainly(&mut db, "e9", &[1]).await.unwrap(),
+            succeed_plainly(&mut db, "e9", &[1], &[]).await.unwrap(),
             0,
             "once"
         );
@@ -496,8 +511,8 @@ mod tests {
         );
         let with_output = ending(AttemptState::Succeeded, Some("{}"));
         assert!(
-            !check(&with_output, 1, false, false),
-            "its output is recorded"
+            check(&with_output, 1, false, false),
+            "its output is stored with it"
         );
         let mut with_children = plain.clone();
         with_children.job_has_children = true;

@@ -102,6 +102,30 @@ macro_rules! dispatch_store {
                 $store::run_guarded_update(self.tx, &end, Some(executor_id)).await
             }
 
+            async fn set_outputs(&mut self, outputs: &[(i64, String)]) -> Result<(), Error> {
+                let ids: Vec<i64> = outputs.iter().map(|(id, _)| *id).collect();
+                let Some(template) = with_partitions(&self.store.q.attempts_output_many, &ids)
+                else {
+                    return Ok(());
+                };
+                // A parameter per output, numbered where the backend numbers them.
+                let cases: String = ids
+                    .iter()
+                    .enumerate()
+                    .map(|(i, id)| match $backend {
+                        Backend::Postgres => format!("WHEN {id} THEN ${} ", i + 1),
+                        _ => format!("WHEN {id} THEN ? "),
+                    })
+                    .collect();
+                let statement = AssertSqlSafe(template.0.replace("{cases}", &cases));
+                let mut query = sqlx::query::<$db>(statement);
+                for (_, output) in outputs {
+                    query = query.bind(output.as_str());
+                }
+                query.execute(&mut **self.tx).await?;
+                Ok(())
+            }
+
             async fn succeed_runs(&mut self, run_ids: &[i64]) -> Result<u64, Error> {
                 let Some(finish) = with_partitions(&self.store.q.runs_succeed_many, run_ids) else {
                     return Ok(0);
@@ -565,6 +589,7 @@ macro_rules! dispatch_store {
                 &self,
                 executor_id: &str,
                 attempt_ids: &[i64],
+                outputs: &[(i64, String)],
             ) -> Result<u64, Error> {
                 if attempt_ids.is_empty() {
                     return Ok(0);
@@ -578,6 +603,7 @@ macro_rules! dispatch_store {
                         },
                         executor_id,
                         &attempt_ids,
+                        outputs,
                     )
                     .await?;
                     tx.commit().await?;

@@ -45,6 +45,19 @@ impl PlainSuccessTx for MemoryDb {
         Ok(runs)
     }
 
+    async fn set_outputs(&mut self, outputs: &[(i64, String)]) -> Result<(), Error> {
+        for attempt in &mut self.attempts {
+            let stored = outputs.iter().find(|(id, _)| *id == attempt.attempt_id);
+            if let Some((_, output)) = stored
+                && attempt.state == AttemptState::Succeeded
+                && attempt.output.is_none()
+            {
+                attempt.output = Some(output.clone());
+            }
+        }
+        Ok(())
+    }
+
     async fn succeed_runs(&mut self, run_ids: &[i64]) -> Result<u64, Error> {
         let now = self.now_ms;
         let mut ended = 0;
