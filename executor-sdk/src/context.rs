@@ -65,6 +65,12 @@ impl JobContext {
     }
 
     /// The arguments as `T`.
+    /// The value of a secret the job names (its `secrets`), which the admin node sends with
+    /// the dispatch to `https://` and loopback executors; `None` for one it does not name.
+    pub fn secret(&self, name: &str) -> Option<&str> {
+        self.dispatch.secrets.get(name)
+    }
+
     pub fn args<T: DeserializeOwned>(&self) -> Result<T, JobError> {
         serde_json::from_value(self.dispatch.args.clone())
             .map_err(|e| JobError::new(format!("arguments do not fit: {e}")))

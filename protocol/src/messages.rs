@@ -123,6 +123,34 @@ pub struct Dispatch {
     /// carries it as the `traceparent` header; in a batch only here, one per dispatch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// The secrets the job names (its `secrets`), by name, as the admin node opened them: sent
+    /// only to `https://` and loopback executors, inside the signed body. Never log them.
+    #[serde(default, skip_serializing_if = "SecretValues::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub secrets: SecretValues,
+}
+
+/// Secret values by name; `Debug` shows only the names, so a dispatch logged whole does not
+/// show them.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SecretValues(pub std::collections::BTreeMap<String, String>);
+
+impl SecretValues {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The value of the secret `name`, if the dispatch carries it.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(String::as_str)
+    }
+}
+
+impl std::fmt::Debug for SecretValues {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.0.keys()).finish()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

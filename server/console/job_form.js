@@ -414,7 +414,8 @@ export async function viewJobForm(ctx, id) {
         fillError(formError, e, 'Not created:');
       } else {
         fillError(formError, e, editing ? 'Not saved:' : 'Not created:');
-        const key = e instanceof ApiError && e.field ? fieldOf[e.field] || fieldOf[e.field.split('.')[0]] : null;
+        const key = e instanceof ApiError && e.field
+          ? fieldOf[e.field] || fieldOf[e.field.split('.').slice(0, 2).join('.')] || fieldOf[e.field.split('.')[0]] : null;
         if (key) {
           const detail = e.detail.startsWith(`${e.field}: `) ? e.detail.slice(e.field.length + 2) : e.detail;
           setFieldError(key, detail);

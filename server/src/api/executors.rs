@@ -108,6 +108,12 @@ pub(super) async fn register(
         ));
     }
     ident("app", &registration.app, 128)?;
+    if registration.app == crate::jobs::HTTP_APP {
+        return Err(ApiError::invalid(
+            "app",
+            "the app name http is kept for HTTP jobs, which need no executor",
+        ));
+    }
     let address = registration.address.trim_end_matches('/');
     if !(address.starts_with("http://") || address.starts_with("https://")) || address.len() > 512 {
         return Err(ApiError::invalid(
@@ -211,6 +217,7 @@ async fn create_declared_job(
         app: Some(app.to_owned()),
         handler: Some(handler.to_owned()),
         http: None,
+        secrets: Vec::new(),
         schedule: ScheduleSpec {
             cron: schedule.cron.clone(),
             rrule: schedule.rrule.clone(),

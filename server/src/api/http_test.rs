@@ -88,6 +88,7 @@ pub(super) async fn test_call(
         input: None,
         effect_key: None,
         traceparent: None,
+        secrets: Default::default(),
     };
     let began = Instant::now();
     let delivery = state.http_jobs.call(&offer, (&request, now_ms), None).await;

@@ -86,6 +86,8 @@ impl Dispatcher {
                 .await?;
             match planned {
                 Some(offer) if offer.http.is_some() => calls.push(offer),
+                // Offers carrying secrets go alone, once their secrets are read.
+                Some(offer) if !offer.policy.secrets.is_empty() => singles.push(offer),
                 // Offers under a delivery guarantee other than at-least-once are marked before
                 // they go, alone.
                 Some(offer)
@@ -100,7 +102,8 @@ impl Dispatcher {
                 None => {}
             }
         }
-        self.open_http_secrets(&mut calls).await?;
+        self.open_offer_secrets(&mut calls).await?;
+        self.open_offer_secrets(&mut singles).await?;
         for offer in calls {
             let due_ms = offer.attempt.not_before_ms;
             let store = Arc::clone(&self.store);
@@ -242,6 +245,19 @@ async fn deliver(
     observer: &Observer,
     offer: Offer,
 ) -> Delivered {
+    if let Some(why) = offer.refused.clone() {
+        let executor_id = offer.targets.first().map_or("", |t| t.executor_id.as_str());
+        return settle(
+            store,
+            observer,
+            &offer,
+            executor_id,
+            client.now_ms(),
+            Delivery::Refused(why),
+        )
+        .await
+        .unwrap_or(Ok(None));
+    }
     if offer.policy.delivery == Guarantee::AtMostOnce {
         return deliver_at_most_once(store, client, observer, &offer).await;
     }

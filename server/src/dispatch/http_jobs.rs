@@ -64,10 +64,13 @@ impl HttpJobsConfig {
             let bare = host.strip_prefix("*.").unwrap_or(host);
             let label =
                 |l: &str| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
-            if !bare.split('.').all(label) {
+            if !bare.split('.').all(label) || bare.parse::<IpAddr>().is_ok() {
                 return Err((
                     "http_jobs.allowed_hosts",
-                    format!("{host:?} is not a host name or *.domain"),
+                    format!(
+                        "{host:?} is not a host name or *.domain (addresses go in \
+                         http_jobs.allowed_networks)"
+                    ),
                 ));
             }
         }
@@ -90,8 +93,9 @@ struct Reach {
 
 impl Reach {
     fn permits_ip(&self, ip: IpAddr) -> bool {
-        // Unlike the executors' list, an empty one allows nothing.
-        !self.networks.is_open() && self.networks.permits(ip)
+        // Unlike the executors' list, an empty one allows nothing; `0.0.0.0` and `::` reach
+        // the machine itself whatever the list says.
+        !ip.to_canonical().is_unspecified() && !self.networks.is_open() && self.networks.permits(ip)
     }
 
     fn permits_host(&self, host: &str) -> bool {
@@ -160,6 +164,34 @@ impl HttpOffer {
     pub fn names_secrets(&self) -> bool {
         self.call.secrets().next().is_some()
     }
+
+    /// `text` with the values of its opened secrets replaced by `***`.
+    fn redacted_text(&self, text: &str) -> String {
+        let mut text = text.to_owned();
+        for value in self.secrets.values() {
+            let value = value.expose();
+            if value.is_empty() {
+                continue;
+            }
+            text = text.replace(value, "***");
+            // As a JSON string holds it.
+            let escaped = serde_json::to_string(value).unwrap_or_default();
+            let inner = escaped.trim_start_matches('"').trim_end_matches('"');
+            if !inner.is_empty() && inner != value {
+                text = text.replace(inner, "***");
+            }
+        }
+        text
+    }
+
+    /// `output` with the values of its opened secrets replaced by `***`.
+    fn redacted(&self, output: Value) -> Value {
+        if self.secrets.is_empty() {
+            return output;
+        }
+        let text = self.redacted_text(&output.to_string());
+        serde_json::from_str(&text).unwrap_or(Value::String(text))
+    }
 }
 
 /// The node's HTTP job caller.
@@ -176,6 +208,35 @@ pub struct HttpJobs {
     pub(super) executor_id: String,
     /// The attempts this node is calling past their answer wait (recorded as running).
     calling: Mutex<HashSet<i64>>,
+}
+
+/// The secrets `names` of `namespace`, opened from `stored` (the namespace's), by name; or
+/// why not (no key, one not set, one sealed with a key this node does not have).
+pub(super) fn open_named(
+    keys: Option<&crate::secrets::seal::Keyring>,
+    namespace: NamespaceId,
+    names: &[String],
+    stored: &[SecretRecord],
+) -> Result<HashMap<String, Secret>, String> {
+    let Some(keys) = keys else {
+        return Err("this node has no secrets key (secrets.key) to open the secret".to_owned());
+    };
+    let mut opened = HashMap::new();
+    for name in names {
+        let Some(record) = stored.iter().find(|r| &r.name == name) else {
+            return Err(format!(
+                "the secret {name:?} is not set in the job's namespace"
+            ));
+        };
+        let value = keys.open(namespace.0, name, &record.sealed).map_err(|_| {
+            format!(
+                "the secret {name:?} is sealed with a key this node does not have (key id {})",
+                record.key_id
+            )
+        })?;
+        opened.insert(name.clone(), Secret::new(value));
+    }
+    Ok(opened)
 }
 
 /// The prefix of the executor id HTTP calls record (`http@<node id>`).
@@ -201,6 +262,9 @@ impl HttpJobs {
         let http = carillon_tls::http_client_builder()
             .connect_timeout(Duration::from_millis(config.connect_timeout_ms))
             .redirect(reqwest::redirect::Policy::none())
+            // Never through a proxy of the environment: the proxy would resolve the names,
+            // out of the resolver's reach.
+            .no_proxy()
             .dns_resolver(ReachResolver(Arc::clone(&reach)))
             // As many kept open as calls may be in flight: many jobs call one host.
             .pool_max_idle_per_host(config.max_in_flight)
@@ -225,28 +289,16 @@ impl HttpJobs {
         namespace: NamespaceId,
         stored: &[SecretRecord],
     ) {
-        let Some(keys) = &self.keys else {
-            offer.secrets_unavailable =
-                Some("this node has no secrets key (secrets.key) to open the secret".to_owned());
-            return;
-        };
         let names: Vec<String> = offer.call.secrets().map(str::to_owned).collect();
-        for name in names {
-            let Some(record) = stored.iter().find(|r| r.name == name) else {
-                continue;
-            };
-            match keys.open(namespace.0, &name, &record.sealed) {
-                Ok(value) => {
-                    offer.secrets.insert(name, Secret::new(value));
-                }
-                Err(_) => {
-                    offer.secrets_unavailable = Some(format!(
-                        "the secret {name:?} is sealed with a key this node does not have (key id {})",
-                        record.key_id
-                    ));
-                }
-            }
+        match open_named(self.keys.as_deref(), namespace, &names, stored) {
+            Ok(opened) => offer.secrets = opened,
+            Err(why) => offer.secrets_unavailable = Some(why),
         }
+    }
+
+    /// The keys secrets are opened with, when the node has them.
+    pub(super) fn keys(&self) -> Option<&crate::secrets::seal::Keyring> {
+        self.keys.as_deref()
     }
 
     /// How long a call of a job with `timeout_ms` may take.
@@ -338,9 +390,20 @@ impl HttpJobs {
             builder = builder.header("traceparent", traceparent.as_str());
         }
         if let Some(body) = &call.body {
-            let body = render(body, &values, Encoding::Plain);
+            let declared_json = call.headers.iter().any(|(name, value)| {
+                name.eq_ignore_ascii_case("content-type")
+                    && matches!(value, HeaderValue::Text(t) if t.contains("json"))
+            });
+            let json = declared_json || (!typed && call.body_is_json());
+            // In a JSON body a value is written as JSON string content: a value cannot end
+            // its string and add fields of its own.
+            let encoding = if json {
+                Encoding::JsonString
+            } else {
+                Encoding::Plain
+            };
+            let body = render(body, &values, encoding);
             if !typed {
-                let json = serde_json::from_str::<Value>(&body).is_ok();
                 let kind = if json {
                     "application/json"
                 } else {
@@ -350,7 +413,17 @@ impl HttpJobs {
             }
             builder = builder.body(body);
         }
-        let mut response = match builder.send().await {
+        let request = match builder.build() {
+            Ok(request) => request,
+            // Nothing was sent: a header value that is not one (a secret ending in a newline).
+            Err(e) => {
+                return Delivery::Refused(format!(
+                    "the request could not be made: {}",
+                    carillon_tls::with_causes(&e)
+                ));
+            }
+        };
+        let mut response = match self.http.execute(request).await {
             Ok(response) => response,
             Err(e) => {
                 let why = carillon_tls::with_causes(&e);
@@ -400,6 +473,9 @@ impl HttpJobs {
             Ok(()) => (Outcome::Succeeded, None),
             Err(why) => (Outcome::Failed, Some(why)),
         };
+        // An answer that echoes the request must not show its secrets to whoever reads runs.
+        let output = offer.redacted(output);
+        let error = error.map(|e| offer.redacted_text(&e));
         Delivery::Finished(DirectResult {
             outcome,
             output: Some(output),
@@ -428,6 +504,13 @@ mod tests {
         assert!(none.permits_host("a.b.corp.example"));
         assert!(!none.permits_host("corp.example"));
         assert!(!none.permits_host("xcorp.example"));
+        let everything = reach(&["0.0.0.0/0", "::/0"], &[]);
+        assert!(
+            !everything.permits_ip("0.0.0.0".parse().unwrap()),
+            "the machine itself"
+        );
+        assert!(!everything.permits_ip("::".parse().unwrap()));
+        assert!(everything.permits_ip("10.1.2.3".parse().unwrap()));
         let loopback = reach(&["127.0.0.0/8"], &[]);
         assert!(loopback.permits_ip("127.0.0.2".parse().unwrap()));
         assert!(!loopback.permits_ip("10.0.0.1".parse().unwrap()));

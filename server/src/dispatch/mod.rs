@@ -27,6 +27,7 @@ mod deliver_http;
 pub mod finish;
 mod fleet;
 pub mod http_jobs;
+mod job_secrets;
 pub mod networks;
 mod plan;
 mod settle;

@@ -12,6 +12,7 @@ use super::balancer::Candidate;
 use super::finish::{Ending, finish_attempt};
 use super::fleet::Fleet;
 use super::http_jobs::HttpOffer;
+use super::job_secrets::carries_secrets;
 use crate::jobs::{Delivery, HttpCall, JobPolicy};
 use crate::observe::traces::Offering;
 use crate::states::RunState;
@@ -92,6 +93,8 @@ pub(super) struct Offer {
     pub(super) timeout_ms: i64,
     /// An HTTP job's call, made by this node instead of an executor.
     pub(super) http: Option<Box<HttpOffer>>,
+    /// Why it may not go (a secret it names does not open): it fails, saying so.
+    pub(super) refused: Option<String>,
 }
 
 impl Offer {
@@ -213,6 +216,33 @@ impl Dispatcher {
             }
             return Ok(None);
         }
+        // Secrets go only where they travel safely.
+        let offering: Vec<&ExecutorRecord> = if policy.secrets.is_empty() {
+            offering
+        } else {
+            let safe: Vec<&ExecutorRecord> = offering
+                .into_iter()
+                .filter(|e| carries_secrets(e))
+                .collect();
+            if safe.is_empty() {
+                let error = format!(
+                    "the job names secrets, which go only to https:// or loopback executors; \
+                     no executor of app {} is one",
+                    job.app_name
+                );
+                finish_attempt(
+                    &*self.store,
+                    &self.observer,
+                    attempt,
+                    Ending::Refused,
+                    None,
+                    Some(error),
+                )
+                .await?;
+                return Ok(None);
+            }
+            safe
+        };
         let executors: Vec<&ExecutorRecord> = offering
             .into_iter()
             .filter(|e| fleet.has_room(e) && fleet.free_for(e, job.job_id))
@@ -293,6 +323,7 @@ impl Dispatcher {
                 .map_or(0, |t| i64::try_from(t).unwrap_or(i64::MAX)),
             policy: policy.clone(),
             http: None,
+            refused: None,
         }))
     }
 
@@ -329,6 +360,7 @@ impl Dispatcher {
             policy: policy.clone(),
             timeout_ms: timeout,
             http: Some(Box::new(HttpOffer::new(call.clone()))),
+            refused: None,
         }
     }
 
@@ -368,6 +400,8 @@ impl Dispatcher {
                 attempt.attempt_id,
                 0,
             ))),
+            // Opened with the pass's other secrets (`open_executor_secrets`).
+            secrets: Default::default(),
         }
     }
 }

@@ -336,6 +336,7 @@ mod tests {
             effect_key: None,
             input: None,
             traceparent: None,
+            secrets: Default::default(),
         };
         let trigger = trigger_of(&dispatch, Overlap::Skip, 1_700_000_000_000);
         assert_eq!(trigger.executor_params, "region=eu");

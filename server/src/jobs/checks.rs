@@ -141,6 +141,32 @@ pub(super) fn check_text(
 
 /// The app and handler a job document names: an executor's, or for an HTTP job (which names
 /// neither) [`HTTP_APP`] and the call's method.
+/// Why a job's `secrets` cannot be: too many, a name that is not one, or an HTTP job's
+/// (which names its secrets in its headers).
+pub(super) fn check_secret_names(names: &[String], http: bool) -> Result<(), JobError> {
+    const MAX_SECRETS: usize = 16;
+    if names.is_empty() {
+        return Ok(());
+    }
+    if http {
+        return Err(JobError::new(
+            "secrets",
+            "an HTTP job names its secrets in its headers ({\"secret\": \"name\"})",
+        ));
+    }
+    if names.len() > MAX_SECRETS {
+        return Err(JobError::new(
+            "secrets",
+            format!("names {}; the limit is {MAX_SECRETS}", names.len()),
+        ));
+    }
+    for (i, name) in names.iter().enumerate() {
+        crate::secrets::names::check_name(name)
+            .map_err(|why| JobError::new(&format!("secrets[{i}]"), why))?;
+    }
+    Ok(())
+}
+
 pub(super) fn work_named(
     app: Option<String>,
     handler: Option<String>,

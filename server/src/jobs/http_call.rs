@@ -18,7 +18,9 @@ const MAX_URL: usize = 2_048;
 const MAX_HEADERS: usize = 32;
 const MAX_HEADER_VALUE: usize = 8 * 1024;
 /// Largest body template accepted.
-pub const MAX_BODY: usize = 64 * 1024;
+pub const MAX_BODY: usize = 16 * 1024;
+/// Largest call as stored (in the job's policy, a MySQL `TEXT` of 64 KiB with the rest).
+const MAX_CALL: usize = 32 * 1024;
 /// Headers a job may not set: the client sets them from the call itself.
 const RESERVED_HEADERS: [&str; 4] = ["host", "content-length", "transfer-encoding", "connection"];
 
@@ -104,6 +106,32 @@ impl HttpCall {
         })
     }
 
+    /// Whether its body is JSON: its template, with every value in place as a string, reads
+    /// as JSON.
+    pub fn body_is_json(&self) -> bool {
+        let Some(body) = &self.body else {
+            return false;
+        };
+        // `0` reads as JSON inside a string and out of one.
+        let mut shape = String::with_capacity(body.len());
+        let mut rest = body.as_str();
+        while let Some(start) = rest.find("{{") {
+            shape.push_str(&rest[..start]);
+            match rest[start..].split_once("}}") {
+                Some((_, tail)) => {
+                    shape.push('0');
+                    rest = tail;
+                }
+                None => {
+                    rest = &rest[start..];
+                    break;
+                }
+            }
+        }
+        shape.push_str(rest);
+        serde_json::from_str::<Value>(&shape).is_ok()
+    }
+
     /// Checks every field, naming the first at fault under `http.`.
     pub fn validate(&self) -> Result<(), JobError> {
         if !METHODS.contains(&self.method.as_str()) {
@@ -113,6 +141,13 @@ impl HttpCall {
             ));
         }
         check_url(&self.url).map_err(|why| JobError::new("http.url", why))?;
+        let stored = serde_json::to_string(self).map_or(usize::MAX, |text| text.len());
+        if stored > MAX_CALL {
+            return Err(JobError::new(
+                "http",
+                format!("is {stored} bytes as stored; the limit is {MAX_CALL}"),
+            ));
+        }
         check_templates(&self.url).map_err(|why| JobError::new("http.url", why))?;
         if self.headers.len() > MAX_HEADERS {
             return Err(JobError::new(
@@ -219,6 +254,13 @@ fn check_url(url: &str) -> Result<(), String> {
             "must be at most {MAX_URL} characters, without spaces"
         ));
     }
+    // The host is the operators' to allow: no template value may choose it.
+    let authority = url.split_once("://").map_or(url, |(_, rest)| {
+        rest.split(['/', '?', '#']).next().unwrap_or(rest)
+    });
+    if authority.contains("{{") {
+        return Err("must name its host itself: no template value before the path".to_owned());
+    }
     // The URL as sent has its template values in place; check its shape with empty ones.
     let shape = render(url, &TemplateValues::default(), Encoding::Url);
     let parsed = reqwest::Url::parse(&shape).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
@@ -267,6 +309,8 @@ pub enum Encoding {
     Plain,
     /// Percent-encoded (a URL).
     Url,
+    /// As the content of a JSON string (a JSON body); `{{args}}` stays JSON.
+    JsonString,
 }
 
 const NAMES: &str = "instant, instant_ms, run_id, attempt, job, job_id, shard.index, shard.total, args, args.<field>";
@@ -323,10 +367,18 @@ pub fn render(text: &str, values: &TemplateValues, encoding: Encoding) -> String
             out.push_str(&rest[start..]);
             return out;
         };
-        let value = value_of(name.trim(), values);
+        let name = name.trim();
+        let value = value_of(name, values);
         match encoding {
             Encoding::Plain => out.push_str(&value),
             Encoding::Url => out.push_str(&percent_encode(&value)),
+            Encoding::JsonString if matches!(name, "args" | "params") => {
+                out.push_str(&value);
+            }
+            Encoding::JsonString => {
+                let quoted = Value::String(value).to_string();
+                out.push_str(&quoted[1..quoted.len() - 1]);
+            }
         }
         rest = tail;
     }
@@ -468,6 +520,29 @@ mod tests {
             render("{{args}}", &values, Encoding::Plain),
             values.args.to_string()
         );
+    }
+
+    #[test]
+    fn a_json_body_escapes_its_values_and_a_host_is_never_a_template() {
+        let c = call(serde_json::json!({"method": "POST", "url": "http://x/",
+            "body": "{\"note\": \"{{args.note}}\", \"n\": {{args.n}}, \"all\": {{args}}}"}))
+        .unwrap();
+        assert!(c.body_is_json());
+        let values = TemplateValues {
+            args: serde_json::json!({"note": "x\", \"admin\": true, \"y\": \"", "n": 3}),
+            ..TemplateValues::default()
+        };
+        let body = render(c.body.as_deref().unwrap(), &values, Encoding::JsonString);
+        let parsed: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(parsed["note"], values.args["note"], "{body}");
+        assert!(
+            parsed.get("admin").is_none(),
+            "a value added a field: {body}"
+        );
+        assert_eq!(parsed["n"], 3);
+        assert_eq!(parsed["all"], values.args);
+        let err = call(serde_json::json!({"url": "http://{{args.host}}/x"})).unwrap_err();
+        assert!(err.starts_with("http.url:"), "{err}");
     }
 
     #[test]

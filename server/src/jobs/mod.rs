@@ -11,7 +11,7 @@ use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 
 pub use checks::{check_calendar_name, check_webhook, validate_work, window_of};
-use checks::{check_text, work_named};
+use checks::{check_secret_names, check_text, work_named};
 pub use history::{JobHistory, KeepFor, RetentionConfig};
 pub use http_call::{HTTP_APP, HttpCall};
 pub use policy::{
@@ -101,6 +101,10 @@ pub struct JobInput {
     /// The URL an HTTP job calls at each instant, instead of an executor's handler.
     #[serde(default)]
     pub http: Option<HttpCall>,
+    /// Secrets of the namespace each dispatch carries to the handler, by name (sent only to
+    /// `https://` and loopback executors).
+    #[serde(default)]
+    pub secrets: Vec<String>,
     pub schedule: ScheduleSpec,
     #[serde(default = "utc")]
     pub timezone: String,
@@ -168,8 +172,12 @@ pub struct JobPatch {
     pub name: Option<String>,
     pub app: Option<String>,
     pub handler: Option<String>,
-    /// An HTTP job's whole call (an executor's job cannot become one).
-    pub http: Option<HttpCall>,
+    /// An HTTP job's whole call (an executor's job cannot become one, nor an HTTP job stop
+    /// being one).
+    #[serde(default, deserialize_with = "present")]
+    pub http: Option<Option<HttpCall>>,
+    /// The whole list of secrets its dispatches carry (`[]` for none).
+    pub secrets: Option<Vec<String>>,
     pub schedule: Option<ScheduleSpec>,
     pub timezone: Option<String>,
     /// `null` here sets the arguments to `null`; leaving the field out keeps them.
@@ -266,6 +274,7 @@ impl JobInput {
                 workflow: false,
                 description: self.description,
                 http: self.http,
+                secrets: self.secrets,
             },
         };
         definition.validate()?;
@@ -278,9 +287,15 @@ impl JobPatch {
     pub fn apply(self, current: &JobDefinition) -> Result<JobDefinition, JobError> {
         let mut next = current.clone();
         match (&current.policy.http, self.http) {
-            (Some(_), Some(call)) => {
+            (Some(_), Some(Some(call))) => {
                 next.handler.clone_from(&call.method);
                 next.policy.http = Some(call);
+            }
+            (Some(_), Some(None)) => {
+                return Err(JobError::new(
+                    "http",
+                    "an HTTP job stays one: create a job of an executor instead",
+                ));
             }
             (None, Some(_)) => {
                 return Err(JobError::new(
@@ -290,11 +305,12 @@ impl JobPatch {
             }
             (_, None) => {}
         }
+        // What an HTTP job shows as its app and handler may be sent back unchanged.
         if current.policy.http.is_some() {
-            if self.app.is_some() {
+            if self.app.as_ref().is_some_and(|app| *app != current.app) {
                 return Err(JobError::new("app", "an HTTP job has no app"));
             }
-            if self.handler.is_some() {
+            if self.handler.as_ref().is_some_and(|h| *h != current.handler) {
                 return Err(JobError::new("handler", "an HTTP job has no handler"));
             }
         }
@@ -325,6 +341,7 @@ impl JobPatch {
             p.pause_after_failures => self.pause_after_failures,
             p.description => self.description,
             p.children => self.children,
+            p.secrets => self.secrets,
         );
         if let Some(timeout) = self.timeout_ms {
             p.timeout_ms = timeout;
@@ -365,6 +382,7 @@ impl JobDefinition {
         validate_work(&self.app, &self.handler, &self.args, &self.policy)?;
         self.parsed_schedule()?;
         let p = &self.policy;
+        check_secret_names(&p.secrets, p.http.is_some())?;
         if let Some(call) = &p.http {
             call.validate()?;
             if p.sharding.split || p.sharding.broadcast {

@@ -167,6 +167,10 @@ pub struct JobPolicy {
     /// An HTTP job's call: the node makes it instead of dispatching to an executor.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub http: Option<super::HttpCall>,
+    /// Secrets of the job's namespace its dispatches carry, by name (to `https://` and
+    /// loopback executors only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
 }
 
 impl JobPolicy {
@@ -271,6 +275,7 @@ impl Default for JobPolicy {
             workflow: false,
             description: None,
             http: None,
+            secrets: Vec::new(),
         }
     }
 }

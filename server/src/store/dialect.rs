@@ -375,7 +375,8 @@ queries! {
     // Their outputs, once they ended in the same transaction: `{cases}` is `WHEN <attempt
     // id> THEN <parameter>` per attempt, `{partitions}` the attempts' ids.
     attempts_output_many = "UPDATE attempts SET output = CASE attempt_id {cases}END \
-        WHERE state = 'succeeded' AND output IS NULL AND attempt_id IN ({partitions})";
+        WHERE state = 'succeeded' AND output IS NULL AND executor_id = {executor} \
+        AND attempt_id IN ({partitions})";
     // On MySQL, which has no `UPDATE … RETURNING`: the runs of the attempts still live,
     // locked before `attempts_succeed_many` ends them.
     attempts_live_among = "SELECT run_id FROM attempts WHERE state IN ('pending', 'running') \

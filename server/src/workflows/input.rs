@@ -125,6 +125,7 @@ impl WorkflowInput {
             app: Some(WORKFLOW_APP.to_owned()),
             handler: Some(WORKFLOW_HANDLER.to_owned()),
             http: None,
+            secrets: Vec::new(),
             schedule: self.schedule.clone(),
             timezone: self.timezone.clone(),
             args: self.params.clone(),

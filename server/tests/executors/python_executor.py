@@ -7,6 +7,8 @@ Handlers:
               (POST /api/v1/executors/logs), reports succeeded
   fail     -> answers 200 with outcome failed
   flaky    -> fails when this executor runs with --fail, succeeds otherwise
+  secrets  -> answers 200 with the names of the dispatch's secrets and a SHA-256 of each value
+              (never the value)
 With --hang, `slow` answers 202 and then never reports nor honours a cancel (a stuck handler).
 Prints "listening <port>" once it serves.
 """
@@ -159,6 +161,10 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(200, {"outcome": "failed", "error": "failed on " + args.id})
         if handler == "flaky":
             return self.reply(200, {"outcome": "succeeded", "output": {"by": args.id}})
+        if handler == "secrets":
+            carried = msg.get("secrets", {})
+            return self.reply(200, {"outcome": "succeeded", "output": {
+                "sha256": {k: hashlib.sha256(v.encode()).hexdigest() for k, v in carried.items()}}})
         if handler == "quiet":  # a plain success: no output
             return self.reply(200, {"outcome": "succeeded"})
         if handler == "slow" and args.hang:
@@ -190,7 +196,7 @@ server = Server(("127.0.0.1", 0), Handler)
 port = server.server_address[1]
 registration = {"protocol": 1, "executor_id": args.id, "app": args.app,
                 "address": f"http://127.0.0.1:{port}", "weight": args.weight, "capacity": args.capacity,
-                "handlers": [{"name": n, "description": "python"} for n in ("echo", "slow", "fail", "flaky", "quiet")]}
+                "handlers": [{"name": n, "description": "python"} for n in ("echo", "slow", "fail", "flaky", "quiet", "secrets")]}
 accepted = call("/api/v1/executors/register", registration)
 
 

@@ -90,6 +90,7 @@ async fn answer(State(target): State<Target>, request: Request) -> Response {
         content_type: header("content-type"),
         body: String::from_utf8_lossy(&body).into_owned(),
     };
+    let seen_authorization = seen.authorization.clone();
     let count = {
         let mut all = target.seen.lock().unwrap();
         all.push(seen);
@@ -107,6 +108,8 @@ async fn answer(State(target): State<Target>, request: Request) -> Response {
             axum::Json(json!({"slow": true})).into_response()
         }
         "/state" => axum::Json(json!({"state": "failed"})).into_response(),
+        // Echoes the request's Authorization header, as a careless endpoint would.
+        "/echo" => axum::Json(json!({"you_sent": seen_authorization})).into_response(),
         "/redirect" => (StatusCode::FOUND, [("location", "/ok")]).into_response(),
         _ => StatusCode::NOT_FOUND.into_response(),
     }
@@ -279,6 +282,23 @@ async fn http_jobs_call_urls_with_secrets_retry_and_never_block(db: TestDb) {
         "a call waiting for a slow URL held up another"
     );
     assert_eq!(target.seen("/slow").len(), 1, "the slow call went once");
+
+    // An answer that echoes a secret shows it as `***`.
+    let echo = create(
+        &node,
+        http_job(
+            "echo",
+            json!({"url": format!("{base}/echo"), "headers": {"Authorization": {"secret": "hook-token"}}}),
+            json!({}),
+        ),
+    )
+    .await;
+    let (detail, _) = ended(&node, trigger(&node, echo).await).await;
+    assert_eq!(detail["state"], "succeeded", "{detail}");
+    assert_eq!(
+        detail["attempts"][0]["output"]["body"]["you_sent"], "***",
+        "{detail}"
+    );
 
     // Success can require a value in the answer.
     let state = create(

@@ -18,10 +18,27 @@ use support::node::{NodeProcess, NodeSpec};
 for_engine!(
     postgres,
     Postgres,
-    [secrets_are_sealed_write_only_and_rotate]
+    [
+        secrets_are_sealed_write_only_and_rotate,
+        a_job_naming_secrets_has_them_in_its_dispatch
+    ]
 );
-for_engine!(mysql, Mysql, [secrets_are_sealed_write_only_and_rotate]);
-for_engine!(sqlite, Sqlite, [secrets_are_sealed_write_only_and_rotate]);
+for_engine!(
+    mysql,
+    Mysql,
+    [
+        secrets_are_sealed_write_only_and_rotate,
+        a_job_naming_secrets_has_them_in_its_dispatch
+    ]
+);
+for_engine!(
+    sqlite,
+    Sqlite,
+    [
+        secrets_are_sealed_write_only_and_rotate,
+        a_job_naming_secrets_has_them_in_its_dispatch
+    ]
+);
 
 const KEY_A: &str = "1f1e1d1c1b1a191817161514131211100f0e0d0c0b0a09080706050403020100";
 /// Another key, in base64 as `openssl rand -base64 32` writes one.
@@ -270,6 +287,111 @@ async fn bad_input_is_refused_naming_the_field(node: &NodeProcess) {
     assert_eq!(status, 405, "{problem}");
     let (status, problem) = put(node, "ok", "?namespace=nope", json!({"value": "x"})).await;
     assert_eq!(status, 404, "{problem}");
+}
+
+/// A job of an executor that names secrets: its dispatch carries their values (the Python
+/// executor answers a digest of each, never the value), the job shows only their names, a
+/// secret not set fails the attempt naming it, and an HTTP job cannot name them so.
+async fn a_job_naming_secrets_has_them_in_its_dispatch(db: TestDb) {
+    use sha2::Digest;
+    let home = tempfile::tempdir().unwrap();
+    let mut spec = NodeSpec::fast("n1", &db.url, home.path());
+    spec.extra_env = support::executor::node_env();
+    spec.extra_env
+        .push(("CARILLON_SECRETS_KEY", KEY_A.to_owned()));
+    let node = NodeProcess::start(spec).await;
+    let _executor = support::executor::Executor::start_registered(&node, "py", "e1").await;
+    let (status, _) = put(&node, "db-password", "", json!({"value": VALUE})).await;
+    assert_eq!(status, 201);
+    let (status, job) = node
+        .call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(
+                json!({"name": "uses-secret", "app": "py", "handler": "secrets",
+                "schedule": {"manual": true}, "secrets": ["db-password"]}),
+            ),
+        )
+        .await;
+    assert_eq!(status, 201, "{job}");
+    assert_eq!(job["secrets"], json!(["db-password"]));
+    assert!(!job.to_string().contains(VALUE), "{job}");
+    let detail = run_once(&node, job["id"].as_i64().unwrap()).await;
+    assert_eq!(detail["state"], "succeeded", "{detail}");
+    let digest: String = sha2::Sha256::digest(VALUE.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(
+        detail["attempts"][0]["output"]["sha256"],
+        json!({"db-password": digest}),
+        "{detail}"
+    );
+
+    let (status, missing) = node
+        .call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(
+                json!({"name": "needs-missing", "app": "py", "handler": "secrets",
+                "schedule": {"manual": true}, "secrets": ["not-set"]}),
+            ),
+        )
+        .await;
+    assert_eq!(status, 201, "{missing}");
+    let detail = run_once(&node, missing["id"].as_i64().unwrap()).await;
+    assert_eq!(detail["state"], "failed", "{detail}");
+    let error = detail["attempts"][0]["error"].as_str().unwrap();
+    assert!(error.contains("\"not-set\" is not set"), "{error}");
+
+    let (status, refused) = node
+        .call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(json!({"name": "bad", "schedule": {"manual": true},
+                "http": {"url": "http://127.0.0.1:9/"}, "secrets": ["db-password"]})),
+        )
+        .await;
+    assert_eq!(
+        (status, &refused["field"]),
+        (400, &json!("secrets")),
+        "{refused}"
+    );
+    let (status, refused) = node
+        .call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(json!({"name": "bad", "app": "py", "handler": "secrets",
+                "schedule": {"manual": true}, "secrets": ["bad name"]})),
+        )
+        .await;
+    assert_eq!(
+        (status, &refused["field"]),
+        (400, &json!("secrets[0]")),
+        "{refused}"
+    );
+}
+
+/// Triggers job `id` and answers its run's detail once it ended.
+async fn run_once(node: &NodeProcess, id: i64) -> Value {
+    let (status, run) = node
+        .call(Method::POST, &format!("/api/v1/jobs/{id}/trigger"), None)
+        .await;
+    assert_eq!(status, 202, "{run}");
+    let run = run["id"].as_i64().unwrap();
+    support::wait_for(
+        std::time::Duration::from_secs(30),
+        &format!("run {run} to end"),
+        || async {
+            let (_, detail) = node
+                .call(Method::GET, &format!("/api/v1/runs/{run}"), None)
+                .await;
+            ["succeeded", "failed", "cancelled", "no_executor"]
+                .contains(&detail["state"].as_str().unwrap_or(""))
+                .then_some(detail)
+        },
+    )
+    .await
 }
 
 async fn put(node: &NodeProcess, name: &str, query: &str, body: Value) -> (u16, Value) {

@@ -144,8 +144,13 @@ pub(crate) trait PlainSuccessTx: Send {
     /// Ends those of `run_ids` (sorted) still unfinished as succeeded; how many.
     async fn succeed_runs(&mut self, run_ids: &[i64]) -> Result<u64, Error>;
 
-    /// Stores the outputs of attempts this transaction ended succeeded, where none is stored.
-    async fn set_outputs(&mut self, outputs: &[(i64, String)]) -> Result<(), Error>;
+    /// Stores the outputs of attempts this transaction ended succeeded by `executor_id`, where
+    /// none is stored.
+    async fn set_outputs(
+        &mut self,
+        executor_id: &str,
+        outputs: &[(i64, String)],
+    ) -> Result<(), Error>;
 }
 
 /// What decides whether an attempt's end may take the plain-success path.
@@ -199,8 +204,23 @@ pub(crate) async fn succeed_plainly<T: PlainSuccessTx + ?Sized>(
     }
     runs.sort_unstable();
     let ended = tx.succeed_runs(&runs).await?;
-    for chunk in outputs.chunks(OUTPUTS_PER_STATEMENT) {
-        tx.set_outputs(chunk).await?;
+    let mut rest = outputs;
+    while !rest.is_empty() {
+        // Up to OUTPUTS_PER_STATEMENT, and OUTPUT_BYTES_PER_STATEMENT of text (MariaDB's
+        // packet), but at least one.
+        let mut bytes = 0;
+        let take = rest
+            .iter()
+            .take(OUTPUTS_PER_STATEMENT)
+            .take_while(|(_, output)| {
+                bytes += output.len();
+                bytes <= OUTPUT_BYTES_PER_STATEMENT
+            })
+            .count()
+            .max(1);
+        let (chunk, tail) = rest.split_at(take);
+        tx.set_outputs(executor_id, chunk).await?;
+        rest = tail;
     }
     Ok(ended)
 }
@@ -208,6 +228,9 @@ pub(crate) async fn succeed_plainly<T: PlainSuccessTx + ?Sized>(
 /// Most outputs stored by one statement (a parameter each; the backends' limits are far
 /// above).
 pub(crate) const OUTPUTS_PER_STATEMENT: usize = 500;
+/// Most bytes of outputs in one statement: MariaDB refuses a statement past its
+/// `max_allowed_packet` (16 MiB by default).
+const OUTPUT_BYTES_PER_STATEMENT: usize = 4 * 1024 * 1024;
 
 /// How a run ends once every shard's latest attempt has ended: `succeeded` when all
 /// succeeded, `cancelled` when one was cancelled, else `failed` naming each shard that did

@@ -102,7 +102,11 @@ macro_rules! dispatch_store {
                 $store::run_guarded_update(self.tx, &end, Some(executor_id)).await
             }
 
-            async fn set_outputs(&mut self, outputs: &[(i64, String)]) -> Result<(), Error> {
+            async fn set_outputs(
+                &mut self,
+                executor_id: &str,
+                outputs: &[(i64, String)],
+            ) -> Result<(), Error> {
                 let ids: Vec<i64> = outputs.iter().map(|(id, _)| *id).collect();
                 let Some(template) = with_partitions(&self.store.q.attempts_output_many, &ids)
                 else {
@@ -117,12 +121,22 @@ macro_rules! dispatch_store {
                         _ => format!("WHEN {id} THEN ? "),
                     })
                     .collect();
-                let statement = AssertSqlSafe(template.0.replace("{cases}", &cases));
-                let mut query = sqlx::query::<$db>(statement);
+                let executor = match $backend {
+                    Backend::Postgres => format!("${}", ids.len() + 1),
+                    _ => "?".to_owned(),
+                };
+                let statement = AssertSqlSafe(
+                    template
+                        .0
+                        .replace("{cases}", &cases)
+                        .replace("{executor}", &executor),
+                );
+                // Its text differs with every batch: not worth a prepared statement.
+                let mut query = sqlx::query::<$db>(statement).persistent(false);
                 for (_, output) in outputs {
                     query = query.bind(output.as_str());
                 }
-                query.execute(&mut **self.tx).await?;
+                query.bind(executor_id).execute(&mut **self.tx).await?;
                 Ok(())
             }
 

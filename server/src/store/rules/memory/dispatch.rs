@@ -45,11 +45,16 @@ impl PlainSuccessTx for MemoryDb {
         Ok(runs)
     }
 
-    async fn set_outputs(&mut self, outputs: &[(i64, String)]) -> Result<(), Error> {
+    async fn set_outputs(
+        &mut self,
+        executor_id: &str,
+        outputs: &[(i64, String)],
+    ) -> Result<(), Error> {
         for attempt in &mut self.attempts {
             let stored = outputs.iter().find(|(id, _)| *id == attempt.attempt_id);
             if let Some((_, output)) = stored
                 && attempt.state == AttemptState::Succeeded
+                && attempt.executor_id.as_deref() == Some(executor_id)
                 && attempt.output.is_none()
             {
                 attempt.output = Some(output.clone());
