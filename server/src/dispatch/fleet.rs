@@ -152,3 +152,52 @@ impl Fleet {
         })
     }
 }
+
+/// Whether an executor may be sent secrets: over TLS, or on this machine's loopback, and
+/// speaking Carillon's protocol (XXL-JOB's has no place for them).
+pub(super) fn carries_secrets(executor: &ExecutorRecord) -> bool {
+    !executor.is_xxl() && safe_address(&executor.address)
+}
+
+/// Whether `address` is over TLS or on this machine's loopback.
+fn safe_address(address: &str) -> bool {
+    let Ok(url) = reqwest::Url::parse(address) else {
+        return false;
+    };
+    if url.scheme() == "https" {
+        return true;
+    }
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    match bare.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.to_canonical().is_loopback(),
+        Err(_) => bare.eq_ignore_ascii_case("localhost"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::safe_address;
+
+    #[test]
+    fn secrets_go_over_tls_or_to_loopback_only() {
+        for safe in [
+            "https://exec.example.com:9000",
+            "http://127.0.0.1:9100",
+            "http://127.8.0.1:9100",
+            "http://[::1]:9100",
+            "http://localhost:9100",
+        ] {
+            assert!(safe_address(safe), "{safe}");
+        }
+        for unsafe_ in [
+            "http://10.0.0.7:9100",
+            "http://exec.example.com",
+            "not a url",
+        ] {
+            assert!(!safe_address(unsafe_), "{unsafe_}");
+        }
+    }
+}
