@@ -174,23 +174,33 @@ impl HttpOffer {
                 continue;
             }
             text = text.replace(value, "***");
-            // As a JSON string holds it.
-            let escaped = serde_json::to_string(value).unwrap_or_default();
-            let inner = escaped.trim_start_matches('"').trim_end_matches('"');
-            if !inner.is_empty() && inner != value {
-                text = text.replace(inner, "***");
-            }
         }
         text
     }
 
-    /// `output` with the values of its opened secrets replaced by `***`.
-    fn redacted(&self, output: Value) -> Value {
-        if self.secrets.is_empty() {
-            return output;
+    /// `output` with the values of its opened secrets replaced by `***` in every string.
+    fn redacted(&self, mut output: Value) -> Value {
+        if !self.secrets.is_empty() {
+            self.redact_strings(&mut output);
         }
-        let text = self.redacted_text(&output.to_string());
-        serde_json::from_str(&text).unwrap_or(Value::String(text))
+        output
+    }
+
+    fn redact_strings(&self, value: &mut Value) {
+        match value {
+            Value::String(text) => *text = self.redacted_text(text),
+            Value::Array(items) => items.iter_mut().for_each(|v| self.redact_strings(v)),
+            Value::Object(fields) => {
+                let keys: Vec<String> = fields.keys().cloned().collect();
+                for key in keys {
+                    if let Some(mut v) = fields.remove(&key) {
+                        self.redact_strings(&mut v);
+                        fields.insert(self.redacted_text(&key), v);
+                    }
+                }
+            }
+            _ => {}
+        }
     }
 }
 

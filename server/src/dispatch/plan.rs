@@ -117,6 +117,24 @@ impl Offer {
 }
 
 impl Dispatcher {
+    /// Fails `attempt` for good reason `error` (its retry policy decides what follows).
+    async fn refuse(
+        &self,
+        attempt: &AttemptRecord,
+        error: Option<String>,
+    ) -> Result<(), store::Error> {
+        finish_attempt(
+            &*self.store,
+            &self.observer,
+            attempt,
+            Ending::Refused,
+            None,
+            error,
+        )
+        .await
+        .map(|_| ())
+    }
+
     /// Ends the run of `attempt` (of a job of `namespace`) and its attempts `no_executor`.
     async fn end_run_nowhere(
         &self,
@@ -169,15 +187,7 @@ impl Dispatcher {
                 // Never delivered under a policy or with arguments it does not have. The
                 // ending reads the policy again and names it; other records are named here.
                 let error = job.policy().is_ok().then(|| unreadable.to_string());
-                finish_attempt(
-                    &*self.store,
-                    &self.observer,
-                    attempt,
-                    Ending::Refused,
-                    None,
-                    error,
-                )
-                .await?;
+                self.refuse(attempt, error).await?;
                 return Ok(None);
             }
         };
@@ -203,15 +213,7 @@ impl Dispatcher {
                     self.end_run_nowhere(attempt, job.namespace_id, &message)
                         .await?;
                 } else {
-                    finish_attempt(
-                        &*self.store,
-                        &self.observer,
-                        attempt,
-                        Ending::Refused,
-                        None,
-                        Some(message),
-                    )
-                    .await?;
+                    self.refuse(attempt, Some(message)).await?;
                 }
             }
             return Ok(None);
@@ -230,15 +232,7 @@ impl Dispatcher {
                      no executor of app {} is one",
                     job.app_name
                 );
-                finish_attempt(
-                    &*self.store,
-                    &self.observer,
-                    attempt,
-                    Ending::Refused,
-                    None,
-                    Some(error),
-                )
-                .await?;
+                self.refuse(attempt, Some(error)).await?;
                 return Ok(None);
             }
             safe
