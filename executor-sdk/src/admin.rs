@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
-use crate::registry::JobDescriptor;
+use crate::registry::Handler;
 
 pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -51,7 +51,7 @@ pub(crate) struct CallError {
 pub(crate) struct Shared {
     pub(crate) id: Identity,
     http: reqwest::Client,
-    pub(crate) jobs: HashMap<&'static str, &'static JobDescriptor>,
+    pub(crate) jobs: HashMap<String, Handler>,
     pub(crate) slots: Arc<Semaphore>,
     running: Mutex<HashMap<i64, CancellationToken>>,
     seen: Mutex<HashMap<i64, i64>>,
@@ -72,7 +72,7 @@ impl Shared {
     pub(crate) fn new(
         identity: Identity,
         http: reqwest::Client,
-        jobs: HashMap<&'static str, &'static JobDescriptor>,
+        jobs: HashMap<String, Handler>,
     ) -> Self {
         Self {
             slots: Arc::new(Semaphore::new(identity.capacity as usize)),
@@ -175,12 +175,12 @@ impl Shared {
             .jobs
             .values()
             .map(|job| HandlerSpec {
-                name: job.name.to_owned(),
-                description: job.description.to_owned(),
+                name: job.name.clone(),
+                description: job.description.clone(),
                 schedule: (job.cron.is_some() || job.rrule.is_some()).then(|| DefaultSchedule {
-                    cron: job.cron.map(str::to_owned),
-                    rrule: job.rrule.map(str::to_owned),
-                    timezone: job.timezone.map(str::to_owned),
+                    cron: job.cron.clone(),
+                    rrule: job.rrule.clone(),
+                    timezone: job.timezone.clone(),
                 }),
             })
             .collect();

@@ -64,13 +64,22 @@ impl JobContext {
         &self.dispatch.args
     }
 
-    /// The arguments as `T`.
     /// The value of a secret the job names (its `secrets`), which the admin node sends with
     /// the dispatch to `https://` and loopback executors; `None` for one it does not name.
     pub fn secret(&self, name: &str) -> Option<&str> {
         self.dispatch.secrets.get(name)
     }
 
+    /// Every secret the dispatch carries, by name.
+    pub fn secrets(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.dispatch
+            .secrets
+            .0
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+    }
+
+    /// The arguments as `T`.
     pub fn args<T: DeserializeOwned>(&self) -> Result<T, JobError> {
         serde_json::from_value(self.dispatch.args.clone())
             .map_err(|e| JobError::new(format!("arguments do not fit: {e}")))

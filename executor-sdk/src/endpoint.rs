@@ -167,7 +167,11 @@ fn start(shared: &Arc<Shared>, dispatch: Dispatch) -> Result<(), (StatusCode, St
     if shared.draining.load(Ordering::SeqCst) {
         return Err((StatusCode::SERVICE_UNAVAILABLE, "draining".to_owned()));
     }
-    let Some(job) = shared.jobs.get(dispatch.handler.as_str()).copied() else {
+    let Some(run) = shared
+        .jobs
+        .get(dispatch.handler.as_str())
+        .map(|h| Arc::clone(&h.run))
+    else {
         return Err((
             StatusCode::NOT_FOUND,
             format!("no handler {:?} here", dispatch.handler),
@@ -215,12 +219,12 @@ fn start(shared: &Arc<Shared>, dispatch: Dispatch) -> Result<(), (StatusCode, St
             let attempt_id = dispatch.attempt_id;
             let report_to = dispatch.report_to.clone();
             let effect_key = dispatch.effect_key.clone();
-            debug!(handler = job.name, "running");
+            debug!(handler = %dispatch.handler, "running");
             let ctx = JobContext::new(dispatch, token.clone());
             // In a task of its own, so a handler that panics fails its attempt (and ends the
             // record of its work) instead of leaving it running for ever; what it logs is
             // captured into the attempt's log.
-            let run = (job.run)(ctx).instrument(tracing::Span::current());
+            let run = run(ctx).instrument(tracing::Span::current());
             let mut handler = if task_shared.id.capture_logs {
                 let log = task_shared.logs.open(attempt_id, &report_to);
                 tokio::spawn(crate::logs::capturing(log, run))

@@ -15,14 +15,15 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::admin::{self, Identity, Shared};
-use crate::registry::{JobDescriptor, registered_jobs};
+use crate::context::JobContext;
+use crate::registry::{Handler, into_result, name_problem, registered_jobs};
 
 /// Why an executor could not start or run.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecutorError {
     #[error("{field}: {reason}")]
     Config { field: &'static str, reason: String },
-    #[error("two #[job] handlers are named {0:?}")]
+    #[error("two handlers are named {0:?}")]
     DuplicateJob(String),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -55,9 +56,43 @@ pub struct ExecutorBuilder {
     /// Trust for admin nodes reached over `https://`, beside the system's roots.
     admin_ca: Option<std::path::PathBuf>,
     capture_logs: bool,
+    /// Handlers given at run time, beside the `#[job]` ones.
+    handlers: Vec<Handler>,
 }
 
 impl ExecutorBuilder {
+    /// A handler made at run time, beside the `#[job]` ones: for handlers known only once the
+    /// program runs (one per script of a directory, one per entry of a configuration). It is
+    /// served, registered and logged exactly as a `#[job]` handler; it declares no default
+    /// schedule. Its name follows `#[job]`'s rule (1 to 128 letters, digits, `-`, `_`, `.`),
+    /// checked by [`ExecutorBuilder::build`], which also refuses two handlers of one name.
+    pub fn handler<F, Fut, T, E>(
+        mut self,
+        name: impl Into<String>,
+        description: impl Into<String>,
+        run: F,
+    ) -> Self
+    where
+        F: Fn(JobContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<T, E>> + Send + 'static,
+        T: serde::Serialize,
+        E: std::fmt::Display,
+    {
+        let run = Arc::new(run);
+        self.handlers.push(Handler {
+            name: name.into(),
+            description: description.into(),
+            cron: None,
+            rrule: None,
+            timezone: None,
+            run: Arc::new(move |ctx| {
+                let attempt = run(ctx);
+                Box::pin(async move { into_result(attempt.await) })
+            }),
+        });
+        self
+    }
+
     /// Serve the dispatch endpoint over HTTPS with this certificate chain and key (PEM
     /// files); the executor then registers an `https://` address.
     pub fn tls(
@@ -182,10 +217,17 @@ impl ExecutorBuilder {
         if self.weight == 0 || self.capacity == 0 {
             return Err(bad("weight", "weight and capacity must be at least 1"));
         }
-        let mut jobs: HashMap<&'static str, &'static JobDescriptor> = HashMap::new();
-        for job in registered_jobs() {
-            if jobs.insert(job.name, job).is_some() {
-                return Err(ExecutorError::DuplicateJob(job.name.to_owned()));
+        let mut jobs: HashMap<String, Handler> = HashMap::new();
+        let declared = registered_jobs().iter().map(Handler::from);
+        for job in declared.chain(self.handlers) {
+            if let Some(problem) = name_problem(&job.name) {
+                return Err(ExecutorError::Config {
+                    field: "handler",
+                    reason: format!("{:?}: {problem}", job.name),
+                });
+            }
+            if let Some(twice) = jobs.insert(job.name.clone(), job) {
+                return Err(ExecutorError::DuplicateJob(twice.name));
             }
         }
         let executor_id = self.executor_id.clone().unwrap_or_else(|| {
@@ -267,6 +309,7 @@ impl Executor {
             tls: None,
             admin_ca: None,
             capture_logs: true,
+            handlers: Vec::new(),
         }
     }
 
@@ -371,5 +414,49 @@ impl Executor {
         }
         info!(executor = %shared.id.executor_id, "stopped");
         served
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn builder() -> ExecutorBuilder {
+        Executor::builder()
+            .app("runtime")
+            .admin_urls(["http://127.0.0.1:9"])
+            .executor_token("executor-token-0123456789")
+            .dispatch_secret("dispatch-secret-0123456789")
+    }
+
+    async fn nothing(_: JobContext) -> Result<(), String> {
+        Ok(())
+    }
+
+    #[test]
+    fn handlers_given_at_run_time_are_named_as_job_handlers() {
+        let executor = builder()
+            .handler("backup", "the backup", nothing)
+            .handler("report.daily", "", nothing)
+            .build()
+            .unwrap();
+        let mut names: Vec<&String> = executor.shared.jobs.keys().collect();
+        names.sort();
+        assert_eq!(names, ["backup", "report.daily"]);
+
+        let bad = builder()
+            .handler("two words", "", nothing)
+            .build()
+            .unwrap_err();
+        assert!(
+            bad.to_string().contains("\"two words\": a job name is"),
+            "{bad}"
+        );
+        let twice = builder()
+            .handler("sync", "", nothing)
+            .handler("sync", "", nothing)
+            .build()
+            .unwrap_err();
+        assert!(matches!(twice, ExecutorError::DuplicateJob(name) if name == "sync"));
     }
 }

@@ -20,6 +20,7 @@ pub mod observe;
 pub mod retention;
 pub mod schedule;
 pub mod scheduler;
+pub mod scripts;
 pub mod secret;
 pub mod secrets;
 pub mod states;

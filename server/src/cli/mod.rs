@@ -19,6 +19,7 @@ mod policies;
 mod probe;
 mod purge;
 mod run_logs;
+mod script_executor;
 mod secrets;
 mod table;
 mod tasks;
@@ -73,6 +74,10 @@ pub struct Cli {
 enum Command {
     /// Run an admin node (with no configuration: a single node on SQLite, on 127.0.0.1:9001).
     Server(Box<ServerArgs>),
+    /// Run a script executor, on the hosts where the scripts live: each executable file of
+    /// --scripts DIR is a handler of the app (default `scripts`), run with the run's
+    /// arguments, environment and stdin, its output in the run's log.
+    Executor(Box<script_executor::ExecutorArgs>),
     /// Apply the database migrations and exit.
     Migrate(CommonArgs),
     /// A node's settings: example (every setting with its default), check (the --config file).
@@ -179,6 +184,7 @@ pub async fn run(cli: Cli) -> ExitCode {
             telemetry::init(&config.log);
             migrate(config).await
         }
+        Command::Executor(args) => script_executor::run(*args, &config).await,
         Command::Config(command) => describe::run(&command, cli.config.as_deref(), &config),
         Command::Completions { shell } => describe::completions(shell),
         Command::Secrets(secrets::SecretsCommand::Key) => secrets::new_key(),
@@ -247,6 +253,7 @@ pub async fn run(cli: Cli) -> ExitCode {
                 Command::Grants(c) => access::grants(&api, output, c).await,
                 Command::Audit(c) => access::audit(&api, output, c).await,
                 Command::Server(_)
+                | Command::Executor(_)
                 | Command::Migrate(_)
                 | Command::Config(_)
                 | Command::Completions { .. }

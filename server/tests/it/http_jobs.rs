@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 use crate::support;
 use support::db::{TestDb, fetch_rows};
 use support::node::{NodeProcess, NodeSpec};
+use support::runs::{create_job as create, trigger};
 use support::wait_for;
 
 for_engine!(
@@ -126,12 +127,6 @@ async fn serve() -> (Target, String) {
     (target, base)
 }
 
-async fn create(node: &NodeProcess, doc: Value) -> i64 {
-    let (status, created) = node.call(Method::POST, "/api/v1/jobs", Some(doc)).await;
-    assert_eq!(status, 201, "{created}");
-    created["id"].as_i64().unwrap()
-}
-
 fn http_job(name: &str, http: Value, extra: Value) -> Value {
     let mut doc = json!({"name": name, "http": http, "schedule": {"manual": true}});
     for (k, v) in extra.as_object().unwrap() {
@@ -140,35 +135,10 @@ fn http_job(name: &str, http: Value, extra: Value) -> Value {
     doc
 }
 
-async fn trigger(node: &NodeProcess, job: i64) -> i64 {
-    let (status, run) = node
-        .call(Method::POST, &format!("/api/v1/jobs/{job}/trigger"), None)
-        .await;
-    assert_eq!(status, 202, "{run}");
-    run["id"].as_i64().unwrap()
-}
-
 /// The run's detail once it ended, and when the test saw it end.
 async fn ended(node: &NodeProcess, run: i64) -> (Value, Instant) {
-    wait_for(
-        Duration::from_secs(30),
-        &format!("run {run} to end"),
-        || async {
-            let (_, detail) = node
-                .call(Method::GET, &format!("/api/v1/runs/{run}"), None)
-                .await;
-            [
-                "succeeded",
-                "failed",
-                "cancelled",
-                "no_executor",
-                "timed_out",
-            ]
-            .contains(&detail["state"].as_str().unwrap_or(""))
-            .then(|| (detail, Instant::now()))
-        },
-    )
-    .await
+    let detail = support::runs::ended(node, run).await;
+    (detail, Instant::now())
 }
 
 async fn http_jobs_call_urls_with_secrets_retry_and_never_block(db: TestDb) {

@@ -45,6 +45,7 @@ mod retention;
 mod roles;
 mod schedule_policies;
 mod schedule_reference;
+mod scripts_e2e;
 mod secrets_api;
 mod self_fencing;
 mod settle_conformance;

@@ -19,6 +19,7 @@ pub mod pki;
 pub mod private_server;
 pub mod proxy;
 pub mod records;
+pub mod runs;
 pub mod sdk;
 pub mod webhook;
 

@@ -1,0 +1,232 @@
+//! The script executor (`carillon executor --scripts DIR`): an executor of the SDK, run on the
+//! hosts where the scripts live, whose handlers are the executables of a directory. It
+//! registers like any executor, so balancing, sharding, retries and failover are the nodes'
+//! as for any other; what runs is only what the host's operator put in the directory, never
+//! anything sent through the API.
+
+mod process;
+mod run;
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use carillon_executor::ExecutorBuilder;
+
+pub use run::ScriptRuns;
+
+/// Why the scripts of a directory cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum ScriptsError {
+    #[error("cannot read the scripts directory {dir}: {source}")]
+    ReadDir {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{first} and {second} would both be the handler {name:?}: rename one")]
+    SameName {
+        name: String,
+        first: PathBuf,
+        second: PathBuf,
+    },
+    #[error("no executable script in {0}: make a script executable (chmod +x) to serve it")]
+    Empty(PathBuf),
+    #[error("cannot make the directory for results {dir}: {source}")]
+    ResultDir {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// The scripts a directory offers: each handler's name and path, and what was passed over.
+#[derive(Debug, Default)]
+pub struct ScriptDir {
+    /// The directory, as an absolute path.
+    pub dir: PathBuf,
+    pub handlers: BTreeMap<String, PathBuf>,
+    /// Files that are not served, each with the reason.
+    pub skipped: Vec<(PathBuf, &'static str)>,
+}
+
+impl ScriptDir {
+    /// Reads `dir`: every regular, executable, non-hidden file is a handler named by its file
+    /// name without extension (`backup.sh` is `backup`), kept by its absolute path (a script
+    /// runs in a working directory of its own).
+    pub fn scan(dir: &Path) -> Result<Self, ScriptsError> {
+        let read_error = |source| ScriptsError::ReadDir {
+            dir: dir.to_owned(),
+            source,
+        };
+        let dir = &std::fs::canonicalize(dir).map_err(read_error)?;
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(read_error)?
+            .map(|entry| entry.map(|e| e.path()))
+            .collect::<Result<_, _>>()
+            .map_err(read_error)?;
+        paths.sort();
+        let mut found = Self {
+            dir: dir.clone(),
+            ..Self::default()
+        };
+        for path in paths {
+            let file_name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if file_name.starts_with('.') {
+                continue;
+            }
+            // Follows a symbolic link, as running it would.
+            let Ok(meta) = std::fs::metadata(&path) else {
+                found.skipped.push((path, "cannot be read"));
+                continue;
+            };
+            if !meta.is_file() {
+                found.skipped.push((path, "not a regular file"));
+                continue;
+            }
+            if meta.permissions().mode() & 0o111 == 0 {
+                found.skipped.push((path, "not executable"));
+                continue;
+            }
+            let name = match file_name.split_once('.') {
+                Some((stem, _)) => stem.to_owned(),
+                None => file_name,
+            };
+            if !valid_name(&name) {
+                found.skipped.push((
+                    path,
+                    "its name is not 1 to 128 letters, digits, '-' or '_' before the extension",
+                ));
+                continue;
+            }
+            if let Some(first) = found.handlers.get(&name) {
+                return Err(ScriptsError::SameName {
+                    name,
+                    first: first.clone(),
+                    second: path,
+                });
+            }
+            found.handlers.insert(name, path);
+        }
+        if found.handlers.is_empty() {
+            return Err(ScriptsError::Empty(dir.to_owned()));
+        }
+        Ok(found)
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
+}
+
+/// How the scripts run, beside what each dispatch brings.
+#[derive(Debug, Clone)]
+pub struct ScriptSettings {
+    /// The scripts' working directory.
+    pub workdir: PathBuf,
+    /// Variables of the executor's own environment a script is given (the rest is not).
+    pub pass_env: Vec<String>,
+    /// After SIGTERM on timeout or cancel, how long until SIGKILL.
+    pub kill_grace: Duration,
+    /// Where result files are made, one per attempt.
+    pub result_dir: PathBuf,
+}
+
+impl ScriptSettings {
+    /// Makes the result directory, readable by this user only.
+    pub fn prepare(&self) -> Result<(), ScriptsError> {
+        let made = std::fs::create_dir_all(&self.result_dir).and_then(|()| {
+            std::fs::set_permissions(&self.result_dir, std::fs::Permissions::from_mode(0o700))
+        });
+        made.map_err(|source| ScriptsError::ResultDir {
+            dir: self.result_dir.clone(),
+            source,
+        })
+    }
+}
+
+/// `builder` with a handler per script of `scripts`.
+pub fn with_handlers(
+    mut builder: ExecutorBuilder,
+    scripts: &ScriptDir,
+    settings: ScriptSettings,
+) -> ExecutorBuilder {
+    let runs = Arc::new(ScriptRuns::new(settings));
+    for (name, path) in &scripts.handlers {
+        let runs = Arc::clone(&runs);
+        let path = Arc::new(path.clone());
+        let description = format!("the script {}", path.display());
+        builder = builder.handler(name.clone(), description, move |ctx| {
+            let runs = Arc::clone(&runs);
+            let path = Arc::clone(&path);
+            async move { runs.run(&path, ctx).await }
+        });
+    }
+    builder
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn script(dir: &Path, name: &str, mode: u32) {
+        let path = dir.join(name);
+        std::fs::write(&path, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    #[test]
+    fn executables_are_handlers_named_by_their_stem() {
+        let dir = tempfile::tempdir().unwrap();
+        script(dir.path(), "backup.sh", 0o755);
+        script(dir.path(), "report", 0o700);
+        script(dir.path(), "notes.txt", 0o644);
+        script(dir.path(), ".hidden.sh", 0o755);
+        script(dir.path(), "two words.sh", 0o755);
+        std::fs::create_dir(dir.path().join("lib")).unwrap();
+        let found = ScriptDir::scan(dir.path()).unwrap();
+        let names: Vec<&str> = found.handlers.keys().map(String::as_str).collect();
+        assert_eq!(names, ["backup", "report"]);
+        let skipped: Vec<(String, &str)> = found
+            .skipped
+            .iter()
+            .map(|(p, why)| (p.file_name().unwrap().to_string_lossy().into_owned(), *why))
+            .collect();
+        assert_eq!(
+            skipped,
+            [
+                ("lib".to_owned(), "not a regular file"),
+                ("notes.txt".to_owned(), "not executable"),
+                (
+                    "two words.sh".to_owned(),
+                    "its name is not 1 to 128 letters, digits, '-' or '_' before the extension"
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn two_scripts_of_one_name_or_none_at_all_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let empty = ScriptDir::scan(dir.path()).unwrap_err();
+        assert!(empty.to_string().contains("chmod +x"), "{empty}");
+        script(dir.path(), "sync.sh", 0o755);
+        script(dir.path(), "sync.py", 0o755);
+        let twice = ScriptDir::scan(dir.path()).unwrap_err();
+        assert!(
+            twice
+                .to_string()
+                .contains("would both be the handler \"sync\""),
+            "{twice}"
+        );
+        let missing = ScriptDir::scan(&dir.path().join("nowhere")).unwrap_err();
+        assert!(missing.to_string().contains("nowhere"), "{missing}");
+    }
+}
