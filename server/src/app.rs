@@ -23,11 +23,11 @@ use crate::dispatch::client::DispatchClient;
 use crate::dispatch::http_jobs::HttpJobs;
 use crate::observe::traces::{ExportSettings, TraceExport, Traces};
 use crate::observe::{
-    self, AlertSettings, AlertWorker, FailedJobs, FailurePauser, NodeMetrics, Observer,
+    self, AlertSettings, AlertWorker, FailedJobs, FailurePauser, NodeMetrics, Observer, SkipNotices,
 };
 use crate::retention::HistoryPurger;
 use crate::scheduler::backfill::BackfillDriver;
-use crate::scheduler::{Scheduler, SchedulerStores};
+use crate::scheduler::{Scheduler, SchedulerReports, SchedulerStores};
 use crate::store::{self, DatabaseUrl, NodeRegistration, PoolOptions, Store};
 use crate::tasks::firer::TaskFirer;
 
@@ -304,6 +304,11 @@ impl Application {
             alerter.clone(),
         );
         let (traces, trace_export) = traces(&config.telemetry, &dispatch_secret, view.node_id())?;
+        let skips = SkipNotices::new(
+            config.alerts.skipped_every_ms,
+            alerter.clone(),
+            Arc::clone(&metrics),
+        );
         let observer = Observer::new(
             Arc::clone(&metrics),
             alerter,
@@ -343,8 +348,11 @@ impl Application {
             Arc::clone(&clock),
             config.scheduler_settings(),
             Arc::clone(&dispatcher_wake),
-            metrics,
-            traces,
+            SchedulerReports {
+                metrics,
+                traces,
+                skips,
+            },
         );
         let client = DispatchClient::new(
             Arc::new(dispatch_secret),

@@ -133,6 +133,9 @@ pub(super) struct ServerArgs {
     /// How often the leader looks for apps without a healthy executor.
     #[arg(long, env = "CARILLON_ALERTS_CHECK_MS")]
     alerts_check_ms: Option<u64>,
+    /// Skipped instants are alerted at most once per job per this interval (0: never).
+    #[arg(long, env = "CARILLON_ALERTS_SKIPPED_EVERY_MS")]
+    alerts_skipped_every_ms: Option<u64>,
     /// How long finished runs are kept (`30d`, `12h`…, or `forever`).
     #[arg(long, env = "CARILLON_RETENTION_RUNS", value_parser = KeepFor::parse)]
     retention_runs: Option<KeepFor>,
@@ -266,6 +269,10 @@ impl ServerArgs {
         set(&mut config.alerts.format, self.alerts_format);
         set(&mut config.alerts.late_after_ms, self.alerts_late_after_ms);
         set(&mut config.alerts.check_ms, self.alerts_check_ms);
+        set(
+            &mut config.alerts.skipped_every_ms,
+            self.alerts_skipped_every_ms,
+        );
         set(&mut config.http.tls_cert, self.http_tls_cert.map(Some));
         set(&mut config.http.tls_key, self.http_tls_key.map(Some));
         set(&mut config.dispatch.tls_ca, self.dispatch_tls_ca.map(Some));

@@ -32,6 +32,9 @@ pub struct NodeMetrics {
     pub dead_letters: NamespacedCounter,
     /// Workflow runs whose end this node stored (or cancelled), by final state.
     pub workflow_runs_finished: LabelledCounter,
+    /// Scheduled instants this node's scheduler did not fire, by namespace and reason
+    /// (`misfire`, `paused`, `overlap`, `calendar`).
+    pub instants_skipped: NamespacedCounter,
     /// Alerts, by outcome (`delivered`, `failed`, `dropped`).
     pub alerts: LabelledCounter,
     /// Rows of run history this node deleted (retention), by table (`runs`, `attempts`).
@@ -103,6 +106,13 @@ impl NodeMetrics {
                 &[],
                 &[NamespaceId::DEFAULT.0],
             ),
+            instants_skipped: NamespacedCounter::new(
+                "carillon_instants_skipped_total",
+                "Scheduled instants this node's scheduler did not fire, by namespace and reason (misfire, paused, overlap, calendar).",
+                Some("reason"),
+                &["misfire", "paused", "overlap", "calendar"],
+                &[NamespaceId::DEFAULT.0],
+            ),
             alerts: LabelledCounter::new(
                 "carillon_alerts_total",
                 "Alert webhooks sent by this node, by outcome (dropped: the queue was full).",
@@ -129,6 +139,7 @@ impl NodeMetrics {
         let mut ids = self.fires.namespaces();
         ids.extend(self.runs_finished.namespaces());
         ids.extend(self.dead_letters.namespaces());
+        ids.extend(self.instants_skipped.namespaces());
         ids.sort_unstable();
         ids.dedup();
         ids.into_iter().map(NamespaceId).collect()
@@ -144,6 +155,7 @@ impl NodeMetrics {
         self.runs_finished.render(out, name_of);
         self.workflow_runs_finished.render(out);
         self.dead_letters.render(out, name_of);
+        self.instants_skipped.render(out, name_of);
         self.alerts.render(out);
         self.history_deleted.render(out);
     }

@@ -8,13 +8,15 @@ pub mod alerts;
 pub mod failure_pause;
 pub mod metrics;
 pub mod prometheus;
+pub mod skips;
 pub mod traces;
 
 use std::sync::Arc;
 
-pub use alerts::{AlertEvent, AlertSettings, AlertWorker, Alerter};
+pub use alerts::{AlertEvent, AlertSettings, AlertWorker, Alerter, SkipReason, SkippedInstants};
 pub use failure_pause::{FailedJobs, FailurePauser};
 pub use metrics::NodeMetrics;
+pub use skips::SkipNotices;
 pub use traces::Traces;
 
 use crate::jobs::JobPolicy;

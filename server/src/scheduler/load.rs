@@ -5,10 +5,11 @@
 use chrono::DateTime;
 use tracing::{info, warn};
 
-use super::misfire::{MisfireRule, plan};
+use super::misfire::{LoadPlan, MisfireRule, plan};
 use super::timer::TimerEntry;
 use super::{LoadReason, LoadedJob, ONE_SHOT, Scheduler, UNLIMITED, millis};
 use crate::jobs::{JobPolicy, window_of};
+use crate::observe::{SkipReason, SkippedInstants};
 use crate::schedule::{NextHints, Schedule, ScheduleSpec, Window, parse_zone};
 use crate::states::TriggerKind;
 use crate::store::ScheduledJob;
@@ -130,6 +131,7 @@ impl Scheduler {
             self.exhausted.push((job.job_id, job.version));
             return;
         }
+        self.note_unfired(&job, &planned, now);
         let mut planned = planned;
         let mut loaded = loaded;
         if loaded.runs_left != UNLIMITED && planned.catch_up.len() >= loaded.runs_left as usize {
@@ -164,6 +166,29 @@ impl Scheduler {
             });
         }
         self.jobs.insert(job.job_id, loaded);
+    }
+
+    /// Tells of the missed instants the job's misfire policy leaves unfired: those due before
+    /// it was last started were missed while it was stopped, the others while no node fired.
+    fn note_unfired(&mut self, job: &ScheduledJob, planned: &LoadPlan, now: i64) {
+        let started = job.started_at_ms.unwrap_or(i64::MIN);
+        let (paused, down): (Vec<i64>, Vec<i64>) =
+            planned.unfired.iter().partition(|at| **at < started);
+        for (reason, instants) in [(SkipReason::Paused, paused), (SkipReason::Misfire, down)] {
+            let (Some(first), Some(last)) = (instants.first(), instants.last()) else {
+                continue;
+            };
+            let skipped = SkippedInstants {
+                reason,
+                count: instants.len() as u64,
+                first_ms: *first,
+                last_ms: *last,
+                // Only the earliest are named; the rest come after the last of them.
+                at_least: planned.more_unfired && planned.unfired.last() == Some(last),
+                detail: None,
+            };
+            self.skips.note(job.job_id, job.namespace_id, skipped, now);
+        }
     }
 
     /// The job's parsed schedule and its index in the shared table (a recurring schedule is

@@ -11,11 +11,19 @@ const MAX_SCAN: usize = 100_000;
 /// Most catch-up runs one plan produces (the latest are kept).
 pub const MAX_CATCH_UP: usize = 10_000;
 
-/// Instants to fire at once as catch-ups, and the next instant on schedule.
+/// Most missed instants left unfired that one plan names (to be told of them).
+pub const MAX_TOLD: usize = 1_000;
+
+/// Instants to fire at once as catch-ups, the next instant on schedule, and the missed
+/// instants the policy leaves unfired.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadPlan {
     pub catch_up: Vec<i64>,
     pub next: Option<i64>,
+    /// The earliest missed instants not fired, at most [`MAX_TOLD`].
+    pub unfired: Vec<i64>,
+    /// Whether more were missed and not fired than `unfired` names.
+    pub more_unfired: bool,
 }
 
 /// The policy a plan applies.
@@ -45,6 +53,8 @@ pub fn plan(
         return Ok(LoadPlan {
             catch_up: Vec::new(),
             next: None,
+            unfired: Vec::new(),
+            more_unfired: false,
         });
     };
     let first = first.timestamp_millis();
@@ -52,6 +62,8 @@ pub fn plan(
         return Ok(LoadPlan {
             catch_up: Vec::new(),
             next: Some(first),
+            unfired: Vec::new(),
+            more_unfired: false,
         });
     }
 
@@ -82,7 +94,41 @@ pub fn plan(
             missed
         }
     };
-    Ok(LoadPlan { catch_up, next })
+    let (unfired, more_unfired) = unfired(schedule, hints, first, late_limit, &catch_up)?;
+    Ok(LoadPlan {
+        catch_up,
+        next,
+        unfired,
+        more_unfired,
+    })
+}
+
+/// The earliest missed instants (from `first`, up to `late_limit`) that `catch_up` does not
+/// fire, at most [`MAX_TOLD`]; and whether there are more.
+fn unfired(
+    schedule: &Schedule,
+    hints: NextHints,
+    first: i64,
+    late_limit: i64,
+    catch_up: &[i64],
+) -> Result<(Vec<i64>, bool), ScheduleError> {
+    let mut unfired = Vec::new();
+    let mut cursor = Some(first);
+    let mut looked = 0;
+    while let Some(at) = cursor.filter(|at| *at <= late_limit) {
+        if looked > MAX_TOLD + catch_up.len() {
+            return Ok((unfired, true));
+        }
+        looked += 1;
+        if catch_up.binary_search(&at).is_err() {
+            if unfired.len() == MAX_TOLD {
+                return Ok((unfired, true));
+            }
+            unfired.push(at);
+        }
+        cursor = ms(schedule.next_after(instant(at), hints)?);
+    }
+    Ok((unfired, false))
 }
 
 /// The last instant at or before `late_limit`, given `first`, a missed one.
@@ -151,7 +197,9 @@ mod tests {
             plan.unwrap(),
             LoadPlan {
                 catch_up: vec![],
-                next: Some(T0 + MIN)
+                next: Some(T0 + MIN),
+                unfired: vec![],
+                more_unfired: false,
             }
         );
     }
@@ -170,7 +218,9 @@ mod tests {
                 p.unwrap(),
                 LoadPlan {
                     catch_up: vec![],
-                    next: Some(T0 + MIN)
+                    next: Some(T0 + MIN),
+                    unfired: vec![],
+                    more_unfired: false,
                 },
                 "{policy:?}"
             );
@@ -191,6 +241,7 @@ mod tests {
         .unwrap();
         assert_eq!(p.catch_up, vec![T0 + 9 * MIN]);
         assert_eq!(p.next, Some(T0 + 10 * MIN));
+        assert_eq!(p.unfired, (1..=8).map(|m| T0 + m * MIN).collect::<Vec<_>>());
     }
 
     #[test]
@@ -208,7 +259,9 @@ mod tests {
             p,
             LoadPlan {
                 catch_up: vec![],
-                next: Some(T0 + 10 * MIN)
+                next: Some(T0 + 10 * MIN),
+                unfired: (1..=9).map(|m| T0 + m * MIN).collect(),
+                more_unfired: false,
             }
         );
     }
@@ -230,6 +283,7 @@ mod tests {
             vec![T0 + 6 * MIN, T0 + 7 * MIN, T0 + 8 * MIN, T0 + 9 * MIN]
         );
         assert_eq!(p.next, Some(T0 + 10 * MIN));
+        assert_eq!(p.unfired, (1..=5).map(|m| T0 + m * MIN).collect::<Vec<_>>());
         let wide = MisfireRule {
             window_ms: 60 * MIN,
             ..rule(Misfire::CatchUp)
@@ -239,6 +293,22 @@ mod tests {
             p.catch_up,
             (1..=9).map(|m| T0 + m * MIN).collect::<Vec<_>>()
         );
+    }
+
+    #[test]
+    fn a_long_outage_names_the_first_unfired_instants_and_says_there_are_more() {
+        let now = T0 + 3 * 24 * 60 * MIN;
+        let p = plan(
+            &every_minute(),
+            NextHints::default(),
+            T0,
+            now,
+            rule(Misfire::Skip),
+        )
+        .unwrap();
+        assert_eq!(p.unfired.len(), MAX_TOLD);
+        assert_eq!(p.unfired[0], T0 + MIN);
+        assert!(p.more_unfired);
     }
 
     #[test]

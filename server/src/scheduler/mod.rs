@@ -11,6 +11,7 @@
 //! instant advances in the same transaction, so the next owner resumes exactly after it.
 
 pub mod backfill;
+mod claims;
 mod failover;
 mod load;
 pub mod misfire;
@@ -19,7 +20,7 @@ pub mod timer;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use chrono::DateTime;
 use tokio_util::sync::CancellationToken;
@@ -28,12 +29,11 @@ use tracing::{debug, warn};
 use crate::clock::ClusterClock;
 use crate::cluster::LocalView;
 use crate::jobs::Overlap;
-use crate::observe::{NodeMetrics, Traces};
+use crate::observe::{NodeMetrics, SkipNotices, Traces};
 use crate::schedule::{NextHints, Schedule};
 use crate::states::{JobState, RunState, TriggerKind};
 use crate::store::{
-    self, ClaimOutcome, JobStore, NamespaceId, OverlapRule, PolicyStore, RunClaim, StandbyStore,
-    Store,
+    self, JobStore, NamespaceId, OverlapRule, PolicyStore, RunClaim, StandbyStore, Store,
 };
 use policies::CalendarSet;
 use timer::{Timer, TimerEntry};
@@ -139,12 +139,22 @@ impl SchedulerStores {
     }
 }
 
+/// Where the scheduler reports: its counters, each claim's timing, the instants it did not fire.
+#[derive(Debug)]
+pub struct SchedulerReports {
+    pub metrics: Arc<NodeMetrics>,
+    pub traces: Traces,
+    pub skips: SkipNotices,
+}
+
 /// The per-node scheduler.
 #[derive(Debug)]
 pub struct Scheduler {
     metrics: Arc<NodeMetrics>,
     /// Each claim's timing, for its run's trace.
     traces: Traces,
+    /// Instants not fired: counted, and told.
+    skips: SkipNotices,
     store: SchedulerStores,
     view: Arc<LocalView>,
     clock: Arc<ClusterClock>,
@@ -182,12 +192,17 @@ impl Scheduler {
         clock: Arc<ClusterClock>,
         settings: SchedulerSettings,
         dispatcher: Arc<tokio::sync::Notify>,
-        metrics: Arc<NodeMetrics>,
-        traces: Traces,
+        reports: SchedulerReports,
     ) -> Self {
+        let SchedulerReports {
+            metrics,
+            traces,
+            skips,
+        } = reports;
         Self {
             metrics,
             traces,
+            skips,
             store,
             view,
             clock,
@@ -240,6 +255,7 @@ impl Scheduler {
                 if let Err(err) = self.follow_cluster(self.clock.now_ms()).await {
                     warn!(error = %err, "scheduler could not refresh its jobs");
                 }
+                self.skips.tell_held(self.clock.now_ms());
             }
             let ahead = millis(self.settings.claim_ahead);
             if let Err(err) = self.fire_due(self.clock.now_ms() + ahead).await {
@@ -407,51 +423,6 @@ impl Scheduler {
         })
     }
 
-    /// Claims every instant due by `horizon` (and pending catch-ups), a batch per transaction.
-    async fn fire_due(&mut self, horizon: i64) -> Result<(), store::Error> {
-        loop {
-            let mut batch = std::mem::take(&mut self.pending);
-            while batch.len() < self.settings.claim_batch {
-                let Some(entry) = self.timer.pop_due(horizon) else {
-                    break;
-                };
-                if let Some(claim) = self.due_claim(entry) {
-                    batch.push(claim);
-                }
-            }
-            if batch.is_empty() {
-                return Ok(());
-            }
-            let node_id = self.view.node_id().to_owned();
-            let mut failure = None;
-            let mut claimed = Vec::with_capacity(batch.len());
-            let mut outcomes = Vec::with_capacity(batch.len());
-            for (lane, result, took) in claim_in_lanes(&self.store.jobs, &node_id, batch).await {
-                match result {
-                    Ok(lane_outcomes) => {
-                        let runs = lane.iter().zip(&lane_outcomes);
-                        self.traces.claimed(
-                            runs.filter(|(_, o)| **o == ClaimOutcome::Claimed)
-                                .map(|(c, _)| (c.job_id, c.scheduled_at_ms)),
-                            took,
-                        );
-                        claimed.extend(lane);
-                        outcomes.extend(lane_outcomes);
-                    }
-                    Err(err) => {
-                        // Nothing of this lane was claimed: try it again.
-                        self.pending.extend(lane);
-                        failure.get_or_insert(err);
-                    }
-                }
-            }
-            self.settle(claimed, outcomes).await?;
-            if let Some(err) = failure {
-                return Err(err);
-            }
-        }
-    }
-
     /// The claim for a timer entry, if the entry is still current; the job's following instant
     /// is computed now, so that a one-shot's claim can also mark the job done.
     fn due_claim(&mut self, entry: TimerEntry) -> Option<RunClaim> {
@@ -515,101 +486,6 @@ impl Scheduler {
         }
         claim
     }
-
-    async fn settle(
-        &mut self,
-        batch: Vec<RunClaim>,
-        outcomes: Vec<ClaimOutcome>,
-    ) -> Result<(), store::Error> {
-        if outcomes.contains(&ClaimOutcome::Claimed) {
-            self.dispatcher.notify_one();
-        }
-        let mut reload = Vec::new();
-        for (claim, outcome) in batch.iter().zip(outcomes) {
-            match outcome {
-                ClaimOutcome::Claimed => {
-                    self.metrics.claims.add("claimed", 1);
-                    self.metrics
-                        .fires
-                        .add(claim.namespace_id.0, claim.trigger_kind.as_str(), 1);
-                }
-                ClaimOutcome::Fenced => {
-                    self.metrics.claims.add("fenced", 1);
-                    warn!(
-                        partition = claim.partition_id,
-                        "partition moved; its claims refused"
-                    );
-                    self.forget_partition(claim.partition_id);
-                }
-                ClaimOutcome::Stale => {
-                    self.metrics.claims.add("stale", 1);
-                    reload.push(claim.job_id);
-                }
-            }
-        }
-        reload.sort_unstable();
-        reload.dedup();
-        let now = self.clock.now_ms();
-        for job_id in reload {
-            self.jobs.remove(&job_id);
-            match self.store.jobs.job_get(job_id).await? {
-                Some(job)
-                    if job.state == JobState::Running
-                        && self.partitions.contains_key(&job.partition_id) =>
-                {
-                    self.load(job.into(), now, LoadReason::Edit);
-                }
-                _ => debug!(job_id, "job stopped, changed hands or was deleted"),
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Claim transactions of one batch in flight at once. A claim locks its partitions' rows, so
-/// lanes take disjoint partitions and never wait for each other; together they keep both the
-/// node and the database busy instead of one transaction's round trips.
-const CLAIM_LANES: i64 = 4;
-
-/// A lane's claims, what became of them, and when its transaction began and ended.
-type LaneClaimed = (
-    Vec<RunClaim>,
-    Result<Vec<ClaimOutcome>, store::Error>,
-    (SystemTime, SystemTime),
-);
-
-/// Claims `batch` in up to [`CLAIM_LANES`] concurrent transactions, by partition; returns each
-/// lane's claims with what became of them.
-async fn claim_in_lanes(
-    store: &Arc<dyn JobStore>,
-    node_id: &str,
-    batch: Vec<RunClaim>,
-) -> Vec<LaneClaimed> {
-    let mut lanes: Vec<Vec<RunClaim>> = (0..CLAIM_LANES).map(|_| Vec::new()).collect();
-    for claim in batch {
-        let lane = usize::try_from(claim.partition_id.rem_euclid(CLAIM_LANES)).unwrap_or(0);
-        lanes[lane].push(claim);
-    }
-    let mut tasks = tokio::task::JoinSet::new();
-    for lane in lanes.into_iter().filter(|l| !l.is_empty()) {
-        let store = Arc::clone(store);
-        let node_id = node_id.to_owned();
-        tasks.spawn(async move {
-            let began = SystemTime::now();
-            let result = store.runs_claim(&node_id, &lane).await;
-            (lane, result, (began, SystemTime::now()))
-        });
-    }
-    let mut done = Vec::new();
-    while let Some(joined) = tasks.join_next().await {
-        match joined {
-            Ok(lane) => done.push(lane),
-            // Only a bug panics here; the lane's instants are then not claimed until its jobs
-            // are loaded again (a change, a takeover, a restart: the misfire policy applies).
-            Err(err) => warn!(error = %err, "a claim task panicked"),
-        }
-    }
-    done
 }
 
 fn millis(d: Duration) -> i64 {

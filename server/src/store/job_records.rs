@@ -303,6 +303,9 @@ pub struct RunClaim {
 pub enum ClaimOutcome {
     /// The run was inserted.
     Claimed,
+    /// The run was inserted as `skipped`: a calendar excludes its instant, or its job's
+    /// overlap rule is `skip` and a run of it was unfinished.
+    Skipped,
     /// The job changed, stopped, was deleted, or this instant is not after its last fired
     /// instant: nothing was inserted; reload the job.
     Stale,

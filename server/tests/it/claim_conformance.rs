@@ -160,7 +160,7 @@ async fn overlap_rules_decide_the_state_of_a_claimed_run(db: TestDb) {
         overlap,
         ..ended_claim(1, 1, at)
     };
-    store
+    let outcomes = store
         .runs_claim(
             "n1",
             &[
@@ -170,6 +170,11 @@ async fn overlap_rules_decide_the_state_of_a_claimed_run(db: TestDb) {
         )
         .await
         .unwrap();
+    assert_eq!(
+        outcomes,
+        [ClaimOutcome::Skipped, ClaimOutcome::Claimed],
+        "a run skipped by the overlap rule says so (to be told)"
+    );
     let states = |runs: Vec<carillon_server::store::RunRecord>| {
         runs.into_iter()
             .map(|r| (r.scheduled_at_ms, r.state))
@@ -377,10 +382,18 @@ async fn claims_count_fired_instants_but_not_calendar_skips(db: TestDb) {
         ..ended_claim(1, 1, at)
     };
     // Set-based (overlap allow) and one by one (an overlap rule), in one batch and apart.
-    store
+    let outcomes = store
         .runs_claim("n1", &[pending(1_000), pending(2_000), skipped(3_000)])
         .await
         .unwrap();
+    assert_eq!(
+        outcomes,
+        [
+            ClaimOutcome::Claimed,
+            ClaimOutcome::Claimed,
+            ClaimOutcome::Skipped
+        ]
+    );
     store
         .runs_claim(
             "n1",

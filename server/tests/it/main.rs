@@ -50,6 +50,7 @@ mod secrets_api;
 mod self_fencing;
 mod settle_conformance;
 mod single_node;
+mod skip_alerts;
 mod store_conformance;
 mod upgrade;
 mod workflows_e2e;

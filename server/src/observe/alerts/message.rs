@@ -4,6 +4,7 @@
 use serde_json::{Value, json};
 
 use super::AlertEvent;
+use super::SkippedInstants;
 use crate::clock::rfc3339;
 use crate::jobs::AlertFormat;
 use crate::store::{JobRecord, RunRecord};
@@ -106,6 +107,30 @@ impl Alert {
                 ),
                 json!({"job": job_doc(*job_id), "failures": failures}),
             ),
+            AlertEvent::InstantsSkipped { job_id, skipped } => (
+                "instants_skipped",
+                None,
+                format!(
+                    "{} did not fire {}",
+                    job_label(*job_id),
+                    skipped
+                        .iter()
+                        .map(skipped_phrase)
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
+                json!({
+                    "job": job_doc(*job_id),
+                    "skipped": skipped.iter().map(|s| json!({
+                        "reason": s.reason.as_str(),
+                        "count": s.count,
+                        "at_least": s.at_least,
+                        "first": rfc3339(s.first_ms),
+                        "last": rfc3339(s.last_ms),
+                        "detail": s.detail,
+                    })).collect::<Vec<_>>(),
+                }),
+            ),
             AlertEvent::AppUnhealthy { app, executors } => (
                 "app_unhealthy",
                 None,
@@ -147,6 +172,29 @@ impl Alert {
             }
         }
     }
+}
+
+/// "3 instants from … to … (misfire: …)", one reason's part of a skip alert's summary.
+fn skipped_phrase(skipped: &SkippedInstants) -> String {
+    let first = rfc3339(skipped.first_ms).unwrap_or_default();
+    let last = rfc3339(skipped.last_ms).unwrap_or_default();
+    let what = match (skipped.count, skipped.at_least) {
+        (1, false) => format!("the instant {first}"),
+        (n, at_least) => format!(
+            "{}{n} instants from {first} to {last}",
+            if at_least { "at least " } else { "" }
+        ),
+    };
+    let detail = skipped
+        .detail
+        .as_deref()
+        .map(|d| format!(": {d}"))
+        .unwrap_or_default();
+    format!(
+        "{what} ({}: {}{detail})",
+        skipped.reason.as_str(),
+        skipped.reason.explained()
+    )
 }
 
 /// `text` with `&`, `<` and `>` written as the entities Slack-style chat expects.
@@ -204,6 +252,39 @@ mod tests {
             "{text}"
         );
         assert_eq!(chat.as_object().map(|o| o.len()), Some(1), "{chat}");
+    }
+
+    #[test]
+    fn skipped_instants_are_told_per_reason_with_their_first_and_last() {
+        use super::super::SkipReason;
+        let event = AlertEvent::InstantsSkipped {
+            job_id: 3,
+            skipped: vec![
+                SkippedInstants {
+                    reason: SkipReason::Misfire,
+                    count: 3,
+                    first_ms: 0,
+                    last_ms: 120_000,
+                    at_least: false,
+                    detail: None,
+                },
+                SkippedInstants::one(SkipReason::Calendar, 60_000, Some("holidays".into())),
+            ],
+        };
+        let alert = Alert::describe(&event, None, None, "n1");
+        let doc = alert.body(AlertFormat::Json);
+        assert_eq!(doc["event"], "instants_skipped");
+        assert_eq!(doc["skipped"][0]["reason"], "misfire");
+        assert_eq!(doc["skipped"][0]["count"], 3);
+        assert_eq!(doc["skipped"][0]["last"], "1970-01-01T00:02:00.000Z");
+        assert_eq!(doc["skipped"][1]["detail"], "holidays");
+        assert_eq!(
+            doc["summary"],
+            "job 3 did not fire 3 instants from 1970-01-01T00:00:00.000Z to \
+             1970-01-01T00:02:00.000Z (misfire: not fired in time (no node could) and left by \
+             the misfire policy); the instant 1970-01-01T00:01:00.000Z (calendar: excluded by \
+             a calendar of the job: holidays)"
+        );
     }
 
     #[test]

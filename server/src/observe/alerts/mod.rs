@@ -10,6 +10,7 @@
 mod app_watch;
 mod message;
 mod namespace_webhooks;
+mod skipped;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,6 +31,7 @@ use crate::store::{DispatchStore, JobRecord, JobStore, NamespaceStore};
 pub use app_watch::{AppLook, AppWatch};
 pub use message::Alert;
 use namespace_webhooks::NamespaceWebhooks;
+pub use skipped::{SkipReason, SkippedInstants};
 
 /// Alerts waiting for the worker; more are dropped (and counted), never waited for.
 const QUEUE: usize = 1_024;
@@ -57,6 +59,11 @@ pub enum AlertEvent {
     },
     /// A job was stopped after `failures` failed runs in a row (`pause_after_failures`).
     JobPaused { job_id: i64, failures: u32 },
+    /// Instants of a job's schedule were not fired, per reason.
+    InstantsSkipped {
+        job_id: i64,
+        skipped: Vec<SkippedInstants>,
+    },
     /// An app that had a healthy executor has none.
     AppUnhealthy { app: String, executors: usize },
     /// An app without a healthy executor has one again.
@@ -99,6 +106,10 @@ pub struct AlertsConfig {
     pub late_after_ms: u64,
     /// How often the leader looks for apps without a healthy executor.
     pub check_ms: u64,
+    /// A job's instants that did not fire (misfire, paused, overlap `skip`, calendar) are
+    /// told at once, then at most once per this interval (what comes between is told with the
+    /// next); 0 turns these alerts off (`carillon_instants_skipped_total` still counts).
+    pub skipped_every_ms: u64,
     /// Tries per webhook call before the alert is given up (1 s, 2 s, 4 s… apart).
     pub attempts: u32,
 }
@@ -110,6 +121,7 @@ impl Default for AlertsConfig {
             format: AlertFormat::Json,
             late_after_ms: 60_000,
             check_ms: 10_000,
+            skipped_every_ms: 600_000,
             attempts: 5,
         }
     }
@@ -380,7 +392,8 @@ fn event_job(event: &AlertEvent) -> Option<i64> {
     match event {
         AlertEvent::RunFailed { job_id, .. }
         | AlertEvent::FiredLate { job_id, .. }
-        | AlertEvent::JobPaused { job_id, .. } => Some(*job_id),
+        | AlertEvent::JobPaused { job_id, .. }
+        | AlertEvent::InstantsSkipped { job_id, .. } => Some(*job_id),
         AlertEvent::AppUnhealthy { .. } | AlertEvent::AppRecovered { .. } => None,
     }
 }

@@ -141,7 +141,8 @@ pub(crate) trait ClaimTx: FenceTx + FirstAttemptTx {
 /// Claims `claims` for `node_id` in `tx`: each is `Fenced` unless its partition is this
 /// node's at its epoch, `Stale` unless its job still runs at its version and last fired before
 /// its instant (claims of one job are taken in batch order), else `Claimed`: the job advanced
-/// and the run inserted, in the state its overlap rule gives it.
+/// and the run inserted, in the state its overlap rule gives it (`Skipped` when that state is
+/// `skipped`, as a calendar's exclusion or the overlap rule `skip` makes it).
 pub(crate) async fn claim<T: ClaimTx + ?Sized>(
     tx: &mut T,
     node_id: &str,
@@ -169,7 +170,7 @@ pub(crate) async fn claim<T: ClaimTx + ?Sized>(
         let (state, message) = overlap_decision(tx, claim).await?;
         tx.insert_run(node_id, claim, state, message.as_deref())
             .await?;
-        *outcome = Some(ClaimOutcome::Claimed);
+        *outcome = Some(inserted_as(state));
     }
     Ok(outcomes
         .into_iter()
@@ -250,7 +251,7 @@ async fn claim_set_based<T: ClaimTx + ?Sized>(
             claim,
             starts: starts(claim),
         });
-        outcomes[i] = Some(ClaimOutcome::Claimed);
+        outcomes[i] = Some(inserted_as(claim.state));
     }
     if advanced.is_empty() {
         return Ok(());
@@ -277,6 +278,15 @@ async fn claim_set_based<T: ClaimTx + ?Sized>(
         return Ok(());
     }
     tx.insert_first_attempts(&firsts).await
+}
+
+/// The outcome of a claim whose run was inserted in `state`.
+fn inserted_as(state: RunState) -> ClaimOutcome {
+    if state == RunState::Skipped {
+        ClaimOutcome::Skipped
+    } else {
+        ClaimOutcome::Claimed
+    }
 }
 
 /// The state and message of a claimed run under its job's overlap rule.
@@ -574,7 +584,12 @@ mod tests {
                 state: AttemptState::Running,
                 ..attempt_row(1, 1, JOB, (0, 1), 1)
             });
-            assert_eq!(run(&mut db, &[second_claim]).await, [ClaimOutcome::Claimed]);
+            let outcome = if second == "skipped" {
+                ClaimOutcome::Skipped
+            } else {
+                ClaimOutcome::Claimed
+            };
+            assert_eq!(run(&mut db, &[second_claim]).await, [outcome]);
             let attempt = if overlap == OverlapRule::Replace {
                 AttemptState::Cancelled
             } else {
