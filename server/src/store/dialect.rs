@@ -269,8 +269,10 @@ queries! {
         state = CASE WHEN ? = 1 THEN 'done' ELSE state END \
         WHERE job_id = ? AND version = ? AND state = 'running' \
         AND (last_fired_at_ms IS NULL OR last_fired_at_ms < ?)";
+    // Locking: a run ending at this moment is waited for and then seen ended, so an overlap
+    // rule never queues behind a run whose end (and release of the queue) it cannot see.
     run_unfinished_of_job = "SELECT run_id FROM runs WHERE job_id = ? \
-        AND state IN ('pending', 'queued', 'running') ORDER BY run_id LIMIT 1";
+        AND state IN ('pending', 'queued', 'running') ORDER BY run_id LIMIT 1 {for_update}";
     runs_cancel_unfinished = "UPDATE runs SET state = 'cancelled', finished_at_ms = {now}, \
         message = ? WHERE job_id = ? AND state IN ('pending', 'queued', 'running')";
     // After `runs_cancel_unfinished`: every unfinished attempt of the job is one of those

@@ -31,6 +31,7 @@ conformance!(
     a_claim_on_a_moved_partition_is_fenced,
     a_claim_for_a_changed_or_stopped_job_is_stale,
     overlap_rules_decide_the_state_of_a_claimed_run,
+    an_overlap_rule_waits_for_a_run_ending_at_that_moment,
     a_one_shot_claim_marks_the_job_done,
     a_claim_of_an_instant_a_manual_run_holds_advances_the_job_only,
     runs_claimed_ahead_start_at_once_and_fall_due_at_their_instant,
@@ -242,6 +243,45 @@ async fn overlap_rules_decide_the_state_of_a_claimed_run(db: TestDb) {
         store.runs_of_job(1, None, 1).await.unwrap()[0].state,
         RunState::NoExecutor,
         "nothing unfinished"
+    );
+}
+
+/// A run ends while a claim under `overlap: queue` decides: the claim must see it ended. Were
+/// it to read the run as it was before (not waiting for the ending transaction), it would
+/// queue its run, and the ending transaction, not seeing that run yet, would release nothing:
+/// the job's queue would never move again.
+async fn an_overlap_rule_waits_for_a_run_ending_at_that_moment(db: TestDb) {
+    let store = db.store_owning_partition_0().await;
+    store
+        .job_insert(1, 0, &job_write("a"), true, None)
+        .await
+        .unwrap();
+    let claim_at = |at| RunClaim {
+        state: RunState::Pending,
+        overlap: OverlapRule::Queue,
+        ..ended_claim(1, 1, at)
+    };
+    store.runs_claim("n1", &[claim_at(1_000)]).await.unwrap();
+    let first = store.runs_of_job(1, None, 1).await.unwrap()[0].run_id;
+    // The run's end, written but not yet committed.
+    let ending = db
+        .open_transaction(&format!(
+            "UPDATE runs SET state = 'succeeded', finished_at_ms = 5 WHERE run_id = {first}"
+        ))
+        .await;
+    let claiming = {
+        let store = std::sync::Arc::clone(&store);
+        tokio::spawn(async move { store.runs_claim("n1", &[claim_at(2_000)]).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    ending.commit().await;
+    assert_eq!(claiming.await.unwrap().unwrap(), [ClaimOutcome::Claimed]);
+    let runs = store.runs_of_job(1, None, 10).await.unwrap();
+    let second = runs.iter().find(|r| r.scheduled_at_ms == 2_000).unwrap();
+    assert_eq!(
+        second.state,
+        RunState::Pending,
+        "the claim saw the ended run and queued nothing"
     );
 }
 

@@ -281,6 +281,38 @@ impl TestDb {
         }
     }
 
+    /// Runs `statement` in a transaction left open until [`OpenTransaction::commit`]: what
+    /// the store's own transactions meet meanwhile (its locks; on SQLite, the write lock).
+    pub async fn open_transaction(&self, statement: &str) -> OpenTransaction {
+        let statement = AssertSqlSafe(statement.to_owned());
+        match self.engine {
+            Engine::Postgres => {
+                let mut c = sqlx::PgConnection::connect(&self.url)
+                    .await
+                    .expect("connect");
+                c.execute("BEGIN").await.expect("begin");
+                c.execute(statement).await.expect("statement");
+                OpenTransaction::Postgres(c)
+            }
+            Engine::Mysql => {
+                let mut c = sqlx::MySqlConnection::connect(&self.url)
+                    .await
+                    .expect("connect");
+                c.execute("BEGIN").await.expect("begin");
+                c.execute(statement).await.expect("statement");
+                OpenTransaction::Mysql(c)
+            }
+            Engine::Sqlite => {
+                let mut c = sqlx::SqliteConnection::connect(&self.url)
+                    .await
+                    .expect("connect");
+                c.execute("BEGIN IMMEDIATE").await.expect("begin");
+                c.execute(statement).await.expect("statement");
+                OpenTransaction::Sqlite(c)
+            }
+        }
+    }
+
     /// Runs a multi-statement SQL script.
     pub async fn execute_script(&self, script: &str) {
         let script = AssertSqlSafe(script.to_owned());
@@ -441,6 +473,24 @@ impl<T> AnyRow for T where
         + for<'r> sqlx::FromRow<'r, sqlx::mysql::MySqlRow>
         + for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow>
 {
+}
+
+/// A transaction of the test's own, open on its connection.
+pub enum OpenTransaction {
+    Postgres(sqlx::PgConnection),
+    Mysql(sqlx::MySqlConnection),
+    Sqlite(sqlx::SqliteConnection),
+}
+
+impl OpenTransaction {
+    pub async fn commit(self) {
+        match self {
+            Self::Postgres(mut c) => c.execute("COMMIT").await.map(drop),
+            Self::Mysql(mut c) => c.execute("COMMIT").await.map(drop),
+            Self::Sqlite(mut c) => c.execute("COMMIT").await.map(drop),
+        }
+        .expect("commit");
+    }
 }
 
 /// Rows of `T` from `query`, written with `?` placeholders and bound to `binds`, on the
