@@ -221,6 +221,29 @@ impl Cluster {
         self.nodes.clear();
     }
 
+    /// The bench's directory: the nodes' data and logs.
+    pub(crate) fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
+    /// The `carillon` binary the nodes run.
+    pub(crate) fn carillon(&self) -> &std::path::Path {
+        &self.carillon
+    }
+
+    /// `GET path` of the API of the node at `index`, as the admin.
+    pub(crate) async fn api_get(&self, index: usize, path: &str) -> Option<Value> {
+        let response = self
+            .client
+            .get(format!("{}{path}", self.nodes[index].url))
+            .bearer_auth(ADMIN_TOKEN)
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await
+            .ok()?;
+        response.json().await.ok()
+    }
+
     pub(crate) fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(|n| n.url.clone()).collect()
     }
@@ -377,6 +400,25 @@ impl Cluster {
     }
 
     /// Counts rows in the shared database.
+    /// The one integer column of `sql`'s rows.
+    pub(crate) async fn values(&self, sql: &str) -> anyhow::Result<Vec<i64>> {
+        let sql = sqlx::AssertSqlSafe(sql.to_owned());
+        Ok(match self.db {
+            Db::Postgres => {
+                let mut c = sqlx::PgConnection::connect(&self.database_url).await?;
+                sqlx::query_scalar::<_, i64>(sql).fetch_all(&mut c).await?
+            }
+            Db::Mysql => {
+                let mut c = sqlx::MySqlConnection::connect(&self.database_url).await?;
+                sqlx::query_scalar::<_, i64>(sql).fetch_all(&mut c).await?
+            }
+            Db::Sqlite => {
+                let mut c = sqlx::SqliteConnection::connect(&self.database_url).await?;
+                sqlx::query_scalar::<_, i64>(sql).fetch_all(&mut c).await?
+            }
+        })
+    }
+
     pub(crate) async fn count(&self, sql: &str) -> anyhow::Result<i64> {
         Ok(match self.db {
             Db::Postgres => {

@@ -6,6 +6,7 @@ mod cluster;
 mod executor;
 mod history;
 mod scenarios;
+mod scripts;
 mod stats;
 mod tasks;
 mod workflows;
@@ -91,6 +92,22 @@ enum Scenario {
         nodes: usize,
         #[arg(long, default_value_t = 10_000)]
         jobs: usize,
+        #[arg(long, default_value_t = 10)]
+        warmup: u64,
+        #[arg(long, default_value_t = 30)]
+        duration: u64,
+    },
+    /// Jobs firing every second, each running a tiny shell script through one
+    /// `carillon executor --scripts` process: fires/s end to end, instant to the script's
+    /// exit, the executor's CPU.
+    Scripts {
+        #[arg(long, default_value_t = 1)]
+        nodes: usize,
+        #[arg(long, default_value_t = 200)]
+        jobs: usize,
+        /// Scripts the executor runs at once.
+        #[arg(long, default_value_t = 32)]
+        capacity: u32,
         #[arg(long, default_value_t = 10)]
         warmup: u64,
         #[arg(long, default_value_t = 30)]
@@ -234,6 +251,22 @@ async fn main() -> anyhow::Result<()> {
                 http: true,
             };
             scenarios::throughput(&common, &load).await?
+        }
+        Scenario::Scripts {
+            nodes,
+            jobs,
+            capacity,
+            warmup,
+            duration,
+        } => {
+            let load = scripts::ScriptLoad {
+                nodes,
+                jobs,
+                capacity,
+                warmup_s: warmup,
+                duration_s: duration,
+            };
+            scripts::scripts(&common, &load).await?
         }
         Scenario::Failover { jobs, jitter_ms } => {
             scenarios::failover(&common, jobs, jitter_ms).await?
