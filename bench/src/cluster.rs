@@ -250,15 +250,7 @@ impl Cluster {
 
     /// The cluster view of the node at `index`.
     pub(crate) async fn view_of(&self, index: usize) -> Option<Value> {
-        let response = self
-            .client
-            .get(format!("{}/api/v1/cluster", self.nodes[index].url))
-            .bearer_auth(ADMIN_TOKEN)
-            .timeout(Duration::from_secs(2))
-            .send()
-            .await
-            .ok()?;
-        response.json().await.ok()
+        self.api_get(index, "/api/v1/cluster").await
     }
 
     /// The index of the node holding the leadership, and its term.

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use crate::support;
 use support::db::TestDb;
-use support::executor::{EXECUTOR_TOKEN, SECRET, node_env};
+use support::executor::{EXECUTOR_TOKEN, SECRET, node_env, wait_registered};
 use support::node::{NodeProcess, NodeSpec, spawn_carillon};
 use support::runs::{create_job, ended, log_messages, trigger};
 use support::wait_for;
@@ -106,18 +106,7 @@ impl ScriptExecutor {
         all_env.extend(env.iter().cloned());
         let child = spawn_carillon(&args, &all_env, home, &log);
         let executor = Self { child, log };
-        wait_for(
-            Duration::from_secs(20),
-            &format!("script executor {id} to register"),
-            || async {
-                let (_, list) = node.call(Method::GET, "/api/v1/executors", None).await;
-                list["executors"]
-                    .as_array()
-                    .is_some_and(|all| all.iter().any(|e| e["id"] == id))
-                    .then_some(())
-            },
-        )
-        .await;
+        wait_registered(node, id).await;
         executor
     }
 

@@ -21,6 +21,24 @@ pub fn node_env() -> Vec<(&'static str, String)> {
     ]
 }
 
+/// Waits (20 s at most) until `node` lists the executor `id`.
+pub async fn wait_registered(node: &NodeProcess, id: &str) {
+    super::wait_for(
+        std::time::Duration::from_secs(20),
+        &format!("executor {id} to register"),
+        || async {
+            let (_, list) = node
+                .call(reqwest::Method::GET, "/api/v1/executors", None)
+                .await;
+            list["executors"]
+                .as_array()
+                .is_some_and(|all| all.iter().any(|e| e["id"] == id))
+                .then_some(())
+        },
+    )
+    .await;
+}
+
 pub struct Executor {
     pub id: String,
     pub port: u16,
@@ -81,20 +99,7 @@ impl Executor {
     /// Starts one with weight 1 and waits until `node` lists it among its executors.
     pub async fn start_registered(node: &NodeProcess, app: &str, id: &str) -> Executor {
         let executor = Self::start(node, app, id, 1, &[]);
-        super::wait_for(
-            std::time::Duration::from_secs(10),
-            &format!("executor {id} to register"),
-            || async {
-                let (_, list) = node
-                    .call(reqwest::Method::GET, "/api/v1/executors", None)
-                    .await;
-                list["executors"]
-                    .as_array()
-                    .is_some_and(|all| all.iter().any(|e| e["id"] == id))
-                    .then_some(())
-            },
-        )
-        .await;
+        wait_registered(node, id).await;
         executor
     }
 
