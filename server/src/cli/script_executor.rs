@@ -110,7 +110,14 @@ pub(super) async fn run(args: ExecutorArgs, config: &Config) -> ExitCode {
         log.filter.clone_from(filter);
     }
     crate::telemetry::init(&log);
-    let result_dir = std::env::temp_dir().join(format!("carillon-scripts-{}", std::process::id()));
+    // Random, not the pid: executors in containers sharing a /tmp are all pid 1.
+    let mut random = [0u8; 8];
+    let _ = getrandom::fill(&mut random);
+    let result_dir = std::env::temp_dir().join(format!(
+        "carillon-scripts-{}-{:016x}",
+        std::process::id(),
+        u64::from_le_bytes(random)
+    ));
     let served = serve(args, config, result_dir.clone()).await;
     let _ = std::fs::remove_dir_all(&result_dir);
     match served {

@@ -76,7 +76,11 @@ impl Scheduler {
                         .add(claim.namespace_id.0, claim.trigger_kind.as_str(), 1);
                 }
                 ClaimOutcome::Skipped => {
+                    // A skipped run is a claimed run, as it always counted.
                     self.metrics.claims.add("claimed", 1);
+                    self.metrics
+                        .fires
+                        .add(claim.namespace_id.0, claim.trigger_kind.as_str(), 1);
                     // The claim's own skip is a calendar's; else the overlap rule's.
                     let (reason, detail) = match claim.state {
                         RunState::Skipped => (SkipReason::Calendar, claim.message.clone()),
