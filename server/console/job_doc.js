@@ -58,6 +58,7 @@ export function docFromJob(job) {
     pause_after_failures: job.pause_after_failures ?? null,
     children: childrenDoc(job.children),
     http: job.http ?? null,
+    flow: job.flow ? { on_full: 'queue', ...job.flow } : null,
   };
 }
 

@@ -9,6 +9,7 @@ import {
 } from './job_doc.js';
 import { policyFields, instantNote } from './job_policies.js';
 import { httpFields } from './job_http.js';
+import { flowFields } from './job_flow.js';
 
 export async function viewJobForm(ctx, id) {
   const editing = id !== null;
@@ -27,7 +28,7 @@ export async function viewJobForm(ctx, id) {
     name: '', app: '', handler: '', schedule: { cron: '' }, timezone: browserZone(), args: null,
     balance: 'round_robin', retry: { max_attempts: 1, backoff: 'fixed', initial_delay_ms: 1000, max_delay_ms: 60000 },
     timeout_ms: null, misfire: 'fire_once', catch_up_window_ms: 3600000, overlap: 'allow', priority: 5, sharding: {}, alerts: null,
-    bounds: null, jitter_ms: null, calendars: [], pause_after_failures: null, children: {}, http: null,
+    bounds: null, jitter_ms: null, calendars: [], pause_after_failures: null, children: {}, http: null, flow: null,
   };
   const sched = scheduleOf(start.schedule);
 
@@ -96,6 +97,8 @@ export async function viewJobForm(ctx, id) {
   Object.assign(f, policies.f);
   const http = httpFields(start);
   Object.assign(f, http.f);
+  const flow = flowFields(start);
+  Object.assign(f, flow.f);
   // Where the server's `field` of a problem points.
   const fieldOf = {
     name: 'name', app: 'app', handler: 'handler', schedule: 'expr', 'schedule.cron': 'expr', 'schedule.rrule': 'expr',
@@ -107,6 +110,7 @@ export async function viewJobForm(ctx, id) {
     'alerts.format': 'alertFormat', 'alerts.late_after_ms': 'lateAfter', 'schedule.fixed_delay': 'expr', 'schedule.manual': 'expr',
     ...policies.fieldOf,
     ...http.fieldOf,
+    ...flow.fieldOf,
   };
 
   const previewBody = h('div', { class: 'preview-body' });
@@ -132,6 +136,7 @@ export async function viewJobForm(ctx, id) {
         h('fieldset', null, h('legend', { text: 'Retry' }),
           h('div', { class: 'form-grid' }, f.maxAttempts, f.backoff, f.initialDelay, f.maxDelay)),
         policies.fieldset,
+        flow.fieldset,
         h('fieldset', null, h('legend', { text: 'Alerts' }),
           h('div', { class: 'form-grid' }, f.webhook, f.alertFormat, f.lateAfter)))),
     editing ? null : h('p', null, h('label', { class: 'check', for: 'job-start' }, c.start, 'Start at once')),
@@ -350,6 +355,7 @@ export async function viewJobForm(ctx, id) {
       alerts = { webhook, format: c.alertFormat.value, late_after_ms: num('lateAfter', c.lateAfter, { min: 0 }) };
     }
     const policyDoc = policies.read(num);
+    const flowDoc = flow.read(num);
     if (!ok) return null;
     const kind = c.kind.value;
     const work = callsUrl() ? { http: httpDoc } : { app: c.app.value.trim(), handler: c.handler.value.trim() };
@@ -369,6 +375,7 @@ export async function viewJobForm(ctx, id) {
       sharding,
       alerts,
       ...policyDoc,
+      ...flowDoc,
     };
   }
 
@@ -394,7 +401,7 @@ export async function viewJobForm(ctx, id) {
       }
     } else {
       body = { ...doc, start: c.start.checked };
-      for (const key of ['alerts', 'timeout_ms', 'bounds', 'jitter_ms', 'pause_after_failures']) {
+      for (const key of ['alerts', 'timeout_ms', 'bounds', 'jitter_ms', 'pause_after_failures', 'flow']) {
         if (body[key] === null) delete body[key];
       }
     }

@@ -6,6 +6,7 @@ import { fmtDuration, timeEl, durationBetween, prettyJson, scheduleEl, badge, jo
 import { table, row, emptyRow, Pager } from './tables.js';
 import { pageHead, keepFocus, setTitle, focusHeading } from './view.js';
 import { docFromJob } from './job_doc.js';
+import { flowText } from './job_flow.js';
 
 const JOB_RUNS_PAGE = 20;
 
@@ -89,6 +90,7 @@ export async function viewJob(ctx, id) {
       ['Jitter', d.jitter_ms ? `up to ${fmtDuration(d.jitter_ms)}` : 'none'],
       ['Calendars', d.calendars.length ? d.calendars.join(', ') : 'none'],
       ['Children', childrenEl(d.children)],
+      ['Flow control', flowText(d.flow)],
       ['Pause after', d.pause_after_failures ? `${d.pause_after_failures} failed runs in a row` : 'never'],
       ['Alerts', d.alerts ? [h('code', { text: d.alerts.webhook }), ` (${d.alerts.format}, late after ${fmtDuration(d.alerts.late_after_ms)})`] : 'none'],
       ['Arguments', job.args === null || job.args === undefined ? h('span', { class: 'muted', text: 'null' }) : h('pre', { text: prettyJson(job.args) })],

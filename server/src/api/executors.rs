@@ -218,6 +218,7 @@ async fn create_declared_job(
         handler: Some(handler.to_owned()),
         http: None,
         secrets: Vec::new(),
+        flow: None,
         schedule: ScheduleSpec {
             cron: schedule.cron.clone(),
             rrule: schedule.rrule.clone(),

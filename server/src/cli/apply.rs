@@ -368,6 +368,8 @@ fn patch_of(definition: &JobDefinition) -> Value {
         ("pause_after_failures", Value::Null),
         ("alerts", Value::Null),
         ("history", Value::Null),
+        ("flow", Value::Null),
+        ("secrets", json!([])),
         ("calendars", json!([])),
         ("children", json!({})),
     ] {

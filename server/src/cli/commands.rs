@@ -183,11 +183,8 @@ pub(crate) enum CommandError {
 }
 
 /// A bad `--args`, as the error that names the flag.
-fn args_flag(reason: String) -> CommandError {
-    CommandError::Flag {
-        flag: "args",
-        reason,
-    }
+fn field_flag((flag, reason): (&'static str, String)) -> CommandError {
+    CommandError::Flag { flag, reason }
 }
 
 /// A job answer's warnings, on stderr: what stdout shows (a table, JSON) stays as it was.
@@ -300,7 +297,7 @@ pub(crate) async fn jobs(
             let job = call(
                 Method::POST,
                 "/api/v1/jobs".into(),
-                Some(fields.over(base, true).map_err(args_flag)?),
+                Some(fields.over(base, true).map_err(field_flag)?),
             )
             .await?;
             show(output, &job, None, &JOB_COLUMNS);
@@ -312,7 +309,7 @@ pub(crate) async fn jobs(
                 .map(read_document)
                 .transpose()?
                 .unwrap_or(Value::Null);
-            let patch = fields.over(base, false).map_err(args_flag)?;
+            let patch = fields.over(base, false).map_err(field_flag)?;
             let job = call(Method::PATCH, format!("/api/v1/jobs/{id}"), Some(patch)).await?;
             show(output, &job, None, &JOB_COLUMNS);
             warn_of(&job);

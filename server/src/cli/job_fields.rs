@@ -61,6 +61,25 @@ pub(crate) struct JobFields {
     /// at_least_once (the default), at_most_once or exactly_once_effect.
     #[arg(long)]
     delivery: Option<String>,
+    /// Flow control: the key the job's runs are counted under, shared by every job and task
+    /// of the namespace naming it.
+    #[arg(long)]
+    flow_key: Option<String>,
+    /// A JSON pointer into the job's arguments (`/customer`) whose value makes a key per value.
+    #[arg(long)]
+    flow_key_arg: Option<String>,
+    /// Most runs of the flow key pending or running at once.
+    #[arg(long)]
+    max_in_flight: Option<u32>,
+    /// Most runs of the flow key started per `--rate-per-ms` window.
+    #[arg(long)]
+    rate_limit: Option<u32>,
+    /// The rate window in milliseconds (with `--rate-limit`).
+    #[arg(long)]
+    rate_per_ms: Option<u64>,
+    /// What a run finding its flow key full does: queue (the default) or drop.
+    #[arg(long)]
+    on_full: Option<String>,
     /// Free text for the job's operators.
     #[arg(long)]
     description: Option<String>,
@@ -70,8 +89,12 @@ pub(crate) struct JobFields {
 }
 
 impl JobFields {
-    /// The fields given, over `base`; an error says what is wrong with `--args`.
-    pub(super) fn over(&self, mut base: Value, creating: bool) -> Result<Value, String> {
+    /// The fields given, over `base`; an error names the flag and what is wrong with it.
+    pub(super) fn over(
+        &self,
+        mut base: Value,
+        creating: bool,
+    ) -> Result<Value, (&'static str, String)> {
         if !base.is_object() {
             base = json!({});
         }
@@ -98,7 +121,8 @@ impl JobFields {
             }
         }
         if let Some(args) = &self.args {
-            base["args"] = serde_json::from_str(args).map_err(|e| format!("not JSON: {e}"))?;
+            base["args"] =
+                serde_json::from_str(args).map_err(|e| ("args", format!("not JSON: {e}")))?;
         }
         for (key, value) in [
             ("not_before", self.not_before.as_ref().map(|v| json!(v))),
@@ -134,9 +158,42 @@ impl JobFields {
         if let Some(failures) = self.pause_after_failures {
             base["pause_after_failures"] = json!(failures);
         }
+        self.flow_over(&mut base)
+            .map_err(|why| ("rate-limit", why))?;
         if creating && self.start {
             base["start"] = json!(true);
         }
         Ok(base)
+    }
+
+    /// The `--flow-*`, `--max-in-flight`, `--rate-*` and `--on-full` flags over the job's
+    /// `flow` (the server checks what they make).
+    fn flow_over(&self, base: &mut Value) -> Result<(), String> {
+        let fields = [
+            ("key", self.flow_key.as_ref().map(|v| json!(v))),
+            ("key_arg", self.flow_key_arg.as_ref().map(|v| json!(v))),
+            ("max_in_flight", self.max_in_flight.map(|v| json!(v))),
+            ("on_full", self.on_full.as_ref().map(|v| json!(v))),
+        ];
+        let rate = match (self.rate_limit, self.rate_per_ms) {
+            (Some(limit), Some(per_ms)) => Some(json!({"limit": limit, "per_ms": per_ms})),
+            (None, None) => None,
+            _ => return Err("--rate-limit and --rate-per-ms go together".to_owned()),
+        };
+        if fields.iter().all(|(_, v)| v.is_none()) && rate.is_none() {
+            return Ok(());
+        }
+        if !base["flow"].is_object() {
+            base["flow"] = json!({});
+        }
+        for (key, value) in fields {
+            if let Some(value) = value {
+                base["flow"][key] = value;
+            }
+        }
+        if let Some(rate) = rate {
+            base["flow"]["rate"] = rate;
+        }
+        Ok(())
     }
 }

@@ -26,6 +26,7 @@ mod deliver;
 mod deliver_http;
 pub mod finish;
 mod fleet;
+mod flow;
 pub mod http_jobs;
 mod job_secrets;
 pub mod networks;
@@ -220,7 +221,19 @@ impl Dispatcher {
                 }
             }
         };
-        tokio::join!(starting, delivering, followed);
+        // Keys whose queued runs wait on a rate window, or on an end that admitted nothing.
+        let flowing = async {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(flow::FLOW_RECHECK) => {}
+                }
+                if let Err(err) = self.flow_recheck().await {
+                    warn!(error = %err, "admitting queued runs of flow keys failed");
+                }
+            }
+        };
+        tokio::join!(starting, delivering, followed, flowing);
         // Answers already received are stored before the dispatcher stops.
         self.settling.wait_all().await;
     }

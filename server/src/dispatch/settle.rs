@@ -100,7 +100,8 @@ pub(super) async fn settle(
     let simple = store::PlainSuccessCheck {
         end: &end,
         shard_total: attempt.shard_total,
-        job_queues: offer.policy.overlap == Overlap::Queue,
+        // A queue behind the run (overlap `queue`, a flow key) is released by the full end.
+        job_queues: offer.policy.overlap == Overlap::Queue || offer.policy.flow.is_some(),
         run_has_input: offer.request.input.is_some(),
     }
     .holds();

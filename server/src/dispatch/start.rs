@@ -9,6 +9,7 @@ use tracing::{debug, warn};
 
 use super::Dispatcher;
 use super::fleet::Fleet;
+use super::flow::FlowPlace;
 use super::sharding::first_attempts;
 use crate::jobs::jitter_delay_ms;
 use crate::observe::traces::StartedRun;
@@ -47,6 +48,7 @@ impl Dispatcher {
             .await?;
         let prepared = began.elapsed();
         let pending_count = pending.len();
+        let pending = self.flow_gate(pending, &jobs).await?;
         let mut starting = Vec::new();
         let mut workflows = Vec::new();
         for run in pending {
@@ -97,6 +99,49 @@ impl Dispatcher {
         }
         debug!(started, workflows_started, "runs started");
         Ok(started + workflows_started)
+    }
+
+    /// The runs of `pending` free to start: those without flow control, those already
+    /// admitted under their key, and those put in line now that their key admits at once.
+    /// A run whose key its arguments do not give fails, saying why.
+    async fn flow_gate(
+        &self,
+        pending: Vec<RunRecord>,
+        jobs: &HashMap<i64, Option<JobRecord>>,
+    ) -> Result<Vec<RunRecord>, store::Error> {
+        let mut free = Vec::with_capacity(pending.len());
+        let mut lining = Vec::new();
+        for run in pending {
+            let Some(job) = jobs.get(&run.job_id).and_then(Option::as_ref) else {
+                free.push(run);
+                continue;
+            };
+            match Self::flow_place(&run, job) {
+                Ok(FlowPlace::Free) => free.push(run),
+                Ok(FlowPlace::InLine(line)) => lining.push((run, line)),
+                Err(why) => self.end_unstartable(&run, &why).await?,
+            }
+        }
+        free.extend(self.put_in_line(lining).await?);
+        Ok(free)
+    }
+
+    /// Fails a run that cannot start, naming why.
+    async fn end_unstartable(&self, run: &RunRecord, message: &str) -> Result<(), store::Error> {
+        if self
+            .store
+            .run_end(run.run_id, RunState::Failed, Some(message))
+            .await?
+        {
+            self.observer.run_ended(
+                run.run_id,
+                run.job_id,
+                Some(run.namespace_id),
+                RunState::Failed,
+                Some(message),
+            );
+        }
+        Ok(())
     }
 
     /// The first attempts of a pending run (one per shard), to be stored; `None` when the run
@@ -150,20 +195,7 @@ impl Dispatcher {
             Err(unreadable) => {
                 // Never started under a policy or with arguments the job does not have: the
                 // run fails, naming what does not read.
-                let message = unreadable.to_string();
-                if self
-                    .store
-                    .run_end(run.run_id, RunState::Failed, Some(&message))
-                    .await?
-                {
-                    self.observer.run_ended(
-                        run.run_id,
-                        run.job_id,
-                        Some(run.namespace_id),
-                        RunState::Failed,
-                        Some(&message),
-                    );
-                }
+                self.end_unstartable(run, &unreadable.to_string()).await?;
                 return Ok(None);
             }
         };

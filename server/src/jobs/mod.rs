@@ -2,6 +2,7 @@
 //! [`JobDefinition`], and the policies that go with it. No I/O.
 
 mod checks;
+pub mod flow;
 pub mod history;
 pub mod http_call;
 pub mod policy;
@@ -12,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 pub use checks::{check_calendar_name, check_webhook, validate_work, window_of};
 use checks::{check_secret_names, check_text, work_named};
+pub use flow::{Flow, FlowLimits, OnFull, RateLimit};
 pub use history::{JobHistory, KeepFor, RetentionConfig};
 pub use http_call::{HTTP_APP, HttpCall};
 pub use policy::{
@@ -105,6 +107,9 @@ pub struct JobInput {
     /// `https://` and loopback executors).
     #[serde(default)]
     pub secrets: Vec<String>,
+    /// Flow control: the key the job's runs are counted under and its limits.
+    #[serde(default)]
+    pub flow: Option<Flow>,
     pub schedule: ScheduleSpec,
     #[serde(default = "utc")]
     pub timezone: String,
@@ -178,6 +183,9 @@ pub struct JobPatch {
     pub http: Option<Option<HttpCall>>,
     /// The whole list of secrets its dispatches carry (`[]` for none).
     pub secrets: Option<Vec<String>>,
+    /// `null` removes the flow control; leaving the field out keeps it.
+    #[serde(default, deserialize_with = "present")]
+    pub flow: Option<Option<Flow>>,
     pub schedule: Option<ScheduleSpec>,
     pub timezone: Option<String>,
     /// `null` here sets the arguments to `null`; leaving the field out keeps them.
@@ -275,6 +283,7 @@ impl JobInput {
                 description: self.description,
                 http: self.http,
                 secrets: self.secrets,
+                flow: self.flow,
             },
         };
         definition.validate()?;
@@ -352,6 +361,9 @@ impl JobPatch {
         if let Some(history) = self.history {
             p.history = history;
         }
+        if let Some(flow) = self.flow {
+            p.flow = flow;
+        }
         next.validate()?;
         Ok(next)
     }
@@ -383,6 +395,12 @@ impl JobDefinition {
         self.parsed_schedule()?;
         let p = &self.policy;
         check_secret_names(&p.secrets, p.http.is_some())?;
+        if let Some(flow) = &p.flow {
+            flow.validate()?;
+            if let Err(why) = flow.key_of(0, &self.args) {
+                return Err(JobError::new("flow.key_arg", why));
+            }
+        }
         if let Some(call) = &p.http {
             call.validate()?;
             if p.sharding.split || p.sharding.broadcast {

@@ -171,6 +171,9 @@ pub struct JobPolicy {
     /// loopback executors only).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub secrets: Vec<String>,
+    /// The key its runs are counted under, and the key's limits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flow: Option<super::Flow>,
 }
 
 impl JobPolicy {
@@ -190,7 +193,12 @@ impl JobPolicy {
             broadcast,
             count,
         } = &self.sharding;
-        !split && !broadcast && count.is_none() && self.jitter_ms.is_none() && !self.workflow
+        !split
+            && !broadcast
+            && count.is_none()
+            && self.jitter_ms.is_none()
+            && !self.workflow
+            && self.flow.is_none()
     }
 }
 
@@ -276,6 +284,7 @@ impl Default for JobPolicy {
             description: None,
             http: None,
             secrets: Vec::new(),
+            flow: None,
         }
     }
 }

@@ -20,7 +20,15 @@ struct Dialect {
     ignore_duplicate_run: &'static str,
     /// The type a `CAST` to a 64-bit integer names (`SUM` is `DECIMAL` on MySQL).
     bigint: &'static str,
+    /// What makes an `INSERT` into `flow_keys` replace the limits of a key that has a row.
+    upsert_flow_key: &'static str,
 }
+
+/// `{upsert_flow_key}` where the new row is `excluded` (PostgreSQL, SQLite).
+const UPSERT_FLOW_KEY_EXCLUDED: &str = "ON CONFLICT (flow_key) DO UPDATE SET \
+    max_in_flight = excluded.max_in_flight, rate_limit = excluded.rate_limit, \
+    rate_per_ms = excluded.rate_per_ms, drop_when_full = excluded.drop_when_full, \
+    updated_at_ms = excluded.updated_at_ms";
 
 /// PostgreSQL's `{now}`, as a literal for the statements written for PostgreSQL alone
 /// (`sql_store/bulk.rs`).
@@ -43,6 +51,7 @@ impl Dialect {
                 numbered_params: true,
                 ignore_duplicate_run: "ON CONFLICT (job_id, scheduled_at_ms) DO NOTHING",
                 bigint: "BIGINT",
+                upsert_flow_key: UPSERT_FLOW_KEY_EXCLUDED,
             },
             Backend::Mysql => Dialect {
                 // sqlx sets the session time zone to UTC, so this round trip is exact.
@@ -53,6 +62,10 @@ impl Dialect {
                 // A no-op update; unlike INSERT IGNORE it does not hide other errors.
                 ignore_duplicate_run: "ON DUPLICATE KEY UPDATE job_id = job_id",
                 bigint: "SIGNED",
+                upsert_flow_key: "ON DUPLICATE KEY UPDATE \
+                    max_in_flight = VALUES(max_in_flight), rate_limit = VALUES(rate_limit), \
+                    rate_per_ms = VALUES(rate_per_ms), drop_when_full = VALUES(drop_when_full), \
+                    updated_at_ms = VALUES(updated_at_ms)",
             },
             Backend::Sqlite => Dialect {
                 now_ms: "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
@@ -62,6 +75,7 @@ impl Dialect {
                 numbered_params: false,
                 ignore_duplicate_run: "ON CONFLICT (job_id, scheduled_at_ms) DO NOTHING",
                 bigint: "INTEGER",
+                upsert_flow_key: UPSERT_FLOW_KEY_EXCLUDED,
             },
         }
     }
@@ -72,7 +86,8 @@ impl Dialect {
             .replace("{for_update}", self.for_update)
             .replace("{from_dual}", self.from_dual)
             .replace("{ignore_duplicate_run}", self.ignore_duplicate_run)
-            .replace("{bigint}", self.bigint);
+            .replace("{bigint}", self.bigint)
+            .replace("{upsert_flow_key}", self.upsert_flow_key);
         if !self.numbered_params {
             return text.into();
         }
@@ -392,7 +407,7 @@ queries! {
         WHERE run_id = ? AND state IN ('pending', 'queued', 'running')";
     run_get = "SELECT run_id, job_id, scheduled_at_ms, partition_id, epoch, node_id, \
         trigger_kind, state, priority, created_at_ms, started_at_ms, finished_at_ms, message, \
-        namespace_id FROM runs WHERE run_id = ?";
+        namespace_id, flow_key FROM runs WHERE run_id = ?";
     runs_by_id_desc = runs_list!("run_id < ?", "run_id DESC");
     // The smallest id among the runs finished in `[?, ?)`: their first attempts have ids of
     // runs at least this, so the joins below read the attempts' unique key from there
@@ -421,8 +436,9 @@ queries! {
         AND a.dispatched_at_ms IS NOT NULL AND a.dispatched_at_ms - r.scheduled_at_ms > ? \
         ORDER BY r.finished_at_ms DESC LIMIT ?";
     runs_by_id_asc = runs_list!("run_id > ?", "run_id");
+    // A run in line for its flow key is the key's to release, never its job's.
     run_next_queued = "SELECT run_id FROM runs WHERE job_id = ? AND state = 'queued' \
-        ORDER BY run_id LIMIT 1";
+        AND flow_key IS NULL ORDER BY run_id LIMIT 1";
     run_release_queued = "UPDATE runs SET state = 'pending' WHERE run_id = ? AND state = 'queued'";
     attempt_insert = "INSERT INTO attempts (run_id, job_id, partition_id, shard_index, \
         shard_total, attempt_no, lost_before, priority, args_json, state, created_at_ms, \
@@ -445,7 +461,7 @@ queries! {
     // The same, saying whether the run has an input (only runs that follow another do: a
     // child's, a step's, whose end may move a workflow on).
     run_lock_ending = "SELECT node_id, \
-        CAST(CASE WHEN input_json IS NULL THEN 0 ELSE 1 END AS {bigint}) \
+        CAST(CASE WHEN input_json IS NULL THEN 0 ELSE 1 END AS {bigint}), flow_key \
         FROM runs WHERE run_id = ? {for_update}";
     attempts_of_run = "SELECT attempt_id, run_id, job_id, partition_id, shard_index, \
         shard_total, attempt_no, priority, args_json, state, created_at_ms, not_before_ms, \
@@ -472,8 +488,8 @@ queries! {
 
     // `{partitions}` is filled at call time with the node's partition ids (integers we format).
     runs_pending = "SELECT run_id, job_id, scheduled_at_ms, partition_id, epoch, node_id, trigger_kind, \
-        state, priority, created_at_ms, started_at_ms, finished_at_ms, message, namespace_id FROM runs WHERE \
-        state = 'pending' AND partition_id IN ({partitions}) AND run_id > ? ORDER BY run_id LIMIT ?";
+        state, priority, created_at_ms, started_at_ms, finished_at_ms, message, namespace_id, \
+        flow_key FROM runs WHERE state = 'pending' AND partition_id IN ({partitions}) AND run_id > ? ORDER BY run_id LIMIT ?";
     // With the run's instant, which every dispatch carries. The horizon is bound, read from
     // the clock once: `{now}` in the filter is read again for every row on PostgreSQL and
     // MySQL, so a scan crossing the horizon of an instant's attempts split them across passes.
@@ -691,6 +707,27 @@ queries! {
         created_at_ms) VALUES (?, ?, ?, ?, {now})";
     grant_delete = "DELETE FROM role_grants WHERE grant_id = ?";
     namespace_grants_delete = "DELETE FROM role_grants WHERE namespace_id = ?";
+
+    flow_key_upsert = "INSERT INTO flow_keys (flow_key, max_in_flight, rate_limit, \
+        rate_per_ms, drop_when_full, window_start_ms, window_count, recheck_at_ms, \
+        updated_at_ms) VALUES (?, ?, ?, ?, ?, 0, 0, NULL, {now}) {upsert_flow_key}";
+    flow_key_lock = "SELECT max_in_flight, rate_limit, rate_per_ms, drop_when_full, \
+        window_start_ms, window_count, {now} AS now_ms FROM flow_keys WHERE flow_key = ? \
+        {for_update}";
+    flow_key_save = "UPDATE flow_keys SET window_start_ms = ?, window_count = ?, \
+        recheck_at_ms = ?, updated_at_ms = {now} WHERE flow_key = ?";
+    flow_keys_due = "SELECT flow_key FROM flow_keys WHERE recheck_at_ms <= {now} \
+        ORDER BY recheck_at_ms LIMIT ?";
+    run_flow_enqueue = "UPDATE runs SET state = 'queued', flow_key = ?, message = ? \
+        WHERE run_id = ? AND state = 'pending' AND flow_key IS NULL";
+    runs_flow_in_flight = "SELECT COUNT(*) FROM runs WHERE flow_key = ? \
+        AND state IN ('pending', 'running')";
+    runs_flow_queued = "SELECT run_id FROM runs WHERE flow_key = ? AND state = 'queued' \
+        ORDER BY run_id LIMIT ?";
+    run_flow_release = "UPDATE runs SET state = 'pending', message = NULL \
+        WHERE run_id = ? AND state = 'queued'";
+    run_flow_drop = "UPDATE runs SET state = 'skipped', finished_at_ms = {now}, message = ? \
+        WHERE run_id = ? AND state = 'queued'";
 }
 
 #[cfg(test)]

@@ -258,6 +258,10 @@ pub struct RunRecord {
     pub finished_at_ms: Option<i64>,
     pub message: Option<String>,
     pub namespace_id: NamespaceId,
+    /// The flow-control key it was put in line under; read by the start pass and a run's
+    /// own reads only.
+    #[sqlx(default)]
+    pub flow_key: Option<String>,
 }
 
 /// How a claimed instant treats an unfinished earlier run of the same job.

@@ -10,6 +10,7 @@ mod cluster_records;
 mod dialect;
 mod dispatch_records;
 mod error;
+mod flow_records;
 mod grant_records;
 mod history_records;
 mod job_records;
@@ -47,6 +48,7 @@ pub use dispatch_records::{
     RunFilter, XxlJobRunning, executor_protocol,
 };
 pub use error::Error;
+pub use flow_records::{Admitted, FlowStore, RunInLine};
 pub use grant_records::{GrantRecord, GrantStore, GrantWrite};
 pub use history_records::{
     DEAD_LETTER_STATES, JobHistoryRule, PurgeScope, PurgeStates, PurgeStep, Purged,
@@ -512,6 +514,7 @@ pub trait Store:
     + NamespaceStore
     + TokenStore
     + SecretStore
+    + FlowStore
     + GrantStore
     + AuditStore
 {
@@ -531,6 +534,7 @@ impl<
         + NamespaceStore
         + TokenStore
         + SecretStore
+        + FlowStore
         + GrantStore
         + AuditStore,
 > Store for T

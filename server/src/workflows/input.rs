@@ -126,6 +126,7 @@ impl WorkflowInput {
             handler: Some(WORKFLOW_HANDLER.to_owned()),
             http: None,
             secrets: Vec::new(),
+            flow: None,
             schedule: self.schedule.clone(),
             timezone: self.timezone.clone(),
             args: self.params.clone(),

@@ -488,6 +488,13 @@ async function main() {
       check((await verdict.innerText()).startsWith('Succeeded'), `the test call: ${await verdict.innerText()}`);
       check((await page.getByTestId('test-call-body').innerText()).includes('"status"'), 'the test call shows the answer\'s body');
       await page.getByLabel('Schedule kind').selectOption('manual');
+      // Flow control: a key name the server refuses is reported on its field.
+      await page.getByLabel('Flow key', { exact: true }).fill('not a key');
+      await page.getByLabel('Max in flight', { exact: true }).fill('2');
+      await page.getByRole('button', { name: 'Create job' }).click();
+      const keyError = page.locator('#job-flow-key-error');
+      await waitFor(async () => (await keyError.innerText()).includes('not a key name'), 10_000, 'the flow key\'s error on its field');
+      await page.getByLabel('Flow key', { exact: true }).fill('partner-api');
       await page.getByRole('button', { name: 'Create job' }).click();
       const id = await waitFor(async () => {
         const m = /^#\/jobs\/(\d+)$/.exec(hashOf(page));
@@ -495,6 +502,8 @@ async function main() {
       }, 10_000, `the page of the new job ${name}`);
       createdJobs.set(name, id);
       await waitHeading(page, name);
+      check((await page.locator('dl.props').innerText()).includes('partner-api: 2 in flight'), 'the job page shows its flow control');
+      check((await apiJson('GET', `/jobs/${id}`)).flow.max_in_flight === 2, 'the job holds its flow control');
       await shot(page, 'http-job');
       const run = await apiJson('POST', `/jobs/${id}/trigger`);
       await waitFor(async () => (await apiJson('GET', `/runs/${run.id}`)).state === 'succeeded', 15_000, `the run of ${name} succeeding`);

@@ -98,6 +98,29 @@ async fn the_cli_drives_jobs_runs_and_the_cluster() {
 
     let edited = cli.json(&["jobs", "edit", &id, "--every", "5m"]);
     assert_eq!(edited["schedule"], serde_json::json!({"every": "5m"}));
+    let limited = cli.json(&[
+        "jobs",
+        "edit",
+        &id,
+        "--flow-key",
+        "reports",
+        "--max-in-flight",
+        "2",
+        "--rate-limit",
+        "10",
+        "--rate-per-ms",
+        "60000",
+    ]);
+    assert_eq!(
+        limited["flow"],
+        serde_json::json!({"key": "reports", "max_in_flight": 2, "on_full": "queue",
+                           "rate": {"limit": 10, "per_ms": 60000}})
+    );
+    let (ok, _, err) = cli.run(&["jobs", "edit", &id, "--rate-limit", "10"]);
+    assert!(
+        !ok && err.contains("--rate-limit and --rate-per-ms go together"),
+        "{err}"
+    );
     let run = cli.json(&["jobs", "trigger", &id]);
     assert_eq!(run["trigger"], "manual");
     let runs = cli.json(&["runs", "ls", "--job", &id]);

@@ -30,6 +30,7 @@ mod deploy_kubernetes;
 mod deploy_monitoring;
 mod dispatch_failover;
 mod executors_e2e;
+mod flow_control;
 mod history_conformance;
 mod http_jobs;
 mod job_store_conformance;

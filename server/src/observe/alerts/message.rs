@@ -232,6 +232,7 @@ mod tests {
             finished_at_ms: None,
             message: Some("failed after its last attempt (shard 0: failed)".to_owned()),
             namespace_id: crate::store::NamespaceId::DEFAULT,
+            flow_key: None,
         };
         let alert = Alert::describe(&event, None, Some(&run), "n1");
         let doc = alert.body(AlertFormat::Json);

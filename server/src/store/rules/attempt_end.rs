@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use super::super::child_records::{EndedRun, run_output};
 use super::super::dispatch_records::{AttemptEnd, AttemptEnded, AttemptRecord};
 use super::super::error::Error;
+use super::flow::{self, FlowTx};
 use crate::states::{AttemptState, RunState};
 
 /// The next attempt of a shard whose attempt failed, timed out or was lost.
@@ -33,11 +34,13 @@ pub(crate) struct RunEnding {
     pub(crate) node_id: String,
     /// It has an input: it follows another run (a child's, a step's).
     pub(crate) has_input: bool,
+    /// The flow-control key it was put in line under, if any: its end admits the key again.
+    pub(crate) flow_key: Option<String>,
 }
 
 /// What ending an attempt needs of a write transaction: statements with their binds.
 #[async_trait]
-pub(crate) trait EndingTx: Send {
+pub(crate) trait EndingTx: FlowTx {
     /// The attempt, its row locked.
     async fn lock_attempt(&mut self, attempt_id: i64) -> Result<Option<AttemptRecord>, Error>;
 
@@ -127,6 +130,9 @@ pub(crate) async fn end_attempt<T: EndingTx + ?Sized>(
         ),
     });
     tx.release_next_queued(attempt.job_id).await?;
+    if let Some(key) = &run.flow_key {
+        flow::admit(tx, key).await?;
+    }
     Ok(AttemptEnded::RunEnded(state))
 }
 

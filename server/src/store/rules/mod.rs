@@ -8,6 +8,7 @@ pub(super) mod backfill;
 pub(super) mod claim;
 pub(super) mod cluster;
 pub(super) mod fence;
+pub(super) mod flow;
 pub(super) mod follow_ups;
 pub(super) mod history;
 pub(super) mod logs;

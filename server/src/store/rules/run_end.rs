@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use super::super::child_records::{EndedRun, FollowedUp};
 use super::super::dispatch_records::AttemptRecord;
 use super::super::error::Error;
+use super::flow::{self, FlowTx};
 use super::workflow_start::{RunHead, WorkflowStartTx};
 use super::workflows::{StepEnd, follow_ups};
 use crate::states::{AttemptState, RunState, StepState};
@@ -17,7 +18,7 @@ const WHY: &str = "the workflow run was cancelled";
 
 /// What ending a run needs of a write transaction, besides what its follow-ups need.
 #[async_trait]
-pub(crate) trait RunEndTx: WorkflowStartTx {
+pub(crate) trait RunEndTx: WorkflowStartTx + FlowTx {
     /// Cancels the run's pending and running attempts, with `why` as their error.
     async fn cancel_attempts_of_run(&mut self, run_id: i64, why: &str) -> Result<(), Error>;
 }
@@ -134,6 +135,9 @@ async fn end_passing_turn<T: RunEndTx + ?Sized>(
     }
     if run.holds_turn() {
         tx.release_next_queued(run.job_id).await?;
+        if let Some(key) = &run.flow_key {
+            flow::admit(tx, key).await?;
+        }
     }
     Ok(true)
 }

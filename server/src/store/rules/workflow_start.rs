@@ -32,6 +32,8 @@ pub(crate) struct RunHead {
     /// The node that created it: its follow-ups are recorded as created by the same node.
     pub(crate) node_id: String,
     pub(crate) state: RunState,
+    /// The flow-control key it was put in line under, if any.
+    pub(crate) flow_key: Option<String>,
 }
 
 impl RunHead {

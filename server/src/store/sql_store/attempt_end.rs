@@ -120,14 +120,18 @@ macro_rules! attempt_end_store {
                 run_id: i64,
             ) -> Result<Option<RunEnding>, Error> {
                 Ok(
-                    sqlx::query_as::<$db, (String, i64)>(sql(&self.store.q.run_lock_ending))
-                        .bind(run_id)
-                        .fetch_optional(&mut **self.tx)
-                        .await?
-                        .map(|(node_id, has_input)| RunEnding {
-                            node_id,
-                            has_input: has_input == 1,
-                        }),
+                    sqlx::query_as::<$db, (String, i64, Option<String>)>(sql(&self
+                        .store
+                        .q
+                        .run_lock_ending))
+                    .bind(run_id)
+                    .fetch_optional(&mut **self.tx)
+                    .await?
+                    .map(|(node_id, has_input, flow_key)| RunEnding {
+                        node_id,
+                        has_input: has_input == 1,
+                        flow_key,
+                    }),
                 )
             }
 

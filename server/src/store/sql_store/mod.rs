@@ -11,6 +11,7 @@ mod claim;
 mod cluster;
 mod create_database;
 mod dispatch;
+mod flow;
 mod follow_ups;
 mod galera;
 mod grants;
@@ -49,6 +50,7 @@ use super::dispatch_records::{
     ExecutorRecord, ExecutorRegistration, LateRun, MinuteCount, NewAttempt, RegistrationOutcome,
     RunFilter, XxlJobRunning,
 };
+use super::flow_records::{Admitted, FlowStore, RunInLine};
 use super::grant_records::{GrantRecord, GrantStore, GrantWrite};
 use super::history_records::{JobHistoryRule, PurgeScope, PurgeStep, Purged};
 use super::job_records::{
@@ -67,6 +69,7 @@ use super::rules::claim::{
 };
 use super::rules::cluster::ClusterTx;
 use super::rules::fence::{FenceTx, PartitionLease};
+use super::rules::flow::{FlowKeyRow, FlowKeySave, FlowTx};
 use super::rules::follow_ups::{ChildRunLink, FollowUpJob, FollowUpRow, FollowUpTx, ParentJob};
 use super::rules::history::{PurgeCandidate, PurgeDriver};
 use super::rules::logs::{LogDriver, LogOwner, LogRow, LogSize};
@@ -84,6 +87,7 @@ use super::{
     LeaderFence, LeaderRecord, LogStore, NodeList, NodeRecord, NodeRegistration, PartitionChange,
     PartitionRecord, PolicyStore, PoolOptions, SchemaVersion, StandbyStore,
 };
+use crate::jobs::FlowLimits;
 use crate::states::{JobKind, JobState, RunState, StepState};
 use logs::LOG_ROWS_PER_INSERT;
 use pg_pool::{PgDb, PgTx};
@@ -443,6 +447,9 @@ tokens::token_store!(PostgresStore, Postgres);
 tokens::token_store!(MysqlStore, MySql);
 tokens::token_store!(SqliteStore, Sqlite);
 secrets::secret_store!(PostgresStore, Postgres);
+flow::flow_store!(PostgresStore, Postgres);
+flow::flow_store!(MysqlStore, MySql);
+flow::flow_store!(SqliteStore, Sqlite);
 secrets::secret_store!(MysqlStore, MySql);
 secrets::secret_store!(SqliteStore, Sqlite);
 grants::grant_store!(PostgresStore, Postgres);

@@ -279,6 +279,7 @@ macro_rules! workflow_store {
                         job_id: run.job_id,
                         node_id: run.node_id,
                         state: run.state,
+                        flow_key: run.flow_key,
                     }))
             }
 

@@ -5,6 +5,7 @@
 pub(super) mod backfill;
 pub(super) mod cluster;
 mod dispatch;
+pub(super) mod flow;
 mod history;
 mod logs;
 mod namespaces;
@@ -140,6 +141,7 @@ pub(crate) struct MemoryDb {
     pub(crate) backfills: BTreeMap<i64, backfill::MemoryBackfill>,
     pub(crate) logs: Vec<crate::store::rules::logs::LogRow>,
     pub(crate) namespaces: BTreeSet<NamespaceId>,
+    pub(crate) flow: flow::MemoryFlow,
     /// The database's clock.
     pub(crate) now_ms: i64,
 }
@@ -436,6 +438,7 @@ impl EndingTx for MemoryDb {
             .map(|r| RunEnding {
                 node_id: r.node_id.clone(),
                 has_input: r.input.is_some(),
+                flow_key: self.flow.run_keys.get(&r.run_id).cloned(),
             }))
     }
 

@@ -141,6 +141,7 @@ impl WorkflowStartTx for MemoryDb {
                 job_id: r.job_id,
                 node_id: r.node_id.clone(),
                 state: r.state,
+                flow_key: self.flow.run_keys.get(&r.run_id).cloned(),
             }))
     }
 
@@ -309,5 +310,6 @@ pub(crate) fn run_record(db: &MemoryDb, run_id: i64) -> crate::store::RunRecord 
         finished_at_ms: None,
         message: run.message.clone(),
         namespace_id: run.namespace_id,
+        flow_key: db.flow.run_keys.get(&run_id).cloned(),
     }
 }

@@ -1,0 +1,133 @@
+//! Flow control's statements over the maps.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+
+use super::MemoryDb;
+use crate::jobs::FlowLimits;
+use crate::states::RunState;
+use crate::store::error::Error;
+use crate::store::rules::flow::{FlowKeyRow, FlowKeySave, FlowTx};
+
+/// A row of `flow_keys`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct MemoryFlowKey {
+    pub(crate) limits: FlowLimits,
+    pub(crate) window_start_ms: i64,
+    pub(crate) window_count: i64,
+    pub(crate) recheck_at_ms: Option<i64>,
+}
+
+/// The keys' rows, and `runs.flow_key` by run.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct MemoryFlow {
+    pub(crate) keys: BTreeMap<String, MemoryFlowKey>,
+    pub(crate) run_keys: BTreeMap<i64, String>,
+}
+
+impl MemoryDb {
+    fn runs_of_key(&self, key: &str) -> impl Iterator<Item = &super::MemoryRun> {
+        self.runs
+            .iter()
+            .filter(move |r| self.flow.run_keys.get(&r.run_id).is_some_and(|k| k == key))
+    }
+}
+
+#[async_trait]
+impl FlowTx for MemoryDb {
+    async fn lock_flow_key(
+        &mut self,
+        key: &str,
+        limits: Option<&FlowLimits>,
+    ) -> Result<Option<FlowKeyRow>, Error> {
+        if let Some(limits) = limits {
+            self.flow
+                .keys
+                .entry(key.to_owned())
+                .and_modify(|row| row.limits = *limits)
+                .or_insert(MemoryFlowKey {
+                    limits: *limits,
+                    window_start_ms: 0,
+                    window_count: 0,
+                    recheck_at_ms: None,
+                });
+        }
+        Ok(self.flow.keys.get(key).map(|row| FlowKeyRow {
+            limits: row.limits,
+            window_start_ms: row.window_start_ms,
+            window_count: row.window_count,
+            now_ms: self.now_ms,
+        }))
+    }
+
+    async fn flow_enqueue(&mut self, run_id: i64, key: &str, message: &str) -> Result<bool, Error> {
+        if self.flow.run_keys.contains_key(&run_id) {
+            return Ok(false);
+        }
+        let Some(run) = self
+            .runs
+            .iter_mut()
+            .find(|r| r.run_id == run_id && r.state == RunState::Pending)
+        else {
+            return Ok(false);
+        };
+        run.state = RunState::Queued;
+        run.message = Some(message.to_owned());
+        self.flow.run_keys.insert(run_id, key.to_owned());
+        Ok(true)
+    }
+
+    async fn flow_in_flight(&mut self, key: &str) -> Result<i64, Error> {
+        Ok(self
+            .runs_of_key(key)
+            .filter(|r| matches!(r.state, RunState::Pending | RunState::Running))
+            .count() as i64)
+    }
+
+    async fn flow_queued(&mut self, key: &str, limit: i64) -> Result<Vec<i64>, Error> {
+        let mut queued: Vec<i64> = self
+            .runs_of_key(key)
+            .filter(|r| r.state == RunState::Queued)
+            .map(|r| r.run_id)
+            .collect();
+        queued.sort_unstable();
+        queued.truncate(usize::try_from(limit).unwrap_or(0));
+        Ok(queued)
+    }
+
+    async fn flow_release(&mut self, run_ids: &[i64]) -> Result<Vec<i64>, Error> {
+        let mut moved = Vec::new();
+        for run in &mut self.runs {
+            if run_ids.contains(&run.run_id) && run.state == RunState::Queued {
+                run.state = RunState::Pending;
+                run.message = None;
+                moved.push(run.run_id);
+            }
+        }
+        Ok(moved)
+    }
+
+    async fn flow_drop(&mut self, run_ids: &[i64], message: &str) -> Result<Vec<i64>, Error> {
+        let now = self.now_ms;
+        let mut ended = Vec::new();
+        for run in &mut self.runs {
+            if run_ids.contains(&run.run_id) && run.state == RunState::Queued {
+                run.state = RunState::Skipped;
+                run.message = Some(message.to_owned());
+                run.finished_at_ms = Some(now);
+                ended.push(run.run_id);
+            }
+        }
+        Ok(ended)
+    }
+
+    async fn save_flow_key(&mut self, key: &str, save: &FlowKeySave) -> Result<(), Error> {
+        if let Some(row) = self.flow.keys.get_mut(key) {
+            row.window_start_ms = save.window_start_ms;
+            row.window_count = save.window_count;
+            row.recheck_at_ms = save.recheck_at_ms;
+        }
+        Ok(())
+    }
+}

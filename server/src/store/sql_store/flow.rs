@@ -1,0 +1,199 @@
+//! Flow control on the three backends: the statements of admission (`super::rules::flow`)
+//! and the transactions of `FlowStore`.
+
+/// Implements it for one backend's store; see `super` for the arguments.
+macro_rules! flow_store {
+    ($store:ident, $db:ty) => {
+        #[async_trait]
+        impl FlowStore for $store {
+            async fn runs_put_in_line(&self, runs: &[RunInLine]) -> Result<Admitted, Error> {
+                if runs.is_empty() {
+                    return Ok(Admitted::default());
+                }
+                // Keys locked in one order, so two passes cannot deadlock on them.
+                let mut sorted: Vec<&RunInLine> = runs.iter().collect();
+                sorted.sort_by(|a, b| a.key.cmp(&b.key).then(a.run_id.cmp(&b.run_id)));
+                retry_transient(|| async {
+                    let mut tx = self.begin_write().await?;
+                    let mut admitted = Admitted::default();
+                    for run in &sorted {
+                        admitted.extend(
+                            super::rules::flow::put_in_line(
+                                &mut StoreTx {
+                                    store: self,
+                                    tx: &mut tx,
+                                },
+                                run.run_id,
+                                &run.key,
+                                &run.limits,
+                            )
+                            .await?,
+                        );
+                    }
+                    tx.commit().await?;
+                    Ok(admitted)
+                })
+                .await
+            }
+
+            async fn flow_keys_admit_due(&self, limit: i64) -> Result<Admitted, Error> {
+                let keys = sqlx::query_scalar::<$db, String>(sql(&self.q.flow_keys_due))
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?;
+                let mut admitted = Admitted::default();
+                // One transaction per key: a key's admission holds its lock only for itself.
+                for key in keys {
+                    admitted.extend(
+                        retry_transient(|| async {
+                            let mut tx = self.begin_write().await?;
+                            let done = super::rules::flow::admit(
+                                &mut StoreTx {
+                                    store: self,
+                                    tx: &mut tx,
+                                },
+                                &key,
+                            )
+                            .await?;
+                            tx.commit().await?;
+                            Ok(done)
+                        })
+                        .await?,
+                    );
+                }
+                Ok(admitted)
+            }
+        }
+
+        #[async_trait]
+        impl FlowTx for StoreTx<'_, $store, Tx<$db>> {
+            async fn lock_flow_key(
+                &mut self,
+                key: &str,
+                limits: Option<&FlowLimits>,
+            ) -> Result<Option<FlowKeyRow>, Error> {
+                if let Some(limits) = limits {
+                    let (rate_limit, rate_per_ms) = limits.rate.unzip();
+                    sqlx::query::<$db>(sql(&self.store.q.flow_key_upsert))
+                        .bind(key)
+                        .bind(limits.max_in_flight)
+                        .bind(rate_limit)
+                        .bind(rate_per_ms)
+                        .bind(i64::from(limits.drop_when_full))
+                        .execute(&mut **self.tx)
+                        .await?;
+                }
+                type Row = (Option<i64>, Option<i64>, Option<i64>, i64, i64, i64, i64);
+                let row = sqlx::query_as::<$db, Row>(sql(&self.store.q.flow_key_lock))
+                    .bind(key)
+                    .fetch_optional(&mut **self.tx)
+                    .await?;
+                Ok(row.map(
+                    |(
+                        max,
+                        rate_limit,
+                        rate_per_ms,
+                        drop,
+                        window_start_ms,
+                        window_count,
+                        now_ms,
+                    )| {
+                        FlowKeyRow {
+                            limits: FlowLimits {
+                                max_in_flight: max,
+                                rate: rate_limit.zip(rate_per_ms),
+                                drop_when_full: drop != 0,
+                            },
+                            window_start_ms,
+                            window_count,
+                            now_ms,
+                        }
+                    },
+                ))
+            }
+
+            async fn flow_enqueue(
+                &mut self,
+                run_id: i64,
+                key: &str,
+                message: &str,
+            ) -> Result<bool, Error> {
+                let moved = sqlx::query::<$db>(sql(&self.store.q.run_flow_enqueue))
+                    .bind(key)
+                    .bind(message)
+                    .bind(run_id)
+                    .execute(&mut **self.tx)
+                    .await?
+                    .rows_affected();
+                Ok(moved != 0)
+            }
+
+            async fn flow_in_flight(&mut self, key: &str) -> Result<i64, Error> {
+                Ok(
+                    sqlx::query_scalar::<$db, i64>(sql(&self.store.q.runs_flow_in_flight))
+                        .bind(key)
+                        .fetch_one(&mut **self.tx)
+                        .await?,
+                )
+            }
+
+            async fn flow_queued(&mut self, key: &str, limit: i64) -> Result<Vec<i64>, Error> {
+                Ok(
+                    sqlx::query_scalar::<$db, i64>(sql(&self.store.q.runs_flow_queued))
+                        .bind(key)
+                        .bind(limit)
+                        .fetch_all(&mut **self.tx)
+                        .await?,
+                )
+            }
+
+            async fn flow_release(&mut self, run_ids: &[i64]) -> Result<Vec<i64>, Error> {
+                let mut moved = Vec::with_capacity(run_ids.len());
+                for &run_id in run_ids {
+                    let done = sqlx::query::<$db>(sql(&self.store.q.run_flow_release))
+                        .bind(run_id)
+                        .execute(&mut **self.tx)
+                        .await?
+                        .rows_affected();
+                    if done != 0 {
+                        moved.push(run_id);
+                    }
+                }
+                Ok(moved)
+            }
+
+            async fn flow_drop(
+                &mut self,
+                run_ids: &[i64],
+                message: &str,
+            ) -> Result<Vec<i64>, Error> {
+                let mut ended = Vec::with_capacity(run_ids.len());
+                for &run_id in run_ids {
+                    let done = sqlx::query::<$db>(sql(&self.store.q.run_flow_drop))
+                        .bind(message)
+                        .bind(run_id)
+                        .execute(&mut **self.tx)
+                        .await?
+                        .rows_affected();
+                    if done != 0 {
+                        ended.push(run_id);
+                    }
+                }
+                Ok(ended)
+            }
+
+            async fn save_flow_key(&mut self, key: &str, save: &FlowKeySave) -> Result<(), Error> {
+                sqlx::query::<$db>(sql(&self.store.q.flow_key_save))
+                    .bind(save.window_start_ms)
+                    .bind(save.window_count)
+                    .bind(save.recheck_at_ms)
+                    .bind(key)
+                    .execute(&mut **self.tx)
+                    .await?;
+                Ok(())
+            }
+        }
+    };
+}
+
+pub(super) use flow_store;

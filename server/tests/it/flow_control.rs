@@ -1,0 +1,258 @@
+//! Flow control end to end, on every backend, with a real executor: runs of jobs sharing a
+//! key (per the value of an argument) never run more than `max_in_flight` at once, wait in
+//! line and start oldest first, while another value's key runs beside them; a key that drops
+//! ends the extra runs `skipped`, saying why; a rate limit starts so many runs per window and
+//! the rest in the next; a bad `flow` document is refused naming its field.
+
+use std::time::Duration;
+
+use chrono::DateTime;
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::support;
+use support::db::TestDb;
+use support::executor::{Executor, node_env};
+use support::node::{NodeProcess, NodeSpec};
+use support::runs::{ENDED, create_job, trigger};
+use support::wait_for;
+
+for_engine!(
+    postgres,
+    Postgres,
+    [flow_keys_cap_runs_in_flight_and_per_window]
+);
+for_engine!(mysql, Mysql, [flow_keys_cap_runs_in_flight_and_per_window]);
+for_engine!(
+    sqlite,
+    Sqlite,
+    [flow_keys_cap_runs_in_flight_and_per_window]
+);
+
+fn job(name: &str, handler: &str, args: Value, flow: Value) -> Value {
+    json!({"name": name, "app": "flow-app", "handler": handler, "schedule": {"manual": true},
+           "args": args, "flow": flow})
+}
+
+/// The run once it has ended (`skipped` included), after at most 60 s.
+async fn finished(node: &NodeProcess, run: i64) -> Value {
+    wait_for(
+        Duration::from_secs(60),
+        &format!("run {run} to end"),
+        || async {
+            let (_, detail) = node
+                .call(Method::GET, &format!("/api/v1/runs/{run}"), None)
+                .await;
+            let state = detail["state"].as_str().unwrap_or("");
+            (ENDED.contains(&state) || state == "skipped").then_some(detail)
+        },
+    )
+    .await
+}
+
+fn ms(run: &Value, field: &str) -> i64 {
+    let text = run[field]
+        .as_str()
+        .unwrap_or_else(|| panic!("{field} of {run}"));
+    DateTime::parse_from_rfc3339(text)
+        .unwrap_or_else(|err| panic!("{field} {text}: {err}"))
+        .timestamp_millis()
+}
+
+/// `(started, finished)` of each run, in the order given.
+fn spans(runs: &[Value]) -> Vec<(i64, i64)> {
+    runs.iter()
+        .map(|r| (ms(r, "started_at"), ms(r, "finished_at")))
+        .collect()
+}
+
+fn overlap(a: (i64, i64), b: (i64, i64)) -> bool {
+    a.0 < b.1 && b.0 < a.1
+}
+
+async fn flow_keys_cap_runs_in_flight_and_per_window(db: TestDb) {
+    let home = tempfile::tempdir().unwrap();
+    let mut spec = NodeSpec::fast("n1", &db.url, home.path());
+    spec.extra_env = node_env();
+    let node = NodeProcess::start(spec).await;
+    let _executor = Executor::start_registered(&node, "flow-app", "flow-e1").await;
+
+    // A bad document names its field, and nothing is created.
+    let (status, body) = node
+        .call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(job(
+                "bad",
+                "echo",
+                json!({}),
+                json!({"key": "sync", "max_in_flight": 0}),
+            )),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("flow.max_in_flight"), "{body}");
+    let (status, body) = node
+        .call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(job(
+                "bad-arg",
+                "echo",
+                json!({"region": "eu"}),
+                json!({"key": "sync", "key_arg": "/customer", "max_in_flight": 1}),
+            )),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("/customer is not in"), "{body}");
+
+    // One run per customer at a time, across jobs; two customers side by side.
+    let per_customer = json!({"key": "sync", "key_arg": "/customer", "max_in_flight": 1});
+    let slow = |customer: &str| json!({"customer": customer, "seconds": 1});
+    let acme_a = create_job(
+        &node,
+        job("acme-a", "slow", slow("acme"), per_customer.clone()),
+    )
+    .await;
+    let acme_b = create_job(
+        &node,
+        job("acme-b", "slow", slow("acme"), per_customer.clone()),
+    )
+    .await;
+    let globex = create_job(&node, job("globex", "slow", slow("globex"), per_customer)).await;
+    let mut acme_runs = Vec::new();
+    let mut globex_runs = Vec::new();
+    for job in [acme_a, acme_b, acme_a] {
+        acme_runs.push(trigger(&node, job).await);
+    }
+    for _ in 0..2 {
+        globex_runs.push(trigger(&node, globex).await);
+    }
+    let waiting = wait_for(
+        Duration::from_secs(20),
+        "a run in line for its key",
+        || async {
+            let (_, run) = node
+                .call(Method::GET, &format!("/api/v1/runs/{}", acme_runs[2]), None)
+                .await;
+            (run["state"] == "queued").then_some(run)
+        },
+    )
+    .await;
+    assert!(
+        waiting["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("in line for flow key sync/acme")),
+        "{waiting}"
+    );
+    let mut acme = Vec::new();
+    for run in &acme_runs {
+        acme.push(finished(&node, *run).await);
+    }
+    let mut globex_done = Vec::new();
+    for run in &globex_runs {
+        globex_done.push(finished(&node, *run).await);
+    }
+    for run in acme.iter().chain(&globex_done) {
+        assert_eq!(run["state"], "succeeded", "{run}");
+    }
+    let acme_spans = spans(&acme);
+    for (i, a) in acme_spans.iter().enumerate() {
+        for b in &acme_spans[i + 1..] {
+            assert!(!overlap(*a, *b), "acme's runs overlap: {acme_spans:?}");
+        }
+    }
+    assert!(
+        acme_spans.windows(2).all(|w| w[0].0 < w[1].0),
+        "acme's runs start in the order they came: {acme_spans:?}"
+    );
+    let globex_spans = spans(&globex_done);
+    assert!(
+        !overlap(globex_spans[0], globex_spans[1]),
+        "{globex_spans:?}"
+    );
+    assert!(
+        acme_spans
+            .iter()
+            .any(|a| globex_spans.iter().any(|g| overlap(*a, *g))),
+        "another customer's key runs beside: {acme_spans:?} {globex_spans:?}"
+    );
+
+    // A key that drops: the runs that find it full end skipped, saying why.
+    let exclusive = create_job(
+        &node,
+        job(
+            "exclusive",
+            "slow",
+            json!({"seconds": 2}),
+            json!({"key": "exclusive", "max_in_flight": 1, "on_full": "drop"}),
+        ),
+    )
+    .await;
+    let first = trigger(&node, exclusive).await;
+    wait_for(
+        Duration::from_secs(20),
+        "the first run to start",
+        || async {
+            let (_, run) = node
+                .call(Method::GET, &format!("/api/v1/runs/{first}"), None)
+                .await;
+            (run["state"] == "running").then_some(())
+        },
+    )
+    .await;
+    let second = trigger(&node, exclusive).await;
+    let dropped = finished(&node, second).await;
+    assert_eq!(dropped["state"], "skipped", "{dropped}");
+    assert!(
+        dropped["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("flow key exclusive has 1 of its 1 runs in flight")),
+        "{dropped}"
+    );
+    assert_eq!(finished(&node, first).await["state"], "succeeded");
+
+    // Two starts per two-second window: five runs take three windows.
+    let rated = create_job(
+        &node,
+        job(
+            "rated",
+            "echo",
+            json!({}),
+            json!({"key": "partner-api", "rate": {"limit": 2, "per_ms": 2000}}),
+        ),
+    )
+    .await;
+    let mut rated_runs = Vec::new();
+    for _ in 0..5 {
+        rated_runs.push(trigger(&node, rated).await);
+    }
+    let mut starts = Vec::new();
+    for run in &rated_runs {
+        let run = finished(&node, *run).await;
+        assert_eq!(run["state"], "succeeded", "{run}");
+        starts.push(ms(&run, "started_at"));
+    }
+    starts.sort_unstable();
+    // The window opens at the first admission, just before the first start.
+    let slack = 300;
+    assert!(starts[2] - starts[0] >= 2_000 - slack, "{starts:?}");
+    assert!(starts[4] - starts[0] >= 4_000 - slack, "{starts:?}");
+    assert!(starts[4] - starts[0] < 9_000, "{starts:?}");
+
+    // The policy reads back as written, and `null` removes it.
+    let (_, read) = node
+        .call(Method::GET, &format!("/api/v1/jobs/{rated}"), None)
+        .await;
+    assert_eq!(read["flow"]["rate"]["limit"], 2, "{read}");
+    let (status, patched) = node
+        .call(
+            Method::PATCH,
+            &format!("/api/v1/jobs/{rated}"),
+            Some(json!({"flow": null})),
+        )
+        .await;
+    assert_eq!(status, 200, "{patched}");
+    assert!(patched["flow"].is_null(), "{patched}");
+}
