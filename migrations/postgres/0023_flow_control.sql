@@ -11,6 +11,8 @@ CREATE TABLE flow_keys (
     rate_limit BIGINT NULL,
     rate_per_ms BIGINT NULL,
     drop_when_full BIGINT NOT NULL,
+    -- `fifo`: a run that failed for good keeps its place until it is released.
+    hold_failed BIGINT NOT NULL,
     window_start_ms BIGINT NOT NULL,
     window_count BIGINT NOT NULL,
     recheck_at_ms BIGINT NULL,

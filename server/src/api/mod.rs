@@ -162,6 +162,7 @@ fn routes_with(
         .routes(routes!(runs::list))
         .routes(routes!(runs::get))
         .routes(routes!(runs::cancel))
+        .routes(routes!(runs::release))
         .routes(routes!(runs::rerun))
         .routes(routes!(runs::dead_letters))
         .routes(routes!(logs::page))

@@ -39,8 +39,8 @@ pub(super) fn need_of(operation_id: &str) -> Option<Need> {
         | "getExecutor" | "listApps" | "listSecrets" => Need::Role(Viewer),
         "startJob" | "stopJob" | "triggerJob" | "backfillJob" | "cancelBackfill"
         | "startWorkflow" | "stopWorkflow" | "triggerWorkflow" | "rerunWorkflowRun"
-        | "cancelWorkflowRun" | "rerunRun" | "cancelRun" | "enqueueTasks" | "cancelTask"
-        | "cancelTaskByKey" => Need::Role(Operator),
+        | "cancelWorkflowRun" | "rerunRun" | "cancelRun" | "releaseRun" | "enqueueTasks"
+        | "cancelTask" | "cancelTaskByKey" => Need::Role(Operator),
         "createJob" | "updateJob" | "deleteJob" | "createJobs" | "putCalendar"
         | "deleteCalendar" | "createWorkflow" | "updateWorkflow" | "deleteWorkflow"
         | "putSecret" | "deleteSecret" | "testHttpCall" => Need::Role(Editor),

@@ -428,6 +428,36 @@ pub(super) async fn cancel(
     get(State(state), IdParam(id)).await
 }
 
+/// Lets a run that failed for good under a `fifo` flow key give the key up, so that the
+/// key's next run starts.
+#[utoipa::path(post, operation_id = "releaseRun", path = "/runs/{id}/release", tag = "runs", params(("id" = i64, Path, description = "The run's id")),
+    responses(
+        (status = 200, description = "The run, its key given up", body = RunDetail),
+        (status = 409, description = "The run holds no flow key: only a run that failed for good under a `fifo` key does", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub(super) async fn release(
+    State(state): State<ApiState>,
+    audit: Audit,
+    IdParam(id): IdParam,
+) -> Result<Json<RunDetail>, ApiError> {
+    let run = load_run(&state, id, "run").await?;
+    let event = audit.event(axum::http::StatusCode::OK, None);
+    if state
+        .store
+        .run_flow_release(run.run_id, event.as_ref())
+        .await?
+        .is_none()
+    {
+        return Err(ApiError::Conflict(format!(
+            "run {id} holds no flow key: only a run that failed for good under a fifo key does \
+             (it is {})",
+            run.state
+        )));
+    }
+    audit.written();
+    get(State(state), IdParam(id)).await
+}
+
 /// Cancels `run` if it is unfinished and tells the executors running it to stop; `false`
 /// when it had ended. `audit`'s event goes with the cancel.
 pub(super) async fn cancel_run(

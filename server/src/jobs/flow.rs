@@ -61,6 +61,11 @@ pub struct Flow {
     /// What a run finding the key full does: `queue` (the default) or `drop`.
     #[serde(default)]
     pub on_full: OnFull,
+    /// Strict order: one run of the key at a time, oldest first, and a run that fails for
+    /// good (after its retries) holds the key until it is released (`POST
+    /// /runs/{id}/release`). Implies `max_in_flight` 1.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fifo: bool,
 }
 
 /// The limits a key is admitted under, as stored with it: those of the last run put in line.
@@ -69,6 +74,8 @@ pub struct FlowLimits {
     pub max_in_flight: Option<i64>,
     pub rate: Option<(i64, i64)>,
     pub drop_when_full: bool,
+    /// A run that failed for good still counts until released (`fifo`).
+    pub hold_failed: bool,
 }
 
 impl Flow {
@@ -97,10 +104,23 @@ impl Flow {
                 format!("{pointer:?} is not a JSON pointer into the arguments, like \"/customer\""),
             ));
         }
-        if self.max_in_flight.is_none() && self.rate.is_none() {
+        if self.fifo {
+            if self.max_in_flight.is_some_and(|max| max != 1) {
+                return Err(JobError::new(
+                    "flow.max_in_flight",
+                    "fifo runs one run of the key at a time: leave max_in_flight out, or 1",
+                ));
+            }
+            if self.on_full == OnFull::Drop {
+                return Err(JobError::new(
+                    "flow.on_full",
+                    "fifo keeps every run in line: on_full drop would skip them",
+                ));
+            }
+        } else if self.max_in_flight.is_none() && self.rate.is_none() {
             return Err(JobError::new(
                 "flow",
-                "names no limit: give max_in_flight, rate or both",
+                "names no limit: give max_in_flight, rate, fifo or a mix",
             ));
         }
         if let Some(max) = self.max_in_flight
@@ -134,7 +154,11 @@ impl Flow {
     /// The limits stored with the key.
     pub fn limits(&self) -> FlowLimits {
         FlowLimits {
-            max_in_flight: self.max_in_flight.map(i64::from),
+            max_in_flight: if self.fifo {
+                Some(1)
+            } else {
+                self.max_in_flight.map(i64::from)
+            },
             rate: self.rate.map(|r| {
                 (
                     i64::from(r.limit),
@@ -142,6 +166,7 @@ impl Flow {
                 )
             }),
             drop_when_full: self.on_full == OnFull::Drop,
+            hold_failed: self.fifo,
         }
     }
 
@@ -236,6 +261,14 @@ mod tests {
                 serde_json::json!({"key": "k", "key_arg": "customer", "max_in_flight": 1}),
                 "flow.key_arg",
             ),
+            (
+                serde_json::json!({"key": "k", "fifo": true, "max_in_flight": 2}),
+                "flow.max_in_flight",
+            ),
+            (
+                serde_json::json!({"key": "k", "fifo": true, "on_full": "drop"}),
+                "flow.on_full",
+            ),
         ];
         for (json, field) in cases {
             assert_eq!(
@@ -251,7 +284,8 @@ mod tests {
             FlowLimits {
                 max_in_flight: Some(3),
                 rate: None,
-                drop_when_full: true
+                drop_when_full: true,
+                hold_failed: false,
             }
         );
     }

@@ -28,7 +28,7 @@ struct Dialect {
 const UPSERT_FLOW_KEY_EXCLUDED: &str = "ON CONFLICT (flow_key) DO UPDATE SET \
     max_in_flight = excluded.max_in_flight, rate_limit = excluded.rate_limit, \
     rate_per_ms = excluded.rate_per_ms, drop_when_full = excluded.drop_when_full, \
-    updated_at_ms = excluded.updated_at_ms";
+    hold_failed = excluded.hold_failed, updated_at_ms = excluded.updated_at_ms";
 
 /// PostgreSQL's `{now}`, as a literal for the statements written for PostgreSQL alone
 /// (`sql_store/bulk.rs`).
@@ -65,7 +65,7 @@ impl Dialect {
                 upsert_flow_key: "ON DUPLICATE KEY UPDATE \
                     max_in_flight = VALUES(max_in_flight), rate_limit = VALUES(rate_limit), \
                     rate_per_ms = VALUES(rate_per_ms), drop_when_full = VALUES(drop_when_full), \
-                    updated_at_ms = VALUES(updated_at_ms)",
+                    hold_failed = VALUES(hold_failed), updated_at_ms = VALUES(updated_at_ms)",
             },
             Backend::Sqlite => Dialect {
                 now_ms: "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
@@ -596,10 +596,15 @@ queries! {
     task_remove = "DELETE FROM tasks WHERE task_id = ?";
     task_release_key = "UPDATE tasks SET task_key = NULL WHERE task_id = ? AND task_key = ?";
     // The window: `{partitions}` the node's partitions, in due order (the pending-due index).
-    tasks_due = "SELECT task_id, partition_id, priority, due_at_ms, args_json, namespace_id \
-        FROM tasks \
+    // A task under flow control (its policy has a `flow` key: in JSON text an unescaped
+    // `"flow":` is a key, and no other level of a task's policy has one) goes in line first.
+    tasks_due = "SELECT task_id, partition_id, priority, due_at_ms, args_json, namespace_id, \
+        CAST(CASE WHEN policy_json LIKE '%\"flow\":%' THEN 1 ELSE 0 END AS {bigint}) FROM tasks \
         WHERE state = 'pending' AND due_at_ms <= ? AND partition_id IN ({partitions}) \
         ORDER BY due_at_ms, task_id LIMIT ?";
+    // `{partitions}`: run ids.
+    runs_unstart = "UPDATE runs SET state = 'pending', started_at_ms = NULL \
+        WHERE state = 'running' AND run_id IN ({partitions})";
     // `{partitions}`: task ids.
     tasks_mark_fired = "UPDATE tasks SET state = 'fired', ended_at_ms = {now} \
         WHERE state = 'pending' AND task_id IN ({partitions})";
@@ -709,10 +714,10 @@ queries! {
     namespace_grants_delete = "DELETE FROM role_grants WHERE namespace_id = ?";
 
     flow_key_upsert = "INSERT INTO flow_keys (flow_key, max_in_flight, rate_limit, \
-        rate_per_ms, drop_when_full, window_start_ms, window_count, recheck_at_ms, \
-        updated_at_ms) VALUES (?, ?, ?, ?, ?, 0, 0, NULL, {now}) {upsert_flow_key}";
+        rate_per_ms, drop_when_full, hold_failed, window_start_ms, window_count, recheck_at_ms, \
+        updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, 0, 0, NULL, {now}) {upsert_flow_key}";
     flow_key_lock = "SELECT max_in_flight, rate_limit, rate_per_ms, drop_when_full, \
-        window_start_ms, window_count, {now} AS now_ms FROM flow_keys WHERE flow_key = ? \
+        hold_failed, window_start_ms, window_count, {now} AS now_ms FROM flow_keys WHERE flow_key = ? \
         {for_update}";
     flow_key_save = "UPDATE flow_keys SET window_start_ms = ?, window_count = ?, \
         recheck_at_ms = ?, updated_at_ms = {now} WHERE flow_key = ?";
@@ -722,6 +727,12 @@ queries! {
         WHERE run_id = ? AND state = 'pending' AND flow_key IS NULL";
     runs_flow_in_flight = "SELECT COUNT(*) FROM runs WHERE flow_key = ? \
         AND state IN ('pending', 'running')";
+    runs_flow_holding = "SELECT COUNT(*) FROM runs WHERE flow_key = ? \
+        AND state IN ('pending', 'running', 'failed', 'timed_out', 'no_executor')";
+    run_flow_key_held = "SELECT flow_key FROM runs WHERE run_id = ? \
+        AND state IN ('failed', 'timed_out', 'no_executor') AND flow_key IS NOT NULL";
+    run_flow_unhold = "UPDATE runs SET flow_key = NULL WHERE run_id = ? AND flow_key = ? \
+        AND state IN ('failed', 'timed_out', 'no_executor')";
     runs_flow_queued = "SELECT run_id FROM runs WHERE flow_key = ? AND state = 'queued' \
         ORDER BY run_id LIMIT ?";
     run_flow_release = "UPDATE runs SET state = 'pending', message = NULL \

@@ -13,7 +13,7 @@ pub mod ids;
 
 use serde::Deserialize;
 
-use crate::jobs::{Balance, Delivery, ItemError, JobError, JobPolicy, Retry, validate_work};
+use crate::jobs::{Balance, Delivery, Flow, ItemError, JobError, JobPolicy, Retry, validate_work};
 use crate::schedule::parse_instant;
 
 /// Most tasks in one `POST /api/v1/tasks`.
@@ -58,6 +58,10 @@ pub struct TaskInput {
     /// `at_least_once` (the default), `at_most_once` or `exactly_once_effect`.
     #[serde(default)]
     pub delivery: Option<Delivery>,
+    /// Flow control: the key the task's run is counted under (with jobs naming it too) and
+    /// its limits; `fifo` runs the key's tasks one at a time, in order.
+    #[serde(default)]
+    pub flow: Option<Flow>,
 }
 
 /// A delay: a duration in words or a number of milliseconds.
@@ -118,6 +122,8 @@ struct TaskPolicy {
     balance: Option<Balance>,
     #[serde(skip_serializing_if = "Option::is_none")]
     delivery: Option<Delivery>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    flow: Option<Flow>,
 }
 
 /// Checks a batch enqueued at `now_ms`, at most `horizon_ms` ahead; all or nothing.
@@ -184,6 +190,7 @@ pub fn check_task(
         timeout_ms: task.timeout_ms,
         balance: task.balance,
         delivery: task.delivery,
+        flow: task.flow.clone(),
     };
     let defaults = JobPolicy::default();
     let policy = JobPolicy {
@@ -195,6 +202,11 @@ pub fn check_task(
         ..defaults
     };
     validate_work(&task.app, &task.handler, &task.args, &policy)?;
+    if let Some(flow) = &task.flow {
+        flow.validate()?;
+        flow.key_of(0, &task.args)
+            .map_err(|why| JobError::new("flow.key_arg", why))?;
+    }
     if let Some(key) = &task.key {
         if key.is_empty() || key.chars().count() > MAX_KEY {
             return Err(JobError::new(

@@ -2,7 +2,9 @@
 //! key (per the value of an argument) never run more than `max_in_flight` at once, wait in
 //! line and start oldest first, while another value's key runs beside them; a key that drops
 //! ends the extra runs `skipped`, saying why; a rate limit starts so many runs per window and
-//! the rest in the next; a bad `flow` document is refused naming its field.
+//! the rest in the next; a bad `flow` document is refused naming its field. Tasks under a
+//! `fifo` key run one at a time in the order they were due, and one that failed holds its key
+//! until it is released, while other keys' tasks go on.
 
 use std::time::Duration;
 
@@ -20,13 +22,26 @@ use support::wait_for;
 for_engine!(
     postgres,
     Postgres,
-    [flow_keys_cap_runs_in_flight_and_per_window]
+    [
+        flow_keys_cap_runs_in_flight_and_per_window,
+        fifo_task_keys_run_in_order_and_a_failure_holds_its_key
+    ]
 );
-for_engine!(mysql, Mysql, [flow_keys_cap_runs_in_flight_and_per_window]);
+for_engine!(
+    mysql,
+    Mysql,
+    [
+        flow_keys_cap_runs_in_flight_and_per_window,
+        fifo_task_keys_run_in_order_and_a_failure_holds_its_key
+    ]
+);
 for_engine!(
     sqlite,
     Sqlite,
-    [flow_keys_cap_runs_in_flight_and_per_window]
+    [
+        flow_keys_cap_runs_in_flight_and_per_window,
+        fifo_task_keys_run_in_order_and_a_failure_holds_its_key
+    ]
 );
 
 fn job(name: &str, handler: &str, args: Value, flow: Value) -> Value {
@@ -255,4 +270,124 @@ async fn flow_keys_cap_runs_in_flight_and_per_window(db: TestDb) {
         .await;
     assert_eq!(status, 200, "{patched}");
     assert!(patched["flow"].is_null(), "{patched}");
+}
+
+/// Enqueues `tasks`; their ids, in order.
+async fn enqueue(node: &NodeProcess, tasks: Value) -> Vec<i64> {
+    let (status, body) = node
+        .call(Method::POST, "/api/v1/tasks", Some(json!({"tasks": tasks})))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    body["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_i64().unwrap())
+        .collect()
+}
+
+/// The task once its run is in one of `states`.
+async fn task_in(node: &NodeProcess, task: i64, states: &[&str]) -> Value {
+    wait_for(
+        Duration::from_secs(60),
+        &format!("task {task} to be {states:?}"),
+        || async {
+            let (_, view) = node
+                .call(Method::GET, &format!("/api/v1/tasks/{task}"), None)
+                .await;
+            states
+                .contains(&view["state"].as_str().unwrap_or(""))
+                .then_some(view)
+        },
+    )
+    .await
+}
+
+async fn run_of(node: &NodeProcess, task: &Value) -> Value {
+    let run = task["run_id"].as_i64().expect("a fired task's run");
+    let (status, detail) = node
+        .call(Method::GET, &format!("/api/v1/runs/{run}"), None)
+        .await;
+    assert_eq!(status, 200, "{detail}");
+    detail
+}
+
+async fn fifo_task_keys_run_in_order_and_a_failure_holds_its_key(db: TestDb) {
+    let home = tempfile::tempdir().unwrap();
+    let mut spec = NodeSpec::fast("n1", &db.url, home.path());
+    spec.extra_env = node_env();
+    let node = NodeProcess::start(spec).await;
+    let _executor = Executor::start_registered(&node, "flow-app", "flow-e1").await;
+    let fifo = json!({"key": "orders", "key_arg": "/customer", "fifo": true});
+    let task = |handler: &str, customer: &str, step: u32| {
+        json!({"app": "flow-app", "handler": handler, "flow": fifo,
+               "args": {"customer": customer, "step": step, "seconds": 0.5}})
+    };
+
+    // One customer's failure holds its key; the others' tasks go on, each in order.
+    let ids = enqueue(
+        &node,
+        json!([
+            task("fail", "initech", 1),
+            task("slow", "acme", 1),
+            task("echo", "initech", 2),
+            task("slow", "acme", 2),
+            task("slow", "acme", 3),
+            task("echo", "globex", 1),
+        ]),
+    )
+    .await;
+    let failed = task_in(&node, ids[0], &["failed"]).await;
+    let mut acme = Vec::new();
+    for id in [ids[1], ids[3], ids[4]] {
+        acme.push(run_of(&node, &task_in(&node, id, &["succeeded"]).await).await);
+    }
+    let acme_spans = spans(&acme);
+    assert!(
+        acme_spans.windows(2).all(|w| w[0].1 <= w[1].0),
+        "acme's tasks run one after the other, in order: {acme_spans:?}"
+    );
+    task_in(&node, ids[5], &["succeeded"]).await;
+    let held = task_in(&node, ids[2], &["queued"]).await;
+    let waiting = run_of(&node, &held).await;
+    assert!(
+        waiting["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("in line for flow key orders/initech")),
+        "{waiting}"
+    );
+
+    // A run that holds nothing cannot be released; the failed one can, once.
+    let acme_run = acme[0]["id"].as_i64().unwrap();
+    let (status, body) = node
+        .call(
+            Method::POST,
+            &format!("/api/v1/runs/{acme_run}/release"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body.to_string().contains("holds no flow key"), "{body}");
+    let failed_run = failed["run_id"].as_i64().unwrap();
+    let (status, body) = node
+        .call(
+            Method::POST,
+            &format!("/api/v1/runs/{failed_run}/release"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["state"], "failed",
+        "the released run stays as it ended"
+    );
+    task_in(&node, ids[2], &["succeeded"]).await;
+    let (status, _) = node
+        .call(
+            Method::POST,
+            &format!("/api/v1/runs/{failed_run}/release"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 409, "released once");
 }

@@ -72,8 +72,9 @@ pub(crate) trait FlowTx: Send {
     /// pending and has no key yet; whether it did.
     async fn flow_enqueue(&mut self, run_id: i64, key: &str, message: &str) -> Result<bool, Error>;
 
-    /// How many runs of the key are pending or running.
-    async fn flow_in_flight(&mut self, key: &str) -> Result<i64, Error>;
+    /// How many runs of the key are pending or running, and with `holding` those that failed
+    /// for good and were not released.
+    async fn flow_in_flight(&mut self, key: &str, holding: bool) -> Result<i64, Error>;
 
     /// The key's oldest queued runs, at most `limit`.
     async fn flow_queued(&mut self, key: &str, limit: i64) -> Result<Vec<i64>, Error>;
@@ -85,6 +86,12 @@ pub(crate) trait FlowTx: Send {
     async fn flow_drop(&mut self, run_ids: &[i64], message: &str) -> Result<Vec<i64>, Error>;
 
     async fn save_flow_key(&mut self, key: &str, save: &FlowKeySave) -> Result<(), Error>;
+
+    /// The key of run `run_id` if it ended failed, timed out or with no executor under one.
+    async fn flow_key_held_by(&mut self, run_id: i64) -> Result<Option<String>, Error>;
+
+    /// Takes run `run_id` (failed for good) out of `key`'s count; whether it was in it.
+    async fn flow_unhold(&mut self, run_id: i64, key: &str) -> Result<bool, Error>;
 }
 
 /// Puts the pending run `run_id` in line under `key` with the key's `limits`, then admits the
@@ -114,6 +121,25 @@ pub(crate) async fn admit<T: FlowTx + ?Sized>(tx: &mut T, key: &str) -> Result<A
     admit_locked(tx, key, &row).await
 }
 
+/// Lets the run `run_id`, failed for good under a `fifo` key, give the key up, and admits
+/// the key: the key, or `None` when the run holds none.
+pub(crate) async fn release_hold<T: FlowTx + ?Sized>(
+    tx: &mut T,
+    run_id: i64,
+) -> Result<Option<String>, Error> {
+    let Some(key) = tx.flow_key_held_by(run_id).await? else {
+        return Ok(None);
+    };
+    let Some(row) = tx.lock_flow_key(&key, None).await? else {
+        return Ok(None);
+    };
+    if !row.limits.hold_failed || !tx.flow_unhold(run_id, &key).await? {
+        return Ok(None);
+    }
+    admit_locked(tx, &key, &row).await?;
+    Ok(Some(key))
+}
+
 async fn admit_locked<T: FlowTx + ?Sized>(
     tx: &mut T,
     key: &str,
@@ -123,7 +149,7 @@ async fn admit_locked<T: FlowTx + ?Sized>(
     let mut room = ADMIT_BATCH;
     let mut in_flight = None;
     if let Some(max) = limits.max_in_flight {
-        let count = tx.flow_in_flight(key).await?;
+        let count = tx.flow_in_flight(key, limits.hold_failed).await?;
         in_flight = Some(count);
         room = room.min((max - count).max(0));
     }
@@ -215,6 +241,7 @@ mod tests {
             max_in_flight: max,
             rate,
             drop_when_full: drop,
+            hold_failed: false,
         }
     }
 
@@ -295,6 +322,41 @@ mod tests {
         assert_eq!(admit(&mut db, KEY).await.unwrap().released, [runs[2]]);
         let key = &db.flow.keys[KEY];
         assert_eq!((key.window_start_ms, key.window_count), (15_000, 1));
+    }
+
+    #[tokio::test]
+    async fn a_fifo_key_is_held_by_a_run_that_failed_until_it_is_released() {
+        let mut db = MemoryDb::default();
+        let fifo = FlowLimits {
+            hold_failed: true,
+            ..limits(Some(1), None, false)
+        };
+        let first = add_pending_run(&mut db, 7, 1_000, None).run_id;
+        let second = add_pending_run(&mut db, 7, 2_000, None).run_id;
+        put_in_line(&mut db, first, KEY, &fifo).await.unwrap();
+        put_in_line(&mut db, second, KEY, &fifo).await.unwrap();
+        db.runs
+            .iter_mut()
+            .find(|r| r.run_id == first)
+            .unwrap()
+            .state = RunState::Failed;
+        assert!(admit(&mut db, KEY).await.unwrap().released.is_empty());
+        assert_eq!(state(&db, second), RunState::Queued);
+        assert_eq!(
+            release_hold(&mut db, first).await.unwrap().as_deref(),
+            Some(KEY)
+        );
+        assert_eq!(state(&db, second), RunState::Pending, "the next run starts");
+        assert_eq!(
+            release_hold(&mut db, first).await.unwrap(),
+            None,
+            "released once"
+        );
+        assert_eq!(
+            release_hold(&mut db, second).await.unwrap(),
+            None,
+            "a live run holds nothing"
+        );
     }
 
     #[tokio::test]

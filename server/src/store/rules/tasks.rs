@@ -27,6 +27,9 @@ pub(crate) struct DueTask {
     pub(crate) due_at_ms: i64,
     pub(crate) args_json: String,
     pub(crate) namespace_id: NamespaceId,
+    /// Its policy has flow control: its run waits `pending` for the start pass to put it in
+    /// line under its key, instead of starting with its attempt.
+    pub(crate) in_line: bool,
 }
 
 impl DueTask {
@@ -69,6 +72,9 @@ pub(crate) trait TaskTx: FenceTx + FirstAttemptTx {
         node_id: &str,
         firing: &[FiringTask<'_>],
     ) -> Result<HashMap<i64, i64>, Error>;
+
+    /// Moves the runs of `run_ids`, inserted `running` without attempts, back to `pending`.
+    async fn unstart_runs(&mut self, run_ids: &[i64]) -> Result<(), Error>;
 }
 
 /// Whether a task still holds its key for itself: not cancelled, and not fired with its run
@@ -207,8 +213,17 @@ pub(crate) async fn fire<T: TaskTx + ?Sized>(
     } else {
         tx.insert_task_runs(node_id, &firing).await?
     };
+    let in_line: Vec<i64> = firing
+        .iter()
+        .filter(|f| f.task.in_line)
+        .filter_map(|f| runs.get(&f.task.run_job_id()).copied())
+        .collect();
+    if !in_line.is_empty() {
+        tx.unstart_runs(&in_line).await?;
+    }
     let firsts: Vec<FirstAttempt<'_>> = firing
         .iter()
+        .filter(|f| !f.task.in_line)
         .filter_map(|f| {
             let task = f.task;
             runs.get(&task.run_job_id()).map(|run_id| FirstAttempt {
@@ -235,7 +250,7 @@ pub(crate) async fn fire<T: TaskTx + ?Sized>(
     }
     Ok(TasksFired {
         read: due.len(),
-        fired: firsts.len(),
+        fired: firsts.len() + in_line.len(),
         fired_by_namespace,
         fenced: due.len() - fenced.len(),
     })
@@ -288,6 +303,7 @@ mod tests {
                 due_at_ms: t.due_at_ms,
                 args_json: t.args_json.clone(),
                 namespace_id: t.namespace_id,
+                in_line: false,
             })
             .collect()
     }
@@ -419,6 +435,9 @@ mod tests {
             firing: &[FiringTask<'_>],
         ) -> Result<HashMap<i64, i64>, Error> {
             self.0.insert_task_runs(node_id, firing).await
+        }
+        async fn unstart_runs(&mut self, run_ids: &[i64]) -> Result<(), Error> {
+            self.0.unstart_runs(run_ids).await
         }
     }
 

@@ -36,6 +36,32 @@ macro_rules! flow_store {
                 .await
             }
 
+            async fn run_flow_release(
+                &self,
+                run_id: i64,
+                audit: Option<&AuditWrite>,
+            ) -> Result<Option<String>, Error> {
+                retry_transient(|| async {
+                    let mut tx = self.begin_write().await?;
+                    let released = super::rules::flow::release_hold(
+                        &mut StoreTx {
+                            store: self,
+                            tx: &mut tx,
+                        },
+                        run_id,
+                    )
+                    .await?;
+                    if released.is_some() {
+                        self.audit_in(&mut tx, audit).await?;
+                        tx.commit().await?;
+                    } else {
+                        tx.rollback().await?;
+                    }
+                    Ok(released)
+                })
+                .await
+            }
+
             async fn flow_keys_admit_due(&self, limit: i64) -> Result<Admitted, Error> {
                 let keys = sqlx::query_scalar::<$db, String>(sql(&self.q.flow_keys_due))
                     .bind(limit)
@@ -80,34 +106,35 @@ macro_rules! flow_store {
                         .bind(rate_limit)
                         .bind(rate_per_ms)
                         .bind(i64::from(limits.drop_when_full))
+                        .bind(i64::from(limits.hold_failed))
                         .execute(&mut **self.tx)
                         .await?;
                 }
-                type Row = (Option<i64>, Option<i64>, Option<i64>, i64, i64, i64, i64);
+                type Row = (
+                    Option<i64>,
+                    Option<i64>,
+                    Option<i64>,
+                    i64,
+                    i64,
+                    i64,
+                    i64,
+                    i64,
+                );
                 let row = sqlx::query_as::<$db, Row>(sql(&self.store.q.flow_key_lock))
                     .bind(key)
                     .fetch_optional(&mut **self.tx)
                     .await?;
                 Ok(row.map(
-                    |(
-                        max,
-                        rate_limit,
-                        rate_per_ms,
-                        drop,
-                        window_start_ms,
-                        window_count,
+                    |(max, rate_limit, rate_per, drop, hold, start, count, now_ms)| FlowKeyRow {
+                        limits: FlowLimits {
+                            max_in_flight: max,
+                            rate: rate_limit.zip(rate_per),
+                            drop_when_full: drop != 0,
+                            hold_failed: hold != 0,
+                        },
+                        window_start_ms: start,
+                        window_count: count,
                         now_ms,
-                    )| {
-                        FlowKeyRow {
-                            limits: FlowLimits {
-                                max_in_flight: max,
-                                rate: rate_limit.zip(rate_per_ms),
-                                drop_when_full: drop != 0,
-                            },
-                            window_start_ms,
-                            window_count,
-                            now_ms,
-                        }
                     },
                 ))
             }
@@ -128,13 +155,36 @@ macro_rules! flow_store {
                 Ok(moved != 0)
             }
 
-            async fn flow_in_flight(&mut self, key: &str) -> Result<i64, Error> {
+            async fn flow_in_flight(&mut self, key: &str, holding: bool) -> Result<i64, Error> {
+                let q = &self.store.q;
+                let count = if holding {
+                    &q.runs_flow_holding
+                } else {
+                    &q.runs_flow_in_flight
+                };
+                Ok(sqlx::query_scalar::<$db, i64>(sql(count))
+                    .bind(key)
+                    .fetch_one(&mut **self.tx)
+                    .await?)
+            }
+
+            async fn flow_key_held_by(&mut self, run_id: i64) -> Result<Option<String>, Error> {
                 Ok(
-                    sqlx::query_scalar::<$db, i64>(sql(&self.store.q.runs_flow_in_flight))
-                        .bind(key)
-                        .fetch_one(&mut **self.tx)
+                    sqlx::query_scalar::<$db, String>(sql(&self.store.q.run_flow_key_held))
+                        .bind(run_id)
+                        .fetch_optional(&mut **self.tx)
                         .await?,
                 )
+            }
+
+            async fn flow_unhold(&mut self, run_id: i64, key: &str) -> Result<bool, Error> {
+                let done = sqlx::query::<$db>(sql(&self.store.q.run_flow_unhold))
+                    .bind(run_id)
+                    .bind(key)
+                    .execute(&mut **self.tx)
+                    .await?
+                    .rows_affected();
+                Ok(done != 0)
             }
 
             async fn flow_queued(&mut self, key: &str, limit: i64) -> Result<Vec<i64>, Error> {

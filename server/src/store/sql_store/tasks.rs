@@ -164,6 +164,13 @@ macro_rules! task_store {
             ) -> Result<HashMap<i64, i64>, Error> {
                 self.store.insert_task_runs(self.tx, node_id, firing).await
             }
+
+            async fn unstart_runs(&mut self, run_ids: &[i64]) -> Result<(), Error> {
+                if let Some(update) = with_partitions(&self.store.q.runs_unstart, run_ids) {
+                    sqlx::query::<$db>(update).execute(&mut **self.tx).await?;
+                }
+                Ok(())
+            }
         }
 
         #[async_trait]
@@ -313,28 +320,35 @@ macro_rules! task_store {
                 let Some(window) = with_partitions(&self.q.tasks_due, &ids) else {
                     return Ok(TasksFired::default());
                 };
-                let due: Vec<DueTask> = sqlx::query_as::<
-                    $db,
-                    (i64, i64, i64, i64, String, NamespaceId),
-                >(window)
-                .bind(due_by_ms)
-                .bind(limit)
-                .fetch_all(&self.pool)
-                .await?
-                .into_iter()
-                .map(
-                    |(task_id, partition_id, priority, due_at_ms, args_json, namespace_id)| {
-                        DueTask {
-                            task_id,
-                            partition_id,
-                            priority,
-                            due_at_ms,
-                            args_json,
-                            namespace_id,
-                        }
-                    },
-                )
-                .collect();
+                let due: Vec<DueTask> =
+                    sqlx::query_as::<$db, (i64, i64, i64, i64, String, NamespaceId, i64)>(window)
+                        .bind(due_by_ms)
+                        .bind(limit)
+                        .fetch_all(&self.pool)
+                        .await?
+                        .into_iter()
+                        .map(
+                            |(
+                                task_id,
+                                partition_id,
+                                priority,
+                                due_at_ms,
+                                args_json,
+                                namespace_id,
+                                flow,
+                            )| {
+                                DueTask {
+                                    task_id,
+                                    partition_id,
+                                    priority,
+                                    due_at_ms,
+                                    args_json,
+                                    namespace_id,
+                                    in_line: flow == 1,
+                                }
+                            },
+                        )
+                        .collect();
                 if due.is_empty() {
                     return Ok(TasksFired::default());
                 }

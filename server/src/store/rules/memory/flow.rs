@@ -10,6 +10,9 @@ use crate::states::RunState;
 use crate::store::error::Error;
 use crate::store::rules::flow::{FlowKeyRow, FlowKeySave, FlowTx};
 
+/// The states of a run that failed for good: under a `fifo` key it holds the key.
+const HOLDING: [&str; 3] = ["failed", "timed_out", "no_executor"];
+
 /// A row of `flow_keys`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct MemoryFlowKey {
@@ -78,11 +81,32 @@ impl FlowTx for MemoryDb {
         Ok(true)
     }
 
-    async fn flow_in_flight(&mut self, key: &str) -> Result<i64, Error> {
+    async fn flow_in_flight(&mut self, key: &str, holding: bool) -> Result<i64, Error> {
         Ok(self
             .runs_of_key(key)
-            .filter(|r| matches!(r.state, RunState::Pending | RunState::Running))
+            .filter(|r| {
+                matches!(r.state, RunState::Pending | RunState::Running)
+                    || (holding && HOLDING.contains(&r.state.as_str()))
+            })
             .count() as i64)
+    }
+
+    async fn flow_key_held_by(&mut self, run_id: i64) -> Result<Option<String>, Error> {
+        let failed = self
+            .runs
+            .iter()
+            .any(|r| r.run_id == run_id && HOLDING.contains(&r.state.as_str()));
+        Ok(failed
+            .then(|| self.flow.run_keys.get(&run_id).cloned())
+            .flatten())
+    }
+
+    async fn flow_unhold(&mut self, run_id: i64, key: &str) -> Result<bool, Error> {
+        if self.flow_key_held_by(run_id).await?.as_deref() != Some(key) {
+            return Ok(false);
+        }
+        self.flow.run_keys.remove(&run_id);
+        Ok(true)
     }
 
     async fn flow_queued(&mut self, key: &str, limit: i64) -> Result<Vec<i64>, Error> {

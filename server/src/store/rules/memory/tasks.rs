@@ -132,4 +132,14 @@ impl TaskTx for MemoryDb {
         }
         Ok(runs)
     }
+
+    async fn unstart_runs(&mut self, run_ids: &[i64]) -> Result<(), Error> {
+        for run in &mut self.runs {
+            if run_ids.contains(&run.run_id) && run.state == RunState::Running {
+                run.state = RunState::Pending;
+                run.started = false;
+            }
+        }
+        Ok(())
+    }
 }
