@@ -10,6 +10,8 @@ import { logPanel } from './run_logs.js';
 
 const UNFINISHED_RUN = new Set(['pending', 'queued', 'running']);
 const DEAD_RUN = new Set(['failed', 'no_executor']);
+/** The states in which a run of a fifo flow key holds the key until released. */
+const HOLDS_KEY = new Set(['failed', 'timed_out', 'no_executor']);
 
 export async function viewRun(ctx, id) {
   setTitle(ctx, `Run ${id}`);
@@ -48,6 +50,20 @@ export async function viewRun(ctx, id) {
         location.hash = `#/runs/${enc(again.id)}`;
       }, actionError) });
       actions.push(rerun);
+      // A run that failed under a fifo key holds it; the server says when it does not.
+      if (run.flow_key && HOLDS_KEY.has(run.state)) {
+        const key = run.flow_key;
+        actions.push(h('button', { type: 'button', text: 'Release flow key', onclick: (e) => {
+          if (!confirm(`Let run ${run.id} give up flow key ${key}? Its next run starts.`)) return;
+          act(e.currentTarget, async () => {
+            run = await api('POST', `/runs/${enc(id)}/release`);
+            if (ctx.alive) {
+              render();
+              flash(`Released ${key}`);
+            }
+          }, actionError);
+        } }));
+      }
     }
     const toJob = h('a', { class: 'button', href: `#/jobs/${enc(run.job_id)}`, text: 'Job' });
     actions.push(toJob);
@@ -80,6 +96,7 @@ export async function viewRun(ctx, id) {
       ['Priority', String(run.priority)],
       ['Node', h('code', { text: run.node_id })],
       ['Partition / epoch', `${run.partition} / ${run.epoch}`],
+      ['Flow key', run.flow_key ? h('code', { text: run.flow_key }) : h('span', { class: 'muted', text: 'none' })],
       ['Message', run.message ? h('pre', { testid: 'run-message', text: run.message }) : h('span', { class: 'muted', text: 'none' })],
     ];
     const parent = run.input && run.input.parent;

@@ -37,6 +37,10 @@ pub(super) struct RunView {
     started_at: Option<String>,
     finished_at: Option<String>,
     message: Option<String>,
+    /// The flow key it is counted under (*Flow control*), as its policy names it (with the
+    /// value of `key_arg`); in a run's detail only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    flow_key: Option<String>,
 }
 
 impl RunView {
@@ -60,6 +64,11 @@ impl RunView {
             started_at: r.started_at_ms.and_then(rfc3339),
             finished_at: r.finished_at_ms.and_then(rfc3339),
             message: r.message,
+            // Stored with its namespace's id first.
+            flow_key: r.flow_key.map(|key| {
+                key.split_once('/')
+                    .map_or(key.clone(), |(_, k)| k.to_owned())
+            }),
         }
     }
 }

@@ -37,6 +37,7 @@ mod cluster_restart;
 mod database_outage;
 mod delivery_faults;
 mod executor_faults;
+mod flow_faults;
 mod galera_faults;
 mod job_races;
 mod leader_faults;

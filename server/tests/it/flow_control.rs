@@ -368,6 +368,7 @@ async fn fifo_task_keys_run_in_order_and_a_failure_holds_its_key(db: TestDb) {
         .await;
     assert_eq!(status, 409, "{body}");
     assert!(body.to_string().contains("holds no flow key"), "{body}");
+    assert_eq!(run_of(&node, &failed).await["flow_key"], "orders/initech");
     let failed_run = failed["run_id"].as_i64().unwrap();
     let (status, body) = node
         .call(
