@@ -84,6 +84,14 @@ enum Scenario {
         /// Print the database's size and runs kept every this many seconds of the window.
         #[arg(long)]
         size_every: Option<u64>,
+        /// Spread the jobs over this many flow keys (flow control), each capped at
+        /// `--max-in-flight`.
+        #[arg(long)]
+        flow_keys: Option<usize>,
+        /// Runs of a flow key pending or running at once (the default never binds: the cost
+        /// of flow control alone).
+        #[arg(long, default_value_t = 100_000)]
+        max_in_flight: u32,
     },
     /// HTTP jobs firing every second, each calling a fast local HTTP server: fires/s end to
     /// end, lateness (from the instant to the server's receipt), duplicates, missed.
@@ -221,6 +229,8 @@ async fn main() -> anyhow::Result<()> {
             duration,
             history_backlog,
             size_every,
+            flow_keys,
+            max_in_flight,
         } => {
             let load = scenarios::Load {
                 nodes,
@@ -231,6 +241,10 @@ async fn main() -> anyhow::Result<()> {
                 history_backlog,
                 size_every_s: size_every,
                 http: false,
+                flow: flow_keys.map(|keys| scenarios::FlowLoad {
+                    keys,
+                    max_in_flight,
+                }),
             };
             scenarios::throughput(&common, &load).await?
         }
@@ -249,6 +263,7 @@ async fn main() -> anyhow::Result<()> {
                 history_backlog: None,
                 size_every_s: None,
                 http: true,
+                flow: None,
             };
             scenarios::throughput(&common, &load).await?
         }

@@ -47,6 +47,26 @@ pub(crate) struct Load {
     pub(crate) size_every_s: Option<u64>,
     /// The jobs are HTTP jobs calling the fast executor's server, not dispatches to it.
     pub(crate) http: bool,
+    /// The jobs share this many flow keys (`key_arg` over their arguments), each capped at
+    /// `max_in_flight`.
+    pub(crate) flow: Option<FlowLoad>,
+}
+
+/// Flow keys over the jobs of a throughput load.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FlowLoad {
+    pub(crate) keys: usize,
+    pub(crate) max_in_flight: u32,
+}
+
+impl FlowLoad {
+    /// Job `i`'s document with its key (`i` modulo the keys) and the keys' limit.
+    fn over(&self, i: usize, mut doc: Value) -> Value {
+        doc["args"] = json!({"key": i % self.keys.max(1)});
+        doc["flow"] =
+            json!({"key": "bench", "key_arg": "/key", "max_in_flight": self.max_in_flight});
+        doc
+    }
 }
 
 fn every_second(i: usize, misfire: &str) -> Value {
@@ -167,11 +187,21 @@ pub(crate) async fn throughput(common: &Common, load: &Load) -> anyhow::Result<R
         return Ok(report);
     }
     let docs = (0..jobs)
-        .map(|i| match load.http {
-            true => http_every_second(i, &executor.address),
-            false => every_second(i, "fire_once"),
+        .map(|i| {
+            let doc = match load.http {
+                true => http_every_second(i, &executor.address),
+                false => every_second(i, "fire_once"),
+            };
+            match load.flow {
+                Some(flow) => flow.over(i, doc),
+                None => doc,
+            }
         })
         .collect();
+    if let Some(flow) = load.flow {
+        report.add("flow_keys", flow.keys);
+        report.add("flow_max_in_flight", flow.max_in_flight);
+    }
     let created_at = Instant::now();
     let ids = cluster.create_jobs(docs).await?;
     report.add("jobs_every_second", jobs);

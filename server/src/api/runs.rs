@@ -409,6 +409,13 @@ pub(super) async fn rerun(
     let input = state.store.run_input(id).await?;
     let again =
         super::lifecycle::trigger(&state, &job, (Some(&message), input.as_deref()), &audit).await?;
+    // A run that failed under a fifo flow key held it: its re-run takes its place.
+    if run.flow_key.is_some() {
+        state
+            .store
+            .run_flow_hand_over(run.run_id, again.run_id)
+            .await?;
+    }
     let namespace = super::namespaces::name_of(&state, job.namespace_id).await?;
     Ok((
         axum::http::StatusCode::ACCEPTED,

@@ -53,8 +53,9 @@ impl Dispatcher {
         let admitted = self.store.runs_put_in_line(&lines).await?;
         let released: HashSet<i64> = admitted.released.iter().copied().collect();
         self.tell_dropped(&admitted, &lining);
-        if admitted.released.len() > lining.len() {
-            // Runs of other passes' keys may start: their owners' passes take them.
+        let mine: HashSet<i64> = lining.iter().map(|(run, _)| run.run_id).collect();
+        if !released.is_subset(&mine) {
+            // Runs that waited in line may start: their owners' passes take them.
             self.wake.notify_one();
         }
         Ok(lining

@@ -32,6 +32,10 @@ pub trait FlowStore: Send + Sync + std::fmt::Debug + 'static {
         audit: Option<&AuditWrite>,
     ) -> Result<Option<String>, Error>;
 
+    /// Hands the key held by run `from` (failed for good under a `fifo` key) to its rerun
+    /// `to`, which takes its place ahead of the line; whether `from` held one.
+    async fn run_flow_hand_over(&self, from: i64, to: i64) -> Result<bool, Error>;
+
     /// Admits the keys whose row says to look again by now, at most `limit` of them.
     async fn flow_keys_admit_due(&self, limit: i64) -> Result<Admitted, Error>;
 }

@@ -9,7 +9,6 @@ use async_trait::async_trait;
 use super::super::child_records::{EndedRun, run_output};
 use super::super::dispatch_records::{AttemptEnd, AttemptEnded, AttemptRecord};
 use super::super::error::Error;
-use super::flow::{self, FlowTx};
 use crate::states::{AttemptState, RunState};
 
 /// The next attempt of a shard whose attempt failed, timed out or was lost.
@@ -40,7 +39,7 @@ pub(crate) struct RunEnding {
 
 /// What ending an attempt needs of a write transaction: statements with their binds.
 #[async_trait]
-pub(crate) trait EndingTx: FlowTx {
+pub(crate) trait EndingTx: Send {
     /// The attempt, its row locked.
     async fn lock_attempt(&mut self, attempt_id: i64) -> Result<Option<AttemptRecord>, Error>;
 
@@ -69,12 +68,15 @@ pub(crate) trait EndingTx: FlowTx {
 }
 
 /// Ends attempt `attempt_id` as `end` says. A run that ends with it is added to `runs_ended`,
+/// and its flow key, if it has one, to `flow_keys` (admitted once per key by the caller:
+/// `flow::admit_all`),
 /// for its follow-ups in the same transaction.
 pub(crate) async fn end_attempt<T: EndingTx + ?Sized>(
     tx: &mut T,
     attempt_id: i64,
     end: &AttemptEnd,
     runs_ended: &mut Vec<EndedRun>,
+    flow_keys: &mut Vec<String>,
 ) -> Result<AttemptEnded, Error> {
     let Some(attempt) = tx.lock_attempt(attempt_id).await? else {
         return Ok(AttemptEnded::AlreadyEnded);
@@ -130,9 +132,7 @@ pub(crate) async fn end_attempt<T: EndingTx + ?Sized>(
         ),
     });
     tx.release_next_queued(attempt.job_id).await?;
-    if let Some(key) = &run.flow_key {
-        flow::admit(tx, key).await?;
-    }
+    flow_keys.extend(run.flow_key);
     Ok(AttemptEnded::RunEnded(state))
 }
 
@@ -349,7 +349,7 @@ mod tests {
         end: &AttemptEnd,
     ) -> (AttemptEnded, Vec<EndedRun>) {
         let mut runs_ended = Vec::new();
-        let ended = end_attempt(db, attempt_id, end, &mut runs_ended)
+        let ended = end_attempt(db, attempt_id, end, &mut runs_ended, &mut Vec::new())
             .await
             .unwrap();
         (ended, runs_ended)

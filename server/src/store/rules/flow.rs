@@ -27,8 +27,8 @@ pub(crate) const SAFETY_RECHECK_MS: i64 = 30_000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FlowKeyRow {
     pub(crate) limits: FlowLimits,
-    pub(crate) window_start_ms: i64,
-    pub(crate) window_count: i64,
+    /// What the last admission left.
+    pub(crate) saved: FlowKeySave,
     pub(crate) now_ms: i64,
 }
 
@@ -68,9 +68,14 @@ pub(crate) trait FlowTx: Send {
         limits: Option<&FlowLimits>,
     ) -> Result<Option<FlowKeyRow>, Error>;
 
-    /// Moves run `run_id` from `pending` to `queued` under `key`, saying `message`, if it is
-    /// pending and has no key yet; whether it did.
-    async fn flow_enqueue(&mut self, run_id: i64, key: &str, message: &str) -> Result<bool, Error>;
+    /// Moves those of `run_ids` pending without a key to `queued` under `key`, saying
+    /// `message`; how many it moved.
+    async fn flow_enqueue(
+        &mut self,
+        run_ids: &[i64],
+        key: &str,
+        message: &str,
+    ) -> Result<u64, Error>;
 
     /// How many runs of the key are pending or running, and with `holding` those that failed
     /// for good and were not released.
@@ -79,8 +84,9 @@ pub(crate) trait FlowTx: Send {
     /// The key's oldest queued runs, at most `limit`.
     async fn flow_queued(&mut self, key: &str, limit: i64) -> Result<Vec<i64>, Error>;
 
-    /// Moves those of `run_ids` still queued to `pending`; the ids it moved.
-    async fn flow_release(&mut self, run_ids: &[i64]) -> Result<Vec<i64>, Error>;
+    /// Moves `run_ids`, which the caller read queued under the key it holds, to `pending`.
+    /// A run ended meanwhile (cancelled) stays as it is.
+    async fn flow_release(&mut self, run_ids: &[i64]) -> Result<(), Error>;
 
     /// Ends those of `run_ids` still queued as `skipped` with `message`; the ids it ended.
     async fn flow_drop(&mut self, run_ids: &[i64], message: &str) -> Result<Vec<i64>, Error>;
@@ -92,21 +98,36 @@ pub(crate) trait FlowTx: Send {
 
     /// Takes run `run_id` (failed for good) out of `key`'s count; whether it was in it.
     async fn flow_unhold(&mut self, run_id: i64, key: &str) -> Result<bool, Error>;
+
+    /// Takes every run of `key` that failed for good out of its count.
+    async fn flow_unhold_all(&mut self, key: &str) -> Result<(), Error>;
+
+    /// Admits run `run_id` under `key` at once (`pending` with the key), if it is pending
+    /// without a key or queued under this one; whether it did.
+    async fn flow_take_place(&mut self, run_id: i64, key: &str) -> Result<bool, Error>;
 }
 
-/// Puts the pending run `run_id` in line under `key` with the key's `limits`, then admits the
-/// key (the run itself may start at once).
+/// Puts the pending runs `run_ids` in line under `key` with the key's `limits`, then admits
+/// the key once (runs put in line may start at once).
 pub(crate) async fn put_in_line<T: FlowTx + ?Sized>(
     tx: &mut T,
-    run_id: i64,
+    run_ids: &[i64],
     key: &str,
     limits: &FlowLimits,
 ) -> Result<Admitted, Error> {
+    // A key that becomes `fifo` is not held by runs that failed before: only by those that
+    // fail under it.
+    if limits.hold_failed
+        && let Some(before) = tx.lock_flow_key(key, None).await?
+        && !before.limits.hold_failed
+    {
+        tx.flow_unhold_all(key).await?;
+    }
     let Some(row) = tx.lock_flow_key(key, Some(limits)).await? else {
         return Ok(Admitted::default());
     };
     let message = format!("in line for flow key {}", shown(key));
-    if !tx.flow_enqueue(run_id, key, &message).await? {
+    if tx.flow_enqueue(run_ids, key, &message).await? == 0 {
         // Started, ended or put in line by another node's pass meanwhile.
         return Ok(Admitted::default());
     }
@@ -119,6 +140,19 @@ pub(crate) async fn admit<T: FlowTx + ?Sized>(tx: &mut T, key: &str) -> Result<A
         return Ok(Admitted::default());
     };
     admit_locked(tx, key, &row).await
+}
+
+/// Admits each of `keys` once, in order (runs of them ended in the caller's transaction).
+pub(crate) async fn admit_all<T: FlowTx + ?Sized>(
+    tx: &mut T,
+    mut keys: Vec<String>,
+) -> Result<(), Error> {
+    keys.sort_unstable();
+    keys.dedup();
+    for key in keys {
+        admit(tx, &key).await?;
+    }
+    Ok(())
 }
 
 /// Lets the run `run_id`, failed for good under a `fifo` key, give the key up, and admits
@@ -140,6 +174,29 @@ pub(crate) async fn release_hold<T: FlowTx + ?Sized>(
     Ok(Some(key))
 }
 
+/// Hands the key held by run `from` (failed for good under a `fifo` key) to `to`, its rerun,
+/// which takes its place at the head of the line and may start at once; whether `from` held
+/// a key. A rerun already ended (or gone) lets the key's next run start instead.
+pub(crate) async fn hand_over<T: FlowTx + ?Sized>(
+    tx: &mut T,
+    from: i64,
+    to: i64,
+) -> Result<bool, Error> {
+    let Some(key) = tx.flow_key_held_by(from).await? else {
+        return Ok(false);
+    };
+    let Some(row) = tx.lock_flow_key(&key, None).await? else {
+        return Ok(false);
+    };
+    if !row.limits.hold_failed || !tx.flow_unhold(from, &key).await? {
+        return Ok(false);
+    }
+    if !tx.flow_take_place(to, &key).await? {
+        admit_locked(tx, &key, &row).await?;
+    }
+    Ok(true)
+}
+
 async fn admit_locked<T: FlowTx + ?Sized>(
     tx: &mut T,
     key: &str,
@@ -153,7 +210,8 @@ async fn admit_locked<T: FlowTx + ?Sized>(
         in_flight = Some(count);
         room = room.min((max - count).max(0));
     }
-    let (mut window_start_ms, mut window_count) = (row.window_start_ms, row.window_count);
+    let (mut window_start_ms, mut window_count) =
+        (row.saved.window_start_ms, row.saved.window_count);
     let mut window_full_until = None;
     if let Some((limit, per_ms)) = limits.rate {
         if row.now_ms >= window_start_ms.saturating_add(per_ms) {
@@ -169,7 +227,10 @@ async fn admit_locked<T: FlowTx + ?Sized>(
     // One more than there is room for: whether any is left waiting.
     let queued = tx.flow_queued(key, room + 1).await?;
     let take = queued.len().min(usize::try_from(room).unwrap_or(0));
-    let released = tx.flow_release(&queued[..take]).await?;
+    let released = queued[..take].to_vec();
+    if !released.is_empty() {
+        tx.flow_release(&released).await?;
+    }
     window_count += released.len() as i64;
     let waiting = &queued[take..];
     let mut admitted = Admitted {
@@ -194,15 +255,15 @@ async fn admit_locked<T: FlowTx + ?Sized>(
             });
         }
     }
-    tx.save_flow_key(
-        key,
-        &FlowKeySave {
-            window_start_ms,
-            window_count,
-            recheck_at_ms,
-        },
-    )
-    .await?;
+    let save = FlowKeySave {
+        window_start_ms,
+        window_count,
+        recheck_at_ms,
+    };
+    // A key with room, nothing waiting and no rate window writes nothing.
+    if save != row.saved {
+        tx.save_flow_key(key, &save).await?;
+    }
     Ok(admitted)
 }
 
@@ -259,7 +320,7 @@ mod tests {
         let mut released = Vec::new();
         for run in &runs {
             released.extend(
-                put_in_line(&mut db, *run, KEY, &two)
+                put_in_line(&mut db, &[*run], KEY, &two)
                     .await
                     .unwrap()
                     .released,
@@ -274,7 +335,7 @@ mod tests {
         );
         // A run in line is put in line once.
         assert_eq!(
-            put_in_line(&mut db, runs[2], KEY, &two).await.unwrap(),
+            put_in_line(&mut db, &[runs[2]], KEY, &two).await.unwrap(),
             Admitted::default()
         );
         // An end makes room for the oldest waiting run only.
@@ -308,7 +369,7 @@ mod tests {
         let mut released = Vec::new();
         for run in &runs {
             released.extend(
-                put_in_line(&mut db, *run, KEY, &rate)
+                put_in_line(&mut db, &[*run], KEY, &rate)
                     .await
                     .unwrap()
                     .released,
@@ -333,8 +394,8 @@ mod tests {
         };
         let first = add_pending_run(&mut db, 7, 1_000, None).run_id;
         let second = add_pending_run(&mut db, 7, 2_000, None).run_id;
-        put_in_line(&mut db, first, KEY, &fifo).await.unwrap();
-        put_in_line(&mut db, second, KEY, &fifo).await.unwrap();
+        put_in_line(&mut db, &[first], KEY, &fifo).await.unwrap();
+        put_in_line(&mut db, &[second], KEY, &fifo).await.unwrap();
         db.runs
             .iter_mut()
             .find(|r| r.run_id == first)
@@ -360,13 +421,70 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_key_that_becomes_fifo_is_not_held_by_runs_that_failed_before() {
+        let mut db = MemoryDb::default();
+        let before = add_pending_run(&mut db, 7, 1_000, None).run_id;
+        put_in_line(&mut db, &[before], KEY, &limits(Some(1), None, false))
+            .await
+            .unwrap();
+        db.runs
+            .iter_mut()
+            .find(|r| r.run_id == before)
+            .unwrap()
+            .state = RunState::Failed;
+        let fifo = FlowLimits {
+            hold_failed: true,
+            ..limits(Some(1), None, false)
+        };
+        let next = add_pending_run(&mut db, 7, 2_000, None).run_id;
+        assert_eq!(
+            put_in_line(&mut db, &[next], KEY, &fifo)
+                .await
+                .unwrap()
+                .released,
+            [next]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_rerun_of_a_held_run_takes_its_place_ahead_of_the_line() {
+        let mut db = MemoryDb::default();
+        let fifo = FlowLimits {
+            hold_failed: true,
+            ..limits(Some(1), None, false)
+        };
+        let failed = add_pending_run(&mut db, 7, 1_000, None).run_id;
+        let waiting = add_pending_run(&mut db, 7, 2_000, None).run_id;
+        put_in_line(&mut db, &[failed], KEY, &fifo).await.unwrap();
+        put_in_line(&mut db, &[waiting], KEY, &fifo).await.unwrap();
+        db.runs
+            .iter_mut()
+            .find(|r| r.run_id == failed)
+            .unwrap()
+            .state = RunState::Failed;
+        let rerun = add_pending_run(&mut db, 7, 3_000, None).run_id;
+        assert!(hand_over(&mut db, failed, rerun).await.unwrap());
+        assert_eq!(state(&db, rerun), RunState::Pending);
+        assert_eq!(db.flow.run_keys.get(&rerun).map(String::as_str), Some(KEY));
+        assert_eq!(
+            state(&db, waiting),
+            RunState::Queued,
+            "still behind the rerun"
+        );
+        assert!(
+            !hand_over(&mut db, failed, rerun).await.unwrap(),
+            "handed over once"
+        );
+    }
+
+    #[tokio::test]
     async fn a_full_key_that_drops_ends_the_run_skipped_saying_why() {
         let mut db = MemoryDb::default();
         let one = limits(Some(1), None, true);
         let first = add_pending_run(&mut db, 7, 1_000, None).run_id;
         let second = add_pending_run(&mut db, 7, 2_000, None).run_id;
-        put_in_line(&mut db, first, KEY, &one).await.unwrap();
-        let admitted = put_in_line(&mut db, second, KEY, &one).await.unwrap();
+        put_in_line(&mut db, &[first], KEY, &one).await.unwrap();
+        let admitted = put_in_line(&mut db, &[second], KEY, &one).await.unwrap();
         assert_eq!(
             admitted.dropped,
             [(

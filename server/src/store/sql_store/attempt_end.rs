@@ -13,12 +13,31 @@ macro_rules! attempt_end_store {
                 let mut tx = self.begin_write().await?;
                 let mut ended = Vec::with_capacity(ends.len());
                 let mut runs_ended = Vec::new();
+                let mut flow_keys = Vec::new();
                 for (attempt_id, end) in ends {
                     ended.push(
-                        self.attempt_end_in(&mut tx, *attempt_id, end, &mut runs_ended)
-                            .await?,
+                        super::rules::attempt_end::end_attempt(
+                            &mut StoreTx {
+                                store: self,
+                                tx: &mut tx,
+                            },
+                            *attempt_id,
+                            end,
+                            &mut runs_ended,
+                            &mut flow_keys,
+                        )
+                        .await?,
                     );
                 }
+                // The flow keys of the runs that ended: each admitted once, in order.
+                super::rules::flow::admit_all(
+                    &mut StoreTx {
+                        store: self,
+                        tx: &mut tx,
+                    },
+                    flow_keys,
+                )
+                .await?;
                 // What follows the runs that ended (children, workflow steps), in the same
                 // commit: once each.
                 let followed = self.follow_ups_in(&mut tx, &runs_ended).await?;
@@ -26,24 +45,6 @@ macro_rules! attempt_end_store {
                 self.events
                     .note(followed.created, &followed.workflows_ended);
                 Ok(ended)
-            }
-
-            /// Ends one attempt inside the caller's transaction (the rule:
-            /// `super::rules::attempt_end`); a run that ends with it is added to `runs_ended`.
-            async fn attempt_end_in(
-                &self,
-                tx: &mut Tx<$db>,
-                attempt_id: i64,
-                end: &AttemptEnd,
-                runs_ended: &mut Vec<EndedRun>,
-            ) -> Result<AttemptEnded, Error> {
-                super::rules::attempt_end::end_attempt(
-                    &mut StoreTx { store: self, tx },
-                    attempt_id,
-                    end,
-                    runs_ended,
-                )
-                .await
             }
 
             /// A run of `job_id` queued behind one that just ended (overlap `queue`) may

@@ -7,25 +7,32 @@ macro_rules! flow_store {
         #[async_trait]
         impl FlowStore for $store {
             async fn runs_put_in_line(&self, runs: &[RunInLine]) -> Result<Admitted, Error> {
-                if runs.is_empty() {
+                // One admission per key, keys locked in one order, so two passes cannot
+                // deadlock on them; a key's limits are those of its last run here.
+                let mut keys: BTreeMap<&str, (FlowLimits, Vec<i64>)> = BTreeMap::new();
+                for run in runs {
+                    let entry = keys
+                        .entry(run.key.as_str())
+                        .or_insert_with(|| (run.limits, Vec::new()));
+                    entry.0 = run.limits;
+                    entry.1.push(run.run_id);
+                }
+                if keys.is_empty() {
                     return Ok(Admitted::default());
                 }
-                // Keys locked in one order, so two passes cannot deadlock on them.
-                let mut sorted: Vec<&RunInLine> = runs.iter().collect();
-                sorted.sort_by(|a, b| a.key.cmp(&b.key).then(a.run_id.cmp(&b.run_id)));
                 retry_transient(|| async {
                     let mut tx = self.begin_write().await?;
                     let mut admitted = Admitted::default();
-                    for run in &sorted {
+                    for (key, (limits, run_ids)) in &keys {
                         admitted.extend(
                             super::rules::flow::put_in_line(
                                 &mut StoreTx {
                                     store: self,
                                     tx: &mut tx,
                                 },
-                                run.run_id,
-                                &run.key,
-                                &run.limits,
+                                run_ids,
+                                key,
+                                limits,
                             )
                             .await?,
                         );
@@ -58,6 +65,24 @@ macro_rules! flow_store {
                         tx.rollback().await?;
                     }
                     Ok(released)
+                })
+                .await
+            }
+
+            async fn run_flow_hand_over(&self, from: i64, to: i64) -> Result<bool, Error> {
+                retry_transient(|| async {
+                    let mut tx = self.begin_write().await?;
+                    let handed = super::rules::flow::hand_over(
+                        &mut StoreTx {
+                            store: self,
+                            tx: &mut tx,
+                        },
+                        from,
+                        to,
+                    )
+                    .await?;
+                    tx.commit().await?;
+                    Ok(handed)
                 })
                 .await
             }
@@ -118,6 +143,7 @@ macro_rules! flow_store {
                     i64,
                     i64,
                     i64,
+                    Option<i64>,
                     i64,
                 );
                 let row = sqlx::query_as::<$db, Row>(sql(&self.store.q.flow_key_lock))
@@ -125,34 +151,40 @@ macro_rules! flow_store {
                     .fetch_optional(&mut **self.tx)
                     .await?;
                 Ok(row.map(
-                    |(max, rate_limit, rate_per, drop, hold, start, count, now_ms)| FlowKeyRow {
-                        limits: FlowLimits {
-                            max_in_flight: max,
-                            rate: rate_limit.zip(rate_per),
-                            drop_when_full: drop != 0,
-                            hold_failed: hold != 0,
-                        },
-                        window_start_ms: start,
-                        window_count: count,
-                        now_ms,
+                    |(max, rate_limit, rate_per, drop, hold, start, count, recheck, now_ms)| {
+                        FlowKeyRow {
+                            limits: FlowLimits {
+                                max_in_flight: max,
+                                rate: rate_limit.zip(rate_per),
+                                drop_when_full: drop != 0,
+                                hold_failed: hold != 0,
+                            },
+                            saved: FlowKeySave {
+                                window_start_ms: start,
+                                window_count: count,
+                                recheck_at_ms: recheck,
+                            },
+                            now_ms,
+                        }
                     },
                 ))
             }
 
             async fn flow_enqueue(
                 &mut self,
-                run_id: i64,
+                run_ids: &[i64],
                 key: &str,
                 message: &str,
-            ) -> Result<bool, Error> {
-                let moved = sqlx::query::<$db>(sql(&self.store.q.run_flow_enqueue))
+            ) -> Result<u64, Error> {
+                let Some(update) = with_partitions(&self.store.q.runs_flow_enqueue, run_ids) else {
+                    return Ok(0);
+                };
+                Ok(sqlx::query::<$db>(update)
                     .bind(key)
                     .bind(message)
-                    .bind(run_id)
                     .execute(&mut **self.tx)
                     .await?
-                    .rows_affected();
-                Ok(moved != 0)
+                    .rows_affected())
             }
 
             async fn flow_in_flight(&mut self, key: &str, holding: bool) -> Result<i64, Error> {
@@ -177,6 +209,25 @@ macro_rules! flow_store {
                 )
             }
 
+            async fn flow_unhold_all(&mut self, key: &str) -> Result<(), Error> {
+                sqlx::query::<$db>(sql(&self.store.q.runs_flow_unhold_all))
+                    .bind(key)
+                    .execute(&mut **self.tx)
+                    .await?;
+                Ok(())
+            }
+
+            async fn flow_take_place(&mut self, run_id: i64, key: &str) -> Result<bool, Error> {
+                let done = sqlx::query::<$db>(sql(&self.store.q.run_flow_take_place))
+                    .bind(key)
+                    .bind(run_id)
+                    .bind(key)
+                    .execute(&mut **self.tx)
+                    .await?
+                    .rows_affected();
+                Ok(done != 0)
+            }
+
             async fn flow_unhold(&mut self, run_id: i64, key: &str) -> Result<bool, Error> {
                 let done = sqlx::query::<$db>(sql(&self.store.q.run_flow_unhold))
                     .bind(run_id)
@@ -197,19 +248,11 @@ macro_rules! flow_store {
                 )
             }
 
-            async fn flow_release(&mut self, run_ids: &[i64]) -> Result<Vec<i64>, Error> {
-                let mut moved = Vec::with_capacity(run_ids.len());
-                for &run_id in run_ids {
-                    let done = sqlx::query::<$db>(sql(&self.store.q.run_flow_release))
-                        .bind(run_id)
-                        .execute(&mut **self.tx)
-                        .await?
-                        .rows_affected();
-                    if done != 0 {
-                        moved.push(run_id);
-                    }
+            async fn flow_release(&mut self, run_ids: &[i64]) -> Result<(), Error> {
+                if let Some(update) = with_partitions(&self.store.q.runs_flow_release, run_ids) {
+                    sqlx::query::<$db>(update).execute(&mut **self.tx).await?;
                 }
-                Ok(moved)
+                Ok(())
             }
 
             async fn flow_drop(

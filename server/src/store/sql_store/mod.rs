@@ -28,7 +28,7 @@ mod tasks;
 mod tokens;
 mod workflows;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::str::FromStr;
 use std::sync::{Arc, LazyLock};
 

@@ -58,27 +58,34 @@ impl FlowTx for MemoryDb {
         }
         Ok(self.flow.keys.get(key).map(|row| FlowKeyRow {
             limits: row.limits,
-            window_start_ms: row.window_start_ms,
-            window_count: row.window_count,
+            saved: FlowKeySave {
+                window_start_ms: row.window_start_ms,
+                window_count: row.window_count,
+                recheck_at_ms: row.recheck_at_ms,
+            },
             now_ms: self.now_ms,
         }))
     }
 
-    async fn flow_enqueue(&mut self, run_id: i64, key: &str, message: &str) -> Result<bool, Error> {
-        if self.flow.run_keys.contains_key(&run_id) {
-            return Ok(false);
+    async fn flow_enqueue(
+        &mut self,
+        run_ids: &[i64],
+        key: &str,
+        message: &str,
+    ) -> Result<u64, Error> {
+        let mut moved = 0;
+        for run in &mut self.runs {
+            if run_ids.contains(&run.run_id)
+                && run.state == RunState::Pending
+                && !self.flow.run_keys.contains_key(&run.run_id)
+            {
+                run.state = RunState::Queued;
+                run.message = Some(message.to_owned());
+                self.flow.run_keys.insert(run.run_id, key.to_owned());
+                moved += 1;
+            }
         }
-        let Some(run) = self
-            .runs
-            .iter_mut()
-            .find(|r| r.run_id == run_id && r.state == RunState::Pending)
-        else {
-            return Ok(false);
-        };
-        run.state = RunState::Queued;
-        run.message = Some(message.to_owned());
-        self.flow.run_keys.insert(run_id, key.to_owned());
-        Ok(true)
+        Ok(moved)
     }
 
     async fn flow_in_flight(&mut self, key: &str, holding: bool) -> Result<i64, Error> {
@@ -101,6 +108,35 @@ impl FlowTx for MemoryDb {
             .flatten())
     }
 
+    async fn flow_unhold_all(&mut self, key: &str) -> Result<(), Error> {
+        let failed: Vec<i64> = self
+            .runs_of_key(key)
+            .filter(|r| HOLDING.contains(&r.state.as_str()))
+            .map(|r| r.run_id)
+            .collect();
+        for run_id in failed {
+            self.flow.run_keys.remove(&run_id);
+        }
+        Ok(())
+    }
+
+    async fn flow_take_place(&mut self, run_id: i64, key: &str) -> Result<bool, Error> {
+        let current = self.flow.run_keys.get(&run_id).cloned();
+        let Some(run) = self.runs.iter_mut().find(|r| {
+            r.run_id == run_id
+                && match current.as_deref() {
+                    None => r.state == RunState::Pending,
+                    Some(k) => k == key && r.state == RunState::Queued,
+                }
+        }) else {
+            return Ok(false);
+        };
+        run.state = RunState::Pending;
+        run.message = None;
+        self.flow.run_keys.insert(run_id, key.to_owned());
+        Ok(true)
+    }
+
     async fn flow_unhold(&mut self, run_id: i64, key: &str) -> Result<bool, Error> {
         if self.flow_key_held_by(run_id).await?.as_deref() != Some(key) {
             return Ok(false);
@@ -120,16 +156,14 @@ impl FlowTx for MemoryDb {
         Ok(queued)
     }
 
-    async fn flow_release(&mut self, run_ids: &[i64]) -> Result<Vec<i64>, Error> {
-        let mut moved = Vec::new();
+    async fn flow_release(&mut self, run_ids: &[i64]) -> Result<(), Error> {
         for run in &mut self.runs {
             if run_ids.contains(&run.run_id) && run.state == RunState::Queued {
                 run.state = RunState::Pending;
                 run.message = None;
-                moved.push(run.run_id);
             }
         }
-        Ok(moved)
+        Ok(())
     }
 
     async fn flow_drop(&mut self, run_ids: &[i64], message: &str) -> Result<Vec<i64>, Error> {
