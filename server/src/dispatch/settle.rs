@@ -33,6 +33,8 @@ pub(super) struct Ended {
     /// job that queues nothing behind it and has no children (so nothing else changes when
     /// it ends).
     pub(super) simple_success: Option<String>,
+    /// The flow key of its run (*Flow control*), admitted again once a plain success ends it.
+    pub(super) flow_key: Option<String>,
 }
 
 /// What a delivery produced: an attempt to end (answered at once), or nothing more to do.
@@ -100,8 +102,8 @@ pub(super) async fn settle(
     let simple = store::PlainSuccessCheck {
         end: &end,
         shard_total: attempt.shard_total,
-        // A queue behind the run (overlap `queue`, a flow key) is released by the full end.
-        job_queues: offer.policy.overlap == Overlap::Queue || offer.policy.flow.is_some(),
+        // A run queued behind it (overlap `queue`) is released by the full end.
+        job_queues: offer.policy.overlap == Overlap::Queue,
         run_has_input: offer.request.input.is_some(),
     }
     .holds();
@@ -112,7 +114,16 @@ pub(super) async fn settle(
         namespace: offer.namespace,
         end,
         simple_success: simple.then(|| executor_id.to_owned()),
+        flow_key: flow_key_of(offer),
     })))
+}
+
+/// The key a run of `offer` was admitted under, as its policy and arguments give it (the
+/// start pass put it in line by the same rule).
+fn flow_key_of(offer: &Offer) -> Option<String> {
+    let flow = offer.policy.flow.as_ref()?;
+    let args = offer.attempt.args().ok()?;
+    flow.key_of(offer.namespace.0, &args).ok()
 }
 
 /// Settles in flight at once (each the answers gathered while the others ran, in
@@ -276,7 +287,7 @@ async fn end_together(
 ) -> Result<usize, store::Error> {
     // Plain successes end in two statements per executor (and namespace, whose runs they count
     // as); the rest one by one, together.
-    let mut simple: HashMap<(&str, NamespaceId), Vec<i64>> = HashMap::new();
+    let mut simple: HashMap<(&str, NamespaceId), (Vec<i64>, Vec<String>)> = HashMap::new();
     let mut outputs: HashMap<i64, String> = HashMap::new();
     // The others end together; `runs_of_rest` names each one's run, job and namespace, in order.
     let mut rest = Vec::new();
@@ -284,10 +295,11 @@ async fn end_together(
     for done in ended {
         match &done.simple_success {
             Some(executor) => {
-                simple
+                let (attempts, keys) = simple
                     .entry((executor.as_str(), done.namespace))
-                    .or_default()
-                    .push(done.attempt_id);
+                    .or_default();
+                attempts.push(done.attempt_id);
+                keys.extend(done.flow_key.clone());
                 if let Some(output) = &done.end.output {
                     outputs.insert(done.attempt_id, output.clone());
                 }
@@ -303,14 +315,18 @@ async fn end_together(
     let began = std::time::SystemTime::now();
     let mut run_ends = Vec::new();
     let mut count = 0;
-    for ((executor, namespace), attempts) in simple {
-        for chunk in attempts.chunks(SETTLE_CHUNK) {
+    for ((executor, namespace), (attempts, keys)) in simple {
+        let last = attempts.len().saturating_sub(1) / SETTLE_CHUNK;
+        for (i, chunk) in attempts.chunks(SETTLE_CHUNK).enumerate() {
+            // The keys are admitted once, with the last chunk: after every run of theirs here
+            // has ended.
+            let keys: &[String] = if i == last { &keys } else { &[] };
             let with_output: Vec<(i64, String)> = chunk
                 .iter()
                 .filter_map(|id| outputs.remove(id).map(|output| (*id, output)))
                 .collect();
             let runs = store
-                .attempts_succeed(executor, chunk, &with_output)
+                .attempts_succeed(executor, chunk, &with_output, keys)
                 .await?;
             observer.runs_succeeded(namespace, runs);
             count += chunk.len();

@@ -462,6 +462,7 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
         executor_id: &str,
         attempt_ids: &[i64],
         outputs: &[(i64, String)],
+        flow_keys: &[String],
     ) -> Result<u64, Error>;
 
     /// [`attempt_end`](Self::attempt_end) for many attempts in one transaction, in the order

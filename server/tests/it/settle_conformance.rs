@@ -85,7 +85,8 @@ async fn plain_successes_end_their_runs_but_not_a_run_whose_attempt_ended_elsewh
                 &[
                     (ids[0].0, "{\"status\":200}".to_owned()),
                     (ids[2].0, "{\"late\":true}".to_owned())
-                ]
+                ],
+                &[]
             )
             .await
             .unwrap(),
@@ -123,12 +124,15 @@ async fn plain_successes_end_their_runs_but_not_a_run_whose_attempt_ended_elsewh
     // Again, nothing changes: every attempt named has ended.
     assert_eq!(
         store
-            .attempts_succeed("e1", &attempt_ids(&ids), &[])
+            .attempts_succeed("e1", &attempt_ids(&ids), &[], &[])
             .await
             .unwrap(),
         0
     );
-    assert_eq!(store.attempts_succeed("e1", &[], &[]).await.unwrap(), 0);
+    assert_eq!(
+        store.attempts_succeed("e1", &[], &[], &[]).await.unwrap(),
+        0
+    );
 }
 
 /// The attempt ids of `(attempt, run)` pairs.

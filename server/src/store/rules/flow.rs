@@ -115,16 +115,20 @@ pub(crate) async fn put_in_line<T: FlowTx + ?Sized>(
     key: &str,
     limits: &FlowLimits,
 ) -> Result<Admitted, Error> {
+    let before = tx.lock_flow_key(key, None).await?;
     // A key that becomes `fifo` is not held by runs that failed before: only by those that
     // fail under it.
-    if limits.hold_failed
-        && let Some(before) = tx.lock_flow_key(key, None).await?
-        && !before.limits.hold_failed
-    {
+    if limits.hold_failed && before.is_some_and(|row| !row.limits.hold_failed) {
         tx.flow_unhold_all(key).await?;
     }
-    let Some(row) = tx.lock_flow_key(key, Some(limits)).await? else {
-        return Ok(Admitted::default());
+    // The limits are written only when they change: a key's row is written by its
+    // admissions, not by every run put in line.
+    let row = match before {
+        Some(row) if row.limits == *limits => row,
+        _ => match tx.lock_flow_key(key, Some(limits)).await? {
+            Some(row) => row,
+            None => return Ok(Admitted::default()),
+        },
     };
     let message = format!("in line for flow key {}", shown(key));
     if tx.flow_enqueue(run_ids, key, &message).await? == 0 {

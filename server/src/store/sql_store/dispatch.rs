@@ -604,22 +604,25 @@ macro_rules! dispatch_store {
                 executor_id: &str,
                 attempt_ids: &[i64],
                 outputs: &[(i64, String)],
+                flow_keys: &[String],
             ) -> Result<u64, Error> {
                 if attempt_ids.is_empty() {
                     return Ok(0);
                 }
                 retry_transient(|| async {
                     let mut tx = self.begin_write().await?;
+                    let mut store_tx = StoreTx {
+                        store: self,
+                        tx: &mut tx,
+                    };
                     let runs = super::rules::attempt_end::succeed_plainly(
-                        &mut StoreTx {
-                            store: self,
-                            tx: &mut tx,
-                        },
+                        &mut store_tx,
                         executor_id,
                         &attempt_ids,
                         outputs,
                     )
                     .await?;
+                    super::rules::flow::admit_all(&mut store_tx, flow_keys.to_vec()).await?;
                     tx.commit().await?;
                     Ok(runs)
                 })
