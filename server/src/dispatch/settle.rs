@@ -227,6 +227,10 @@ impl Dispatcher {
         self.settling.begin_settle(&ids);
         let store = Arc::clone(&self.store);
         let observer = self.observer.clone();
+        // Runs in line behind flow keys these ends admitted may start: the start pass is woken
+        // rather than left to its tick.
+        let admits = ended.iter().any(|e| e.flow_key.is_some());
+        let wake = Arc::clone(&self.wake);
         // Released however the task ends (a panic, a runtime shutting down): a held id left
         // behind would keep its attempt from this node's passes for good.
         let held = HeldUntilStored {
@@ -252,6 +256,9 @@ impl Dispatcher {
                     other => break other,
                 }
             };
+            if admits && stored.is_ok() {
+                wake.notify_one();
+            }
             match stored {
                 Ok(count) if began.elapsed() > SLOW_SETTLE => {
                     warn!(took = ?began.elapsed(), count, "slow settle of answered attempts");
