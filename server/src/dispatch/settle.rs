@@ -286,6 +286,10 @@ impl Drop for HeldUntilStored {
     }
 }
 
+/// Plain successes of one executor and namespace: their attempts, and the flow keys of their
+/// runs as their offers give them.
+type PlainSuccesses = (Vec<i64>, Vec<String>);
+
 /// Ends the attempts answered at once during a pass; returns how many.
 async fn end_together(
     store: &dyn Store,
@@ -294,7 +298,7 @@ async fn end_together(
 ) -> Result<usize, store::Error> {
     // Plain successes end in two statements per executor (and namespace, whose runs they count
     // as); the rest one by one, together.
-    let mut simple: HashMap<(&str, NamespaceId), (Vec<i64>, Vec<String>)> = HashMap::new();
+    let mut simple: HashMap<(&str, NamespaceId), PlainSuccesses> = HashMap::new();
     let mut outputs: HashMap<i64, String> = HashMap::new();
     // The others end together; `runs_of_rest` names each one's run, job and namespace, in order.
     let mut rest = Vec::new();

@@ -734,6 +734,10 @@ queries! {
         AND state IN ('failed', 'timed_out', 'no_executor') AND flow_key IS NOT NULL";
     run_flow_unhold = "UPDATE runs SET flow_key = NULL WHERE run_id = ? AND flow_key = ? \
         AND state IN ('failed', 'timed_out', 'no_executor')";
+    // `{partitions}`: attempt ids.
+    runs_flow_keys_of_attempts = "SELECT DISTINCT r.flow_key FROM attempts a \
+        JOIN runs r ON r.run_id = a.run_id \
+        WHERE a.attempt_id IN ({partitions}) AND r.flow_key IS NOT NULL";
     runs_flow_unhold_all = "UPDATE runs SET flow_key = NULL WHERE flow_key = ? \
         AND state IN ('failed', 'timed_out', 'no_executor')";
     run_flow_take_place = "UPDATE runs SET flow_key = ?, state = 'pending', message = NULL \

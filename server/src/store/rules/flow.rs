@@ -195,7 +195,19 @@ pub(crate) async fn hand_over<T: FlowTx + ?Sized>(
     if !row.limits.hold_failed || !tx.flow_unhold(from, &key).await? {
         return Ok(false);
     }
-    if !tx.flow_take_place(to, &key).await? {
+    // The place is free unless more runs held the key (it became fifo with runs in flight).
+    let free = match row.limits.max_in_flight {
+        Some(max) => tx.flow_in_flight(&key, true).await? < max,
+        None => true,
+    };
+    if free && tx.flow_take_place(to, &key).await? {
+        // Written, as any admission that lets a run start (see `admit_locked`).
+        let save = FlowKeySave {
+            window_count: row.saved.window_count + 1,
+            ..row.saved
+        };
+        tx.save_flow_key(&key, &save).await?;
+    } else {
         admit_locked(tx, &key, &row).await?;
     }
     Ok(true)
@@ -228,8 +240,14 @@ async fn admit_locked<T: FlowTx + ?Sized>(
             window_full_until = Some(window_start_ms.saturating_add(per_ms));
         }
     }
-    // One more than there is room for: whether any is left waiting.
-    let queued = tx.flow_queued(key, room + 1).await?;
+    // One more than there is room for, whether any is left waiting; a key that drops reads
+    // a batch more, to drop every run past its room at once.
+    let beyond = if limits.drop_when_full {
+        ADMIT_BATCH
+    } else {
+        1
+    };
+    let queued = tx.flow_queued(key, room + beyond).await?;
     let take = queued.len().min(usize::try_from(room).unwrap_or(0));
     let released = queued[..take].to_vec();
     if !released.is_empty() {
@@ -249,8 +267,10 @@ async fn admit_locked<T: FlowTx + ?Sized>(
             admitted
                 .dropped
                 .extend(dropped.into_iter().map(|id| (id, why.clone())));
-            // More may wait behind those read (the key was switched to `drop`).
-            recheck_at_ms = Some(row.now_ms);
+            // More may wait behind those read.
+            if waiting.len() as i64 == ADMIT_BATCH {
+                recheck_at_ms = Some(row.now_ms);
+            }
         } else {
             recheck_at_ms = Some(match window_full_until {
                 Some(end) => end,
@@ -264,8 +284,10 @@ async fn admit_locked<T: FlowTx + ?Sized>(
         window_count,
         recheck_at_ms,
     };
-    // A key with room, nothing waiting and no rate window writes nothing.
-    if save != row.saved {
+    // An admission that let runs start writes the key's row even when nothing in it changed:
+    // on Galera a row lock holds on one member only, and two members' admissions conflict
+    // only through writes to one row. One with nothing to note writes nothing.
+    if save != row.saved || !admitted.released.is_empty() {
         tx.save_flow_key(key, &save).await?;
     }
     Ok(admitted)

@@ -135,9 +135,10 @@ async fn end_passing_turn<T: RunEndTx + ?Sized>(
     }
     if run.holds_turn() {
         tx.release_next_queued(run.job_id).await?;
-        if let Some(key) = &run.flow_key {
-            flow::admit(tx, key).await?;
-        }
+    }
+    // Whatever state the head read: an admission may have released the run since.
+    if let Some(key) = &run.flow_key {
+        flow::admit(tx, key).await?;
     }
     Ok(true)
 }

@@ -622,7 +622,28 @@ macro_rules! dispatch_store {
                         outputs,
                     )
                     .await?;
-                    super::rules::flow::admit_all(&mut store_tx, flow_keys.to_vec()).await?;
+                    // The keys the runs were admitted under, beside those their offers give
+                    // (a job's flow policy or arguments edited since differ): read only when
+                    // the settle has runs of flow keys.
+                    let mut keys = flow_keys.to_vec();
+                    if !keys.is_empty()
+                        && let Some(read) =
+                            with_partitions(&self.q.runs_flow_keys_of_attempts, &attempt_ids)
+                    {
+                        keys.extend(
+                            sqlx::query_scalar::<$db, String>(read)
+                                .fetch_all(&mut *tx)
+                                .await?,
+                        );
+                    }
+                    super::rules::flow::admit_all(
+                        &mut StoreTx {
+                            store: self,
+                            tx: &mut tx,
+                        },
+                        keys,
+                    )
+                    .await?;
                     tx.commit().await?;
                     Ok(runs)
                 })

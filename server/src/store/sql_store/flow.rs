@@ -93,10 +93,10 @@ macro_rules! flow_store {
                     .fetch_all(&self.pool)
                     .await?;
                 let mut admitted = Admitted::default();
-                // One transaction per key: a key's admission holds its lock only for itself.
+                // One transaction per key: a key's admission holds its lock only for itself,
+                // and one that fails does not keep the others waiting.
                 for key in keys {
-                    admitted.extend(
-                        retry_transient(|| async {
+                    let done = retry_transient(|| async {
                             let mut tx = self.begin_write().await?;
                             let done = super::rules::flow::admit(
                                 &mut StoreTx {
@@ -109,8 +109,13 @@ macro_rules! flow_store {
                             tx.commit().await?;
                             Ok(done)
                         })
-                        .await?,
-                    );
+                        .await;
+                    match done {
+                        Ok(done) => admitted.extend(done),
+                        Err(err) => {
+                            tracing::warn!(error = %err, key, "admitting a flow key failed");
+                        }
+                    }
                 }
                 Ok(admitted)
             }
