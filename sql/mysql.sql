@@ -220,11 +220,14 @@ CREATE TABLE runs (
     finished_at_ms BIGINT NULL,
     message TEXT NULL,
     input_json TEXT NULL,
-    namespace_id BIGINT NOT NULL DEFAULT 1
+    namespace_id BIGINT NOT NULL DEFAULT 1,
+    -- The flow-control key the run was put in line under, if any.
+    flow_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL
 );
 CREATE UNIQUE INDEX runs_job_instant_idx ON runs (job_id, scheduled_at_ms);
 CREATE INDEX runs_state_idx ON runs (state, partition_id);
 CREATE INDEX runs_finished_idx ON runs (finished_at_ms);
+CREATE INDEX runs_flow_idx ON runs (flow_key, state, run_id);
 
 -- Attempts: one dispatch of a run (or of one shard of it) to an executor; pending ones are
 -- the dispatch queue.
@@ -376,3 +379,20 @@ CREATE TABLE step_runs (
     PRIMARY KEY (workflow_run_id, step_name)
 );
 CREATE INDEX step_runs_run_idx ON step_runs (run_id);
+
+-- Flow keys: the limits a key's runs are admitted under, its rate window, and when its
+-- queued runs are looked at again.
+CREATE TABLE flow_keys (
+    flow_key VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin PRIMARY KEY,
+    max_in_flight BIGINT NULL,
+    rate_limit BIGINT NULL,
+    rate_per_ms BIGINT NULL,
+    drop_when_full BIGINT NOT NULL,
+    -- `fifo`: a run that failed for good keeps its place until it is released.
+    hold_failed BIGINT NOT NULL,
+    window_start_ms BIGINT NOT NULL,
+    window_count BIGINT NOT NULL,
+    recheck_at_ms BIGINT NULL,
+    updated_at_ms BIGINT NOT NULL
+);
+CREATE INDEX flow_keys_recheck_idx ON flow_keys (recheck_at_ms);
