@@ -50,12 +50,13 @@ export function flowFields(start) {
   return { c, f, fieldset, fieldOf, read };
 }
 
-/** A job's flow control as the job page shows it. */
+/** A job's or a workflow's flow control as its page shows it. */
 export function flowText(flow) {
   if (!flow) return 'none';
   const key = flow.key_arg ? `${flow.key} per ${flow.key_arg}` : flow.key;
   const limits = [];
   if (flow.max_in_flight) limits.push(`${flow.max_in_flight} in flight`);
   if (flow.rate) limits.push(`${flow.rate.limit} per ${flow.rate.per_ms} ms`);
+  if (flow.fifo) limits.push('in order, a failure holding the key');
   return `${key}: ${limits.join(', ')}${flow.on_full === 'drop' ? ' (extra runs skipped)' : ''}`;
 }

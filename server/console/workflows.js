@@ -7,6 +7,7 @@ import { timeEl, scheduleEl, badge, prettyJson } from './format.js';
 import { table, row, emptyRow } from './tables.js';
 import { pageHead, keepFocus, setTitle, focusHeading } from './view.js';
 import { workflowGraph, needsOf } from './graph.js';
+import { flowText } from './job_flow.js';
 
 const UNFINISHED = new Set(['pending', 'queued', 'running']);
 
@@ -73,6 +74,7 @@ export async function viewWorkflow(ctx, id) {
       ['Time zone', workflow.timezone],
       ['Misfire', workflow.misfire],
       ['Overlap', workflow.overlap],
+      ['Flow control', flowText(workflow.flow)],
       ['Parameters', h('pre', { text: prettyJson(workflow.params) })],
       ['Steps', h('ul', { class: 'plain' }, workflow.steps.map((s) => h('li', null,
         h('strong', { text: s.name }),

@@ -23,7 +23,7 @@ use super::params::{IdParam, QueryParams};
 use super::runs::{JobRunsQuery, RunList, RunView};
 use super::{ApiError, ApiState};
 use crate::clock::rfc3339;
-use crate::jobs::{JobDefinition, Misfire, Overlap};
+use crate::jobs::{Flow, JobDefinition, Misfire, Overlap};
 use crate::schedule::ScheduleSpec;
 use crate::states::{JobKind, JobState};
 use crate::store::{JobFilter, JobOrder, JobRecord, NamespaceId};
@@ -43,6 +43,8 @@ pub(super) struct WorkflowView {
     misfire: Misfire,
     overlap: Overlap,
     priority: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    flow: Option<Flow>,
     #[serde(skip_serializing_if = "Option::is_none")]
     description: Option<String>,
     /// `stopped`, `running` or `done`.
@@ -284,6 +286,7 @@ pub(super) async fn view_with(
                     retry: Some(own.policy.retry),
                     timeout_ms: own.policy.timeout_ms,
                     delivery: Some(own.policy.delivery),
+                    flow: own.policy.flow,
                     needs,
                 }),
                 None => Ok(StepInput {
@@ -297,6 +300,7 @@ pub(super) async fn view_with(
                     retry: None,
                     timeout_ms: None,
                     delivery: None,
+                    flow: None,
                     needs,
                 }),
             }
@@ -313,6 +317,7 @@ pub(super) async fn view_with(
         misfire: job.policy.misfire,
         overlap: job.policy.overlap,
         priority: job.policy.priority,
+        flow: job.policy.flow,
         description: job.policy.description,
         state: record.state.as_str().to_owned(),
         version: record.version,

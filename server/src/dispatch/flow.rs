@@ -25,9 +25,10 @@ pub(super) enum FlowPlace {
 
 impl Dispatcher {
     /// Where `run` of `job` stands: a run already admitted (its key set) or of a job without
-    /// `flow` is free to start; an error when its key cannot be read from its arguments.
+    /// `flow` is free to start; an error when its key cannot be read from its arguments (a
+    /// workflow's: its params).
     pub(super) fn flow_place(run: &RunRecord, job: &JobRecord) -> Result<FlowPlace, String> {
-        if run.flow_key.is_some() || job.is_workflow() {
+        if run.flow_key.is_some() {
             return Ok(FlowPlace::Free);
         }
         let Some(flow) = job.policy().ok().and_then(|p| p.flow.as_ref()) else {

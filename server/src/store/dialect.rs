@@ -564,8 +564,9 @@ queries! {
         WHERE run_id = ? AND state = 'pending'";
     workflow_run_insert = "INSERT INTO workflow_runs (run_id, workflow_id, definition_json, \
         params_json, rerun_of, created_at_ms) VALUES (?, ?, ?, ?, ?, {now})";
-    workflow_run_get = "SELECT run_id, workflow_id, definition_json, params_json, rerun_of, \
-        created_at_ms FROM workflow_runs WHERE run_id = ?";
+    workflow_run_get = "SELECT w.run_id, w.workflow_id, w.definition_json, w.params_json, \
+        w.rerun_of, w.created_at_ms, r.flow_key FROM workflow_runs w \
+        LEFT JOIN runs r ON r.run_id = w.run_id WHERE w.run_id = ?";
     // `{partitions}`: runs that ended.
     step_runs_of_runs = "SELECT workflow_run_id, step_name, state, run_id, output_json, \
         updated_at_ms FROM step_runs WHERE run_id IN ({partitions}) AND state = 'running' \

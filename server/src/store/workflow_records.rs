@@ -19,6 +19,9 @@ pub struct WorkflowRunRecord {
     /// The workflow run this one runs again (its succeeded steps are not run again).
     pub rerun_of: Option<i64>,
     pub created_at_ms: i64,
+    /// The flow key its run counts under (`runs.flow_key`), read with it; never written here.
+    #[sqlx(default)]
+    pub flow_key: Option<String>,
 }
 
 impl WorkflowRunRecord {

@@ -7,8 +7,8 @@ use utoipa::ToSchema;
 
 use super::{Need, On};
 use crate::jobs::{
-    Balance, Bounds, Delivery, JobAlerts, JobDefinition, JobError, JobInput, Misfire, Overlap,
-    Retry, Sharding,
+    Balance, Bounds, Delivery, Flow, JobAlerts, JobDefinition, JobError, JobInput, Misfire,
+    Overlap, Retry, Sharding,
 };
 use crate::schedule::ScheduleSpec;
 
@@ -47,6 +47,10 @@ pub struct WorkflowInput {
     /// Stop the workflow after this many failed runs in a row, and alert.
     #[serde(default)]
     pub pause_after_failures: Option<u32>,
+    /// Flow control of the workflow's runs as a whole: a workflow run counts under its key
+    /// from its start to its last step's end (`key_arg` points into the workflow's params).
+    #[serde(default)]
+    pub flow: Option<Flow>,
     #[serde(default)]
     pub description: Option<String>,
     /// Start the workflow at once (default: created stopped).
@@ -83,6 +87,9 @@ pub struct StepInput {
     pub timeout_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivery: Option<Delivery>,
+    /// Flow control of this step's runs (with those of every job and task naming its key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flow: Option<Flow>,
     /// The steps that must have ended first: a name (it must have succeeded) or
     /// `{"step": name, "on": "success" | "failure" | "always"}`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -126,7 +133,7 @@ impl WorkflowInput {
             handler: Some(WORKFLOW_HANDLER.to_owned()),
             http: None,
             secrets: Vec::new(),
-            flow: None,
+            flow: self.flow.clone(),
             schedule: self.schedule.clone(),
             timezone: self.timezone.clone(),
             args: self.params.clone(),
@@ -180,6 +187,7 @@ impl StepInput {
                 if self.sharding.is_some()
                     || self.retry.is_some()
                     || self.timeout_ms.is_some()
+                    || self.flow.is_some()
                     || !self.args.is_null()
                 {
                     return Err(JobError::new(
@@ -202,6 +210,7 @@ impl StepInput {
                     "retry": self.retry.clone().unwrap_or_default(),
                     "timeout_ms": self.timeout_ms,
                     "delivery": self.delivery.unwrap_or_default(),
+                    "flow": self.flow,
                 });
                 let input: JobInput = crate::input_text::from_value(doc)
                     .map_err(|e| JobError::new(&field("name"), e))?;

@@ -4,7 +4,9 @@
 //! ends the extra runs `skipped`, saying why; a rate limit starts so many runs per window and
 //! the rest in the next; a bad `flow` document is refused naming its field. Tasks under a
 //! `fifo` key run one at a time in the order they were due, and one that failed holds its key
-//! until it is released, while other keys' tasks go on.
+//! until it is released, while other keys' tasks go on. A workflow's key counts its runs as
+//! a whole, from their start to their last step's end, and a re-run of one that failed under
+//! a `fifo` key takes the key ahead of the line.
 
 use std::time::Duration;
 
@@ -24,7 +26,8 @@ for_engine!(
     Postgres,
     [
         flow_keys_cap_runs_in_flight_and_per_window,
-        fifo_task_keys_run_in_order_and_a_failure_holds_its_key
+        fifo_task_keys_run_in_order_and_a_failure_holds_its_key,
+        a_workflow_run_counts_under_its_key_until_its_last_step_ends
     ]
 );
 for_engine!(
@@ -32,7 +35,8 @@ for_engine!(
     Mysql,
     [
         flow_keys_cap_runs_in_flight_and_per_window,
-        fifo_task_keys_run_in_order_and_a_failure_holds_its_key
+        fifo_task_keys_run_in_order_and_a_failure_holds_its_key,
+        a_workflow_run_counts_under_its_key_until_its_last_step_ends
     ]
 );
 for_engine!(
@@ -40,7 +44,8 @@ for_engine!(
     Sqlite,
     [
         flow_keys_cap_runs_in_flight_and_per_window,
-        fifo_task_keys_run_in_order_and_a_failure_holds_its_key
+        fifo_task_keys_run_in_order_and_a_failure_holds_its_key,
+        a_workflow_run_counts_under_its_key_until_its_last_step_ends
     ]
 );
 
@@ -391,4 +396,116 @@ async fn fifo_task_keys_run_in_order_and_a_failure_holds_its_key(db: TestDb) {
         )
         .await;
     assert_eq!(status, 409, "released once");
+}
+
+/// The workflow run `id` once its state is one of `states`, after at most 60 s.
+async fn workflow_run_in(node: &NodeProcess, id: &Value, states: &[&str]) -> Value {
+    wait_for(
+        Duration::from_secs(60),
+        &format!("workflow run {id} to be {states:?}"),
+        || async {
+            let (status, run) = node
+                .call(Method::GET, &format!("/api/v1/workflow-runs/{id}"), None)
+                .await;
+            (status == 200 && states.contains(&run["state"].as_str()?)).then_some(run)
+        },
+    )
+    .await
+}
+
+async fn post_ok(node: &NodeProcess, path: &str, body: Value) -> Value {
+    let (status, answer) = node.call(Method::POST, path, Some(body)).await;
+    assert!((200..300).contains(&status), "{path}: {status} {answer}");
+    answer
+}
+
+async fn a_workflow_run_counts_under_its_key_until_its_last_step_ends(db: TestDb) {
+    let home = tempfile::tempdir().unwrap();
+    let mut spec = NodeSpec::fast("n1", &db.url, home.path());
+    spec.extra_env = node_env();
+    let node = NodeProcess::start(spec).await;
+    let _executor = Executor::start_registered(&node, "flow-app", "flow-e1").await;
+    let manual = json!({"manual": true});
+
+    // One nightly workflow run at a time: the next starts once the last step of the one
+    // before has ended, in the order they were triggered.
+    let nightly = post_ok(
+        &node,
+        "/api/v1/workflows",
+        json!({"name": "nightly", "schedule": manual,
+        "flow": {"key": "nightly", "max_in_flight": 1},
+        "steps": [
+          {"name": "extract", "app": "flow-app", "handler": "slow",
+           "args": {"seconds": 0.5}},
+          {"name": "load", "app": "flow-app", "handler": "echo", "needs": ["extract"]}
+        ]}),
+    )
+    .await;
+    assert_eq!(nightly["flow"]["key"], "nightly", "{nightly}");
+    let trigger_path = format!("/api/v1/workflows/{}/trigger", nightly["id"]);
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        runs.push(post_ok(&node, &trigger_path, json!({})).await["id"].clone());
+    }
+    let waiting = workflow_run_in(&node, &runs[2], &["queued"]).await;
+    assert!(
+        waiting["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("in line for flow key nightly")),
+        "{waiting}"
+    );
+    let mut done = Vec::new();
+    for run in &runs {
+        done.push(workflow_run_in(&node, run, &["succeeded", "failed", "cancelled"]).await);
+    }
+    for run in &done {
+        assert_eq!(run["state"], "succeeded", "{run}");
+    }
+    let nightly_spans = spans(&done);
+    assert!(
+        nightly_spans.windows(2).all(|w| w[0].1 <= w[1].0),
+        "the workflow's runs one after the other, in order: {nightly_spans:?}"
+    );
+
+    // Under `fifo`, a failed workflow run holds the key; its re-run takes it ahead of the
+    // runs in line, and a release lets the next one go.
+    let ordered = post_ok(
+        &node,
+        "/api/v1/workflows",
+        json!({"name": "ordered", "schedule": manual,
+               "flow": {"key": "ordered", "max_in_flight": 1, "fifo": true},
+               "steps": [{"name": "only", "app": "flow-app", "handler": "fail"}]}),
+    )
+    .await;
+    let trigger_path = format!("/api/v1/workflows/{}/trigger", ordered["id"]);
+    let first = post_ok(&node, &trigger_path, json!({})).await["id"].clone();
+    workflow_run_in(&node, &first, &["failed"]).await;
+    let second = post_ok(&node, &trigger_path, json!({})).await["id"].clone();
+    workflow_run_in(&node, &second, &["queued"]).await;
+    let again = post_ok(
+        &node,
+        &format!("/api/v1/workflow-runs/{first}/rerun"),
+        json!({}),
+    )
+    .await;
+    let again_done = workflow_run_in(&node, &again["id"], &["failed"]).await;
+    assert_eq!(again_done["rerun_of"], first, "{again_done}");
+    let still = workflow_run_in(&node, &second, &["queued"]).await;
+    assert_eq!(
+        still["state"], "queued",
+        "held by the failed re-run: {still}"
+    );
+    let (status, body) = node
+        .call(Method::POST, &format!("/api/v1/runs/{first}/release"), None)
+        .await;
+    assert_eq!(status, 409, "the key went to the re-run: {body}");
+    let (status, body) = node
+        .call(
+            Method::POST,
+            &format!("/api/v1/runs/{}/release", again["id"]),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    workflow_run_in(&node, &second, &["failed"]).await;
 }

@@ -10,6 +10,7 @@ use super::super::child_records::FollowedUp;
 use super::super::error::Error;
 use super::super::job_records::RunRecord;
 use super::super::workflow_records::{WorkflowRunRecord, params_of};
+use super::flow::hand_over;
 use super::follow_ups::{FollowUp, follow_up_runs};
 use super::workflows::{WorkflowRunKey, WorkflowTx, advance_new, end_workflow_run, follow_ups};
 use crate::states::{RunState, StepState, TriggerKind};
@@ -83,6 +84,10 @@ pub(crate) async fn start_workflow_run<T: WorkflowStartTx + ?Sized>(
     if !tx.start_run_if_pending(run.run_id).await? {
         return Ok(None);
     }
+    // A re-run that waited in line for its flow key was pinned when it was made.
+    if tx.pinned_run(run.run_id).await?.is_some() {
+        return Ok(Some(advance_new(tx, run.run_id, &run.node_id).await?));
+    }
     let pinned = match tx.workflow_definition(run.job_id).await? {
         None => Err("the workflow has no definition".to_owned()),
         Some(definition_json) => {
@@ -95,6 +100,7 @@ pub(crate) async fn start_workflow_run<T: WorkflowStartTx + ?Sized>(
                     params_json,
                     rerun_of: None,
                     created_at_ms: 0,
+                    flow_key: run.flow_key.clone(),
                 })
                 .map_err(|e| e.to_string())
         }
@@ -105,6 +111,7 @@ pub(crate) async fn start_workflow_run<T: WorkflowStartTx + ?Sized>(
             let key = WorkflowRunKey {
                 run_id: run.run_id,
                 workflow_id: run.job_id,
+                flow_key: run.flow_key.as_deref(),
             };
             let over =
                 end_workflow_run(tx, key, &run.node_id, RunState::Failed, Some(&why)).await?;
@@ -166,6 +173,7 @@ pub(crate) async fn rerun_workflow_run<T: WorkflowStartTx + ?Sized>(
                 params_json: params_of(run_id, input.as_deref(), &default_params)?,
                 rerun_of: None,
                 created_at_ms: 0,
+                flow_key: None,
             }
         }
     };
@@ -200,8 +208,6 @@ pub(crate) async fn rerun_workflow_run<T: WorkflowStartTx + ?Sized>(
         .ok_or_else(|| Error::Conflict {
             what: format!("workflow {}: no run was created", pinned.workflow_id),
         })?;
-    // Started here, with the definition it had: no start pass pins another.
-    tx.start_run_if_pending(rerun).await?;
     tx.insert_pinned_run(&WorkflowRunRecord {
         run_id: rerun,
         rerun_of: Some(run_id),
@@ -225,6 +231,28 @@ pub(crate) async fn rerun_workflow_run<T: WorkflowStartTx + ?Sized>(
         })
         .collect();
     tx.insert_steps(rerun, &steps).await?;
+    // Under flow control the re-run takes the key a failure of it holds (`fifo`), else waits
+    // in line as any run of the workflow: the start pass puts it there, and starts it with
+    // the definition pinned here.
+    let flowing = crate::jobs::stored::lenient::<crate::jobs::JobPolicy>(&workflow.policy_json)
+        .is_ok_and(|policy| policy.flow.is_some());
+    if flowing
+        && !(hand_over(tx, run_id, rerun).await?
+            && tx
+                .run_head(rerun)
+                .await?
+                .is_some_and(|head| head.flow_key.is_some()))
+    {
+        return Ok(Some((
+            rerun,
+            FollowedUp {
+                created: 1,
+                workflows_ended: Vec::new(),
+            },
+        )));
+    }
+    // Started here, with the definition it had: no start pass pins another.
+    tx.start_run_if_pending(rerun).await?;
     let followed = advance_new(tx, rerun, node_id).await?;
     Ok(Some((rerun, followed)))
 }

@@ -14,6 +14,7 @@ use super::super::child_records::{CHILD_OUTPUT_CAP, EndedRun, FollowedUp};
 use super::super::error::Error;
 use super::super::workflow_records::{StepRunRecord, WorkflowRunRecord};
 use super::attempt_end::EndingTx;
+use super::flow::{self, FlowTx};
 use super::follow_ups::{FollowUp, FollowUpJob, FollowUpTx, children, follow_up_runs};
 use crate::states::{RunState, StepState, TriggerKind};
 use crate::workflows::advance;
@@ -30,7 +31,7 @@ pub(crate) struct StepEnd<'a> {
 /// What moving a workflow run on needs of a write transaction, besides the follow-up
 /// insertion's statements and a run's guarded end: statements with their binds.
 #[async_trait]
-pub(crate) trait WorkflowTx: FollowUpTx + EndingTx {
+pub(crate) trait WorkflowTx: FollowUpTx + EndingTx + FlowTx {
     /// The running steps whose runs are among `run_ids`, by workflow run and step name.
     async fn running_steps_of_runs(&mut self, run_ids: &[i64])
     -> Result<Vec<StepRunRecord>, Error>;
@@ -150,8 +151,14 @@ pub(crate) async fn advance_run<T: WorkflowTx + ?Sized>(
             // Never zero steps or no params in its place: the run fails, naming what does
             // not read.
             let message = e.to_string();
-            let over =
-                end_workflow_run(tx, &pinned, node_id, RunState::Failed, Some(&message)).await?;
+            let over = end_workflow_run(
+                tx,
+                (&pinned).into(),
+                node_id,
+                RunState::Failed,
+                Some(&message),
+            )
+            .await?;
             return Ok((0, over));
         }
     };
@@ -237,7 +244,7 @@ pub(crate) async fn advance_run<T: WorkflowTx + ?Sized>(
             return Ok((created, None));
         };
         let message = (state != RunState::Succeeded).then_some("a step failed or was cancelled");
-        let over = end_workflow_run(tx, &pinned, node_id, state, message).await?;
+        let over = end_workflow_run(tx, (&pinned).into(), node_id, state, message).await?;
         return Ok((created, over));
     }
 }
@@ -263,36 +270,40 @@ pub(crate) async fn advance_new<T: WorkflowTx + ?Sized>(
     Ok(followed)
 }
 
-/// A workflow run, by its run and its workflow.
+/// A workflow run, by its run and its workflow, and the flow key it counts under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct WorkflowRunKey {
+pub(crate) struct WorkflowRunKey<'a> {
     pub(crate) run_id: i64,
     pub(crate) workflow_id: i64,
+    pub(crate) flow_key: Option<&'a str>,
 }
 
-impl From<&WorkflowRunRecord> for WorkflowRunKey {
-    fn from(pinned: &WorkflowRunRecord) -> Self {
+impl<'a> From<&'a WorkflowRunRecord> for WorkflowRunKey<'a> {
+    fn from(pinned: &'a WorkflowRunRecord) -> Self {
         WorkflowRunKey {
             run_id: pinned.run_id,
             workflow_id: pinned.workflow_id,
+            flow_key: pinned.flow_key.as_deref(),
         }
     }
 }
 
-/// Ends the workflow run `run` as `state` and passes its workflow's turn to a queued run; the
-/// ended run, for its follow-ups, unless it had already ended.
+/// Ends the workflow run `run` as `state`, passes its workflow's turn to a queued run and
+/// admits its flow key again; the ended run, for its follow-ups, unless it had already ended.
 pub(crate) async fn end_workflow_run<T: WorkflowTx + ?Sized>(
     tx: &mut T,
-    run: impl Into<WorkflowRunKey> + Send,
+    run: WorkflowRunKey<'_>,
     node_id: &str,
     state: RunState,
     message: Option<&str>,
 ) -> Result<Option<EndedRun>, Error> {
-    let run: WorkflowRunKey = run.into();
     if !tx.end_run(run.run_id, state, message).await? {
         return Ok(None);
     }
     tx.release_next_queued(run.workflow_id).await?;
+    if let Some(key) = run.flow_key {
+        flow::admit(tx, key).await?;
+    }
     Ok(Some(EndedRun {
         run_id: run.run_id,
         job_id: run.workflow_id,

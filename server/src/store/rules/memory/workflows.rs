@@ -81,7 +81,10 @@ impl WorkflowTx for MemoryDb {
             .workflow_runs
             .iter()
             .find(|w| w.run_id == run_id)
-            .cloned())
+            .map(|w| WorkflowRunRecord {
+                flow_key: self.flow.run_keys.get(&run_id).cloned(),
+                ..w.clone()
+            }))
     }
 
     async fn steps_of(&mut self, workflow_run_id: i64) -> Result<Vec<StepRunRecord>, Error> {
