@@ -143,6 +143,7 @@ async fn serve(args: ExecutorArgs, config: &Config, result_dir: PathBuf) -> Resu
         pass_env,
         kill_grace: Duration::from_secs(args.kill_grace_secs),
         result_dir,
+        concurrency: usize::try_from(args.capacity).unwrap_or(usize::MAX),
     };
     settings.prepare()?;
 
@@ -172,7 +173,17 @@ async fn serve(args: ExecutorArgs, config: &Config, result_dir: PathBuf) -> Resu
         builder = builder.admin_ca(ca);
     }
     let executor = scripts::with_handlers(builder, &found, settings).build()?;
-    executor.run_until(super::wait_for_signal()).await?;
+    let ran = executor.run_until(super::wait_for_signal()).await;
+    // Scripts cancelled by the drain are given their grace, then killed, before the process
+    // exits: none outlives the executor.
+    let grace = Duration::from_secs(args.kill_grace_secs) + Duration::from_secs(1);
+    if !tokio::task::spawn_blocking(move || scripts::wait_stopped(grace))
+        .await
+        .unwrap_or(false)
+    {
+        warn!("scripts were still stopping when the executor exited");
+    }
+    ran?;
     Ok(())
 }
 

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use carillon_executor::ExecutorBuilder;
 
+pub(crate) use process::wait_stopped;
 pub use run::ScriptRuns;
 
 /// Why the scripts of a directory cannot be served.
@@ -137,6 +138,8 @@ pub struct ScriptSettings {
     pub kill_grace: Duration,
     /// Where result files are made, one per attempt.
     pub result_dir: PathBuf,
+    /// Most scripts running at once, those winding down after a cancel or timeout included.
+    pub concurrency: usize,
 }
 
 impl ScriptSettings {

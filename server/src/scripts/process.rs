@@ -1,9 +1,12 @@
 //! A script's process group, and its output read line by line.
 
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal, kill_process_group, test_kill_process_group};
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::sync::OwnedSemaphorePermit;
 
 /// Longest line kept whole; a longer one is cut into lines of this length, so a script that
 /// never ends a line cannot grow the executor's memory.
@@ -14,41 +17,110 @@ const POLL: Duration = Duration::from_millis(50);
 /// The process group a script leads (it was started with `process_group(0)`). Dropped —
 /// the script ended, or its attempt was cancelled or timed out and the handler's future
 /// dropped — it stops what is left of the group: SIGTERM, then SIGKILL to whatever outlives
-/// the grace. A script that ended cleanly leaves nothing and nothing is signalled.
+/// the grace. A script that ended cleanly leaves nothing and nothing is signalled. The slot
+/// it holds (`slot`) is given back only once its group is gone, so scripts winding down still
+/// count against the executor's concurrency.
+///
+/// It keeps its own ends of the script's stdout and stderr (`outputs`) and reads them empty
+/// while the group winds down: a script that logs while it cleans up after SIGTERM would
+/// otherwise die of SIGPIPE once the attempt's readers are gone.
 #[derive(Debug)]
 pub(super) struct Group {
     leader: Option<Pid>,
     grace: Duration,
+    slot: Option<OwnedSemaphorePermit>,
+    outputs: Vec<OwnedFd>,
 }
 
 impl Group {
-    pub(super) fn led_by(pid: Option<u32>, grace: Duration) -> Self {
+    pub(super) fn led_by(
+        pid: Option<u32>,
+        grace: Duration,
+        slot: OwnedSemaphorePermit,
+        outputs: &[BorrowedFd<'_>],
+    ) -> Self {
         let leader = pid
             .and_then(|pid| i32::try_from(pid).ok())
             .and_then(Pid::from_raw);
-        Self { leader, grace }
+        Self {
+            leader,
+            grace,
+            slot: Some(slot),
+            outputs: outputs
+                .iter()
+                .filter_map(|fd| fd.try_clone_to_owned().ok())
+                .collect(),
+        }
+    }
+}
+
+/// Reads what is waiting in `outputs` (non-blocking: tokio made them so) and drops it.
+fn read_away(outputs: &[OwnedFd]) {
+    let mut buf = [0u8; 8192];
+    for fd in outputs {
+        while matches!(rustix::io::read(fd, &mut buf), Ok(n) if n > 0) {}
     }
 }
 
 impl Drop for Group {
     fn drop(&mut self) {
+        let slot = self.slot.take();
         let Some(group) = self.leader else { return };
         if kill_process_group(group, Signal::TERM).is_err() {
             return; // No process is left in the group.
         }
         let grace = self.grace;
-        // A thread rather than a task: this runs while a runtime may be shutting down.
+        let outputs = std::mem::take(&mut self.outputs);
+        let stopping = Stopping::begin();
+        // A thread rather than a task: this runs while a runtime may be shutting down. The
+        // executor waits for these threads before it exits (`wait_stopped`), so a group is
+        // never left to outlive it.
         std::thread::spawn(move || {
             let deadline = Instant::now() + grace;
             while Instant::now() < deadline {
+                read_away(&outputs);
                 if test_kill_process_group(group).is_err() {
+                    drop((slot, stopping));
                     return;
                 }
                 std::thread::sleep(POLL);
             }
             let _ = kill_process_group(group, Signal::KILL);
+            drop((slot, stopping));
         });
     }
+}
+
+/// Groups being stopped, counted until their thread is done.
+static STOPPING: (Mutex<usize>, Condvar) = (Mutex::new(0), Condvar::new());
+
+/// One group being stopped: counted while it lives.
+struct Stopping;
+
+impl Stopping {
+    fn begin() -> Self {
+        *STOPPING.0.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        Stopping
+    }
+}
+
+impl Drop for Stopping {
+    fn drop(&mut self) {
+        let mut count = STOPPING.0.lock().unwrap_or_else(PoisonError::into_inner);
+        *count = count.saturating_sub(1);
+        STOPPING.1.notify_all();
+    }
+}
+
+/// Waits (blocking) until every group being stopped is gone, at most `limit`; whether they
+/// all are.
+pub(crate) fn wait_stopped(limit: Duration) -> bool {
+    let count = STOPPING.0.lock().unwrap_or_else(PoisonError::into_inner);
+    let (count, _) = STOPPING
+        .1
+        .wait_timeout_while(count, limit, |count| *count > 0)
+        .unwrap_or_else(PoisonError::into_inner);
+    *count == 0
 }
 
 /// Reads `reader` to its end, giving each line (without its line break, invalid UTF-8

@@ -2,14 +2,17 @@
 //! (stdout and stderr, each line an event of the attempt, shipped to the run's live log by the
 //! SDK), and what it ends as.
 
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use carillon_executor::JobContext;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
+use tokio::sync::Semaphore;
 
 use super::ScriptSettings;
 use super::process::{Group, read_lines, signal_name};
@@ -26,11 +29,14 @@ const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 #[derive(Debug)]
 pub struct ScriptRuns {
     settings: ScriptSettings,
+    /// A slot per script that may run at once, held until its process group is gone.
+    slots: Arc<Semaphore>,
 }
 
 impl ScriptRuns {
     pub fn new(settings: ScriptSettings) -> Self {
-        Self { settings }
+        let slots = Arc::new(Semaphore::new(settings.concurrency.max(1)));
+        Self { settings, slots }
     }
 
     /// Runs `script` for the attempt of `ctx`. Exit 0 succeeds with the result file's JSON,
@@ -42,13 +48,36 @@ impl ScriptRuns {
             .result_dir
             .join(format!("{}.json", ctx.attempt_id()));
         let _ = std::fs::remove_file(&result_file);
+        // A script cancelled a moment ago may still be winding down in its slot: this one
+        // starts once it is gone.
+        let slot = Arc::clone(&self.slots)
+            .acquire_owned()
+            .await
+            .map_err(|_| "the executor is stopping".to_owned())?;
+        let argv = argv_of(ctx.raw_args());
+        let env = env_of(&ctx, &result_file)?;
+        if let Some(at) = argv
+            .iter()
+            .position(|arg| arg.contains('\0'))
+            .map(|i| format!("argument {}", i + 1))
+            .or_else(|| {
+                env.iter()
+                    .find(|(_, value)| value.contains('\0'))
+                    .map(|(name, _)| name.clone())
+            })
+        {
+            return Err(format!(
+                "{at} holds a NUL character, which a process's arguments and environment \
+                 cannot carry: the script was not started"
+            ));
+        }
         let mut command = tokio::process::Command::new(script);
         command
-            .args(argv_of(ctx.raw_args()))
+            .args(argv)
             .current_dir(&self.settings.workdir)
             .env_clear()
             .envs(self.passed_env())
-            .envs(env_of(&ctx, &result_file))
+            .envs(env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -56,7 +85,14 @@ impl ScriptRuns {
         let mut child = command
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", script.display()))?;
-        let group = Group::led_by(child.id(), self.settings.kill_grace);
+        let outputs: Vec<BorrowedFd<'_>> = [
+            child.stdout.as_ref().map(AsFd::as_fd),
+            child.stderr.as_ref().map(AsFd::as_fd),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let group = Group::led_by(child.id(), self.settings.kill_grace, slot, &outputs);
         tracing::debug!(script = %script.display(), pid = child.id(), "started");
 
         let stdin = child.stdin.take();
@@ -163,7 +199,7 @@ fn env_name(name: &str) -> String {
 }
 
 /// What a run tells its script through the environment.
-fn env_of(ctx: &JobContext, result_file: &Path) -> Vec<(String, String)> {
+fn env_of(ctx: &JobContext, result_file: &Path) -> Result<Vec<(String, String)>, String> {
     let shard = ctx.shard();
     let mut env = vec![
         ("CARILLON_RUN_ID".to_owned(), ctx.run_id().to_string()),
@@ -186,23 +222,41 @@ fn env_of(ctx: &JobContext, result_file: &Path) -> Vec<(String, String)> {
             result_file.display().to_string(),
         ),
     ];
-    if let Value::Object(params) = ctx.raw_args() {
-        for (name, value) in params {
-            if let Some(text) = plain_text(value) {
-                env.push((format!("CARILLON_PARAM_{}", env_name(name)), text));
-            }
-        }
-    }
     if let Some(traceparent) = ctx.traceparent() {
         env.push(("TRACEPARENT".to_owned(), traceparent.to_owned()));
     }
-    for (name, value) in ctx.secrets() {
-        env.push((
-            format!("CARILLON_SECRET_{}", env_name(name)),
-            value.to_owned(),
-        ));
+    let mut named = Named::default();
+    if let Value::Object(params) = ctx.raw_args() {
+        for (name, value) in params {
+            if let Some(text) = plain_text(value) {
+                let variable = format!("CARILLON_PARAM_{}", env_name(name));
+                named.take(&variable, &format!("argument {name:?}"))?;
+                env.push((variable, text));
+            }
+        }
     }
-    env
+    for (name, value) in ctx.secrets() {
+        let variable = format!("CARILLON_SECRET_{}", env_name(name));
+        named.take(&variable, &format!("secret {name:?}"))?;
+        env.push((variable, value.to_owned()));
+    }
+    Ok(env)
+}
+
+/// The variables made from names (arguments, secrets), each with what it was made from: two
+/// names that make one variable would leave the script one of them silently.
+#[derive(Default)]
+struct Named(std::collections::HashMap<String, String>);
+
+impl Named {
+    fn take(&mut self, variable: &str, from: &str) -> Result<(), String> {
+        match self.0.insert(variable.to_owned(), from.to_owned()) {
+            Some(first) => Err(format!(
+                "{first} and {from} would both be the variable {variable}: rename one"
+            )),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The dispatch as the script reads it on stdin: one JSON document, then the end.

@@ -5,7 +5,9 @@
 //! output; a failing exit is retried, then fails with the last stderr line; a timeout and a
 //! cancel end the script's whole process group, children ignoring SIGTERM included; two
 //! executors on two hosts share an app's runs and one takes them all when the other is killed;
-//! capacity 1 runs a second script only once the first has ended.
+//! capacity 1 runs a second script only once the first has ended, or, cancelled, has wound
+//! down; an executor told to stop kills what its scripts left before it exits. Arguments a process cannot carry (a NUL) or that would make one variable twice fail
+//! the attempt naming them.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -51,6 +53,13 @@ sleep 300 &
 echo $! > "$PWD/child-$CARILLON_RUN_ID.pid"
 echo started
 wait
+"#;
+
+/// Takes its time to stop: on SIGTERM it winds down for 0.7 s, then notes when it ended.
+const LINGER: &str = r#"#!/bin/sh
+trap 'sleep 0.7; date +%s%N > "$PWD/linger-end"; exit 0' TERM
+touch "$PWD/linger-started"
+while true; do sleep 0.1; done
 "#;
 
 const WHOAMI: &str = "#!/bin/sh\nsleep 0.2\necho \"\\\"$HOST_NAME\\\"\"\n";
@@ -113,6 +122,25 @@ impl ScriptExecutor {
     fn kill9(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Sends SIGTERM and waits (15 s at most) for the executor to exit.
+    fn stop(&mut self) {
+        let pid = self.child.id().to_string();
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -TERM {pid}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the executor did not stop: {}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     fn log_text(&self) -> String {
@@ -305,6 +333,30 @@ async fn scripts_run_as_handlers_of_an_executor(db: TestDb) {
     assert_eq!(detail["state"], "succeeded", "{detail}");
     assert_eq!(detail["attempts"][0]["output"], json!({"rows": 42}));
 
+    // Arguments a process cannot be given fail the attempt, naming what is wrong.
+    for (name, args, why) in [
+        (
+            "nul",
+            json!(["a\u{0}b"]),
+            "argument 1 holds a NUL character",
+        ),
+        (
+            "twice",
+            json!({"day-x": "mon", "day_x": "tue"}),
+            "would both be the variable CARILLON_PARAM_DAY_X",
+        ),
+    ] {
+        let refused = create_job(
+            &node,
+            job(name, "scripts", "last-line", json!({"args": args})),
+        )
+        .await;
+        let detail = ended(&node, trigger(&node, refused).await).await;
+        assert_eq!(detail["state"], "failed", "{detail}");
+        let error = detail["attempts"][0]["error"].as_str().unwrap_or_default();
+        assert!(error.contains(why), "{name}: {detail}");
+    }
+
     // A failing exit is retried, then the run fails with its last stderr line.
     let fail = create_job(
         &node,
@@ -394,6 +446,7 @@ async fn scripts_run_as_handlers_of_an_executor(db: TestDb) {
     let host_c = home.path().join("host-c");
     std::fs::create_dir_all(&host_c).unwrap();
     write_script(&host_c, "slow.sh", SLOW);
+    write_script(&host_c, "linger.sh", LINGER);
     let _executor_c = ScriptExecutor::start(
         &node,
         home.path(),
@@ -419,4 +472,58 @@ async fn scripts_run_as_handlers_of_an_executor(db: TestDb) {
         a.1 <= b.0 || b.1 <= a.0,
         "two scripts ran at once on a capacity of 1: {a:?} {b:?}"
     );
+
+    // A cancelled script winding down still holds its place: the next starts once it is gone.
+    let linger = create_job(&node, job("linger", "solo", "linger", json!({}))).await;
+    let run = trigger(&node, linger).await;
+    wait_for(
+        Duration::from_secs(10),
+        "the lingering script to start",
+        || async { host_c.join("linger-started").exists().then_some(()) },
+    )
+    .await;
+    let (status, body) = node
+        .call(Method::POST, &format!("/api/v1/runs/{run}/cancel"), None)
+        .await;
+    assert!(status == 200 || status == 202, "{status} {body}");
+    let next = ended(&node, trigger(&node, slow_one).await).await;
+    let (started, _) = span(&next);
+    let wound_down: i64 = std::fs::read_to_string(host_c.join("linger-end"))
+        .unwrap_or_else(|e| {
+            panic!(
+                "the lingering script noted no end ({e}): {next} {}",
+                _executor_c.log_text()
+            )
+        })
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        started >= wound_down,
+        "a script started while a cancelled one was winding down: {started} < {wound_down}"
+    );
+
+    // An executor told to stop gives a script its drain, then its grace, then kills its group
+    // before it exits: none outlives it.
+    let host_d = home.path().join("host-d");
+    std::fs::create_dir_all(&host_d).unwrap();
+    write_script(&host_d, "hang.sh", HANG);
+    let mut executor_d = ScriptExecutor::start(
+        &node,
+        home.path(),
+        "host-d",
+        &host_d,
+        &["--app", "stopping", "--drain-secs", "1"],
+        &[],
+    )
+    .await;
+    let hang = create_job(&node, job("hang-stopping", "stopping", "hang", json!({}))).await;
+    let run = trigger(&node, hang).await;
+    let pid_file = host_d.join(format!("child-{run}.pid"));
+    wait_for(Duration::from_secs(10), "the script to start", || async {
+        pid_file.exists().then_some(())
+    })
+    .await;
+    executor_d.stop();
+    child_ends(&host_d, run).await;
 }
