@@ -25,6 +25,7 @@ p.add_argument("--weight", type=int, default=1)
 p.add_argument("--capacity", type=int, default=8)
 p.add_argument("--fail", action="store_true")
 p.add_argument("--hang", action="store_true")
+p.add_argument("--host", default="127.0.0.1", help="the address to listen on and register")
 args = p.parse_args()
 
 lock = threading.Lock()
@@ -152,7 +153,8 @@ class Handler(BaseHTTPRequestHandler):
             log.append({"attempt_id": msg["attempt_id"], "run_id": msg["run_id"], "handler": msg["handler"],
                         "args": msg["args"], "shard": msg["shard"], "attempt": msg["attempt"],
                         "job_id": msg["job_id"], "scheduled_at": msg["scheduled_at"],
-                        "input": msg.get("input"), "received_ms": now_ms()})
+                        "input": msg.get("input"), "report_to": msg.get("report_to", []),
+                        "received_ms": now_ms()})
         handler = msg["handler"]
         if handler == "echo":
             return self.reply(200, {"outcome": "succeeded", "output": {"args": msg["args"], "shard": msg["shard"], "by": args.id,
@@ -192,10 +194,10 @@ class Server(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
-server = Server(("127.0.0.1", 0), Handler)
+server = Server((args.host, 0), Handler)
 port = server.server_address[1]
 registration = {"protocol": 1, "executor_id": args.id, "app": args.app,
-                "address": f"http://127.0.0.1:{port}", "weight": args.weight, "capacity": args.capacity,
+                "address": f"http://{args.host}:{port}", "weight": args.weight, "capacity": args.capacity,
                 "handlers": [{"name": n, "description": "python"} for n in ("echo", "slow", "fail", "flaky", "quiet", "secrets")]}
 accepted = call("/api/v1/executors/register", registration)
 

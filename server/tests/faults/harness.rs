@@ -193,7 +193,7 @@ impl Cluster {
     /// that know its address find it again.
     pub async fn restart(&mut self, i: usize) {
         let mut spec = self.nodes[i].spec.clone();
-        let listen = format!("127.0.0.1:{}", self.nodes[i].addr.port());
+        let listen = self.nodes[i].addr.to_string();
         spec.extra_env.retain(|(key, _)| *key != "CARILLON_LISTEN");
         spec.extra_env.push(("CARILLON_LISTEN", listen));
         self.nodes[i].kill9();

@@ -41,6 +41,7 @@ mod flow_faults;
 mod galera_faults;
 mod job_races;
 mod leader_faults;
+mod network_faults;
 mod pooler_faults;
 mod primary_failover;
 mod workflow_faults;

@@ -2,10 +2,12 @@
 //! `protocol/README.md`) as a child process.
 
 use std::io::{BufRead, BufReader};
+use std::net::Ipv4Addr;
 use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
+use super::netns::NetHost;
 use super::node::NodeProcess;
 
 pub const EXECUTOR_TOKEN: &str = "executor-token-for-tests-0123";
@@ -42,6 +44,8 @@ pub async fn wait_registered(node: &NodeProcess, id: &str) {
 pub struct Executor {
     pub id: String,
     pub port: u16,
+    /// The address it listens on and registered.
+    pub ip: Ipv4Addr,
     child: Child,
 }
 
@@ -58,12 +62,38 @@ impl Executor {
         extra: &[&str],
         secret: &str,
     ) -> Executor {
+        Self::spawn(None, node, app, id, weight, extra, secret)
+    }
+
+    /// One on test host `host`, listening on its address, registered with `node`.
+    pub fn start_on(
+        host: &NetHost,
+        node: &NodeProcess,
+        app: &str,
+        id: &str,
+        extra: &[&str],
+    ) -> Executor {
+        Self::spawn(Some(host), node, app, id, 1, extra, SECRET)
+    }
+
+    fn spawn(
+        host: Option<&NetHost>,
+        node: &NodeProcess,
+        app: &str,
+        id: &str,
+        weight: u32,
+        extra: &[&str],
+        secret: &str,
+    ) -> Executor {
         let script = format!(
             "{}/tests/executors/python_executor.py",
             env!("CARGO_MANIFEST_DIR")
         );
-        let mut child = Command::new("python3")
+        let ip = host.map_or(Ipv4Addr::LOCALHOST, |host| host.ip);
+        let mut command = host.map_or_else(|| Command::new("python3"), |h| h.command("python3"));
+        let mut child = command
             .arg(script)
+            .args(["--host", &ip.to_string()])
             .args([
                 "--admin",
                 &node.url(""),
@@ -92,6 +122,7 @@ impl Executor {
         Executor {
             id: id.to_owned(),
             port,
+            ip,
             child,
         }
     }
@@ -114,7 +145,7 @@ impl Executor {
     }
 
     pub async fn log(&self) -> Vec<Value> {
-        reqwest::get(format!("http://127.0.0.1:{}/log", self.port))
+        reqwest::get(format!("http://{}:{}/log", self.ip, self.port))
             .await
             .expect("executor")
             .json()

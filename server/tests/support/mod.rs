@@ -12,6 +12,7 @@ pub mod docker;
 pub mod executor;
 pub mod galera;
 pub mod haproxy;
+pub mod netns;
 pub mod node;
 pub mod oidc;
 pub mod pgbouncer;

@@ -6,6 +6,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 use serde::Deserialize;
+
+use super::netns::NetHost;
 use tokio::time::Instant;
 
 pub const TOKEN: &str = "test-admin-token-0123456789";
@@ -26,6 +28,8 @@ pub struct NodeSpec {
     /// The node serves HTTPS (with `CARILLON_HTTP_TLS_*` in `extra_env`), and the test's
     /// client trusts this CA.
     pub https_ca: Option<PathBuf>,
+    /// Runs on this test host (`super::netns`), listening on its address.
+    pub host: Option<NetHost>,
 }
 
 impl NodeSpec {
@@ -42,6 +46,7 @@ impl NodeSpec {
             misfire_threshold_ms: 60_000,
             extra_env: Vec::new(),
             https_ca: None,
+            host: None,
         }
     }
 }
@@ -103,8 +108,20 @@ pub struct NodeProcess {
 
 /// Starts `carillon` with `args` and `env`, its standard error going to `log`.
 pub fn spawn_carillon(args: &[&str], env: &[(&str, String)], home: &Path, log: &Path) -> Child {
+    spawn_carillon_on(None, args, env, home, log)
+}
+
+/// [`spawn_carillon`] inside test host `host`'s network namespace, if one is given.
+pub fn spawn_carillon_on(
+    host: Option<&NetHost>,
+    args: &[&str],
+    env: &[(&str, String)],
+    home: &Path,
+    log: &Path,
+) -> Child {
     let log_file = std::fs::File::create(log).expect("log file");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_carillon"));
+    let program = env!("CARGO_BIN_EXE_carillon");
+    let mut command = host.map_or_else(|| Command::new(program), |host| host.command(program));
     command.args(args);
     // Nothing from the developer's environment may change what the test sees.
     for (key, _) in std::env::vars() {
@@ -195,10 +212,14 @@ impl NodeProcess {
                 .map(|d| d.as_nanos())
                 .unwrap_or(0)
         ));
+        let listen = spec
+            .host
+            .as_ref()
+            .map_or_else(|| "127.0.0.1:0".to_owned(), |host| format!("{}:0", host.ip));
         let mut env = vec![
             ("CARILLON_DATABASE_URL", spec.database_url.clone()),
             ("CARILLON_DATA_DIR", spec.data_dir.display().to_string()),
-            ("CARILLON_LISTEN", "127.0.0.1:0".to_owned()),
+            ("CARILLON_LISTEN", listen),
             ("CARILLON_ADMIN_TOKEN", TOKEN.to_owned()),
             ("CARILLON_NODE_ID", spec.node_id.clone()),
             ("CARILLON_PARTITIONS", spec.partitions.to_string()),
@@ -211,7 +232,7 @@ impl NodeProcess {
             ),
         ];
         env.extend(spec.extra_env.iter().cloned());
-        let child = spawn_carillon(&["server"], &env, &spec.data_dir, &log);
+        let child = spawn_carillon_on(spec.host.as_ref(), &["server"], &env, &spec.data_dir, &log);
         Self::adopt(spec, child, log).await
     }
 

@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::db::Engine;
+use super::netns::NetHost;
 use super::{free_port, is_root};
 
 #[derive(Debug)]
@@ -24,6 +25,9 @@ pub struct PrivateServer {
     /// Serves TLS only, with these certificates (PostgreSQL also requires a client
     /// certificate signed by the test CA).
     tls: Option<PathBuf>,
+    /// Runs on this test host (`super::netns`), listening on its address, rather than on
+    /// loopback.
+    host: Option<NetHost>,
 }
 
 fn postgres_bin(name: &str) -> Option<PathBuf> {
@@ -65,17 +69,24 @@ impl PrivateServer {
     /// Creates and starts a server with an empty database `test`, or `None` when
     /// `CARILLON_TEST_BACKENDS` leaves the engine out.
     pub async fn start(engine: Engine) -> Option<PrivateServer> {
-        Self::start_with(engine, None).await
+        Self::start_with(engine, None, None).await
+    }
+
+    /// A server on test host `host`, reached at its address (every host of its network may
+    /// connect, as `root` or `postgres` without a password).
+    pub async fn start_on(engine: Engine, host: &NetHost) -> Option<PrivateServer> {
+        Self::start_with(engine, None, Some(host.clone())).await
     }
 
     /// A server that accepts TLS connections only, with the certificates of `pki`.
     pub async fn start_tls(engine: Engine, pki: &super::pki::TestPki) -> Option<PrivateServer> {
-        Self::start_with(engine, Some(pki)).await
+        Self::start_with(engine, Some(pki), None).await
     }
 
     async fn start_with(
         engine: Engine,
         pki: Option<&super::pki::TestPki>,
+        host: Option<NetHost>,
     ) -> Option<PrivateServer> {
         if engine.left_out() {
             return None;
@@ -98,6 +109,7 @@ impl PrivateServer {
             dir,
             child: None,
             tls: pki.map(|p| p.dir().to_owned()),
+            host,
         };
         server.init();
         server.boot().await;
@@ -126,6 +138,15 @@ impl PrivateServer {
                         .args(["-A", "trust", "-U", "postgres", "-N"]),
                     "initdb",
                 );
+                if let Some(host) = &self.host {
+                    use std::io::Write;
+                    let mut hba = std::fs::OpenOptions::new()
+                        .append(true)
+                        .open(self.data().join("pg_hba.conf"))
+                        .expect("pg_hba.conf");
+                    let [a, b, c, _] = host.ip.octets();
+                    writeln!(hba, "host all all {a}.{b}.{c}.0/24 trust").expect("pg_hba.conf");
+                }
                 if let Some(pki) = &self.tls {
                     for name in ["ca.crt", "server.crt", "server.key"] {
                         let to = self.data().join(name);
@@ -166,9 +187,10 @@ impl PrivateServer {
             Engine::Postgres => {
                 let pg_ctl = postgres_bin("pg_ctl").expect("pg_ctl");
                 let mut options = format!(
-                    "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200",
+                    "-p {} -k {} -c listen_addresses={} -c fsync=off -c max_connections=200",
                     self.port,
-                    self.dir.path().display()
+                    self.dir.path().display(),
+                    self.ip()
                 );
                 if self.tls.is_some() {
                     options.push_str(
@@ -177,7 +199,7 @@ impl PrivateServer {
                     );
                 }
                 run(
-                    as_postgres(&pg_ctl)
+                    self.in_host(as_postgres(&pg_ctl))
                         .arg("-D")
                         .arg(self.data())
                         .arg("-l")
@@ -196,7 +218,8 @@ impl PrivateServer {
                         "--require-secure-transport=ON".to_owned(),
                     ]
                 });
-                let child = Command::new("/usr/sbin/mariadbd")
+                let child = self
+                    .in_host(Command::new("/usr/sbin/mariadbd"))
                     .arg("--no-defaults")
                     .arg(format!("--datadir={}", self.data().display()))
                     .arg(format!("--port={}", self.port))
@@ -204,8 +227,9 @@ impl PrivateServer {
                         "--socket={}",
                         self.dir.path().join("mysqld.sock").display()
                     ))
+                    .arg(format!("--bind-address={}", self.ip()))
                     .args([
-                        "--bind-address=127.0.0.1",
+                        "--skip-name-resolve",
                         "--user=root",
                         "--max-connections=300",
                         "--innodb-flush-log-at-trx-commit=2",
@@ -220,7 +244,41 @@ impl PrivateServer {
             }
             Engine::Sqlite => unreachable!(),
         }
+        if self.engine == Engine::Mysql && self.host.is_some() {
+            self.open_to_the_network().await;
+        }
         self.wait_until_answering().await;
+    }
+
+    /// Lets `root` connect from any host of the network (MariaDB's `root` is `localhost`'s
+    /// only), through the server's socket.
+    async fn open_to_the_network(&self) {
+        use sqlx::{Connection, Executor};
+        let url = format!(
+            "mysql://root@localhost/mysql?socket={}",
+            self.dir.path().join("mysqld.sock").display()
+        );
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut connection = loop {
+            match sqlx::MySqlConnection::connect(&url).await {
+                Ok(connection) => break connection,
+                Err(err) => assert!(
+                    Instant::now() < deadline,
+                    "the private MariaDB server did not answer on its socket: {err}; its log:\n{}",
+                    std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        for statement in [
+            "CREATE USER IF NOT EXISTS 'root'@'%'",
+            "GRANT ALL PRIVILEGES ON *.* TO 'root'@'%' WITH GRANT OPTION",
+        ] {
+            connection
+                .execute(statement)
+                .await
+                .unwrap_or_else(|e| panic!("{statement}: {e}"));
+        }
     }
 
     async fn wait_until_answering(&self) {
@@ -274,8 +332,10 @@ impl PrivateServer {
 
     fn url_of(&self, database: &str, params: &str) -> String {
         let base = match self.engine {
-            Engine::Postgres => format!("postgres://postgres@127.0.0.1:{}/{database}", self.port),
-            _ => format!("mysql://root@127.0.0.1:{}/{database}", self.port),
+            Engine::Postgres => {
+                format!("postgres://postgres@{}:{}/{database}", self.ip(), self.port)
+            }
+            _ => format!("mysql://root@{}:{}/{database}", self.ip(), self.port),
         };
         if params.is_empty() {
             base
@@ -310,13 +370,30 @@ impl PrivateServer {
     /// The URL of its `test` database.
     pub fn url(&self) -> String {
         match self.engine {
-            Engine::Postgres => format!("postgres://postgres@127.0.0.1:{}/test", self.port),
-            _ => format!("mysql://root@127.0.0.1:{}/test", self.port),
+            Engine::Postgres => format!("postgres://postgres@{}:{}/test", self.ip(), self.port),
+            _ => format!("mysql://root@{}:{}/test", self.ip(), self.port),
         }
     }
 
     pub fn addr(&self) -> std::net::SocketAddr {
-        std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
+        std::net::SocketAddr::from((self.ip(), self.port))
+    }
+
+    /// The address it listens on: its host's, else loopback.
+    fn ip(&self) -> std::net::Ipv4Addr {
+        self.host
+            .as_ref()
+            .map_or(std::net::Ipv4Addr::LOCALHOST, |host| host.ip)
+    }
+
+    /// `command` run inside its host's namespace, if it has one.
+    fn in_host(&self, command: Command) -> Command {
+        let Some(host) = &self.host else {
+            return command;
+        };
+        let mut inside = host.command(command.get_program());
+        inside.args(command.get_args());
+        inside
     }
 
     /// A hot standby of this PostgreSQL server, streaming from it (`pg_basebackup -R`) through
@@ -355,6 +432,7 @@ impl PrivateServer {
             dir,
             child: None,
             tls: None,
+            host: None,
         };
         replica.boot().await;
         if synchronous {

@@ -99,8 +99,11 @@ pub(super) async fn postgres(db: &PgDb, migrator: &Migrator) -> Result<(), Error
     let mut wait = LockWait::new("PostgreSQL");
     let applied = loop {
         let mut tx = conn.begin().await?;
-        tx.execute("DEALLOCATE ALL; SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0")
-            .await?;
+        tx.execute(
+            "DEALLOCATE ALL; SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0; \
+             SET LOCAL idle_in_transaction_session_timeout = 0",
+        )
+        .await?;
         let (granted,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_xact_lock($1)")
             .bind(PG_LOCK_KEY)
             .persistent(false)

@@ -243,6 +243,12 @@ impl PostgresStore {
         let settings = [
             ("statement_timeout", timeout_ms.as_str()),
             ("lock_timeout", timeout_ms.as_str()),
+            // A node cut from the database in the middle of a transaction leaves it open on
+            // the server, its row locks held until the server notices the connection is dead
+            // (hours, by TCP keepalive): the partitions' next owner would wait on them. Our
+            // transactions never wait on anything but their own statements, so one idle for a
+            // statement's limit is abandoned, and the server ends it.
+            ("idle_in_transaction_session_timeout", timeout_ms.as_str()),
             // Generic plans, made once the first executions are done, ignore which values
             // are rare: with thousands of pending runs a generic plan of the queue queries
             // scanned far more rows than the one made with the values (the cluster tests
@@ -305,14 +311,17 @@ impl MysqlStore {
         let connect =
             MySqlConnectOptions::from_str(url.expose()).map_err(|e| invalid_url(url, e))?;
         create_database::mysql(&connect).await?;
-        let galera = {
+        let (galera, mariadb) = {
             let mut conn = sqlx::MySqlConnection::connect_with(&connect).await?;
             let member = galera::is_member(&mut conn).await?;
             if member {
                 galera::check_settings(&mut conn).await?;
             }
+            let (version,): (String,) = sqlx::query_as("SELECT VERSION()")
+                .fetch_one(&mut conn)
+                .await?;
             let _ = conn.close().await;
-            member
+            (member, version.contains("MariaDB"))
         };
         // InnoDB counts lock waits in whole seconds; at least one.
         let lock_wait_s = options.statement_timeout.as_secs().max(1);
@@ -327,6 +336,14 @@ impl MysqlStore {
                     // compare-and-set); REPEATABLE READ's gap locks would only add deadlocks.
                     conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
                         .await?;
+                    if mariadb {
+                        // A transaction a node cut from the database left open is ended by the
+                        // server, its row locks with it (see PostgreSQL's
+                        // `idle_in_transaction_session_timeout` above); MySQL 8 has no such
+                        // setting.
+                        let set = format!("SET SESSION idle_transaction_timeout = {lock_wait_s}");
+                        conn.execute(AssertSqlSafe(set)).await?;
+                    }
                     if galera {
                         // Reads wait for what other members committed first (`galera`).
                         conn.execute("SET SESSION wsrep_sync_wait = 1").await?;

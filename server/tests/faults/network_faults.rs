@@ -1,0 +1,224 @@
+//! Networks that fail, not processes: every node, the executor and the database on a test host
+//! of their own (`support::netns`), and the links between them cut with packets dropped
+//! silently, as a switch or a firewall loses them, rather than refused at once as on
+//! loopback. Each scenario runs under load and checks every instant of its window: exactly one
+//! run, none missed, none left running.
+//!
+//! Needs root, network namespaces and `iptables` (`.ci/run` installs it): ignored by a plain
+//! `cargo test`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::harness::{Cluster, Database, instants, one_at_a_time};
+use crate::invariants::{Verdict, each_at, max_lateness_ms, runs, runs_succeeded_twice, settle};
+use crate::support::db::Engine;
+use crate::support::executor::{Executor, wait_registered};
+use crate::support::netns::{NetHost, TestNet, Way};
+use crate::support::private_server::PrivateServer;
+use crate::support::wait_for;
+
+const NEEDS: &str = "needs root, network namespaces and iptables";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, network namespaces and iptables (Debian's package; .ci/run installs it)"]
+async fn postgres_a_follower_cut_from_the_database_fences_itself_and_rejoins() {
+    a_follower_cut_from_the_database_fences_itself_and_rejoins(Engine::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, network namespaces and iptables (Debian's package; .ci/run installs it)"]
+async fn mysql_a_follower_cut_from_the_database_fences_itself_and_rejoins() {
+    a_follower_cut_from_the_database_fences_itself_and_rejoins(Engine::Mysql).await;
+}
+
+/// How long the cut lasts: many node leases (1 s), so the partitions surely move.
+const CUT: Duration = Duration::from_secs(8);
+
+/// After the cut, how long the cut node may still send what it held: its node lease (1 s)
+/// and a heartbeat's margin.
+const FENCE_BOUND_MS: i64 = 1_500;
+
+/// How late the cut follower's instants may fire on their new owners: its lease (1 s), the
+/// server ending the transaction it may have left open with its locks (the statement limit,
+/// 2 s), and the claims that follow.
+const TAKEOVER_BOUND_MS: i64 = 10_000;
+
+/// Three nodes and the database, each on a host of its own, and a host for an executor.
+struct NetScene {
+    cluster: Cluster,
+    _server: PrivateServer,
+    db_host: NetHost,
+    node_hosts: Vec<NetHost>,
+    executor_host: NetHost,
+    // Dropped last (fields drop in order): the processes on its hosts go first.
+    net: TestNet,
+}
+
+impl NetScene {
+    async fn start(engine: Engine) -> NetScene {
+        let mut net = TestNet::new();
+        let db_host = net.host("db");
+        let node_hosts: Vec<NetHost> = (1..=3).map(|i| net.host(&format!("n{i}"))).collect();
+        let executor_host = net.host("e1");
+        let server = PrivateServer::start_on(engine, &db_host)
+            .await
+            .unwrap_or_else(|| panic!("{NEEDS}, and the {engine:?} backend"));
+        let db = Database::direct(engine, &server.url());
+        let cluster = Cluster::start(&db, 3, |spec| {
+            spec.host = node_hosts.iter().find(|h| h.name == spec.node_id).cloned();
+        })
+        .await;
+        NetScene {
+            cluster,
+            _server: server,
+            db_host,
+            node_hosts,
+            executor_host,
+            net,
+        }
+    }
+
+    /// An executor of app `py` on the executor's host, registered with node `via`.
+    async fn executor(&self, via: usize) -> Executor {
+        let executor = Executor::start_on(
+            &self.executor_host,
+            &self.cluster.nodes[via],
+            "py",
+            "e1",
+            &[],
+        );
+        wait_registered(&self.cluster.nodes[via], "e1").await;
+        executor
+    }
+
+    fn db(&self) -> &Database {
+        &self.cluster.db
+    }
+}
+
+/// The dispatches the executor received from the node at `url`, by when it received them.
+async fn received_from(executor: &Executor, url: &str) -> Vec<i64> {
+    executor
+        .log()
+        .await
+        .iter()
+        .filter(|entry| entry["report_to"][0].as_str() == Some(url))
+        .filter_map(|entry| entry["received_ms"].as_i64())
+        .collect()
+}
+
+async fn a_follower_cut_from_the_database_fences_itself_and_rejoins(engine: Engine) {
+    let _turn = one_at_a_time().await;
+    let scenario = format!("follower cut from the database ({engine:?})");
+    let scene = NetScene::start(engine).await;
+    let leader = scene.cluster.leader().await;
+    let l = Cluster::index(&leader);
+    // Registered with the leader: the follower is cut from the database only.
+    let executor = scene.executor(l).await;
+    let follower = scene
+        .cluster
+        .ids()
+        .into_iter()
+        .find(|id| *id != leader)
+        .unwrap();
+    let f = Cluster::index(&follower);
+    let follower_url = scene.cluster.nodes[f].url("");
+    let follower_url = follower_url.trim_end_matches('/');
+    let db = scene.db().clone();
+    let (jobs, from) = scene.cluster.ticking(l, 30).await;
+    db.sleep_until(from + 2_000).await;
+    let held = scene.cluster.partitions_of(&follower).await;
+    assert!(!held.is_empty(), "{scenario}: the follower owns partitions");
+
+    // The follower's packets to and from the database are dropped; its executor link stays.
+    let cut_at = db.now_ms().await;
+    scene
+        .net
+        .cut(&scene.node_hosts[f], &scene.db_host, Way::Both);
+    let moved_at = wait_for(
+        Duration::from_secs(30),
+        "the cut follower's partitions to move",
+        || async {
+            let still: Vec<i64> = scene.cluster.partitions_of(&follower).await;
+            if still.is_empty() {
+                Some(db.now_ms().await)
+            } else {
+                None
+            }
+        },
+    )
+    .await;
+    tokio::time::sleep(CUT).await;
+    let last_sent = received_from(&executor, follower_url)
+        .await
+        .into_iter()
+        .max()
+        .unwrap_or(0);
+
+    // Healed, it rejoins and takes partitions again.
+    let healed_at = db.now_ms().await;
+    scene.net.heal(&scene.node_hosts[f]);
+    let ids = scene.cluster.ids();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let rejoined = wait_for(
+        Duration::from_secs(60),
+        "the healed follower to own partitions again",
+        || async {
+            let snapshot = scene.cluster.nodes[l].cluster().await?;
+            let owns = snapshot
+                .node(&follower)
+                .is_some_and(|n| n.alive && !n.partitions.is_empty());
+            if owns && snapshot.is_settled_on(&ids) {
+                Some(db.now_ms().await)
+            } else {
+                None
+            }
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let to = (db.now_ms().await / 1_000 + 2) * 1_000;
+    settle(&db, &jobs, from, to, Duration::from_secs(60)).await;
+    let runs = runs(&db, &jobs, from, to).await;
+    let verdict = Verdict::of(&runs, &each_at(&jobs, &instants(from, to, 1_000)));
+    let twice = runs_succeeded_twice(&db, &jobs, from, to).await;
+    let late = max_lateness_ms(&runs);
+    let mut by_node: BTreeMap<&str, usize> = BTreeMap::new();
+    for run in runs
+        .iter()
+        .filter(|r| r.scheduled_at_ms > cut_at + FENCE_BOUND_MS && r.scheduled_at_ms < healed_at)
+    {
+        *by_node.entry(run.node_id.as_str()).or_default() += 1;
+    }
+    let fenced_after = last_sent - cut_at;
+    figures!(
+        "{scenario}: {} partitions moved {} ms after the cut; the follower's last dispatch \
+         {fenced_after} ms after it; runs of the cut by node {by_node:?}; rejoined {} ms after \
+         the heal; max lateness {late} ms; {}; attempts succeeded twice {}",
+        held.len(),
+        moved_at - cut_at,
+        rejoined - healed_at,
+        verdict.figures(),
+        twice.len()
+    );
+    verdict.assert_exactly_once(&scenario, true);
+    assert!(twice.is_empty(), "{scenario}: runs done twice: {twice:?}");
+    assert!(
+        last_sent > 0,
+        "{scenario}: the executor names no dispatch of the follower's at all"
+    );
+    assert!(
+        fenced_after <= FENCE_BOUND_MS,
+        "{scenario}: the cut follower dispatched {fenced_after} ms after the cut"
+    );
+    assert!(
+        late <= TAKEOVER_BOUND_MS,
+        "{scenario}: an instant fired {late} ms late"
+    );
+    assert!(
+        !by_node.contains_key(follower.as_str()),
+        "{scenario}: the cut follower created runs while cut: {by_node:?}"
+    );
+}
