@@ -1,8 +1,15 @@
 //! Networks that fail, not processes: every node, the executor and the database on a test host
 //! of their own (`support::netns`), and the links between them cut with packets dropped
 //! silently, as a switch or a firewall loses them, rather than refused at once as on
-//! loopback. Each scenario runs under load and checks every instant of its window: exactly one
-//! run, none missed, none left running.
+//! loopback. Each scenario runs under load (30 jobs firing every second) and checks every
+//! instant of its window: exactly one run, none missed, none left running, no run done twice.
+//!
+//! - A follower cut from the database (not from its executor) stops dispatching within its
+//!   lease, its partitions move, and it rejoins when healed.
+//! - A node cut from its executor (not from the database): its attempts, never sent, wait and
+//!   go once healed, each run handed to the executor once.
+//! - The leader cut from everything: a new term rules within the failover bound; healed, the
+//!   old leader comes back as a follower under the new term.
 //!
 //! Needs root, network namespaces and `iptables` (`.ci/run` installs it): ignored by a plain
 //! `cargo test`.
@@ -15,6 +22,7 @@ use crate::invariants::{Verdict, each_at, max_lateness_ms, runs, runs_succeeded_
 use crate::support::db::Engine;
 use crate::support::executor::{Executor, wait_registered};
 use crate::support::netns::{NetHost, TestNet, Way};
+use crate::support::node::epoch_ms;
 use crate::support::private_server::PrivateServer;
 use crate::support::wait_for;
 
@@ -30,6 +38,30 @@ async fn postgres_a_follower_cut_from_the_database_fences_itself_and_rejoins() {
 #[ignore = "needs root, network namespaces and iptables (Debian's package; .ci/run installs it)"]
 async fn mysql_a_follower_cut_from_the_database_fences_itself_and_rejoins() {
     a_follower_cut_from_the_database_fences_itself_and_rejoins(Engine::Mysql).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, network namespaces and iptables (Debian's package; .ci/run installs it)"]
+async fn postgres_a_node_cut_from_its_executor_delivers_each_run_once_when_healed() {
+    a_node_cut_from_its_executor_delivers_each_run_once_when_healed(Engine::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, network namespaces and iptables (Debian's package; .ci/run installs it)"]
+async fn mysql_a_node_cut_from_its_executor_delivers_each_run_once_when_healed() {
+    a_node_cut_from_its_executor_delivers_each_run_once_when_healed(Engine::Mysql).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, network namespaces and iptables (Debian's package; .ci/run installs it)"]
+async fn postgres_a_leader_cut_from_everything_yields_to_the_new_one() {
+    a_leader_cut_from_everything_yields_to_the_new_one(Engine::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, network namespaces and iptables (Debian's package; .ci/run installs it)"]
+async fn mysql_a_leader_cut_from_everything_yields_to_the_new_one() {
+    a_leader_cut_from_everything_yields_to_the_new_one(Engine::Mysql).await;
 }
 
 /// How long the cut lasts: many node leases (1 s), so the partitions surely move.
@@ -97,6 +129,31 @@ impl NetScene {
     }
 }
 
+/// The node `cluster` has led by, and a node other than it.
+async fn leader_and_follower(cluster: &Cluster) -> (usize, usize) {
+    let leader = Cluster::index(&cluster.leader().await);
+    (leader, (leader + 1) % cluster.nodes.len())
+}
+
+/// The runs of `jobs` the executor was handed more than once (by run id), and how many runs
+/// it was handed in all.
+async fn handed_twice(executor: &Executor, jobs: &[i64]) -> (Vec<i64>, usize) {
+    let mut handed: BTreeMap<i64, usize> = BTreeMap::new();
+    for entry in executor.log().await {
+        if jobs.contains(&entry["job_id"].as_i64().unwrap_or(0))
+            && let Some(run) = entry["run_id"].as_i64()
+        {
+            *handed.entry(run).or_default() += 1;
+        }
+    }
+    let twice = handed
+        .iter()
+        .filter(|(_, count)| **count > 1)
+        .map(|(run, _)| *run)
+        .collect();
+    (twice, handed.len())
+}
+
 /// The dispatches the executor received from the node at `url`, by when it received them.
 async fn received_from(executor: &Executor, url: &str) -> Vec<i64> {
     executor
@@ -112,17 +169,10 @@ async fn a_follower_cut_from_the_database_fences_itself_and_rejoins(engine: Engi
     let _turn = one_at_a_time().await;
     let scenario = format!("follower cut from the database ({engine:?})");
     let scene = NetScene::start(engine).await;
-    let leader = scene.cluster.leader().await;
-    let l = Cluster::index(&leader);
+    let (l, f) = leader_and_follower(&scene.cluster).await;
     // Registered with the leader: the follower is cut from the database only.
     let executor = scene.executor(l).await;
-    let follower = scene
-        .cluster
-        .ids()
-        .into_iter()
-        .find(|id| *id != leader)
-        .unwrap();
-    let f = Cluster::index(&follower);
+    let follower = scene.cluster.nodes[f].node_id().to_owned();
     let follower_url = scene.cluster.nodes[f].url("");
     let follower_url = follower_url.trim_end_matches('/');
     let db = scene.db().clone();
@@ -220,5 +270,147 @@ async fn a_follower_cut_from_the_database_fences_itself_and_rejoins(engine: Engi
     assert!(
         !by_node.contains_key(follower.as_str()),
         "{scenario}: the cut follower created runs while cut: {by_node:?}"
+    );
+}
+
+async fn a_node_cut_from_its_executor_delivers_each_run_once_when_healed(engine: Engine) {
+    let _turn = one_at_a_time().await;
+    let scenario = format!("node cut from its executor ({engine:?})");
+    let scene = NetScene::start(engine).await;
+    let (l, f) = leader_and_follower(&scene.cluster).await;
+    let executor = scene.executor(l).await;
+    let follower = scene.cluster.nodes[f].node_id().to_owned();
+    let db = scene.db().clone();
+    let (jobs, from) = scene.cluster.ticking(l, 30).await;
+    db.sleep_until(from + 2_000).await;
+    let held = scene.cluster.partitions_of(&follower).await;
+
+    // The follower reaches the database, and the executor the other nodes, but the follower
+    // and the executor do not reach each other: its attempts wait (nothing was sent, so no
+    // guarantee is at stake) and go once the link is back.
+    let cut_at = db.now_ms().await;
+    scene
+        .net
+        .cut(&scene.node_hosts[f], &scene.executor_host, Way::Both);
+    tokio::time::sleep(CUT).await;
+    let healed_at = db.now_ms().await;
+    scene.net.heal(&scene.node_hosts[f]);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let to = (db.now_ms().await / 1_000 + 2) * 1_000;
+    settle(&db, &jobs, from, to, Duration::from_secs(60)).await;
+    let runs = runs(&db, &jobs, from, to).await;
+    let verdict = Verdict::of(&runs, &each_at(&jobs, &instants(from, to, 1_000)));
+    let twice = runs_succeeded_twice(&db, &jobs, from, to).await;
+    let (handed_twice, handed) = handed_twice(&executor, &jobs).await;
+    let cut_runs: Vec<_> = runs
+        .iter()
+        .filter(|r| r.scheduled_at_ms > cut_at && r.scheduled_at_ms < healed_at)
+        .collect();
+    let waited = cut_runs.iter().filter(|r| r.node_id == follower).count();
+    let late = max_lateness_ms(&runs);
+    figures!(
+        "{scenario}: the follower held {} partitions; of the {} runs of the cut its {waited} \
+         waited for the link; max lateness {late} ms; {}; attempts succeeded twice {}; runs \
+         handed to the executor {handed}, twice {}",
+        held.len(),
+        cut_runs.len(),
+        verdict.figures(),
+        twice.len(),
+        handed_twice.len()
+    );
+    verdict.assert_exactly_once(&scenario, true);
+    assert!(twice.is_empty(), "{scenario}: runs done twice: {twice:?}");
+    assert!(
+        handed_twice.is_empty(),
+        "{scenario}: runs handed to the executor twice: {handed_twice:?}"
+    );
+    assert!(
+        waited > 0,
+        "{scenario}: the cut follower fired no run to wait"
+    );
+}
+
+async fn a_leader_cut_from_everything_yields_to_the_new_one(engine: Engine) {
+    let _turn = one_at_a_time().await;
+    let scenario = format!("leader cut from everything ({engine:?})");
+    let scene = NetScene::start(engine).await;
+    let (l, steady) = leader_and_follower(&scene.cluster).await;
+    // Registered with a follower, which keeps it known to the cluster.
+    let _executor = scene.executor(steady).await;
+    let old_leader = scene.cluster.nodes[l].node_id().to_owned();
+    let old_term = scene.cluster.settled(steady, &["n1", "n2", "n3"]).await;
+    let old_term = old_term.leader.unwrap().term;
+    let db = scene.db().clone();
+    let (jobs, from) = scene.cluster.ticking(steady, 30).await;
+    db.sleep_until(from + 2_000).await;
+
+    // The leader reaches nothing: not the database, the other nodes, the executor, nor the test.
+    let cut_at = db.now_ms().await;
+    scene.net.isolate(&scene.node_hosts[l]);
+    let others: Vec<String> = scene
+        .cluster
+        .ids()
+        .into_iter()
+        .filter(|id| *id != old_leader)
+        .collect();
+    let others: Vec<&str> = others.iter().map(String::as_str).collect();
+    let settled = scene.cluster.settled(steady, &others).await;
+    let new_leader = settled.leader.unwrap();
+    let failover_ms = epoch_ms(&new_leader.acquired_at) - cut_at;
+    tokio::time::sleep(CUT).await;
+
+    // Healed while the new leader rules: the old one comes back as a follower, and its old
+    // term's writes are refused.
+    let healed_at = db.now_ms().await;
+    scene.net.heal(&scene.node_hosts[l]);
+    let ids = scene.cluster.ids();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let rejoined = wait_for(
+        Duration::from_secs(60),
+        "the old leader to rejoin as a follower",
+        || async {
+            let snapshot = scene.cluster.nodes[steady].cluster().await?;
+            let owns = snapshot
+                .node(&old_leader)
+                .is_some_and(|n| n.alive && !n.leader && !n.partitions.is_empty());
+            if owns && snapshot.is_settled_on(&ids) {
+                Some((db.now_ms().await, snapshot.leader?))
+            } else {
+                None
+            }
+        },
+    )
+    .await;
+    let (rejoined_at, ruling) = rejoined;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let to = (db.now_ms().await / 1_000 + 2) * 1_000;
+    settle(&db, &jobs, from, to, Duration::from_secs(60)).await;
+    let runs = runs(&db, &jobs, from, to).await;
+    let verdict = Verdict::of(&runs, &each_at(&jobs, &instants(from, to, 1_000)));
+    let twice = runs_succeeded_twice(&db, &jobs, from, to).await;
+    let late = max_lateness_ms(&runs);
+    figures!(
+        "{scenario}: term {old_term} of {old_leader} followed by term {} of {} {failover_ms} ms \
+         after the cut; the old leader back as a follower {} ms after the heal; max lateness \
+         {late} ms; {}; attempts succeeded twice {}",
+        new_leader.term,
+        new_leader.node_id,
+        rejoined_at - healed_at,
+        verdict.figures(),
+        twice.len()
+    );
+    assert!(new_leader.term > old_term, "{scenario}: a new term");
+    assert_eq!(
+        (ruling.node_id.as_str(), ruling.term),
+        (new_leader.node_id.as_str(), new_leader.term),
+        "{scenario}: the new leader keeps ruling after the heal"
+    );
+    verdict.assert_exactly_once(&scenario, true);
+    assert!(twice.is_empty(), "{scenario}: runs done twice: {twice:?}");
+    assert!(
+        late <= TAKEOVER_BOUND_MS,
+        "{scenario}: an instant fired {late} ms late"
     );
 }
