@@ -256,6 +256,41 @@ impl TestNet {
         );
     }
 
+    /// Makes the connections `from` has open to `peer`'s `port` half-open: their packets are
+    /// dropped from now on, either way, while new connections go through (a NAT or firewall
+    /// that forgot them, a peer that failed over). How many it severed.
+    pub fn sever_open_connections(&self, from: &NetHost, peer: &NetHost, port: u16) -> usize {
+        let listed = from
+            .command("ss")
+            .args(["-Htn", "state", "established"])
+            .arg(format!("dst {}:{port}", peer.ip))
+            .output()
+            .expect("ss");
+        let text = String::from_utf8_lossy(&listed.stdout);
+        let local_ports: Vec<String> = text
+            .lines()
+            .filter_map(|line| line.split_whitespace().nth(2))
+            .filter_map(|local| local.rsplit(':').next())
+            .map(str::to_owned)
+            .collect();
+        let peer_ip = peer.ip.to_string();
+        for local in &local_ports {
+            Self::iptables(
+                from,
+                &[
+                    "-A", "OUTPUT", "-p", "tcp", "-d", &peer_ip, "--sport", local, "-j", "DROP",
+                ],
+            );
+            Self::iptables(
+                from,
+                &[
+                    "-A", "INPUT", "-p", "tcp", "-s", &peer_ip, "--dport", local, "-j", "DROP",
+                ],
+            );
+        }
+        local_ports.len()
+    }
+
     /// Cuts every link of `host`, the test process's own included.
     pub fn isolate(&self, host: &NetHost) {
         for other in self.hosts.iter().filter(|h| *h != host) {
