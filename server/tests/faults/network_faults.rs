@@ -31,53 +31,31 @@ use crate::support::wait_for;
 
 const NEEDS: &str = "needs root, network namespaces and iptables";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs root, network namespaces and iptables (Debian's package; .ci/run installs it)"]
-async fn postgres_a_follower_cut_from_the_database_fences_itself_and_rejoins() {
-    a_follower_cut_from_the_database_fences_itself_and_rejoins(Engine::Postgres).await;
+/// Each scenario on PostgreSQL and on MariaDB, as `network_faults::<engine>::<scenario>`.
+macro_rules! on_each_engine {
+    ($($scenario:ident),+ $(,)?) => {
+        on_each_engine!(@engine postgres, Postgres, $($scenario),+);
+        on_each_engine!(@engine mysql, Mysql, $($scenario),+);
+    };
+    (@engine $module:ident, $engine:ident, $($scenario:ident),+) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                #[ignore = "needs root, network namespaces and iptables (Debian's package; .ci/run installs it)"]
+                async fn $scenario() {
+                    super::$scenario(crate::support::db::Engine::$engine).await;
+                }
+            )+
+        }
+    };
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs root, network namespaces and iptables (Debian's package; .ci/run installs it)"]
-async fn mysql_a_follower_cut_from_the_database_fences_itself_and_rejoins() {
-    a_follower_cut_from_the_database_fences_itself_and_rejoins(Engine::Mysql).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs root, network namespaces and iptables (Debian's package; .ci/run installs it)"]
-async fn postgres_a_node_cut_from_its_executor_delivers_each_run_once_when_healed() {
-    a_node_cut_from_its_executor_delivers_each_run_once_when_healed(Engine::Postgres).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs root, network namespaces and iptables (Debian's package; .ci/run installs it)"]
-async fn mysql_a_node_cut_from_its_executor_delivers_each_run_once_when_healed() {
-    a_node_cut_from_its_executor_delivers_each_run_once_when_healed(Engine::Mysql).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs root, network namespaces and iptables (Debian's package; .ci/run installs it)"]
-async fn postgres_half_open_database_connections_are_noticed_within_a_lease() {
-    half_open_database_connections_are_noticed_within_a_lease(Engine::Postgres).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs root, network namespaces and iptables (Debian's package; .ci/run installs it)"]
-async fn mysql_half_open_database_connections_are_noticed_within_a_lease() {
-    half_open_database_connections_are_noticed_within_a_lease(Engine::Mysql).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs root, network namespaces and iptables (Debian's package; .ci/run installs it)"]
-async fn postgres_a_leader_cut_from_everything_yields_to_the_new_one() {
-    a_leader_cut_from_everything_yields_to_the_new_one(Engine::Postgres).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs root, network namespaces and iptables (Debian's package; .ci/run installs it)"]
-async fn mysql_a_leader_cut_from_everything_yields_to_the_new_one() {
-    a_leader_cut_from_everything_yields_to_the_new_one(Engine::Mysql).await;
-}
+on_each_engine!(
+    a_follower_cut_from_the_database_fences_itself_and_rejoins,
+    a_node_cut_from_its_executor_delivers_each_run_once_when_healed,
+    half_open_database_connections_are_noticed_within_a_lease,
+    a_leader_cut_from_everything_yields_to_the_new_one,
+);
 
 /// How long the cut lasts: many node leases (1 s), so the partitions surely move.
 const CUT: Duration = Duration::from_secs(8);
