@@ -8,9 +8,6 @@
 //!   lease, its partitions move, and it rejoins when healed.
 //! - A node cut from its executor (not from the database): its attempts, never sent, wait and
 //!   go once healed, each run handed to the executor once.
-//! - A node's open database connections made half-open (their packets dropped, new ones
-//!   going through): it notices within a lease, not after the kernel's TCP timeout, and acts
-//!   again on fresh connections.
 //! - The leader cut from everything: a new term rules within the failover bound; healed, the
 //!   old leader comes back as a follower under the new term.
 //!
@@ -53,7 +50,6 @@ macro_rules! on_each_engine {
 on_each_engine!(
     a_follower_cut_from_the_database_fences_itself_and_rejoins,
     a_node_cut_from_its_executor_delivers_each_run_once_when_healed,
-    half_open_database_connections_are_noticed_within_a_lease,
     a_leader_cut_from_everything_yields_to_the_new_one,
 );
 
@@ -72,7 +68,7 @@ const TAKEOVER_BOUND_MS: i64 = 10_000;
 /// Three nodes and the database, each on a host of its own, and a host for an executor.
 struct NetScene {
     cluster: Cluster,
-    server: PrivateServer,
+    _server: PrivateServer,
     db_host: NetHost,
     node_hosts: Vec<NetHost>,
     executor_host: NetHost,
@@ -96,7 +92,7 @@ impl NetScene {
         .await;
         NetScene {
             cluster,
-            server,
+            _server: server,
             db_host,
             node_hosts,
             executor_host,
@@ -402,70 +398,6 @@ async fn a_leader_cut_from_everything_yields_to_the_new_one(engine: Engine) {
     );
     verdict.assert_exactly_once(&scenario, true);
     assert!(twice.is_empty(), "{scenario}: runs done twice: {twice:?}");
-    assert!(
-        late <= TAKEOVER_BOUND_MS,
-        "{scenario}: an instant fired {late} ms late"
-    );
-}
-
-async fn half_open_database_connections_are_noticed_within_a_lease(engine: Engine) {
-    let _turn = one_at_a_time().await;
-    let scenario = format!("half-open database connections ({engine:?})");
-    let scene = NetScene::start(engine).await;
-    let (l, f) = leader_and_follower(&scene.cluster).await;
-    let _executor = scene.executor(l).await;
-    let follower = scene.cluster.nodes[f].node_id().to_owned();
-    let db = scene.db().clone();
-    let (jobs, from) = scene.cluster.ticking(l, 30).await;
-    db.sleep_until(from + 2_000).await;
-
-    // Every connection the follower has open to the database goes silent; a new one works.
-    let severed_at = db.now_ms().await;
-    let severed =
-        scene
-            .net
-            .sever_open_connections(&scene.node_hosts[f], &scene.db_host, scene.server.port);
-    assert!(severed > 0, "{scenario}: the follower had connections open");
-    // Far longer than a lease, far shorter than the kernel's retransmission timeout (minutes).
-    tokio::time::sleep(Duration::from_secs(15)).await;
-    let ids = scene.cluster.ids();
-    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-    wait_for(
-        Duration::from_secs(30),
-        "the follower to act on fresh connections",
-        || async {
-            let snapshot = scene.cluster.nodes[l].cluster().await?;
-            let owns = snapshot
-                .node(&follower)
-                .is_some_and(|n| n.alive && !n.partitions.is_empty());
-            (owns && snapshot.is_settled_on(&ids)).then_some(())
-        },
-    )
-    .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-
-    let to = (db.now_ms().await / 1_000 + 2) * 1_000;
-    settle(&db, &jobs, from, to, Duration::from_secs(60)).await;
-    let runs = runs(&db, &jobs, from, to).await;
-    let verdict = Verdict::of(&runs, &each_at(&jobs, &instants(from, to, 1_000)));
-    let twice = runs_succeeded_twice(&db, &jobs, from, to).await;
-    let late = max_lateness_ms(&runs);
-    let fired_after = runs
-        .iter()
-        .filter(|r| r.node_id == follower && r.scheduled_at_ms > severed_at + 10_000)
-        .count();
-    figures!(
-        "{scenario}: {severed} connections severed; the follower fired {fired_after} runs from \
-         10 s after; max lateness {late} ms; {}; attempts succeeded twice {}",
-        verdict.figures(),
-        twice.len()
-    );
-    verdict.assert_exactly_once(&scenario, true);
-    assert!(twice.is_empty(), "{scenario}: runs done twice: {twice:?}");
-    assert!(
-        fired_after > 0,
-        "{scenario}: the follower never fired again on fresh connections"
-    );
     assert!(
         late <= TAKEOVER_BOUND_MS,
         "{scenario}: an instant fired {late} ms late"
