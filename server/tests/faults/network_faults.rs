@@ -18,7 +18,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::harness::{Cluster, Database, instants, one_at_a_time};
-use crate::invariants::{Verdict, each_at, max_lateness_ms, runs, runs_succeeded_twice, settle};
+use crate::invariants::{
+    RunRow, Verdict, each_at, max_lateness_ms, runs, runs_succeeded_twice, settle,
+};
 use crate::support::db::Engine;
 use crate::support::executor::{Executor, wait_registered};
 use crate::support::netns::{NetHost, TestNet, Way};
@@ -143,6 +145,27 @@ async fn handed_twice(executor: &Executor, jobs: &[i64]) -> (Vec<i64>, usize) {
     (twice, handed.len())
 }
 
+/// A scenario's window, from `from` to two seconds past now, once settled: its runs, what
+/// they hold against every instant of every job, and the runs done twice.
+struct Window {
+    runs: Vec<RunRow>,
+    verdict: Verdict,
+    twice: Vec<i64>,
+}
+
+async fn judged(db: &Database, jobs: &[i64], from: i64) -> Window {
+    let to = (db.now_ms().await / 1_000 + 2) * 1_000;
+    settle(db, jobs, from, to, Duration::from_secs(60)).await;
+    let runs = runs(db, jobs, from, to).await;
+    let verdict = Verdict::of(&runs, &each_at(jobs, &instants(from, to, 1_000)));
+    let twice = runs_succeeded_twice(db, jobs, from, to).await;
+    Window {
+        runs,
+        verdict,
+        twice,
+    }
+}
+
 /// The dispatches the executor received from the node at `url`, by when it received them.
 async fn received_from(executor: &Executor, url: &str) -> Vec<i64> {
     executor
@@ -218,11 +241,11 @@ async fn a_follower_cut_from_the_database_fences_itself_and_rejoins(engine: Engi
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
 
-    let to = (db.now_ms().await / 1_000 + 2) * 1_000;
-    settle(&db, &jobs, from, to, Duration::from_secs(60)).await;
-    let runs = runs(&db, &jobs, from, to).await;
-    let verdict = Verdict::of(&runs, &each_at(&jobs, &instants(from, to, 1_000)));
-    let twice = runs_succeeded_twice(&db, &jobs, from, to).await;
+    let Window {
+        runs,
+        verdict,
+        twice,
+    } = judged(&db, &jobs, from).await;
     let late = max_lateness_ms(&runs);
     let mut by_node: BTreeMap<&str, usize> = BTreeMap::new();
     for run in runs
@@ -286,11 +309,11 @@ async fn a_node_cut_from_its_executor_delivers_each_run_once_when_healed(engine:
     scene.net.heal(&scene.node_hosts[f]);
     tokio::time::sleep(Duration::from_secs(3)).await;
 
-    let to = (db.now_ms().await / 1_000 + 2) * 1_000;
-    settle(&db, &jobs, from, to, Duration::from_secs(60)).await;
-    let runs = runs(&db, &jobs, from, to).await;
-    let verdict = Verdict::of(&runs, &each_at(&jobs, &instants(from, to, 1_000)));
-    let twice = runs_succeeded_twice(&db, &jobs, from, to).await;
+    let Window {
+        runs,
+        verdict,
+        twice,
+    } = judged(&db, &jobs, from).await;
     let (handed_twice, handed) = handed_twice(&executor, &jobs).await;
     let cut_runs: Vec<_> = runs
         .iter()
@@ -374,11 +397,11 @@ async fn a_leader_cut_from_everything_yields_to_the_new_one(engine: Engine) {
     let (rejoined_at, ruling) = rejoined;
     tokio::time::sleep(Duration::from_secs(3)).await;
 
-    let to = (db.now_ms().await / 1_000 + 2) * 1_000;
-    settle(&db, &jobs, from, to, Duration::from_secs(60)).await;
-    let runs = runs(&db, &jobs, from, to).await;
-    let verdict = Verdict::of(&runs, &each_at(&jobs, &instants(from, to, 1_000)));
-    let twice = runs_succeeded_twice(&db, &jobs, from, to).await;
+    let Window {
+        runs,
+        verdict,
+        twice,
+    } = judged(&db, &jobs, from).await;
     let late = max_lateness_ms(&runs);
     figures!(
         "{scenario}: term {old_term} of {old_leader} followed by term {} of {} {failover_ms} ms \
