@@ -142,45 +142,77 @@ impl Cluster {
     pub(crate) async fn start_nodes(&mut self, count: usize) -> anyhow::Result<()> {
         let first = self.nodes.len();
         for i in first..first + count {
-            let id = format!("node-{i}");
-            let port = free_port()?;
-            let data_dir = self.dir.join(&id);
-            std::fs::create_dir_all(&data_dir)?;
-            let log = self.dir.join(format!("{id}.log"));
-            let mut command = Command::new(&self.carillon);
-            for (key, _) in std::env::vars() {
-                if key.starts_with("CARILLON_") {
-                    command.env_remove(key);
-                }
-            }
-            command
-                .arg("server")
-                .env("CARILLON_DATABASE_URL", &self.nodes_url)
-                .env("CARILLON_LISTEN", format!("127.0.0.1:{port}"))
-                .env("CARILLON_NODE_ID", &id)
-                .env("CARILLON_DATA_DIR", &data_dir)
-                .env("CARILLON_ADMIN_TOKEN", ADMIN_TOKEN)
-                .env("CARILLON_EXECUTOR_TOKEN", EXECUTOR_TOKEN)
-                .env("CARILLON_DISPATCH_SECRET", DISPATCH_SECRET)
-                .env("CARILLON_LOG", "warn")
-                .envs(self.extra_env.iter().map(|(k, v)| (k, v)))
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(&log)?);
-            let child = command
-                .spawn()
-                .with_context(|| format!("starting {}", self.carillon.display()))?;
-            self.nodes.push(Node {
-                id,
-                url: format!("http://127.0.0.1:{port}"),
-                child,
-                log,
-            });
+            let node = self.spawn(&format!("node-{i}"), free_port()?)?;
+            self.nodes.push(node);
         }
         for i in first..first + count {
             self.wait_ready(i).await?;
         }
         Ok(())
+    }
+
+    /// Stops node `index` gracefully (SIGTERM: it hands its partitions back) and starts it
+    /// again on its port and data, as a rolling restart does; waits until it is ready.
+    pub(crate) async fn restart(&mut self, index: usize) -> anyhow::Result<()> {
+        let node = &mut self.nodes[index];
+        let _ = Command::new("kill")
+            .args(["-TERM", &node.pid().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while node.is_running() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        node.kill9();
+        let port = node
+            .url
+            .rsplit(':')
+            .next()
+            .and_then(|port| port.parse().ok())
+            .context("a node's port")?;
+        let id = node.id.clone();
+        self.nodes[index] = self.spawn(&id, port)?;
+        self.wait_ready(index).await
+    }
+
+    /// Starts `carillon server` as node `id` on `port`.
+    fn spawn(&self, id: &str, port: u16) -> anyhow::Result<Node> {
+        let data_dir = self.dir.join(id);
+        std::fs::create_dir_all(&data_dir)?;
+        let log = self.dir.join(format!("{id}.log"));
+        let mut command = Command::new(&self.carillon);
+        for (key, _) in std::env::vars() {
+            if key.starts_with("CARILLON_") {
+                command.env_remove(key);
+            }
+        }
+        command
+            .arg("server")
+            .env("CARILLON_DATABASE_URL", &self.nodes_url)
+            .env("CARILLON_LISTEN", format!("127.0.0.1:{port}"))
+            .env("CARILLON_NODE_ID", id)
+            .env("CARILLON_DATA_DIR", &data_dir)
+            .env("CARILLON_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("CARILLON_EXECUTOR_TOKEN", EXECUTOR_TOKEN)
+            .env("CARILLON_DISPATCH_SECRET", DISPATCH_SECRET)
+            .env("CARILLON_LOG", "warn")
+            .envs(self.extra_env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&log)?,
+            );
+        let child = command
+            .spawn()
+            .with_context(|| format!("starting {}", self.carillon.display()))?;
+        Ok(Node {
+            id: id.to_owned(),
+            url: format!("http://127.0.0.1:{port}"),
+            child,
+            log,
+        })
     }
 
     async fn wait_ready(&mut self, index: usize) -> anyhow::Result<()> {

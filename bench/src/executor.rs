@@ -65,6 +65,10 @@ pub(crate) struct LogFigures {
 pub(crate) struct FastExecutor {
     shared: Arc<Shared>,
     pub(crate) address: String,
+    id: String,
+    /// Its server and heartbeat, ended by [`FastExecutor::stop`].
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    draining: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl FastExecutor {
@@ -72,6 +76,16 @@ impl FastExecutor {
     /// ends.
     pub(crate) async fn start(
         cluster: &Cluster,
+        batch: bool,
+        log_lines: usize,
+    ) -> anyhow::Result<FastExecutor> {
+        Self::start_as(cluster, "bench-executor", batch, log_lines).await
+    }
+
+    /// The same, registered as `id`.
+    pub(crate) async fn start_as(
+        cluster: &Cluster,
+        id: &str,
         batch: bool,
         log_lines: usize,
     ) -> anyhow::Result<FastExecutor> {
@@ -99,20 +113,30 @@ impl FastExecutor {
             .route(executor_paths::CANCEL, post(|| async { StatusCode::OK }))
             .route(HTTP_JOB_PATH, post(http_job))
             .with_state(Arc::clone(&shared));
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        let executor = FastExecutor { shared, address };
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        let mut executor = FastExecutor {
+            shared,
+            address,
+            id: id.to_owned(),
+            tasks: vec![server],
+            draining: Arc::default(),
+        };
         let heartbeat_ms = executor.register(cluster, batch).await?;
         let urls = cluster.urls();
         let token = cluster.executor_token.clone();
         let client = carillon_tls::http_client()?;
-        tokio::spawn(async move {
-            let beat = Heartbeat {
-                executor_id: "bench-executor".to_owned(),
-                in_flight: Vec::new(),
-                draining: false,
-            };
+        let executor_id = executor.id.clone();
+        let draining = Arc::clone(&executor.draining);
+        let heartbeat = tokio::spawn(async move {
             loop {
                 tokio::time::sleep(Duration::from_millis(heartbeat_ms)).await;
+                let beat = Heartbeat {
+                    executor_id: executor_id.clone(),
+                    in_flight: Vec::new(),
+                    draining: draining.load(std::sync::atomic::Ordering::Relaxed),
+                };
                 // Any live node will do: they share the database.
                 for url in &urls {
                     let sent = client
@@ -128,11 +152,25 @@ impl FastExecutor {
                 }
             }
         });
+        executor.tasks.push(heartbeat);
         Ok(executor)
     }
 
+    /// Stops as an executor leaving for a restart does: says it is draining (the nodes send
+    /// it nothing new), waits `drain` for what was sent, then stops serving.
+    /// Its receipts are returned.
+    pub(crate) async fn stop(self, drain: Duration) -> Vec<Receipt> {
+        self.draining
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        tokio::time::sleep(drain).await;
+        for task in &self.tasks {
+            task.abort();
+        }
+        self.receipts()
+    }
+
     async fn register(&self, cluster: &Cluster, batch: bool) -> anyhow::Result<u64> {
-        let body = json!({"protocol": PROTOCOL_VERSION, "executor_id": "bench-executor",
+        let body = json!({"protocol": PROTOCOL_VERSION, "executor_id": self.id,
             "app": "bench", "address": self.address, "weight": 1, "capacity": 100_000,
             "handlers": [{"name": "noop"}], "batch": batch});
         let response = carillon_tls::http_client()?

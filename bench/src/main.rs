@@ -7,6 +7,7 @@ mod executor;
 mod history;
 mod scenarios;
 mod scripts;
+mod soak;
 mod stats;
 mod tasks;
 mod workflows;
@@ -171,6 +172,30 @@ enum Scenario {
         #[arg(long, default_value_t = 2)]
         minutes: u64,
     },
+    /// Hours of load compressed: jobs firing every second, history kept `--retention` (10
+    /// minutes unless given), a node restarted and an executor (of two) restarted in turn;
+    /// each minute the database's size, each node's memory and the lateness, charted.
+    Soak {
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        #[arg(long, default_value_t = 1_000)]
+        jobs: usize,
+        #[arg(long, default_value_t = 120)]
+        minutes: u64,
+        /// Minutes between node restarts (each node in turn).
+        #[arg(long, default_value_t = 20)]
+        node_restart_every: u64,
+        /// Minutes between executor restarts (each of the two in turn).
+        #[arg(long, default_value_t = 10)]
+        executor_restart_every: u64,
+        /// Write the samples' chart here (SVG).
+        #[arg(long)]
+        chart: Option<PathBuf>,
+        /// Exit with an error if any instant was delivered twice or missed (for CI's short
+        /// run; the figures are printed either way).
+        #[arg(long)]
+        check: bool,
+    },
     /// Creating jobs: one request each (16 at a time), then in bulk; jobs per second.
     Create {
         #[arg(long, default_value_t = 5_000)]
@@ -202,6 +227,10 @@ async fn main() -> anyhow::Result<()> {
         "no carillon binary at {}: build it (cargo build --release -p carillon-server) or pass --carillon",
         carillon.display()
     );
+    let retention = match (&cli.scenario, cli.retention) {
+        (Scenario::Soak { .. }, None) => Some("10m".to_owned()),
+        (_, retention) => retention,
+    };
     let common = Common {
         db: cli.db,
         database_url: cli.database_url,
@@ -209,8 +238,7 @@ async fn main() -> anyhow::Result<()> {
         carillon,
         batch: !cli.no_batch,
         log_lines: cli.log_lines,
-        extra_env: cli
-            .retention
+        extra_env: retention
             .as_deref()
             .map(history::retention_env)
             .unwrap_or_default()
@@ -285,6 +313,33 @@ async fn main() -> anyhow::Result<()> {
         }
         Scenario::Failover { jobs, jitter_ms } => {
             scenarios::failover(&common, jobs, jitter_ms).await?
+        }
+        Scenario::Soak {
+            nodes,
+            jobs,
+            minutes,
+            node_restart_every,
+            executor_restart_every,
+            chart,
+            check,
+        } => {
+            let load = soak::SoakLoad {
+                nodes,
+                jobs,
+                minutes: minutes.max(1),
+                node_restart_every,
+                executor_restart_every,
+                chart,
+            };
+            let report = soak::soak(&common, &load).await?;
+            if check {
+                let wrong = report.count("duplicates") + report.count("missed");
+                if wrong > 0 {
+                    report.print(cli.json);
+                    anyhow::bail!("the soak delivered {wrong} instants twice or not at all");
+                }
+            }
+            report
         }
         Scenario::Create { single, bulk } => scenarios::create(&common, single, bulk).await?,
         Scenario::Capacity { jobs, nodes } => scenarios::capacity(&common, jobs, nodes).await?,

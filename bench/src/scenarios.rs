@@ -69,7 +69,7 @@ impl FlowLoad {
     }
 }
 
-fn every_second(i: usize, misfire: &str) -> Value {
+pub(crate) fn every_second(i: usize, misfire: &str) -> Value {
     json!({"name": format!("bench-{i}"), "app": "bench", "handler": "noop",
         "schedule": {"cron": "* * * * * *"}, "misfire": misfire, "start": true})
 }
@@ -95,7 +95,7 @@ pub(crate) async fn new_cluster(common: &Common) -> anyhow::Result<Cluster> {
 }
 
 /// Sleeps until the wall clock reads `at_ms`.
-async fn sleep_until_ms(at_ms: i64) {
+pub(crate) async fn sleep_until_ms(at_ms: i64) {
     let wait = at_ms - now_ms();
     if wait > 0 {
         tokio::time::sleep(Duration::from_millis(wait.unsigned_abs())).await;

@@ -79,6 +79,15 @@ impl Report {
         self.rows.push((key.to_owned(), value.into()));
     }
 
+    /// The integer figure `key`, 0 when absent.
+    pub(crate) fn count(&self, key: &str) -> u64 {
+        self.rows
+            .iter()
+            .find(|(k, _)| k == key)
+            .and_then(|(_, v)| v.as_u64())
+            .unwrap_or(0)
+    }
+
     pub(crate) fn add_all(&mut self, rows: Vec<(String, Value)>) {
         self.rows.extend(rows);
     }

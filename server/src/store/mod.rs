@@ -83,10 +83,11 @@ pub struct PoolOptions {
     /// How long a caller waits for a free connection. Short for the pool that renews leases, so
     /// a lost database is noticed well inside a lease (sqlx waits 30 s by default).
     pub acquire_timeout: Duration,
-    /// Server-side limit on one statement (and on lock waits), where the backend supports it.
+    /// Server-side limit on one statement (and on lock waits), where the backend supports it;
+    /// half again more, and the node gives the statement up and closes its connection.
     pub statement_timeout: Duration,
     /// PostgreSQL reached through a pooler in transaction mode (pgbouncer): every statement
-    /// runs in a transaction, unnamed, with the settings set per transaction (`pg_pool`).
+    /// runs in a transaction, unnamed, with the settings set per transaction (`sql_store::connections`).
     pub transaction_pooler: bool,
 }
 

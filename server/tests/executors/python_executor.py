@@ -10,6 +10,8 @@ Handlers:
   secrets  -> answers 200 with the names of the dispatch's secrets and a SHA-256 of each value
               (never the value)
 With --hang, `slow` answers 202 and then never reports nor honours a cancel (a stuck handler).
+A dispatch with an `effect_key` (delivery `exactly_once_effect`) whose work an `echo` here
+already did is answered from the record, the handler not run again (logged `from_record`).
 Prints "listening <port>" once it serves.
 """
 import argparse, hashlib, hmac, json, sys, threading, time, urllib.request
@@ -32,6 +34,7 @@ lock = threading.Lock()
 running = {}          # attempt_id -> threading.Event (set = cancel)
 seen = {}             # attempt_id -> accepted at (ms), for replay refusal
 log = []              # what this executor did, for the test to read at /log
+effects = {}          # effect_key -> the answer its echo gave
 
 
 def now_ms():
@@ -144,6 +147,14 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(200, {})
         if self.path != "/carillon/v1/dispatch":
             return self.reply(404)
+        key = msg.get("effect_key")
+        with lock:
+            done = effects.get(key) if key else None
+            if done is not None:
+                log.append({"from_record": key, "attempt_id": msg["attempt_id"], "run_id": msg["run_id"],
+                            "job_id": msg["job_id"], "received_ms": now_ms()})
+        if done is not None:
+            return self.reply(200, done)
         with lock:
             if msg["attempt_id"] in seen:
                 return self.reply(409, {"error": "replayed attempt"})
@@ -154,11 +165,15 @@ class Handler(BaseHTTPRequestHandler):
                         "args": msg["args"], "shard": msg["shard"], "attempt": msg["attempt"],
                         "job_id": msg["job_id"], "scheduled_at": msg["scheduled_at"],
                         "input": msg.get("input"), "report_to": msg.get("report_to", []),
-                        "received_ms": now_ms()})
+                        "effect_key": key, "received_ms": now_ms()})
         handler = msg["handler"]
         if handler == "echo":
-            return self.reply(200, {"outcome": "succeeded", "output": {"args": msg["args"], "shard": msg["shard"], "by": args.id,
-                                                    "scheduled_at": msg["scheduled_at"]}})
+            answer = {"outcome": "succeeded", "output": {"args": msg["args"], "shard": msg["shard"], "by": args.id,
+                                                        "scheduled_at": msg["scheduled_at"]}}
+            if key:
+                with lock:
+                    effects[key] = answer
+            return self.reply(200, answer)
         if handler == "fail" or (handler == "flaky" and args.fail):
             return self.reply(200, {"outcome": "failed", "error": "failed on " + args.id})
         if handler == "flaky":

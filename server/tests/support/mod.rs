@@ -8,6 +8,7 @@
 
 pub mod cli;
 pub mod db;
+pub mod delay_proxy;
 pub mod docker;
 pub mod executor;
 pub mod galera;

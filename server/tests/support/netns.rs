@@ -238,22 +238,29 @@ impl TestNet {
         Self::drop_packets(from, peer.ip, way, &[]);
     }
 
-    /// Drops `share` (0 to 1) of the packets of the link, at random.
-    pub fn lose(&self, from: &NetHost, peer: &NetHost, way: Way, share: f64) {
-        let probability = format!("{share:.4}");
+    /// Drops what `from` sends `peer` that carries data, letting the bare handshake and
+    /// acknowledgements through (a bare TCP segment is at most 60 bytes): `peer` connects and
+    /// sends, `from` receives it and acts, and its answers never arrive.
+    pub fn lose_answers(&self, from: &NetHost, peer: &NetHost) {
         Self::drop_packets(
             from,
             peer.ip,
-            way,
-            &[
-                "-m",
-                "statistic",
-                "--mode",
-                "random",
-                "--probability",
-                &probability,
-            ],
+            Way::Out,
+            &["-p", "tcp", "-m", "length", "--length", "100:65535"],
         );
+    }
+
+    /// Drops `share` (0 to 1) of the packets between `from` and the test process (where the
+    /// tests' proxies listen), at random, either way.
+    pub fn lose_to_gateway(&self, from: &NetHost, share: f64) {
+        let probability = format!("{share:.4}");
+        Self::drop_packets(from, self.gateway(), Way::Both, &at_random(&probability));
+    }
+
+    /// Drops `share` (0 to 1) of the packets of the link, at random.
+    pub fn lose(&self, from: &NetHost, peer: &NetHost, way: Way, share: f64) {
+        let probability = format!("{share:.4}");
+        Self::drop_packets(from, peer.ip, way, &at_random(&probability));
     }
 
     /// Makes the connections `from` has open to `peer`'s `port` half-open: their packets are
@@ -318,4 +325,16 @@ impl Drop for TestNet {
             .args(["netns", "del", &self.switch()])
             .status();
     }
+}
+
+/// An iptables match for a share of the packets, at random (`probability` from 0 to 1).
+fn at_random(probability: &str) -> [&str; 6] {
+    [
+        "-m",
+        "statistic",
+        "--mode",
+        "random",
+        "--probability",
+        probability,
+    ]
 }

@@ -45,16 +45,7 @@ impl TcpProxy {
 
     /// `url` with its host and port replaced by this proxy's.
     pub fn url_through(&self, url: &str) -> String {
-        let (scheme, rest) = url.split_once("://").expect("a database url");
-        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-        let user = authority
-            .rsplit_once('@')
-            .map(|(user, _)| format!("{user}@"));
-        format!(
-            "{scheme}://{}127.0.0.1:{}/{path}",
-            user.unwrap_or_default(),
-            self.port
-        )
+        with_address(url, &format!("127.0.0.1:{}", self.port))
     }
 }
 
@@ -79,4 +70,14 @@ impl Drop for TcpProxy {
     fn drop(&mut self) {
         self.accept.abort();
     }
+}
+
+/// Database `url` with its host and port replaced by `address` (`host:port`).
+pub fn with_address(url: &str, address: &str) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a database url");
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let user = authority
+        .rsplit_once('@')
+        .map(|(user, _)| format!("{user}@"));
+    format!("{scheme}://{}{address}/{path}", user.unwrap_or_default())
 }

@@ -25,13 +25,13 @@ use std::time::Duration;
 
 use sqlx::migrate::{Migration, Migrator};
 use sqlx::mysql::{MySqlConnection, MySqlDatabaseError, MySqlPool};
-use sqlx::postgres::PgConnection;
+use sqlx::postgres::{PgConnection, Postgres};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
 use sqlx::{AssertSqlSafe, Connection, Executor};
 use tokio::time::Instant;
 
 use super::super::Error;
-use super::pg_pool::PgDb;
+use super::connections::SqlDb;
 
 /// How long a node waits for another node's migrations before it gives up.
 const LOCK_WAIT: Duration = Duration::from_secs(600);
@@ -87,7 +87,7 @@ impl LockWait {
     }
 }
 
-pub(super) async fn postgres(db: &PgDb, migrator: &Migrator) -> Result<(), Error> {
+pub(super) async fn postgres(db: &SqlDb<Postgres>, migrator: &Migrator) -> Result<(), Error> {
     // A connection of its own, closed at the end. Everything happens in one transaction, so
     // that nothing outlives it on the server connection (behind a pooler in transaction mode
     // the server connection goes to other clients next): the lock is a transaction lock,

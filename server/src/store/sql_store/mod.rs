@@ -9,6 +9,7 @@ mod audit;
 mod bulk;
 mod claim;
 mod cluster;
+mod connections;
 mod create_database;
 mod dispatch;
 mod flow;
@@ -20,7 +21,6 @@ mod jobs;
 mod logs;
 mod migrate;
 mod namespaces;
-mod pg_pool;
 mod policies;
 mod secrets;
 mod standbys;
@@ -34,13 +34,12 @@ use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
 use sqlx::migrate::Migrator;
-use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, Postgres};
 use sqlx::sqlite::{
-    Sqlite, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteSynchronous,
+    Sqlite, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{AssertSqlSafe, Connection, Executor, Transaction};
+use sqlx::{AssertSqlSafe, Connection, Executor};
 
 use super::audit_records::{AuditFilter, AuditRecord, AuditStore, AuditWrite};
 use super::child_records::{ChildRunRef, ChildStore, EndedRun, FollowUpEvents, FollowedUp};
@@ -89,8 +88,8 @@ use super::{
 };
 use crate::jobs::FlowLimits;
 use crate::states::{JobKind, JobState, RunState, StepState};
+use connections::{Conn, SqlDb, SqlTx, answer_limit};
 use logs::LOG_ROWS_PER_INSERT;
-use pg_pool::{PgDb, PgTx};
 
 /// The embedded migrations, with sqlx's own locking off: `migrate` takes a lock that works on
 /// every backend and checks that it was granted.
@@ -156,26 +155,10 @@ fn like_prefix(prefix: &str) -> String {
     pattern
 }
 
-/// The connections and the write transaction of each backend: sqlx's own, but PostgreSQL's
-/// run their statements unnamed and in transactions behind a pooler (see `pg_pool`).
-trait Connections {
-    type Db;
-    type Tx;
-}
-impl Connections for Postgres {
-    type Db = PgDb;
-    type Tx = PgTx;
-}
-impl Connections for MySql {
-    type Db = MySqlPool;
-    type Tx = Transaction<'static, MySql>;
-}
-impl Connections for Sqlite {
-    type Db = SqlitePool;
-    type Tx = Transaction<'static, Sqlite>;
-}
-type Db<DB> = <DB as Connections>::Db;
-type Tx<DB> = <DB as Connections>::Tx;
+/// The connections and the write transaction of each backend (see `connections`).
+type Db<DB> = SqlDb<DB>;
+type Tx<DB> = SqlTx<DB>;
+type PgTx = SqlTx<Postgres>;
 
 /// Rows per multi-row run insert: 10 parameters each.
 const RUN_ROWS_PER_INSERT: usize = 500;
@@ -198,6 +181,12 @@ struct GuardedUpdate {
     locking_read: Option<AssertSqlSafe<String>>,
     update: AssertSqlSafe<String>,
 }
+
+/// Whether sqlx pings a pooled connection before each use: a round trip before every
+/// statement or transaction, which on a link of 200 ms doubled the heartbeat's time past its
+/// budget. A connection that died is found by the use itself instead: at once when the
+/// database reset it, at the answer deadline when it went silent (`connections`).
+const CHECK_BEFORE_ACQUIRE: bool = false;
 
 /// How often a transaction that lost a deadlock or serialisation race is tried in all.
 const TRANSIENT_ATTEMPTS: u32 = 4;
@@ -232,7 +221,7 @@ fn invalid_url(url: &DatabaseUrl, err: sqlx::Error) -> Error {
 /// PostgreSQL.
 #[derive(Debug, Clone)]
 pub(super) struct PostgresStore {
-    pool: PgDb,
+    pool: SqlDb<Postgres>,
     q: Arc<Queries>,
     events: Arc<FollowUpEvents>,
 }
@@ -279,9 +268,15 @@ impl PostgresStore {
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
+            .test_before_acquire(CHECK_BEFORE_ACQUIRE)
             .connect_with(connect)
             .await?;
-        let db = PgDb::new(pool, options.transaction_pooler, &settings);
+        let db = SqlDb::new(pool, Some(answer_limit(options.statement_timeout)));
+        let db = if options.transaction_pooler {
+            db.behind_pooler(&settings)
+        } else {
+            db
+        };
         Ok(Self::from_pool(db))
     }
 
@@ -301,7 +296,7 @@ impl PostgresStore {
 /// MySQL 8 and MariaDB 10.6+.
 #[derive(Debug, Clone)]
 pub(super) struct MysqlStore {
-    pool: MySqlPool,
+    pool: SqlDb<MySql>,
     q: Arc<Queries>,
     events: Arc<FollowUpEvents>,
 }
@@ -328,6 +323,7 @@ impl MysqlStore {
         let pool = MySqlPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
+            .test_before_acquire(CHECK_BEFORE_ACQUIRE)
             .after_connect(move |conn, _meta| {
                 Box::pin(async move {
                     let set = format!("SET SESSION innodb_lock_wait_timeout = {lock_wait_s}");
@@ -353,10 +349,11 @@ impl MysqlStore {
             })
             .connect_with(connect)
             .await?;
-        Ok(Self::from_pool(pool))
+        let db = SqlDb::new(pool, Some(answer_limit(options.statement_timeout)));
+        Ok(Self::from_pool(db))
     }
 
-    async fn begin_write(&self) -> Result<Transaction<'static, MySql>, Error> {
+    async fn begin_write(&self) -> Result<SqlTx<MySql>, Error> {
         Ok(self.pool.begin().await?)
     }
 
@@ -365,10 +362,11 @@ impl MysqlStore {
     }
 
     async fn migrate_schema(&self) -> Result<(), Error> {
-        let galera = galera::is_member(&mut *self.pool.acquire().await?).await?;
-        migrate::mysql(&self.pool, &MYSQL_MIGRATOR, galera).await?;
+        let pool = self.pool.pool();
+        let galera = galera::is_member(&mut *pool.acquire().await?).await?;
+        migrate::mysql(pool, &MYSQL_MIGRATOR, galera).await?;
         if galera {
-            galera::check_tables(&self.pool).await?;
+            galera::check_tables(pool).await?;
         }
         Ok(())
     }
@@ -377,7 +375,7 @@ impl MysqlStore {
 /// SQLite, for a single node.
 #[derive(Debug, Clone)]
 pub(super) struct SqliteStore {
-    pool: SqlitePool,
+    pool: SqlDb<Sqlite>,
     q: Arc<Queries>,
     events: Arc<FollowUpEvents>,
 }
@@ -411,12 +409,13 @@ impl SqliteStore {
                 other => break other?,
             }
         };
-        Ok(Self::from_pool(pool))
+        // In the process: no connection to go silent, and its busy timeout bounds lock waits.
+        Ok(Self::from_pool(SqlDb::new(pool, None)))
     }
 
     /// SQLite has no row locks: `BEGIN IMMEDIATE` takes the write lock up front, so a
     /// transaction that reads then writes cannot fail half-way on a lock upgrade.
-    async fn begin_write(&self) -> Result<Transaction<'static, Sqlite>, Error> {
+    async fn begin_write(&self) -> Result<SqlTx<Sqlite>, Error> {
         Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
     }
 
@@ -425,8 +424,8 @@ impl SqliteStore {
     }
 
     async fn migrate_schema(&self) -> Result<(), Error> {
-        let options = self.pool.connect_options();
-        migrate::sqlite(&self.pool, &options, &SQLITE_MIGRATOR).await
+        let options = self.pool.pool().connect_options();
+        migrate::sqlite(self.pool.pool(), &options, &SQLITE_MIGRATOR).await
     }
 }
 

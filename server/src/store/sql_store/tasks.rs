@@ -443,7 +443,7 @@ macro_rules! values_task_writes {
             /// Inserts a batch of tasks, a statement per chunk.
             async fn insert_tasks(
                 &self,
-                conn: &mut <$db as sqlx::Database>::Connection,
+                conn: &mut Conn<$db>,
                 tasks: &[TaskWrite],
             ) -> Result<(), Error> {
                 let now: &str = &self.q.now_expr;
