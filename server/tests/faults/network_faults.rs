@@ -952,7 +952,7 @@ async fn a_lossy_slow_database_link_makes_fires_later_never_wrong(engine: Engine
     verdict.assert_exactly_once(&scenario, true);
     assert!(twice.is_empty(), "{scenario}: runs done twice: {twice:?}");
     assert!(
-        during.0 >= 15.0,
+        during.0 >= 10.0,
         "{scenario}: {:.1} runs handed out a second on the slow link, for 30 due",
         during.0
     );
