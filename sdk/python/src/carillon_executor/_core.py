@@ -1,0 +1,318 @@
+"""What the endpoint, the heartbeat and the reports share: the handlers, the attempts
+running, the replay and effect records, and the calls that tell the admin nodes about them."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
+
+from ._attempts import Attempt, Running, run_handler
+from ._calls import AdminNodes, CallError
+from ._effects import Effects, Result
+from ._logs import SHIP_EVERY_S, AttemptLog
+from ._wire import (
+    DEREGISTER_PATH,
+    HEARTBEAT_PATH,
+    LOGS_PATH,
+    PROTOCOL_VERSION,
+    REGISTER_PATH,
+    REPLAY_WINDOW_MS,
+    RESULTS_PATH,
+    now_ms,
+)
+from .jobs import JobSpec
+
+log = logging.getLogger("carillon_executor")
+
+
+@dataclass(frozen=True)
+class Identity:
+    executor_id: str
+    app: str
+    weight: int
+    capacity: int
+    secret: bytes
+    capture_logs: bool
+
+
+#: How a dispatch was answered: its status, and the result of a ``200`` or the reason of a
+#: refusal.
+Answer = Tuple[int, Optional[Result], Optional[str]]
+
+
+class Core:
+    def __init__(
+        self,
+        identity: Identity,
+        handlers: Mapping[str, JobSpec],
+        nodes: AdminNodes,
+        threads: ThreadPoolExecutor,
+    ) -> None:
+        self.id = identity
+        self.handlers = dict(handlers)
+        self.nodes = nodes
+        self.threads = threads
+        self.running = Running()
+        self.effects = Effects()
+        self.seen: Dict[int, int] = {}
+        self.draining = False
+        #: Background work to wait for when draining: reports and handler runs.
+        self.pending: Set["asyncio.Task[Any]"] = set()
+
+    # --- accepting dispatches ---------------------------------------------------------
+
+    def accept(self, dispatch: Mapping[str, Any]) -> Tuple[Answer, Optional[Attempt]]:
+        """Takes a dispatch as ``protocol/README.md`` says: its answer, and the attempt it
+        started (whose handler the caller may wait for briefly to answer ``200`` at once)."""
+        if dispatch.get("protocol") != PROTOCOL_VERSION:
+            return (400, None, f"protocol {dispatch.get('protocol')} is not spoken here"), None
+        attempt_id = int(dispatch["attempt_id"])
+        key = dispatch.get("effect_key")
+        if isinstance(key, str):
+            begun, value = self.effects.begin(key, attempt_id, now_ms())
+            if begun == "done" and isinstance(value, Result):
+                log.debug("attempt %s answered from the record of %s", attempt_id, key)
+                return (200, value, None), None
+            if begun == "joined" and isinstance(value, int):
+                primary = self.running.attempts.get(value)
+                joined = Attempt(attempt_id, list(dispatch.get("report_to") or []), key)
+                if primary is not None:
+                    joined.cancellation = primary.cancellation
+                self.running.attempts[attempt_id] = joined
+                return (202, None, None), None
+        answer, attempt = self._start(dispatch)
+        if attempt is None and isinstance(key, str):
+            self.effects.abandon(key)
+        return answer, attempt
+
+    def _start(self, dispatch: Mapping[str, Any]) -> Tuple[Answer, Optional[Attempt]]:
+        if self.draining:
+            return (503, None, "draining"), None
+        handler = str(dispatch.get("handler"))
+        spec = self.handlers.get(handler)
+        if spec is None:
+            return (404, None, f"no handler {handler!r} here"), None
+        attempt_id = int(dispatch["attempt_id"])
+        now = now_ms()
+        if len(self.seen) > 1024 or attempt_id in self.seen:
+            self.seen = {a: at for a, at in self.seen.items() if now - at <= REPLAY_WINDOW_MS}
+        if attempt_id in self.seen:
+            return (409, None, "this attempt was already accepted"), None
+        if self.running.busy >= self.id.capacity:
+            return (429, None, "at capacity"), None
+        self.seen[attempt_id] = now
+        report_to = [str(u) for u in dispatch.get("report_to") or []]
+        key = dispatch.get("effect_key")
+        attempt = Attempt(attempt_id, report_to, key if isinstance(key, str) else None)
+        if self.id.capture_logs:
+            attempt.log = AttemptLog(attempt_id, report_to)
+        self.running.attempts[attempt_id] = attempt
+        self.running.busy += 1
+        released = False
+
+        def ended() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.running.busy -= 1
+
+        attempt.handler = asyncio.ensure_future(
+            run_handler(spec, dispatch, attempt, self.threads, ended)
+        )
+        # Cancelled before it began, the handler's run never gets to say it ended.
+        attempt.handler.add_done_callback(lambda run: ended() if run.cancelled() else None)
+        return (202, None, None), attempt
+
+    # --- ending attempts --------------------------------------------------------------
+
+    def answered_at_once(self, attempt: Attempt) -> Optional[Result]:
+        """The result of an attempt whose handler already ended without logging, to answer
+        ``200`` with instead of ``202`` and a report; None when it must be reported."""
+        handler = attempt.handler
+        if handler is None or not handler.done() or handler.cancelled():
+            return None
+        if attempt.log is not None and attempt.log.has_lines():
+            return None
+        result = handler.result()
+        if result.outcome == "cancelled":
+            return None  # a 200 carries only a success or a failure
+        self.running.attempts.pop(attempt.attempt_id, None)
+        if attempt.effect_key is not None:
+            for other in self.effects.finish(attempt.effect_key, result, now_ms()):
+                self._spawn(self._report_joined(other, result))
+        return result
+
+    def finish_later(self, attempt: Attempt) -> None:
+        """Waits for the attempt's handler in the background, then ships the rest of its log
+        and reports its result."""
+        self._spawn(self._finish(attempt))
+
+    async def _finish(self, attempt: Attempt) -> None:
+        handler = attempt.handler
+        assert handler is not None
+        try:
+            result = await asyncio.shield(handler)
+        except asyncio.CancelledError:
+            if not handler.cancelled():
+                raise
+            result = Result("cancelled", error="cancelled")
+        # The log is complete before the result: a run that has ended shows all of it.
+        if attempt.log is not None:
+            await self._close_log(attempt.log)
+        joined: List[int] = []
+        if attempt.effect_key is not None:
+            joined = self.effects.finish(attempt.effect_key, result, now_ms())
+        for other in joined:
+            await self._report_joined(other, result)
+        await self.report(attempt.attempt_id, result, attempt.report_to)
+
+    async def _report_joined(self, attempt_id: int, result: Result) -> None:
+        joined = self.running.attempts.get(attempt_id)
+        report_to = joined.report_to if joined is not None else []
+        await self.report(attempt_id, result, report_to)
+
+    async def report(self, attempt_id: int, result: Result, report_to: List[str]) -> None:
+        """Reports a result until an admin node takes it or refuses it for good; the attempt
+        is listed in flight until then."""
+        body: Dict[str, Any] = {"executor_id": self.id.executor_id, "attempt_id": attempt_id}
+        body.update(result.body())
+        delay = 0.2
+        try:
+            while True:
+                try:
+                    await self.nodes.post(RESULTS_PATH, body, report_to)
+                    return
+                except CallError as e:
+                    if e.permanent:
+                        log.warning("result of attempt %s refused for good: %s", attempt_id, e)
+                        return
+                    log.warning("result of attempt %s not delivered yet: %s", attempt_id, e)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+        finally:
+            self.running.attempts.pop(attempt_id, None)
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.ensure_future(work)
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+
+    # --- handler logs -----------------------------------------------------------------
+
+    def _open_logs(self) -> List[AttemptLog]:
+        return [a.log for a in self.running.attempts.values() if a.log is not None]
+
+    async def ship_logs(self) -> None:
+        """Ships the waiting lines of every running attempt, every 300 ms, until cancelled."""
+        while True:
+            await asyncio.sleep(SHIP_EVERY_S)
+            for attempt_log in self._open_logs():
+                if not attempt_log.sending.locked():
+                    await self._ship(attempt_log)
+
+    async def _close_log(self, attempt_log: AttemptLog) -> None:
+        for _ in range(3):
+            shipped = await self._ship(attempt_log)
+            if shipped != "not taken":
+                if shipped == "nothing":
+                    return
+                continue
+            await asyncio.sleep(SHIP_EVERY_S)
+
+    async def _ship(self, attempt_log: AttemptLog) -> str:
+        """Sends one batch of an attempt's waiting lines, after any batch of it on its way;
+        puts them back when no node took them."""
+        async with attempt_log.sending:
+            lines = attempt_log.take()
+            if not lines:
+                return "nothing"
+            batch = {
+                "executor_id": self.id.executor_id,
+                "attempts": [{"attempt_id": attempt_log.attempt_id, "lines": lines}],
+            }
+            try:
+                await self.nodes.post(LOGS_PATH, batch, attempt_log.report_to)
+            except CallError as e:
+                if e.permanent:
+                    log.debug("log lines of attempt %s refused: %s", attempt_log.attempt_id, e)
+                    return "taken"
+                attempt_log.put_back(lines)
+                return "not taken"
+            return "taken"
+
+    # --- registration and heartbeats --------------------------------------------------
+
+    def registration(self, address: str) -> Dict[str, Any]:
+        handlers = []
+        for spec in sorted(self.handlers.values(), key=lambda s: s.name):
+            handler: Dict[str, Any] = {"name": spec.name, "description": spec.description}
+            schedule = spec.schedule()
+            if schedule is not None:
+                handler["schedule"] = schedule
+            handlers.append(handler)
+        return {
+            "protocol": PROTOCOL_VERSION,
+            "executor_id": self.id.executor_id,
+            "app": self.id.app,
+            "address": address,
+            "weight": self.id.weight,
+            "capacity": self.id.capacity,
+            "batch": True,
+            "handlers": handlers,
+        }
+
+    async def register(self, address: str) -> Dict[str, Any]:
+        answer = await self.nodes.post(REGISTER_PATH, self.registration(address))
+        return answer if isinstance(answer, dict) else {}
+
+    async def heartbeat(self, address: str, interval_s: float) -> None:
+        """Heartbeats until cancelled: in-flight attempts and draining go up, attempts to
+        cancel come back; nodes that forgot this executor get its registration again."""
+        while True:
+            await asyncio.sleep(interval_s)
+            beat = {
+                "executor_id": self.id.executor_id,
+                "in_flight": self.running.in_flight(),
+                "draining": self.draining,
+            }
+            try:
+                reply = await self.nodes.post(HEARTBEAT_PATH, beat)
+            except CallError as e:
+                log.warning("heartbeat not delivered: %s", e)
+                continue
+            if not isinstance(reply, dict):
+                continue
+            if reply.get("registered") is False and not self.draining:
+                try:
+                    await self.register(address)
+                    log.info("registered again: the admin nodes had forgotten this executor")
+                except CallError as e:
+                    log.warning("could not register again: %s", e)
+            for attempt_id in reply.get("cancel") or []:
+                self.running.cancel(int(attempt_id))
+
+    async def deregister(self) -> None:
+        try:
+            await self.nodes.post(DEREGISTER_PATH, {"executor_id": self.id.executor_id})
+        except CallError as e:
+            log.warning("could not deregister (the admin nodes will notice the silence): %s", e)
+
+    async def drain(self, timeout_s: float) -> None:
+        """Refuses new work and waits for the attempts running to end and be reported;
+        past ``timeout_s`` cancels them and waits 5 s more."""
+        self.draining = True
+        if not await self._settled(timeout_s):
+            log.warning("in-flight attempts outlived the drain timeout; cancelling them")
+            self.running.cancel_all()
+            await self._settled(5.0)
+
+    async def _settled(self, timeout_s: float) -> bool:
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while self.running.attempts or self.pending:
+            if asyncio.get_running_loop().time() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
