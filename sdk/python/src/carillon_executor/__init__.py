@@ -11,13 +11,21 @@
         return {"rows": 120}
 """
 
+from ._http import ApiError, Unavailable
+from .admin import Admin, AsyncAdmin
 from .context import JobContext, JobError, Shard
 from .cron import CronError
 from .executor import Executor, ExecutorConfigError, RegistrationError
 from .jobs import JobDefinitionError, JobSpec, declared_jobs, job
+from .tasks import AsyncTasks, Enqueued, Task, TaskProblem, Tasks, TasksRefused, TasksUnavailable
 
 __all__ = [
+    "Admin",
+    "ApiError",
+    "AsyncAdmin",
+    "AsyncTasks",
     "CronError",
+    "Enqueued",
     "Executor",
     "ExecutorConfigError",
     "JobContext",
@@ -26,6 +34,12 @@ __all__ = [
     "JobSpec",
     "RegistrationError",
     "Shard",
+    "Task",
+    "TaskProblem",
+    "Tasks",
+    "TasksRefused",
+    "TasksUnavailable",
+    "Unavailable",
     "declared_jobs",
     "job",
 ]

@@ -1,0 +1,107 @@
+"""The SDK's own rules: the signature, @job's checks, and cron read exactly as the nodes read
+it (compared with a node's answers)."""
+
+from __future__ import annotations
+
+import random
+from typing import List
+
+import pytest
+
+from carillon_executor import JobDefinitionError, job
+from carillon_executor._wire import signature_problem, sign
+from carillon_executor.cron import problem
+from conftest import Node
+
+
+def test_the_signature_matches_the_protocols_test_vector() -> None:
+    assert sign(b"key", 1700000000000, b"{}") == (
+        "v1=36a72f4525d3323bd0f238fe82098164fb77b1e42288ff8e07b074c686178ad3"
+    )
+    good = sign(b"key", 1700000000000, b"{}")
+    assert signature_problem(b"key", "1700000000000", good, b"{}", 1700000000000) is None
+    assert signature_problem(b"key", None, good, b"{}", 0) == "missing x-carillon-timestamp header"
+    assert signature_problem(b"key", "1700000000000", None, b"{}", 0) == "missing x-carillon-signature header"
+    assert signature_problem(b"key", "soon", good, b"{}", 0) == "the timestamp is not Unix milliseconds"
+    assert signature_problem(b"key", "1700000000000", good, b"{}", 1700000300001) == (
+        "the timestamp is 300001 ms away from this clock, outside the replay window"
+    )
+    assert signature_problem(b"key", "1700000000000", "v1=zz", b"{}", 1700000000000) == (
+        "the signature is not of the form v1=<64 hex digits>"
+    )
+    assert signature_problem(b"key", "1700000000000", good, b"{ }", 1700000000000) == (
+        "the signature does not match"
+    )
+
+
+def test_job_refuses_what_the_rust_macro_refuses_with_its_messages() -> None:
+    def handler(ctx: object) -> None: ...
+
+    cases = [
+        ({"name": "two words"}, "'two words': a job name is 1 to 128 letters, digits, '-', '_' or '.'"),
+        ({"name": "x" * 129}, "a job name is 1 to 128 letters"),
+        ({"cron": "* * * * *", "rrule": "FREQ=DAILY"}, "give either cron or rrule, not both"),
+        ({"cron": "0 61 * * * ?"}, 'invalid cron expression: minutes field "61": 61 is out of range; use 0–59'),
+        ({"tz": "Europe/Paris"}, "tz needs a schedule: add cron or rrule"),
+        ({"cron": "* * * * *", "tz": "Mars/Olympus"}, "tz 'Mars/Olympus' is not a time zone"),
+    ]
+    for arguments, message in cases:
+        with pytest.raises(JobDefinitionError) as refused:
+            job(**arguments)(handler)  # type: ignore[arg-type]
+        assert message in str(refused.value), (arguments, str(refused.value))
+        assert str(refused.value).startswith("@job on test_job_refuses_what_the_rust_macro_refuses")
+
+    def two(a: object, b: object) -> None: ...
+
+    with pytest.raises(JobDefinitionError, match="takes exactly one argument, `ctx: JobContext`"):
+        job(two)
+
+
+def corpus() -> List[str]:
+    fixed = [
+        "* * * * *", "0 0 * * *", "*/5 * * * *", "0 9-17 * * MON-FRI", "0 0 1,15 * *", "@daily",
+        "@hourly", "@weekly", "@midnight", "@reboot", "5/2 * * * *", "/5 * * * *", "60 * * * *",
+        "* 24 * * *", "* * 0 * *", "* * 32 * *", "* * * 13 *", "* * * * 8", "* * L * *",
+        "* * LW * *", "* * 15W * *", "* * W * *", "* * * * 5L", "* * * * 5#3", "* * * * 5#6",
+        "* * * * MON#2", "0 0 * JAN-MAR *", "0 0 ? * *", "* * * * +1", "1-2-3 * * * *",
+        "5-1 * * * *", "*/0 * * * *", "x * * * *", "* * * *", "* * * * * * * *", "", " ",
+        "0 0 12 * * ?", "0 0 12 * * *", "0 15 10 ? * MON-FRI", "0 0 0 L * ?", "0 0 0 L-3 * ?",
+        "0 0 0 L-31 * ?", "0 0 0 LW * ?", "0 0 0 15W * ?", "0 0 0 ? * 6L", "0 0 0 ? * 6#3",
+        "0 0 0 ? * 6#0", "0 0 0 1 * MON", "0 0 0 ? * ?", "0 0 0 * * ? 2199", "0 0 0 * * ? 2200",
+        "0 0 0 * * ? 2030-2020", "0 */0 * * * ?", "0 0/70 * * * ?", "0 0 22-2 * * ?",
+        "0 0 0 ? * FRI-MON", "0 0 0 ? JAN/2 *", "0 0 0 ? * MON-5", "? 0 0 * * ?", "0 0 0 1,L * ?",
+        "0 0 0 ? * 1L,2", "0 0 0 5X * ?", "0 0 0 ? * SUN#", "0 0 0 * * ? 1969", "60 0 0 * * ?",
+        "0 0 0 ? * 8", "0 0 0 ? 13 *", "0 0 0 0 * ?", "0 0 0 ? * L", "0 0 0 L-+2 * ?",
+    ]
+    tokens = ["*", "?", "0", "5", "7", "12", "31", "59", "60", "1-5", "5-1", "*/15", "1/3", "/2",
+              "L", "LW", "5W", "5L", "2#3", "MON", "JAN", "MON-FRI", "1,2", "L-2", "+3", "x"]
+    bases = ["0 0 12 * * ?", "*/5 * * * *", "0 15 10 ? * MON-FRI", "0 0 * * *", "0 0 0 L * ? 2030",
+             "30 9 * * 1-5", "0 0/5 14 * * ?"]
+    rng = random.Random(40)
+    generated = []
+    for _ in range(400):
+        fields = rng.choice(bases).split()
+        fields[rng.randrange(len(fields))] = rng.choice(tokens)
+        generated.append(" ".join(fields))
+    return fixed + generated
+
+
+def test_cron_is_read_as_the_nodes_read_it(sqlite_node: Node) -> None:
+    differ = []
+    for expression in corpus():
+        answer = sqlite_node.client.post(
+            "/api/v1/schedules/preview", json={"schedule": {"cron": expression}, "count": 1}
+        )
+        node = None
+        if answer.status_code == 400:
+            detail = answer.json()["detail"]
+            node = detail.removeprefix("schedule.cron: ") if detail.startswith("schedule.cron: ") else detail
+        else:
+            assert answer.status_code == 200, answer.text
+        if node is not None and node.startswith("has no instant after "):
+            node = None  # it parses; that it never fires again is the node's finding
+        if problem(expression) != node:
+            differ.append((expression, problem(expression), node))
+    assert not differ, "\n".join(f"{e!r}: sdk {s!r} node {n!r}" for e, s, n in differ)
+    refused = [e for e in corpus() if problem(e)]
+    assert 100 < len(refused) < len(corpus()) - 100, "the corpus must hold both kinds"
