@@ -81,7 +81,10 @@ def drop_database(url: str) -> None:
 class Node:
     """An admin node process, with a client for its API."""
 
-    def __init__(self, database_url: str, extra_env: Optional[Dict[str, str]] = None) -> None:
+    def __init__(self, database_url: str, extra_env: Optional[Dict[str, str]] = None,
+                 tokens: bool = True) -> None:
+        """``tokens=False``: the node generates its executor token and dispatch secret into
+        its data directory, as a quickstart node does."""
         self.dir = Path(tempfile.mkdtemp(prefix="carillon-py-node-"))
         self.database_url = database_url
         env = {k: v for k, v in os.environ.items() if not k.startswith("CARILLON_")}
@@ -98,6 +101,8 @@ class Node:
                 "CARILLON_LOG": "info",
             }
         )
+        if not tokens:
+            del env["CARILLON_EXECUTOR_TOKEN"], env["CARILLON_DISPATCH_SECRET"]
         if database_url:
             env["CARILLON_DATABASE_URL"] = database_url
         env.update(extra_env or {})

@@ -3,7 +3,8 @@ functions become the handlers) and serves them until SIGTERM or SIGINT, then dra
 
 ``ATTRIBUTE`` names an :class:`Executor` the module made; without it, one is made from the
 flags and the environment. With no ``--admin`` and no ``CARILLON_ADMIN_URLS``, the executor
-joins the node of this machine's default data directory (the quickstart's), with its tokens.
+joins the local node (``CARILLON_URL``, else ``http://127.0.0.1:9001``: the quickstart's) with
+the tokens of its data directory (``CARILLON_DATA_DIR``, else the default one).
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ def _from_flags(args: argparse.Namespace, module_name: str) -> Executor:
     }
     if not admin and not os.environ.get("CARILLON_ADMIN_URLS"):
         data = _data_dir()
-        settings["admin_urls"] = ["http://127.0.0.1:9001"]
+        settings["admin_urls"] = [os.environ.get("CARILLON_URL") or "http://127.0.0.1:9001"]
         settings["executor_token"] = os.environ.get("CARILLON_EXECUTOR_TOKEN") or _read(data / "executor-token")
         settings["dispatch_secret"] = os.environ.get("CARILLON_DISPATCH_SECRET") or _read(data / "dispatch-secret")
     return Executor.from_env(**settings)

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The Python executor SDK in CI (run by .ci/run once the carillon binary is built): the wheel
+# and the sdist built by PEP 517, mypy --strict, Python 3.9 syntax (vermin), then the wheel
+# installed into a fresh virtual environment and the test suite run from it against real
+# nodes on SQLite, PostgreSQL and MariaDB.
+#   bash sdk/python/ci.sh TARGET_DIR      (TARGET_DIR holds debug/carillon)
+set -euo pipefail
+cd "$(dirname "$0")"
+target=$(cd "$1" && pwd)
+tools="$target/py-sdk-tools"
+pins=('build==1.6.1' 'mypy==2.4.1' 'vermin==1.9.2' 'pytest==9.2.0' 'httpx==0.28.1' 'uvicorn==0.54.0')
+
+if [ ! -x "$tools/bin/mypy" ] || [ ! -x "$tools/bin/vermin" ]; then
+    python3 -m venv "$tools"
+    "$tools/bin/pip" install --quiet --disable-pip-version-check "${pins[@]}"
+fi
+
+echo "--> wheel and sdist"
+rm -rf "$target/py-sdk-dist"
+"$tools/bin/python" -m build --outdir "$target/py-sdk-dist" . >/dev/null
+ls "$target/py-sdk-dist"
+
+echo "--> mypy --strict"
+"$tools/bin/mypy"
+
+echo "--> runs on Python 3.9 and later"
+"$tools/bin/vermin" --target=3.9- --violations --no-tips --quiet src/carillon_executor
+
+echo "--> the wheel in a fresh virtual environment, and the tests"
+fresh="$target/py-sdk-venv"
+rm -rf "$fresh"
+python3 -m venv "$fresh"
+"$fresh/bin/pip" install --quiet --disable-pip-version-check "$target"/py-sdk-dist/*.whl 'pytest==9.2.0'
+CARILLON_BIN="$target/debug/carillon" CARILLON_SDK_FROM_WHEEL=1 \
+    "$fresh/bin/python" -m pytest -q -p no:cacheprovider tests
