@@ -14,6 +14,7 @@ import re
 import secrets
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -82,7 +83,7 @@ class Node:
     """An admin node process, with a client for its API."""
 
     def __init__(self, database_url: str, extra_env: Optional[Dict[str, str]] = None,
-                 tokens: bool = True) -> None:
+                 tokens: bool = True, https_ca: Optional[str] = None) -> None:
         """``tokens=False``: the node generates its executor token and dispatch secret into
         its data directory, as a quickstart node does."""
         self.dir = Path(tempfile.mkdtemp(prefix="carillon-py-node-"))
@@ -110,9 +111,10 @@ class Node:
         with open(self.log, "wb") as out:
             self.process = subprocess.Popen([str(carillon_bin()), "server"], env=env, stdout=out, stderr=out)
         address = wait_until("the node to listen", self._listening, timeout=60)
-        self.url = f"http://{address}"
+        self.url = f"{'https' if https_ca else 'http'}://{address}"
         self.client = httpx.Client(
-            base_url=self.url, headers={"authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=10
+            base_url=self.url, headers={"authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=10,
+            verify=ssl.create_default_context(cafile=https_ca) if https_ca else True,
         )
         wait_until("the node to be ready", lambda: self.client.get("/readyz").status_code == 200)
 

@@ -33,6 +33,8 @@ class Attempt:
     #: The handler's run; None for an attempt joined to another delivery of its work.
     handler: Optional["asyncio.Task[Result]"] = None
     log: Optional[AttemptLog] = None
+    #: A delivery of work already running here: the attempt running it.
+    joined_to: Optional[int] = None
 
 
 def _output_problem(output: Any) -> Optional[str]:
@@ -110,9 +112,12 @@ class Running:
 
     def cancel(self, attempt_id: int) -> None:
         attempt = self.attempts.get(attempt_id)
+        if attempt is not None and attempt.joined_to is not None:
+            # A joined delivery is cancelled with the work it joined, as the Rust SDK does.
+            attempt = self.attempts.get(attempt.joined_to, attempt)
         if attempt is None or attempt.cancellation.is_set():
             return
-        log.info("cancelling attempt %s", attempt_id)
+        log.info("cancelling attempt %s", attempt.attempt_id)
         attempt.cancellation.set()
         if attempt.handler is not None:
             attempt.handler.cancel()

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
+from typing import Any, Deque, Dict, List, Mapping, Optional, Set, Tuple
 
 from ._attempts import Attempt, Running, run_handler
 from ._calls import AdminNodes, CallError
@@ -57,7 +58,9 @@ class Core:
         self.threads = threads
         self.running = Running()
         self.effects = Effects()
+        # Accepted attempt ids, and the order they came in, to forget them after the window.
         self.seen: Dict[int, int] = {}
+        self.seen_order: Deque[Tuple[int, int]] = deque()
         self.draining = False
         #: Background work to wait for when draining: reports and handler runs.
         self.pending: Set["asyncio.Task[Any]"] = set()
@@ -79,6 +82,7 @@ class Core:
             if begun == "joined" and isinstance(value, int):
                 primary = self.running.attempts.get(value)
                 joined = Attempt(attempt_id, list(dispatch.get("report_to") or []), key)
+                joined.joined_to = value
                 if primary is not None:
                     joined.cancellation = primary.cancellation
                 self.running.attempts[attempt_id] = joined
@@ -97,13 +101,15 @@ class Core:
             return (404, None, f"no handler {handler!r} here"), None
         attempt_id = int(dispatch["attempt_id"])
         now = now_ms()
-        if len(self.seen) > 1024 or attempt_id in self.seen:
-            self.seen = {a: at for a, at in self.seen.items() if now - at <= REPLAY_WINDOW_MS}
+        while self.seen_order and now - self.seen_order[0][0] > REPLAY_WINDOW_MS:
+            _, old = self.seen_order.popleft()
+            self.seen.pop(old, None)
         if attempt_id in self.seen:
             return (409, None, "this attempt was already accepted"), None
         if self.running.busy >= self.id.capacity:
             return (429, None, "at capacity"), None
         self.seen[attempt_id] = now
+        self.seen_order.append((now, attempt_id))
         report_to = [str(u) for u in dispatch.get("report_to") or []]
         key = dispatch.get("effect_key")
         attempt = Attempt(attempt_id, report_to, key if isinstance(key, str) else None)
