@@ -8,9 +8,13 @@ set -euo pipefail
 cd "$(dirname "$0")"
 target=$(cd "$1" && pwd)
 tools="$target/py-sdk-tools"
-pins=('build==1.6.1' 'mypy==2.4.1' 'vermin==1.9.2' 'pytest==9.2.0' 'httpx==0.28.1' 'uvicorn==0.54.0')
+pins=('build==1.6.1' 'mypy==2.4.1' 'vermin==1.9.2' 'pytest==9.2.0' 'httpx==0.28.1' 'uvicorn==0.54.0'
+      'opentelemetry-api==1.45.2')
+# The traces test's app exports with OpenTelemetry's SDK; its receiver decodes with the proto.
+otel=('opentelemetry-sdk==1.45.2' 'opentelemetry-exporter-otlp-proto-http==1.45.2'
+      'opentelemetry-proto==1.45.2')
 
-if [ ! -x "$tools/bin/mypy" ] || [ ! -x "$tools/bin/vermin" ]; then
+if [ ! -x "$tools/bin/mypy" ] || ! "$tools/bin/python" -c "import opentelemetry.trace" 2>/dev/null; then
     python3 -m venv "$tools"
     "$tools/bin/pip" install --quiet --disable-pip-version-check "${pins[@]}"
 fi
@@ -30,6 +34,8 @@ echo "--> the wheel in a fresh virtual environment, and the tests"
 fresh="$target/py-sdk-venv"
 rm -rf "$fresh"
 python3 -m venv "$fresh"
-"$fresh/bin/pip" install --quiet --disable-pip-version-check "$target"/py-sdk-dist/*.whl 'pytest==9.2.0'
+wheel=$(ls "$target"/py-sdk-dist/*.whl)
+"$fresh/bin/pip" install --quiet --disable-pip-version-check "$wheel[opentelemetry]" 'pytest==9.2.0' \
+    "${otel[@]}"
 CARILLON_BIN="$target/debug/carillon" CARILLON_SDK_FROM_WHEEL=1 \
     "$fresh/bin/python" -m pytest -q -p no:cacheprovider tests

@@ -15,6 +15,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from ._effects import Result
 from ._logs import AttemptLog, current_log
+from ._otel import attempt_span
+from ._otel import ended as traced_end
 from .context import Cancellation, JobContext, JobError
 from .jobs import JobSpec
 
@@ -62,6 +64,19 @@ async def run_handler(
         # This task runs in a context of its own: the variable names this attempt only here
         # and in the thread a plain handler runs in (which gets a copy of this context).
         current_log.set(attempt.log)
+    with attempt_span(dispatch) as span:
+        result = await _run(spec, dispatch, attempt, threads, ended)
+        traced_end(span, result.outcome, result.error)
+    return result
+
+
+async def _run(
+    spec: JobSpec,
+    dispatch: Mapping[str, Any],
+    attempt: Attempt,
+    threads: Optional[ThreadPoolExecutor],
+    ended: Callable[[], None],
+) -> Result:
     ctx = JobContext(dispatch, attempt.cancellation)
     thread: "Optional[asyncio.Future[Any]]" = None
     try:
