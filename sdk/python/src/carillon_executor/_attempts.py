@@ -64,20 +64,15 @@ async def run_handler(
         # This task runs in a context of its own: the variable names this attempt only here
         # and in the thread a plain handler runs in (which gets a copy of this context).
         current_log.set(attempt.log)
+    ctx = JobContext(dispatch, attempt.cancellation)
     with attempt_span(dispatch) as span:
-        result = await _run(spec, dispatch, attempt, threads, ended)
+        result = await _run(spec, ctx, threads, ended)
         traced_end(span, result.outcome, result.error)
     return result
 
 
-async def _run(
-    spec: JobSpec,
-    dispatch: Mapping[str, Any],
-    attempt: Attempt,
-    threads: Optional[ThreadPoolExecutor],
-    ended: Callable[[], None],
-) -> Result:
-    ctx = JobContext(dispatch, attempt.cancellation)
+async def _run(spec: JobSpec, ctx: JobContext, threads: Optional[ThreadPoolExecutor],
+               ended: Callable[[], None]) -> Result:
     thread: "Optional[asyncio.Future[Any]]" = None
     try:
         if spec.is_async:
@@ -98,7 +93,7 @@ async def _run(
     finally:
         if thread is None:
             ended()
-    if attempt.cancellation.is_set():
+    if ctx.cancelled:
         return Result("cancelled", error="cancelled")
     problem = _output_problem(output)
     if problem:
