@@ -108,3 +108,21 @@ def broken(ctx: JobContext) -> None:
 @job(description="returns what is not JSON")
 async def not_json(ctx: JobContext) -> Any:
     return {1, 2}
+
+
+@job(description="records what the run was given beside its arguments, and its secrets")
+def given(ctx: JobContext) -> Dict[str, Any]:
+    record(
+        ctx,
+        "given",
+        parent=ctx.parent,
+        workflow=ctx.workflow,
+        params=ctx.params,
+        upstream=ctx.upstream,
+        secrets=sorted(ctx.secrets()),
+        secret_length=len(ctx.secret("db_password") or ""),
+        trace_id=ctx.trace_id,
+        scheduled_at=ctx.scheduled_at,
+        job_name=ctx.job_name,
+    )
+    return {"step": (ctx.workflow or {}).get("step"), "rows": 120}
