@@ -4,9 +4,9 @@
 mod baseline;
 mod cluster;
 mod executor;
+mod external;
 mod history;
 mod scenarios;
-mod scripts;
 mod soak;
 mod stats;
 mod tasks;
@@ -117,6 +117,25 @@ enum Scenario {
         /// Scripts the executor runs at once.
         #[arg(long, default_value_t = 32)]
         capacity: u32,
+        #[arg(long, default_value_t = 10)]
+        warmup: u64,
+        #[arg(long, default_value_t = 30)]
+        duration: u64,
+    },
+    /// Jobs firing every second, each run by one Python executor process (`python -m
+    /// carillon_executor`, an `async` handler that returns at once): fires/s end to end,
+    /// instant to the run's end, the executor's CPU in all and per dispatch.
+    Python {
+        #[arg(long, default_value_t = 1)]
+        nodes: usize,
+        #[arg(long, default_value_t = 5_000)]
+        jobs: usize,
+        /// Attempts the executor runs at once.
+        #[arg(long, default_value_t = 1_000)]
+        capacity: u32,
+        /// The interpreter, with `carillon-executor` installed (`pip install sdk/python`).
+        #[arg(long, default_value = "python3")]
+        python: std::path::PathBuf,
         #[arg(long, default_value_t = 10)]
         warmup: u64,
         #[arg(long, default_value_t = 30)]
@@ -302,14 +321,22 @@ async fn main() -> anyhow::Result<()> {
             warmup,
             duration,
         } => {
-            let load = scripts::ScriptLoad {
-                nodes,
-                jobs,
-                capacity,
-                warmup_s: warmup,
-                duration_s: duration,
+            let load = external::ExternalLoad::new(nodes, jobs, capacity, warmup, duration);
+            external::external(&common, &load, &external::ExternalExecutor::Scripts).await?
+        }
+        Scenario::Python {
+            nodes,
+            jobs,
+            capacity,
+            python,
+            warmup,
+            duration,
+        } => {
+            let load = external::ExternalLoad::new(nodes, jobs, capacity, warmup, duration);
+            let kind = external::ExternalExecutor::Python {
+                interpreter: python,
             };
-            scripts::scripts(&common, &load).await?
+            external::external(&common, &load, &kind).await?
         }
         Scenario::Failover { jobs, jitter_ms } => {
             scenarios::failover(&common, jobs, jitter_ms).await?
