@@ -114,6 +114,12 @@ fn start_executor(
         }
         ExternalExecutor::Python { interpreter } => {
             std::fs::write(dir.join("bench_noop.py"), NOOP_PYTHON)?;
+            // It runs in its own directory: a relative path is read from here, a bare name on PATH.
+            let interpreter = if interpreter.components().count() > 1 {
+                std::path::absolute(interpreter)?
+            } else {
+                interpreter.clone()
+            };
             let mut command = Command::new(interpreter);
             command
                 .args([
