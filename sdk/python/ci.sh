@@ -5,8 +5,8 @@
 # nodes on SQLite, PostgreSQL and MariaDB.
 #   bash sdk/python/ci.sh TARGET_DIR      (TARGET_DIR holds debug/carillon)
 set -euo pipefail
-cd "$(dirname "$0")"
 target=$(cd "$1" && pwd)
+cd "$(dirname "$0")"
 tools="$target/py-sdk-tools"
 pins=('build==1.6.1' 'mypy==2.4.1' 'vermin==1.9.2' 'pytest==9.2.0' 'httpx==0.28.1' 'uvicorn==0.54.0'
       'opentelemetry-api==1.45.2')
