@@ -105,3 +105,68 @@ def test_cron_is_read_as_the_nodes_read_it(sqlite_node: Node) -> None:
     assert not differ, "\n".join(f"{e!r}: sdk {s!r} node {n!r}" for e, s, n in differ)
     refused = [e for e in corpus() if problem(e)]
     assert 100 < len(refused) < len(corpus()) - 100, "the corpus must hold both kinds"
+
+
+def test_the_effect_record_runs_work_once_and_forgets_what_it_must() -> None:
+    from carillon_executor._effects import KEEP_MS, MAX_DONE, Effects, Result
+
+    effects = Effects()
+    assert effects.begin("7:0:1", 100, 0) == ("run", None)
+    assert effects.begin("7:0:1", 101, 1) == ("joined", 100)
+    assert effects.begin("7:0:1", 101, 1) == ("joined", 100), "a redelivery joins once"
+    assert effects.begin("7:1:1", 102, 1) == ("run", None), "another shard is other work"
+    assert effects.finish("7:0:1", Result("succeeded", output=42), 2) == [101]
+    assert effects.begin("7:0:1", 103, 3) == ("done", Result("succeeded", output=42))
+    # A cancelled run is forgotten, so its next delivery runs it.
+    effects.finish("7:1:1", Result("cancelled"), 4)
+    assert effects.begin("7:1:1", 104, 5) == ("run", None)
+    # A handler that did not start leaves no trace.
+    effects.abandon("7:1:1")
+    assert effects.begin("7:1:1", 105, 6) == ("run", None)
+    # Finished keys are kept an hour, and at most MAX_DONE of them.
+    assert effects.begin("7:0:1", 106, KEEP_MS + 3)[0] == "run"
+    many = Effects()
+    for i in range(MAX_DONE + 1):
+        many.begin(f"{i}:0:1", i, 10)
+        many.finish(f"{i}:0:1", Result("failed", error="no"), 10)
+    assert many.begin("0:0:1", 0, 11)[0] == "run", "the oldest went first"
+    assert many.begin(f"{MAX_DONE}:0:1", 0, 11)[0] == "done"
+
+
+def test_an_attempts_log_numbers_its_lines_and_keeps_them_in_order() -> None:
+    from carillon_executor._logs import MAX_PENDING, MAX_PER_REQUEST, AttemptLog
+
+    log = AttemptLog(1, [])
+    log.push("INFO", "first\nsecond")
+    log.push("WARN", "third")
+    taken = log.take()
+    assert [(line["line"], line["level"], line["message"]) for line in taken] == [
+        (1, "INFO", "first"), (2, "INFO", "second"), (3, "WARN", "third")]
+    log.push("INFO", "fourth")
+    log.put_back(taken)
+    assert [line["line"] for line in log.take()] == [1, 2, 3, 4], "sent again, in order"
+    for i in range(MAX_PENDING + 5):
+        log.push("INFO", f"line {i}")
+    first = log.take()
+    assert len(first) == MAX_PER_REQUEST
+    rest: List[dict] = []  # type: ignore[type-arg]
+    while batch := log.take():
+        rest.extend(batch)
+    assert rest[-1]["message"].startswith("[carillon-executor] 5 lines dropped")
+    numbers = [line["line"] for line in first + rest]
+    assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers)
+
+
+def test_a_task_is_written_as_the_api_reads_it() -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from carillon_executor import Task
+
+    body = Task("orders", "cancel", args={"order": 1}, delay=timedelta(minutes=30), key="k",
+                delivery="exactly_once_effect").body()
+    assert body == {"app": "orders", "handler": "cancel", "args": {"order": 1}, "delay": 1_800_000,
+                    "key": "k", "delivery": "exactly_once_effect"}
+    at = datetime(2026, 11, 26, 3, 30, tzinfo=timezone(timedelta(hours=1)))
+    assert Task("a", "h", at=at).body()["at"] == "2026-11-26T02:30:00.000Z"
+    with pytest.raises(ValueError, match="give delay or at, not both"):
+        Task("a", "h", delay="1m", at=at).body()
