@@ -13,8 +13,8 @@ pins=('build==1.6.1' 'mypy==2.4.1' 'vermin==1.9.2' 'pytest==9.2.0' 'httpx==0.28.
 # The traces test's app exports with OpenTelemetry's SDK; its receiver decodes with the proto.
 otel=('opentelemetry-sdk==1.45.2' 'opentelemetry-exporter-otlp-proto-http==1.45.2'
       'opentelemetry-proto==1.45.2')
-# The executor mounted in an existing service: a Starlette one (what FastAPI builds on).
-service=('starlette==1.10.0')
+# The executor inside an existing service: Starlette (what FastAPI builds on), Flask (WSGI).
+service=('starlette==1.10.0' 'flask==3.1.3')
 
 if [ ! -x "$tools/bin/mypy" ] || ! "$tools/bin/python" -c "import opentelemetry.trace" 2>/dev/null; then
     python3 -m venv "$tools"

@@ -20,6 +20,7 @@ from ._calls import AdminNodes, CallError
 from ._core import Core, Identity
 from ._endpoint import Endpoint, Receive, Scope, Send
 from ._logs import install_capture
+from ._wsgi import LoopThread, WsgiEndpoint
 from .jobs import JobDefinitionError, JobSpec, declared_jobs, spec
 
 log = logging.getLogger("carillon_executor")
@@ -114,6 +115,8 @@ class Executor:
         )
         self._endpoint = Endpoint(self._core, answer_within_ms / 1000, self._lifespan)
         self._background: List["asyncio.Task[None]"] = []
+        self._loop_thread: Optional[LoopThread] = None
+        self.startup_error: Optional[BaseException] = None
 
     def _add(self, job: JobSpec) -> None:
         if job.name in self._handlers and self._handlers[job.name].func is not job.func:
@@ -205,7 +208,7 @@ class Executor:
                 try:
                     await self.start()
                 except Exception as e:
-                    self.startup_error: Optional[BaseException] = e
+                    self.startup_error = e
                     await send({"type": "lifespan.startup.failed", "message": str(e)})
                     return
                 await send({"type": "lifespan.startup.complete"})
@@ -213,6 +216,35 @@ class Executor:
                 await self.stop()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+    @property
+    def wsgi(self) -> WsgiEndpoint:
+        """The dispatch endpoint as a WSGI application, for a WSGI service (Flask, Django):
+        mount it (at the root, or under a prefix such as ``/carillon``) and call
+        :meth:`start_background` when the service starts."""
+        return WsgiEndpoint(self._endpoint, lambda: self._loop_thread)
+
+    def start_background(self, advertise: str) -> None:
+        """Starts the executor on an event loop of its own, in a daemon thread, for a
+        service that has none (WSGI); returns once it has registered. :meth:`stop_background`
+        drains it and leaves."""
+        if self._loop_thread is not None:
+            raise ExecutorConfigError("start_background", "the executor is started already")
+        self._loop_thread = LoopThread()
+        try:
+            self._loop_thread.call(self.start(advertise))
+        except BaseException:
+            self._loop_thread.close()
+            self._loop_thread = None
+            raise
+
+    def stop_background(self) -> None:
+        """Drains the executor started by :meth:`start_background` and leaves."""
+        if self._loop_thread is None:
+            return
+        self._loop_thread.call(self.stop())
+        self._loop_thread.close()
+        self._loop_thread = None
 
     def serve(
         self,
