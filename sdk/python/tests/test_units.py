@@ -170,3 +170,53 @@ def test_a_task_is_written_as_the_api_reads_it() -> None:
     assert Task("a", "h", at=at).body()["at"] == "2026-11-26T02:30:00.000Z"
     with pytest.raises(ValueError, match="give delay or at, not both"):
         Task("a", "h", delay="1m", at=at).body()
+
+
+def test_a_replayed_exactly_once_effect_attempt_leaves_its_running_work_alone() -> None:
+    import asyncio
+    import json
+
+    from carillon_executor import Executor
+    from carillon_executor._wire import now_ms, sign
+
+    release = asyncio.Event()
+
+    async def hold(ctx: object) -> str:
+        await release.wait()
+        return "held"
+
+    async def scenario() -> None:
+        executor = Executor(app="units", admin_urls="http://127.0.0.1:9", declared=False,
+                            executor_token="executor-token-0123456789",
+                            dispatch_secret="dispatch-secret-0123456789")
+        executor.add_handler("hold", hold)
+
+        async def dispatch(attempt_id: int) -> int:
+            body = json.dumps({"protocol": 1, "run_id": 5, "attempt_id": attempt_id, "attempt": 1,
+                               "job_id": 1, "job": "j", "handler": "hold", "args": None,
+                               "shard": {"index": 0, "total": 1}, "effect_key": "5:0:1",
+                               "scheduled_at": "2026-01-01T00:00:00.000Z", "report_to": []}).encode()
+            ts = now_ms()
+            sent: list = []  # type: ignore[type-arg]
+
+            async def receive() -> dict:  # type: ignore[type-arg]
+                return {"type": "http.request", "body": body, "more_body": False}
+
+            async def send(message: dict) -> None:  # type: ignore[type-arg]
+                sent.append(message)
+
+            headers = [(b"x-carillon-timestamp", str(ts).encode()),
+                       (b"x-carillon-signature", sign(b"dispatch-secret-0123456789", ts, body).encode())]
+            await executor.asgi({"type": "http", "method": "POST", "path": "/carillon/v1/dispatch",
+                                 "headers": headers}, receive, send)
+            return int(sent[0]["status"])
+
+        assert await dispatch(1) == 202, "running: the result comes by report"
+        assert await dispatch(1) == 409, "the same attempt again: a replay"
+        assert await dispatch(2) == 202, "another delivery of the work joins it"
+        core = executor._core
+        assert core.running.attempts[1].handler is not None, "the running work is still the first's"
+        assert core.running.attempts[2].joined_to == 1
+        release.set()
+
+    asyncio.run(scenario())

@@ -79,6 +79,9 @@ class Core:
             if begun == "done" and isinstance(value, Result):
                 log.debug("attempt %s answered from the record of %s", attempt_id, key)
                 return (200, value, None), None
+            if begun == "joined" and value == attempt_id:
+                # The running attempt itself, offered again: a replay, its record untouched.
+                return (409, None, "this attempt was already accepted"), None
             if begun == "joined" and isinstance(value, int):
                 primary = self.running.attempts.get(value)
                 joined = Attempt(attempt_id, list(dispatch.get("report_to") or []), key)
