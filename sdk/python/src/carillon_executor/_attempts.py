@@ -37,12 +37,15 @@ class Attempt:
     log: Optional[AttemptLog] = None
     #: A delivery of work already running here: the attempt running it.
     joined_to: Optional[int] = None
+    #: Set once the handler's work has stopped (a plain handler's thread may outlive its
+    #: cancelled attempt).
+    stopped: Optional[asyncio.Event] = None
 
 
 def _output_problem(output: Any) -> Optional[str]:
     try:
         json.dumps(output, allow_nan=False)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, RecursionError) as e:
         return f"the output is not JSON: {e}"
     return None
 
@@ -83,19 +86,19 @@ async def _run(spec: JobSpec, ctx: JobContext, threads: Optional[ThreadPoolExecu
             thread = loop.run_in_executor(threads, context.run, spec.func, ctx)
             thread.add_done_callback(lambda done: _thread_ended(done, ended))
             output = await asyncio.shield(thread)
+        if ctx.cancelled:
+            return Result("cancelled", error="cancelled")
+        problem = _output_problem(output)
     except asyncio.CancelledError:
         return Result("cancelled", error="cancelled")
     except JobError as e:
         return Result("failed", error=str(e) or type(e).__name__)
-    except Exception as e:  # the handler's own failure, whatever it is
+    except (Exception, SystemExit) as e:  # the handler's own failure, whatever it is
         ctx.logger.error("the handler raised:\n%s", traceback.format_exc().rstrip())
         return Result("failed", error=f"{type(e).__name__}: {e}")
     finally:
         if thread is None:
             ended()
-    if ctx.cancelled:
-        return Result("cancelled", error="cancelled")
-    problem = _output_problem(output)
     if problem:
         return Result("failed", error=problem)
     return Result("succeeded", output=output)

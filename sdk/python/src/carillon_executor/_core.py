@@ -28,6 +28,10 @@ from .jobs import JobSpec
 
 log = logging.getLogger("carillon_executor")
 
+#: How long the result of an attempt answered 200 at once is kept for the attempt offered
+#: again: longer than a dead node's successor takes to offer it (its lease and a rebalance).
+ANSWERS_KEPT_MS = 60_000
+
 
 @dataclass(frozen=True)
 class Identity:
@@ -61,6 +65,11 @@ class Core:
         # Accepted attempt ids, and the order they came in, to forget them after the window.
         self.seen: Dict[int, int] = {}
         self.seen_order: Deque[Tuple[int, int]] = deque()
+        # The results of attempts answered 200 at once, for a while: a node that died before
+        # recording the answer has its successor offer the attempt again, and it gets the same
+        # answer, where a 409 would leave the attempt running here unreported.
+        self.answered: Dict[int, Result] = {}
+        self.answered_order: Deque[Tuple[int, int]] = deque()
         self.draining = False
         #: Background work to wait for when draining: reports and handler runs.
         self.pending: Set["asyncio.Task[Any]"] = set()
@@ -96,19 +105,25 @@ class Core:
         return answer, attempt
 
     def _start(self, dispatch: Mapping[str, Any]) -> Tuple[Answer, Optional[Attempt]]:
+        attempt_id = int(dispatch["attempt_id"])
+        now = now_ms()
+        while self.seen_order and now - self.seen_order[0][0] > REPLAY_WINDOW_MS:
+            _, old = self.seen_order.popleft()
+            self.seen.pop(old, None)
+        while self.answered_order and now - self.answered_order[0][0] > ANSWERS_KEPT_MS:
+            _, old = self.answered_order.popleft()
+            self.answered.pop(old, None)
+        # Before draining: an attempt taken here and offered again must not go elsewhere.
+        if attempt_id in self.answered:
+            return (200, self.answered[attempt_id], None), None
+        if attempt_id in self.seen:
+            return (409, None, "this attempt was already accepted"), None
         if self.draining:
             return (503, None, "draining"), None
         handler = str(dispatch.get("handler"))
         spec = self.handlers.get(handler)
         if spec is None:
             return (404, None, f"no handler {handler!r} here"), None
-        attempt_id = int(dispatch["attempt_id"])
-        now = now_ms()
-        while self.seen_order and now - self.seen_order[0][0] > REPLAY_WINDOW_MS:
-            _, old = self.seen_order.popleft()
-            self.seen.pop(old, None)
-        if attempt_id in self.seen:
-            return (409, None, "this attempt was already accepted"), None
         if self.running.busy >= self.id.capacity:
             return (429, None, "at capacity"), None
         self.seen[attempt_id] = now
@@ -120,12 +135,11 @@ class Core:
             attempt.log = AttemptLog(attempt_id, report_to)
         self.running.attempts[attempt_id] = attempt
         self.running.busy += 1
-        released = False
+        stopped = attempt.stopped = asyncio.Event()
 
         def ended() -> None:
-            nonlocal released
-            if not released:
-                released = True
+            if not stopped.is_set():
+                stopped.set()
                 self.running.busy -= 1
 
         attempt.handler = asyncio.ensure_future(
@@ -149,6 +163,8 @@ class Core:
         if result.outcome == "cancelled":
             return None  # a 200 carries only a success or a failure
         self.running.attempts.pop(attempt.attempt_id, None)
+        self.answered[attempt.attempt_id] = result
+        self.answered_order.append((now_ms(), attempt.attempt_id))
         if attempt.effect_key is not None:
             for other in self.effects.finish(attempt.effect_key, result, now_ms()):
                 self._spawn(self._report_joined(other, result))
@@ -168,6 +184,10 @@ class Core:
             if not handler.cancelled():
                 raise
             result = Result("cancelled", error="cancelled")
+        if attempt.stopped is not None:
+            # A plain handler's thread runs on past its cancel: its work is not over, and its
+            # effect key stays running (a redelivery joins it) until the thread returns.
+            await attempt.stopped.wait()
         # The log is complete before the result: a run that has ended shows all of it.
         if attempt.log is not None:
             await self._close_log(attempt.log)
@@ -220,16 +240,24 @@ class Core:
             await asyncio.sleep(SHIP_EVERY_S)
             for attempt_log in self._open_logs():
                 if not attempt_log.sending.locked():
-                    await self._ship(attempt_log)
+                    try:
+                        await self._ship(attempt_log)
+                    except Exception as e:  # shipping must go on for the other attempts
+                        log.warning("log lines of attempt %s not shipped: %s", attempt_log.attempt_id, e)
 
     async def _close_log(self, attempt_log: AttemptLog) -> None:
-        for _ in range(3):
+        """Ships all that is left of an attempt's log, giving up after three tries in a row
+        that no node took."""
+        failures = 0
+        while failures < 3:
             shipped = await self._ship(attempt_log)
-            if shipped != "not taken":
-                if shipped == "nothing":
-                    return
-                continue
-            await asyncio.sleep(SHIP_EVERY_S)
+            if shipped == "nothing":
+                return
+            if shipped == "not taken":
+                failures += 1
+                await asyncio.sleep(SHIP_EVERY_S)
+            else:
+                failures = 0
 
     async def _ship(self, attempt_log: AttemptLog) -> str:
         """Sends one batch of an attempt's waiting lines, after any batch of it on its way;
@@ -243,7 +271,10 @@ class Core:
                 "attempts": [{"attempt_id": attempt_log.attempt_id, "lines": lines}],
             }
             try:
-                await self.nodes.post(LOGS_PATH, batch, attempt_log.report_to)
+                answer = await self.nodes.post(LOGS_PATH, batch, attempt_log.report_to)
+                if isinstance(answer, dict) and attempt_log.attempt_id in (answer.get("refused") or []):
+                    # Neither pending nor ours on the nodes: its lines are not wanted.
+                    attempt_log.refuse()
             except CallError as e:
                 if e.permanent:
                     log.debug("log lines of attempt %s refused: %s", attempt_log.attempt_id, e)
@@ -289,7 +320,7 @@ class Core:
             }
             try:
                 reply = await self.nodes.post(HEARTBEAT_PATH, beat)
-            except CallError as e:
+            except Exception as e:  # a beat that fails must not end the heartbeats
                 log.warning("heartbeat not delivered: %s", e)
                 continue
             if not isinstance(reply, dict):

@@ -124,18 +124,26 @@ class Endpoint:
         then are answered ``200`` with their result, in this reply, instead of by a report;
         the others are reported when they end."""
         started = [a for _, a in taken if a is not None and a.handler is not None]
-        if started and self.answer_within_s > 0:
-            handlers = [a.handler for a in started if a.handler is not None]
-            await asyncio.wait(handlers, timeout=self.answer_within_s)
         answers: List[Answer] = []
-        for answer, attempt in taken:
-            if attempt is not None:
-                result = self.core.answered_at_once(attempt)
-                if result is not None:
-                    answer = (200, result, None)
-                else:
+        settled = 0
+        try:
+            if started and self.answer_within_s > 0:
+                handlers = [a.handler for a in started if a.handler is not None]
+                await asyncio.wait(handlers, timeout=self.answer_within_s)
+            for answer, attempt in taken:
+                if attempt is not None:
+                    result = self.core.answered_at_once(attempt)
+                    if result is not None:
+                        answer = (200, result, None)
+                    else:
+                        self.core.finish_later(attempt)
+                answers.append(answer)
+                settled += 1
+        finally:
+            # This request cancelled or failed midway: what it started is still reported.
+            for _, attempt in taken[settled:]:
+                if attempt is not None and attempt.attempt_id in self.core.running.attempts:
                     self.core.finish_later(attempt)
-            answers.append(answer)
         return answers
 
     async def _cancel(self, document: Any, send: Send) -> None:

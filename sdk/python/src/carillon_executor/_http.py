@@ -78,14 +78,19 @@ class _Transport:
         node is tried. ``resend``: the call may go to another node after one failed having
         received it (it is idempotent)."""
         if error is not None:
-            if isinstance(error, httpx.ConnectError) or resend:
+            # Not connected (refused, or no connection in time): nothing reached the node.
+            unsent = isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout))
+            if unsent or resend:
                 return f"{url}: {type(error).__name__}: {error}"
             raise Unavailable(f"{url}: {type(error).__name__}: {error}; it may have been done")
         assert response is not None
         status = response.status_code
-        # Busy, or timed out before reading: nothing was done, another node may take it.
-        if status in (408, 429, 503) or (resend and status >= 500):
+        # Busy, or timed out before reading: nothing was done, another node may take it. A
+        # server error may come after the commit: only an idempotent call goes on.
+        if status in (408, 429) or (resend and status >= 500):
             return f"{url} answered {status}"
+        if status >= 500:
+            raise Unavailable(f"{url} answered {status}; it may have been done")
         return Answer(status, _document(response), url)
 
 

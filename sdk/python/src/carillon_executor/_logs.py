@@ -3,8 +3,9 @@
 
 A handler's lines are captured through a context variable: an ``async`` handler's task and a
 plain handler's thread both run in a copy of the context that names their attempt, so any
-``logging`` call they make (``ctx.logger`` or the program's own loggers, INFO and above)
-lands in their attempt's log, and nothing logged elsewhere does.
+``logging`` call they make (``ctx.logger`` or the program's own loggers, INFO and above, as
+far as the logger's level lets it through) lands in their attempt's log, and nothing logged
+elsewhere does.
 """
 
 from __future__ import annotations
@@ -39,13 +40,23 @@ class AttemptLog:
         self._pending: List[Line] = []
         self._next_line = 1
         self._dropped = 0
+        self._refused = False
         # Held while a batch of this attempt is taken and sent: the periodic shipping and the
         # last one at the attempt's end never overlap, so batches reach a node in order (a
         # node skips a line numbered at or below the last it stored).
         self.sending = asyncio.Lock()
 
+    def refuse(self) -> None:
+        """The nodes refused this attempt's lines: keep none from now on."""
+        with self._lock:
+            self._refused = True
+            self._pending.clear()
+            self._dropped = 0
+
     def push(self, level: str, message: str) -> None:
         with self._lock:
+            if self._refused:
+                return
             for text in message.splitlines() or [""]:
                 if len(self._pending) >= MAX_PENDING:
                     self._dropped += 1
@@ -106,38 +117,43 @@ def level_name(levelno: int) -> str:
     return "TRACE"
 
 
-class CaptureHandler(logging.Handler):
+def capture(record: logging.LogRecord) -> None:
     """Puts a record logged inside an attempt into that attempt's log."""
-
-    def __init__(self) -> None:
-        super().__init__(level=CAPTURED_LEVEL)
-
-    def emit(self, record: logging.LogRecord) -> None:
-        log = current_log.get()
-        if log is None:
-            return
-        try:
-            message = record.getMessage()
-            if record.exc_info:
-                message += "\n" + logging.Formatter().formatException(record.exc_info)
-            log.push(level_name(record.levelno), message)
-        except Exception:  # a record that cannot be formatted must not fail the handler
-            self.handleError(record)
+    log = current_log.get()
+    if log is None or record.levelno < CAPTURED_LEVEL:
+        return
+    try:
+        message = record.getMessage()
+        if record.exc_info:
+            message += "\n" + logging.Formatter().formatException(record.exc_info)
+    except Exception:  # a record that cannot be formatted is the program's to see
+        return
+    log.push(level_name(record.levelno), message)
 
 
 _installed = threading.Lock()
-_handler: Optional[CaptureHandler] = None
+_done = False
 
 
 def install_capture() -> None:
-    """Adds the capturing handler to the root logger, once per process."""
-    global _handler
+    """Captures every record made inside an attempt, once per process. Through the record
+    factory, not a handler of the root logger: the program's own logging set-up
+    (``basicConfig``, which does nothing once the root has a handler) stays its own."""
+    global _done
     with _installed:
-        if _handler is None:
-            _handler = CaptureHandler()
-            logging.getLogger().addHandler(_handler)
-            # ctx.logger's lines are captured whatever level the program sets for its own.
-            logging.getLogger(JOB_LOGGERS).setLevel(CAPTURED_LEVEL)
+        if _done:
+            return
+        _done = True
+        previous = logging.getLogRecordFactory()
+
+        def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+            record = previous(*args, **kwargs)
+            capture(record)
+            return record
+
+        logging.setLogRecordFactory(factory)
+        # ctx.logger's lines are captured whatever level the program sets for its own.
+        logging.getLogger(JOB_LOGGERS).setLevel(CAPTURED_LEVEL)
 
 
 #: The parent of the loggers handlers get as ``ctx.logger``.

@@ -20,8 +20,9 @@ from ._http import ApiError, AsyncTransport, SyncTransport, Unavailable, checked
 
 __all__ = ["Admin", "AsyncAdmin", "ApiError", "Unavailable"]
 
-#: Calls that may go to another node after one failed having received them.
-_IDEMPOTENT = ("GET", "PUT", "DELETE")
+#: Calls that may go to another node after one failed having received them (a DELETE sent
+#: again would answer 404 for a delete that worked).
+_IDEMPOTENT = ("GET", "PUT")
 
 
 def _arguments(namespace: Optional[str], query: Optional[Mapping[str, Any]],

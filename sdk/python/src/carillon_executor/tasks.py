@@ -129,6 +129,12 @@ def _taken(answer: Answer, offset: int, stored: List[Enqueued]) -> List[Enqueued
     raise TasksRefused(answer.status, detail, problems, stored)
 
 
+def _unsure(reason: str, keyed: bool) -> str:
+    if keyed or "may have been done" not in reason:
+        return reason
+    return reason + " (the batch may have been stored: without keys on all its tasks it is not sent again)"
+
+
 def _found(answer: Answer) -> Optional[Dict[str, Any]]:
     return None if answer.status == 404 else dict(checked(answer))
 
@@ -157,7 +163,7 @@ class Tasks:
             try:
                 answer = self._transport.request("POST", "/api/v1/tasks", query=self._query, body=body, resend=keyed)
             except Unavailable as e:
-                raise TasksUnavailable(str(e), stored) from None
+                raise TasksUnavailable(_unsure(str(e), keyed), stored) from None
             stored.extend(_taken(answer, offset, stored))
         return stored
 
@@ -179,12 +185,12 @@ class Tasks:
     def cancel(self, task_id: int) -> Optional[Dict[str, Any]]:
         """Cancels and deletes the task (a fired one's run is cancelled); the task as it was,
         or None when there is none. A task whose run has ended raises ``ApiError`` (409)."""
-        return _found(self._transport.request("DELETE", f"/api/v1/tasks/{task_id}", query=self._query, resend=True))
+        return _found(self._transport.request("DELETE", f"/api/v1/tasks/{task_id}", query=self._query))
 
     def cancel_key(self, key: str) -> Optional[Dict[str, Any]]:
         """Cancels the task holding ``key``, as :meth:`cancel` does."""
         query = {**self._query, "key": key}
-        return _found(self._transport.request("DELETE", "/api/v1/tasks", query=query, resend=True))
+        return _found(self._transport.request("DELETE", "/api/v1/tasks", query=query))
 
     def close(self) -> None:
         self._transport.close()
@@ -207,7 +213,7 @@ class AsyncTasks:
             try:
                 answer = await self._transport.request("POST", "/api/v1/tasks", query=self._query, body=body, resend=keyed)
             except Unavailable as e:
-                raise TasksUnavailable(str(e), stored) from None
+                raise TasksUnavailable(_unsure(str(e), keyed), stored) from None
             stored.extend(_taken(answer, offset, stored))
         return stored
 
@@ -223,11 +229,11 @@ class AsyncTasks:
         return dict(checked(await self._transport.request("GET", "/api/v1/tasks", query=query, resend=True)))
 
     async def cancel(self, task_id: int) -> Optional[Dict[str, Any]]:
-        return _found(await self._transport.request("DELETE", f"/api/v1/tasks/{task_id}", query=self._query, resend=True))
+        return _found(await self._transport.request("DELETE", f"/api/v1/tasks/{task_id}", query=self._query))
 
     async def cancel_key(self, key: str) -> Optional[Dict[str, Any]]:
         query = {**self._query, "key": key}
-        return _found(await self._transport.request("DELETE", "/api/v1/tasks", query=query, resend=True))
+        return _found(await self._transport.request("DELETE", "/api/v1/tasks", query=query))
 
     async def close(self) -> None:
         await self._transport.close()
