@@ -19,7 +19,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from ._http import Answer, ApiError, AsyncTransport, SyncTransport, Unavailable, checked
 
-__all__ = ["Task", "Enqueued", "TaskProblem", "TasksRefused", "TasksUnavailable", "Tasks", "AsyncTasks"]
+__all__ = ["Task", "Enqueued", "TaskProblem", "TasksRefused", "TasksUnavailable", "Tasks", "AsyncTasks",
+           "ApiError"]
 
 #: Most tasks the API takes in one request.
 MAX_BATCH = 10_000
@@ -238,5 +239,3 @@ class AsyncTasks:
     async def close(self) -> None:
         await self._transport.close()
 
-
-__all__ += ["ApiError"]
