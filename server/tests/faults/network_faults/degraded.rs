@@ -131,7 +131,7 @@ pub(super) async fn a_statement_on_a_half_open_connection_is_given_up_at_its_dea
 }
 
 /// How long the executor's answers are lost: longer than the nodes wait for an answer
-/// (`dispatch.request_timeout_ms`, 1.5 s here), shorter than its lease (30 s here).
+/// (`dispatch.request_timeout_ms`, 1.5 s here), shorter than its lease (10 s here: the executor's heartbeats are lost too).
 const ANSWERS_LOST: Duration = Duration::from_secs(4);
 
 pub(super) async fn answers_lost_on_the_way_back_are_handled_per_delivery_guarantee(
@@ -140,19 +140,22 @@ pub(super) async fn answers_lost_on_the_way_back_are_handled_per_delivery_guaran
     let _turn = one_at_a_time().await;
     let scenario = format!("executor answers lost ({engine:?})");
     let config = tempfile::NamedTempFile::new().expect("config file");
-    std::fs::write(
-        config.path(),
-        "[dispatch]\nrequest_timeout_ms = 1500\nexecutor_lease_ms = 30000\n",
-    )
-    .expect("config file");
+    std::fs::write(config.path(), "[dispatch]\nrequest_timeout_ms = 1500\n").expect("config file");
     let config_path = config.path().display().to_string();
+    // The lease in the environment, where the tests' executor settings put theirs (it
+    // outranks the file): its heartbeats are lost with its answers, and with a shorter lease
+    // the nodes would stop offering it work, which would then wait out the fault instead of
+    // meeting it.
     let scene = NetScene::start_tuned(engine, false, |spec| {
         spec.extra_env
             .push(("CARILLON_CONFIG", config_path.clone()));
+        spec.extra_env
+            .push(("CARILLON_EXECUTOR_LEASE_MS", "10000".to_owned()));
     })
     .await;
     let (l, _) = leader_and_follower(&scene.cluster).await;
-    let executor = scene.executor(l).await;
+    // Room for every attempt of the window (its default is 8).
+    let executor = scene.executor_with(l, &["--capacity", "64"]).await;
     let db = scene.db().clone();
     let delivered = |name: String, delivery: &str| {
         let mut body = every_second(&name);
@@ -174,7 +177,8 @@ pub(super) async fn answers_lost_on_the_way_back_are_handled_per_delivery_guaran
     let (alo, rest) = jobs.split_at(10);
     let (amo, eoe) = rest.split_at(10);
     let from = scene.cluster.firing_from(&jobs).await;
-    db.sleep_until(from + 2_000).await;
+    // Mid-second, so the rules are in place before the next second's deliveries begin.
+    db.sleep_until(from + 2_500).await;
 
     // Whatever the executor sends the nodes is lost; what they send it still arrives.
     for node in &scene.node_hosts {
