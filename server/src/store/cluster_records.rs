@@ -1,6 +1,10 @@
-//! Rows and parameters of the cluster tables: nodes, the leader lease, partitions.
+//! The cluster tables (nodes, the leader lease, partitions): their rows and parameters, and
+//! the store's interface to them and to the standbys.
 
-/// What the cluster was initialised with.
+use async_trait::async_trait;
+
+use super::{Backend, Error, SchemaVersion};
+
 /// A partition and the epoch a node owns it at: the fence of what it writes there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PartitionEpoch {
@@ -8,6 +12,7 @@ pub struct PartitionEpoch {
     pub epoch: i64,
 }
 
+/// What the cluster was initialised with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterMeta {
     pub partition_count: i64,
@@ -123,4 +128,90 @@ pub enum PartitionChange {
         partition_id: i64,
         expected_epoch: i64,
     },
+}
+
+/// Nodes, the leader lease and partitions.
+#[async_trait]
+pub trait ClusterStore: Send + Sync + std::fmt::Debug + 'static {
+    fn backend(&self) -> Backend;
+
+    /// Applies the embedded migrations of this backend.
+    async fn migrate(&self) -> Result<(), Error>;
+
+    /// The last migration applied to the database (none on a database without the schema)
+    /// and the last one this build embeds.
+    async fn schema_version(&self) -> Result<SchemaVersion, Error>;
+
+    /// The database's clock, in epoch milliseconds.
+    async fn now_ms(&self) -> Result<i64, Error>;
+
+    /// Creates the cluster's partitions on first use; afterwards returns what exists. The
+    /// partition count is fixed at init: a different count later is reported, not applied.
+    async fn cluster_init(&self, partition_count: i64) -> Result<ClusterMeta, Error>;
+
+    /// Registers (or re-registers) a node under a fresh incarnation. Partitions still owned by
+    /// an earlier incarnation of the same node id are released with their epoch bumped, and a
+    /// leadership it held is given up, so nothing the old process claimed stays valid.
+    async fn node_register(&self, node: &NodeRegistration) -> Result<(), Error>;
+
+    /// Records a heartbeat. Fails with [`Error::IncarnationLost`] when another process has
+    /// registered the same node id since, or the node has left.
+    async fn node_heartbeat(&self, node_id: &str, incarnation: &str) -> Result<(), Error>;
+
+    /// Leaves the cluster at once: releases the node's partitions and its leadership and marks it
+    /// left, so the others take over without waiting for a lease to run out.
+    async fn node_leave(&self, node_id: &str, incarnation: &str) -> Result<(), Error>;
+
+    /// Every node ever registered, with the database's clock at the time of reading.
+    async fn nodes_list(&self) -> Result<NodeList, Error>;
+
+    /// The leader lease row as it is now.
+    async fn leader_get(&self) -> Result<LeaderRecord, Error>;
+
+    /// Takes or renews the leader lease in one short transaction: the row is locked, then taken
+    /// only if its lease has expired (incrementing `term`) or renewed if `node_id` already holds
+    /// it. Returns the row as it stands after the attempt; the caller compares `node_id`.
+    async fn leader_try_acquire(&self, node_id: &str, lease_ms: i64)
+    -> Result<LeaderRecord, Error>;
+
+    /// Every partition with its owner, pending owner and epoch.
+    async fn partitions_list(&self) -> Result<Vec<PartitionRecord>, Error>;
+
+    /// The partitions a node owns (including those it has been asked to hand off).
+    async fn partitions_owned(&self, node_id: &str) -> Result<Vec<PartitionRecord>, Error>;
+
+    /// Applies a leader's partition decisions, fenced: the transaction locks the leader row and
+    /// fails with [`Error::Fenced`] unless `fence` still holds an unexpired lease with the same
+    /// term. Each change is a compare-and-set on the partition's epoch; returns how many applied.
+    async fn partitions_apply(
+        &self,
+        fence: &LeaderFence,
+        changes: &[PartitionChange],
+    ) -> Result<u64, Error>;
+
+    /// The owner hands a partition to the pending owner the leader chose, bumping its epoch.
+    /// Returns false when the partition changed since it was read.
+    async fn partition_hand_off(
+        &self,
+        node_id: &str,
+        partition: &PartitionRecord,
+    ) -> Result<bool, Error>;
+}
+
+/// The standbys a failover could promote (PostgreSQL streaming replication), so that nothing
+/// is delivered before they have it: an asynchronous standby promoted without a run it was
+/// never sent would fire that run's instant again.
+#[async_trait]
+pub trait StandbyStore: Send + Sync + std::fmt::Debug + 'static {
+    /// Where the database's log ends now (PostgreSQL: `pg_current_wal_lsn()`), or `None` where
+    /// there are no standbys to wait for (MySQL, where Galera is synchronous, and SQLite).
+    async fn log_position(&self) -> Result<Option<String>, Error>;
+
+    /// The standbys that have not yet flushed the log up to `position`: those streaming, and
+    /// those with a physical replication slot, streaming or not. Empty when all have it.
+    async fn standbys_behind(&self, position: &str) -> Result<Vec<String>, Error>;
+
+    /// The timeline the database writes on (PostgreSQL; a promoted standby starts a new one),
+    /// or `None` where failovers are not seen this way (MySQL, SQLite).
+    async fn timeline(&self) -> Result<Option<String>, Error>;
 }

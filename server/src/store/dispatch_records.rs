@@ -1,6 +1,10 @@
-//! Rows and parameters of the dispatch tables: executors, their handlers, attempts.
+//! The dispatch tables (executors, their handlers, attempts): their rows and parameters, and
+//! the store's interface to them.
+
+use async_trait::async_trait;
 
 use super::namespace_records::NamespaceId;
+use super::{AuditWrite, Error, RunRecord};
 use crate::states::{AttemptState, RunState};
 
 /// What an executor announces when it registers.
@@ -245,4 +249,221 @@ pub struct RunFilter {
     pub oldest_first: bool,
     pub after_id: Option<i64>,
     pub limit: i64,
+}
+
+/// Executors, run and attempt state: dispatch.
+#[async_trait]
+pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
+    /// Registers (or re-registers) an executor and replaces its handler list, creating its app
+    /// in the registration's namespace (else `default`) when there is none. `audit` is written
+    /// with a registration that is made.
+    async fn executor_register(
+        &self,
+        executor: &ExecutorRegistration,
+        audit: Option<&AuditWrite>,
+    ) -> Result<RegistrationOutcome, Error>;
+
+    /// The namespace of an executor's app; `None` for an unknown executor.
+    async fn executor_namespace(&self, executor_id: &str) -> Result<Option<NamespaceId>, Error>;
+
+    /// The namespace app `app` belongs to; `None` before any executor of it registered.
+    async fn app_namespace(&self, app: &str) -> Result<Option<NamespaceId>, Error>;
+
+    /// Records a heartbeat; false when the executor is unknown or has left.
+    async fn executor_heartbeat(
+        &self,
+        executor_id: &str,
+        in_flight: i64,
+        draining: bool,
+    ) -> Result<bool, Error>;
+
+    /// Stops (`true`) or resumes (`false`) dispatching to an executor, whatever its heartbeats
+    /// say; false when nothing changed. `audit`, when given, is recorded with the change.
+    async fn executor_drain(
+        &self,
+        executor_id: &str,
+        drain: bool,
+        audit: Option<&AuditWrite>,
+    ) -> Result<bool, Error>;
+
+    /// Marks an executor left; false when it was unknown or had left. `audit`, when given, is
+    /// recorded with the change.
+    async fn executor_leave(
+        &self,
+        executor_id: &str,
+        audit: Option<&AuditWrite>,
+    ) -> Result<bool, Error>;
+
+    /// Executors (of `app`, or all) with their handlers, and the database clock.
+    async fn executors_list(&self, app: Option<&str>) -> Result<ExecutorList, Error>;
+
+    /// Runs waiting to start in these partitions with an id above `after_run_id`, oldest first
+    /// (the caller walks through them all, so runs that cannot start do not hide the others).
+    async fn runs_pending(
+        &self,
+        partitions: &[i64],
+        after_run_id: i64,
+        limit: i64,
+    ) -> Result<Vec<RunRecord>, Error>;
+
+    /// Starts a pending run with its shards' first attempts; false if it was not pending.
+    async fn run_start(&self, run: &RunRecord, attempts: &[NewAttempt]) -> Result<bool, Error> {
+        Ok(self.runs_start(&[(run.clone(), attempts.to_vec())]).await? == 1)
+    }
+
+    /// [`run_start`](Self::run_start) for many runs in one transaction (one commit, so one
+    /// flush to disk, serves them all); returns how many started.
+    async fn runs_start(&self, runs: &[(RunRecord, Vec<NewAttempt>)]) -> Result<usize, Error>;
+
+    /// Ends an unfinished run without (more) attempts, e.g. when no executor can take it.
+    async fn run_end(
+        &self,
+        run_id: i64,
+        state: RunState,
+        message: Option<&str>,
+    ) -> Result<bool, Error>;
+
+    /// Cancels an unfinished run and its unfinished attempts; returns the attempts that were
+    /// running (their executors should be told), or `None` if the run was not unfinished.
+    /// `audit`, when given, is recorded with the change.
+    async fn run_cancel(
+        &self,
+        run_id: i64,
+        audit: Option<&AuditWrite>,
+    ) -> Result<Option<Vec<AttemptRecord>>, Error> {
+        self.run_end_with_attempts(
+            run_id,
+            RunState::Cancelled,
+            "cancelled through the API",
+            audit,
+        )
+        .await
+    }
+
+    /// Ends an unfinished run in `state` with `message`, and its unfinished attempts as
+    /// `cancelled` with that message, in one transaction; returns the attempts that were
+    /// running, or `None` if the run was not unfinished.
+    async fn run_end_with_attempts(
+        &self,
+        run_id: i64,
+        state: RunState,
+        message: &str,
+        audit: Option<&AuditWrite>,
+    ) -> Result<Option<Vec<AttemptRecord>>, Error>;
+
+    async fn run_get(&self, run_id: i64) -> Result<Option<RunRecord>, Error>;
+
+    async fn runs_list(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, Error>;
+
+    async fn attempts_of_run(&self, run_id: i64) -> Result<Vec<AttemptRecord>, Error>;
+
+    async fn attempt_get(&self, attempt_id: i64) -> Result<Option<AttemptRecord>, Error>;
+
+    /// Attempts due for dispatch in these partitions within `ahead_ms` (database clock),
+    /// earliest due first, after the `(not_before_ms, attempt_id)` key `after` when given.
+    async fn attempts_due(
+        &self,
+        partitions: &[i64],
+        ahead_ms: i64,
+        after: Option<(i64, i64)>,
+        limit: i64,
+    ) -> Result<Vec<DueAttempt>, Error>;
+
+    /// Running attempts past their deadline in these partitions.
+    async fn attempts_expired(
+        &self,
+        partitions: &[i64],
+        limit: i64,
+    ) -> Result<Vec<AttemptRecord>, Error>;
+
+    /// Running attempts whose executor has left or not heartbeated within `lease_ms`, or has
+    /// heartbeated `lease_ms` past the last time it listed the attempt as in flight (it
+    /// restarted and forgot it).
+    async fn attempts_orphaned(
+        &self,
+        partitions: &[i64],
+        lease_ms: i64,
+        limit: i64,
+    ) -> Result<Vec<AttemptRecord>, Error>;
+
+    /// Records that a heartbeat of `executor_id` listed these running attempts as in flight.
+    async fn attempts_seen(&self, executor_id: &str, attempt_ids: &[i64]) -> Result<(), Error>;
+
+    /// Marks a pending attempt as accepted by `executor_id`, with a deadline `timeout_ms` from
+    /// now (none when 0); false if it was no longer pending.
+    async fn attempt_dispatched(
+        &self,
+        attempt_id: i64,
+        executor_id: &str,
+        timeout_ms: i64,
+    ) -> Result<bool, Error>;
+
+    /// Makes `executor_id` the first choice for a pending attempt's next offer.
+    async fn attempt_prefer(&self, attempt_id: i64, executor_id: &str) -> Result<(), Error>;
+
+    /// Returns an attempt marked running at `executor_id` to the queue (`pending`, no
+    /// executor): that executor answered that it did not take it. False if it had moved on.
+    async fn attempt_undispatched(&self, attempt_id: i64, executor_id: &str)
+    -> Result<bool, Error>;
+
+    /// [`attempt_dispatched`](Self::attempt_dispatched) for many attempts of one executor and
+    /// one timeout, in one statement; how many were still pending.
+    async fn attempts_dispatched(
+        &self,
+        attempt_ids: &[i64],
+        executor_id: &str,
+        timeout_ms: i64,
+    ) -> Result<u64, Error>;
+
+    /// Ends an attempt and moves its run on: queues a retry of the shard, or ends the run when
+    /// every shard has ended (`succeeded` if all succeeded, `cancelled` if one was cancelled,
+    /// else `failed`), releasing the job's next queued run. Ending an attempt twice is harmless.
+    async fn attempt_end(&self, attempt_id: i64, end: &AttemptEnd) -> Result<AttemptEnded, Error> {
+        let mut ended = self.attempts_end(&[(attempt_id, end.clone())]).await?;
+        Ok(ended.pop().unwrap_or(AttemptEnded::AlreadyEnded))
+    }
+
+    /// Ends attempts that `executor_id` answered at once with success, each the only shard of
+    /// its run, of a job that queues nothing behind it and has no children (whose runs this
+    /// does not create: `attempts_end` does): the attempts and their runs end `succeeded` in
+    /// two statements (one transaction) whatever their number, and `outputs` (attempt id,
+    /// output) are stored with them. An attempt no longer unfinished is left alone, and so are
+    /// its run and its output. Returns how many runs ended.
+    async fn attempts_succeed(
+        &self,
+        executor_id: &str,
+        attempt_ids: &[i64],
+        outputs: &[(i64, String)],
+        flow_keys: &[String],
+    ) -> Result<u64, Error>;
+
+    /// [`attempt_end`](Self::attempt_end) for many attempts in one transaction, in the order
+    /// given; returns what became of each.
+    async fn attempts_end(&self, ends: &[(i64, AttemptEnd)]) -> Result<Vec<AttemptEnded>, Error>;
+
+    /// Running attempts per executor, cluster-wide.
+    async fn executor_loads(&self) -> Result<Vec<ExecutorLoad>, Error>;
+
+    /// The jobs with an attempt running on an XXL-JOB executor, cluster-wide: such an
+    /// executor runs one attempt of a job at a time.
+    async fn xxl_jobs_running(&self) -> Result<Vec<XxlJobRunning>, Error>;
+
+    /// Runs finished in `[since_ms, until_ms)`, counted per minute of finishing and state,
+    /// with how many of them were first dispatched more than `late_ms` after their instant.
+    async fn runs_finished_by_minute(
+        &self,
+        since_ms: i64,
+        until_ms: i64,
+        late_ms: i64,
+    ) -> Result<Vec<MinuteCount>, Error>;
+
+    /// Runs finished in `[since_ms, until_ms)` whose first dispatch (of shard 0) came more
+    /// than `late_ms` after their instant, last finished first.
+    async fn runs_late(
+        &self,
+        since_ms: i64,
+        until_ms: i64,
+        late_ms: i64,
+        limit: i64,
+    ) -> Result<Vec<LateRun>, Error>;
 }

@@ -1,6 +1,9 @@
 //! Parameters and results of run-history retention: which finished runs a purge deletes, and
 //! the jobs that keep their history by a rule of their own.
 
+use async_trait::async_trait;
+
+use super::Error;
 use crate::states::RunState;
 
 /// The finished states of a dead letter: failed after its last attempt, or never dispatched.
@@ -82,6 +85,29 @@ pub struct JobHistoryRule {
     pub history_keep_ms: Option<i64>,
     /// How many of its newest runs are kept at most.
     pub history_max_runs: Option<i64>,
+}
+
+/// Run-history retention: deleting finished runs with their attempts, in bounded batches.
+#[async_trait]
+pub trait HistoryStore: Send + Sync + std::fmt::Debug + 'static {
+    /// One step of a purge, in one transaction: looks at the `window` oldest runs that
+    /// finished in `[scope.finished_from_ms, scope.finished_before_ms)` (in the order of
+    /// `runs_finished_idx`, so the database walks the index and stops), and deletes those the
+    /// rest of `scope` names, with their attempts. Only finished runs are ever deleted.
+    async fn history_delete(&self, scope: &PurgeScope, window: i64) -> Result<PurgeStep, Error>;
+
+    /// How many runs and attempts `history_delete` would delete for `scope`, without a limit.
+    async fn history_count(&self, scope: &PurgeScope) -> Result<Purged, Error>;
+
+    /// The jobs of `partitions` with a history rule of their own.
+    async fn history_rules(&self, partitions: &[i64]) -> Result<Vec<JobHistoryRule>, Error>;
+
+    /// The instant of a job's run that comes right after its `keep` newest (by instant), if it
+    /// has more than `keep` runs: that run and older ones are beyond its limit.
+    async fn history_beyond_newest(&self, job_id: i64, keep: i64) -> Result<Option<i64>, Error>;
+
+    /// When the oldest run kept was created (epoch milliseconds), if there is a run.
+    async fn history_oldest_run_ms(&self) -> Result<Option<i64>, Error>;
 }
 
 #[cfg(test)]

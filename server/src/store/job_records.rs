@@ -1,6 +1,9 @@
-//! Rows and parameters of the job tables: jobs, job deletions, runs.
+//! The job tables (jobs, job deletions, runs): their rows and parameters, and the store's
+//! interface to them.
 
-use super::NamespaceId;
+use async_trait::async_trait;
+
+use super::{AuditWrite, Error, NamespaceId};
 use crate::jobs::JobPolicy;
 use crate::states::{JobKind, JobState, RunState, TriggerKind};
 
@@ -323,6 +326,120 @@ impl RunClaim {
     pub fn counts_as_fired(&self) -> bool {
         self.state == RunState::Pending
     }
+}
+
+/// Jobs and the claiming of their instants.
+#[async_trait]
+pub trait JobStore: Send + Sync + std::fmt::Debug + 'static {
+    /// Inserts a job (started at once when `start`). Fails with [`Error::Conflict`] when the
+    /// name or the id is taken. Each change to a job here records `audit`, when given, in the
+    /// change's own transaction: both are stored or neither.
+    async fn job_insert(
+        &self,
+        job_id: i64,
+        partition_id: i64,
+        job: &JobWrite,
+        start: bool,
+        audit: Option<&AuditWrite>,
+    ) -> Result<JobRecord, Error>;
+
+    async fn job_get(&self, job_id: i64) -> Result<Option<JobRecord>, Error>;
+
+    async fn jobs_list(&self, filter: &JobFilter) -> Result<Vec<JobRecord>, Error>;
+
+    /// Replaces a job's definition if its version is still `expected_version`; `None` when it
+    /// is not (or the job is gone).
+    async fn job_update(
+        &self,
+        job_id: i64,
+        expected_version: i64,
+        job: &JobWrite,
+        audit: Option<&AuditWrite>,
+    ) -> Result<Option<JobRecord>, Error>;
+
+    /// Starts a job (anchoring `every` schedules now); the job as it is afterwards.
+    async fn job_start(
+        &self,
+        job_id: i64,
+        audit: Option<&AuditWrite>,
+    ) -> Result<Option<JobRecord>, Error>;
+
+    /// Stops a job; the job as it is afterwards.
+    async fn job_stop(
+        &self,
+        job_id: i64,
+        audit: Option<&AuditWrite>,
+    ) -> Result<Option<JobRecord>, Error>;
+
+    /// Deletes a job, leaving a tombstone for the node that owns it. False if there was none.
+    async fn job_delete(&self, job_id: i64, audit: Option<&AuditWrite>) -> Result<bool, Error>;
+
+    /// The running jobs of a partition, as much of them as scheduling needs.
+    async fn jobs_in_partition(&self, partition_id: i64) -> Result<Vec<ScheduledJob>, Error>;
+
+    /// The jobs of `job_ids` that exist, in one statement, in no particular order.
+    async fn jobs_get_many(&self, job_ids: &[i64]) -> Result<Vec<JobRecord>, Error>;
+
+    /// Inserts many jobs, a few hundred rows per statement, in one transaction: all or none.
+    /// A taken name or id fails them all with [`Error::Conflict`]. Their `updated_at_ms` is
+    /// within a second of the commit, so that polling for changes sees them.
+    async fn jobs_insert_many(
+        &self,
+        jobs: &[JobInsert],
+        audit: Option<&AuditWrite>,
+    ) -> Result<(), Error>;
+
+    /// The largest job id, if there is a job.
+    async fn job_id_max(&self) -> Result<Option<i64>, Error>;
+
+    /// The jobs (of any kind) of `namespace` named one of `names`, as `(name, job_id)`, in one
+    /// statement per few thousand names.
+    async fn jobs_named(
+        &self,
+        namespace: NamespaceId,
+        names: &[String],
+    ) -> Result<Vec<(String, i64)>, Error>;
+
+    /// Jobs updated and deleted after `since_ms` (database clock), at most `limit` updated.
+    /// Paged by the key `(updated_at_ms, job_id)`: the page starts after `since_ms` and, among
+    /// jobs updated at `since_ms` itself, after `after_job_id` (`i64::MAX`: none of them).
+    async fn jobs_changed_since(
+        &self,
+        since_ms: i64,
+        after_job_id: i64,
+        limit: i64,
+    ) -> Result<JobChanges, Error>;
+
+    /// Claims scheduled instants in one transaction. Each partition is locked and checked to
+    /// still be `node_id`'s at the claim's epoch; each job must still be running at the
+    /// claim's version with its last fired instant before this one, which then advances; the
+    /// run is inserted under the unique key `(job_id, scheduled_at_ms)`. One outcome per claim,
+    /// in order.
+    async fn runs_claim(
+        &self,
+        node_id: &str,
+        claims: &[RunClaim],
+    ) -> Result<Vec<ClaimOutcome>, Error>;
+
+    /// A run now, outside the schedule (`trigger`), in `state`, with `input` (a re-run of a
+    /// child run is given its parent's again), and `audit`, when given, in its transaction.
+    async fn run_insert_manual(
+        &self,
+        job: &JobRecord,
+        node_id: &str,
+        state: RunState,
+        message: Option<&str>,
+        input: Option<&str>,
+        audit: Option<&AuditWrite>,
+    ) -> Result<RunRecord, Error>;
+
+    /// A job's runs, newest first, before `before_run_id`.
+    async fn runs_of_job(
+        &self,
+        job_id: i64,
+        before_run_id: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<RunRecord>, Error>;
 }
 
 #[cfg(test)]

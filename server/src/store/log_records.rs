@@ -1,5 +1,9 @@
 //! Rows of `attempt_logs`: the lines handlers log while an attempt runs.
 
+use async_trait::async_trait;
+
+use super::Error;
+
 /// The line number of the marker that ends a truncated log: above every real line, and exact
 /// in JavaScript.
 pub const TRUNCATED_LINE: i64 = 9_007_199_254_740_991;
@@ -40,4 +44,28 @@ pub struct LogAppend {
     pub dropped: u64,
     /// Attempts that are neither pending nor the sender's: their lines were refused.
     pub refused: Vec<i64>,
+}
+
+/// The lines handlers log while attempts run, kept with their runs (`history_delete_runs`
+/// deletes them with the runs).
+#[async_trait]
+pub trait LogStore: Send + Sync + std::fmt::Debug + 'static {
+    /// Stores the lines executor `executor_id` shipped, by attempt, within `caps` (lines
+    /// already stored are skipped); past the caps, lines are dropped and a marker line
+    /// ([`TRUNCATED_LINE`]) says so. Lines of an attempt that is neither pending nor the
+    /// executor's are refused.
+    async fn attempt_logs_append(
+        &self,
+        executor_id: &str,
+        batch: &[(i64, Vec<NewLogLine>)],
+        caps: LogCaps,
+    ) -> Result<LogAppend, Error>;
+
+    /// An attempt's lines numbered above `after_line`, in order, at most `limit`.
+    async fn attempt_logs_page(
+        &self,
+        attempt_id: i64,
+        after_line: i64,
+        limit: i64,
+    ) -> Result<Vec<LogLine>, Error>;
 }
