@@ -54,6 +54,7 @@ pub(crate) struct Shared {
     pub(crate) jobs: HashMap<String, Handler>,
     pub(crate) slots: Arc<Semaphore>,
     running: Mutex<HashMap<i64, CancellationToken>>,
+    /// Accepted attempts, each with the instant (epoch ms) until which it is remembered.
     seen: Mutex<HashMap<i64, i64>>,
     effects: Mutex<crate::effects::Effects>,
     pub(crate) draining: AtomicBool,

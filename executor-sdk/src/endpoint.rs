@@ -34,32 +34,46 @@ fn refuse(status: StatusCode, message: impl Into<String>) -> Response {
     (status, axum::Json(body)).into_response()
 }
 
-/// `None` when the signature verifies; else the refusal to send.
-fn refusal(shared: &Shared, headers: &HeaderMap, body: &[u8]) -> Option<Response> {
+/// The call's signed timestamp (epoch milliseconds) when its signature verifies; else the
+/// refusal to send (`401`).
+fn verified(shared: &Shared, headers: &HeaderMap, body: &[u8]) -> Result<i64, Unverified> {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    verify(
+    let timestamp = header(TIMESTAMP_HEADER);
+    match verify(
         shared.id.secret.as_bytes(),
-        header(TIMESTAMP_HEADER),
+        timestamp,
         header(SIGNATURE_HEADER),
         body,
         now_ms(),
-    )
-    .err()
-    .map(|e| {
-        warn!(error = %e, "refused a call whose signature does not verify");
-        refuse(StatusCode::UNAUTHORIZED, e.to_string())
-    })
+    ) {
+        // `verify` read it as an integer already.
+        Ok(()) => Ok(timestamp.and_then(|t| t.trim().parse().ok()).unwrap_or(0)),
+        Err(e) => {
+            warn!(error = %e, "refused a call whose signature does not verify");
+            Err(Unverified(e.to_string()))
+        }
+    }
+}
+
+/// Why a call's signature did not verify.
+struct Unverified(String);
+
+impl IntoResponse for Unverified {
+    fn into_response(self) -> Response {
+        refuse(StatusCode::UNAUTHORIZED, self.0)
+    }
 }
 
 async fn dispatch(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Some(refused) = refusal(&shared, &headers, &body) {
-        return refused;
-    }
+    let signed_at = match verified(&shared, &headers, &body) {
+        Ok(at) => at,
+        Err(refused) => return refused.into_response(),
+    };
     let dispatch: Dispatch = match serde_json::from_slice(&body) {
         Ok(d) => d,
         Err(e) => return refuse(StatusCode::BAD_REQUEST, format!("not a dispatch: {e}")),
     };
-    match accept(&shared, dispatch) {
+    match accept(&shared, dispatch, signed_at) {
         Ok(Taken::Running) => StatusCode::ACCEPTED.into_response(),
         Ok(Taken::Done(result)) => (StatusCode::OK, axum::Json(result)).into_response(),
         Err((status, why)) => refuse(status, why),
@@ -72,9 +86,10 @@ async fn dispatch_batch(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Some(refused) = refusal(&shared, &headers, &body) {
-        return refused;
-    }
+    let signed_at = match verified(&shared, &headers, &body) {
+        Ok(at) => at,
+        Err(refused) => return refused.into_response(),
+    };
     let batch: DispatchBatch = match serde_json::from_slice(&body) {
         Ok(b) => b,
         Err(e) => {
@@ -89,7 +104,7 @@ async fn dispatch_batch(
         .into_iter()
         .map(|dispatch| {
             let attempt_id = dispatch.attempt_id;
-            let (status, result, error) = match accept(&shared, dispatch) {
+            let (status, result, error) = match accept(&shared, dispatch, signed_at) {
                 Ok(Taken::Running) => (StatusCode::ACCEPTED, None, None),
                 Ok(Taken::Done(result)) => (StatusCode::OK, Some(result), None),
                 Err((status, why)) => (status, None, Some(why)),
@@ -113,10 +128,14 @@ enum Taken {
     Done(DirectResult),
 }
 
-/// Starts the handler of a dispatch, or says why not (with the status a single dispatch
-/// answers). A dispatch with an `effect_key` whose work is done or running here is answered
-/// from the record instead.
-fn accept(shared: &Arc<Shared>, dispatch: Dispatch) -> Result<Taken, (StatusCode, String)> {
+/// Starts the handler of a dispatch signed at `signed_at`, or says why not (with the status a
+/// single dispatch answers). A dispatch with an `effect_key` whose work is done or running
+/// here is answered from the record instead.
+fn accept(
+    shared: &Arc<Shared>,
+    dispatch: Dispatch,
+    signed_at: i64,
+) -> Result<Taken, (StatusCode, String)> {
     if dispatch.protocol != PROTOCOL_VERSION {
         return Err((
             StatusCode::BAD_REQUEST,
@@ -153,7 +172,7 @@ fn accept(shared: &Arc<Shared>, dispatch: Dispatch) -> Result<Taken, (StatusCode
             }
         }
     }
-    let started = start(shared, dispatch.clone());
+    let started = start(shared, dispatch.clone(), signed_at);
     if started.is_err()
         && let Some(key) = &dispatch.effect_key
     {
@@ -162,11 +181,12 @@ fn accept(shared: &Arc<Shared>, dispatch: Dispatch) -> Result<Taken, (StatusCode
     started.map(|()| Taken::Running)
 }
 
-/// Starts the handler of a dispatch, or says why not.
-fn start(shared: &Arc<Shared>, dispatch: Dispatch) -> Result<(), (StatusCode, String)> {
-    if shared.draining.load(Ordering::SeqCst) {
-        return Err((StatusCode::SERVICE_UNAVAILABLE, "draining".to_owned()));
-    }
+/// Starts the handler of a dispatch signed at `signed_at`, or says why not.
+fn start(
+    shared: &Arc<Shared>,
+    dispatch: Dispatch,
+    signed_at: i64,
+) -> Result<(), (StatusCode, String)> {
     let Some(run) = shared
         .jobs
         .get(dispatch.handler.as_str())
@@ -180,14 +200,20 @@ fn start(shared: &Arc<Shared>, dispatch: Dispatch) -> Result<(), (StatusCode, St
     {
         let mut seen = shared.lock_seen();
         let now = now_ms();
-        seen.retain(|_, at| now - *at <= REPLAY_WINDOW_MS);
+        seen.retain(|_, until| *until >= now);
+        // An attempt taken here is this executor's even while it drains: a `503` would send
+        // it on to the next executor while it still runs here.
         if seen.contains_key(&dispatch.attempt_id) {
             return Err((
                 StatusCode::CONFLICT,
                 "this attempt was already accepted".to_owned(),
             ));
         }
-        seen.insert(dispatch.attempt_id, now);
+        if shared.draining.load(Ordering::SeqCst) {
+            return Err((StatusCode::SERVICE_UNAVAILABLE, "draining".to_owned()));
+        }
+        // Remembered while a replay of the request could still pass the timestamp check.
+        seen.insert(dispatch.attempt_id, signed_at.max(now) + REPLAY_WINDOW_MS);
     }
     let Ok(permit) = Arc::clone(&shared.slots).try_acquire_owned() else {
         // Not accepted: the same attempt may be offered again later.
@@ -260,8 +286,8 @@ fn start(shared: &Arc<Shared>, dispatch: Dispatch) -> Result<(), (StatusCode, St
 }
 
 async fn cancel(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
-    if let Some(refused) = refusal(&shared, &headers, &body) {
-        return refused;
+    if let Err(refused) = verified(&shared, &headers, &body) {
+        return refused.into_response();
     }
     let Ok(cancel) = serde_json::from_slice::<Cancel>(&body) else {
         return refuse(StatusCode::BAD_REQUEST, "not a cancellation");

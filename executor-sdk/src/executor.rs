@@ -367,40 +367,37 @@ impl Executor {
             accepted.heartbeat_interval_ms,
             stop.clone(),
         ));
-        let serve_stop = stop.clone();
-        let stopped = async move {
-            shutdown.await;
-            serve_stop.cancel();
+        // On shutdown the executor drains while it still serves: the nodes, told by the
+        // next heartbeat, offer it nothing new (a dispatch is answered `503`), an attempt
+        // offered again is answered `409` (it runs here), and cancels still reach handlers.
+        // It stops listening once in-flight work is done.
+        let drain_timeout = self.drain_timeout;
+        let drained = {
+            let shared = Arc::clone(&shared);
+            let stop = stop.clone();
+            async move {
+                shutdown.await;
+                stop.cancel();
+                drain(&shared, drain_timeout).await;
+            }
         };
         let served = match &self.tls {
             Some(config) => {
                 let listener = carillon_tls::TlsListener::new(listener, Arc::clone(config))
                     .map_err(ExecutorError::Serve)?;
                 axum::serve(listener, self.router())
-                    .with_graceful_shutdown(stopped)
+                    .with_graceful_shutdown(drained)
                     .await
             }
             None => {
                 axum::serve(listener, self.router())
-                    .with_graceful_shutdown(stopped)
+                    .with_graceful_shutdown(drained)
                     .await
             }
         }
         .map_err(ExecutorError::Serve);
-
-        // Drain: refuse new work, let in-flight attempts finish and report, then leave.
-        shared.draining.store(true, Ordering::SeqCst);
-        shared.tasks.close();
-        if tokio::time::timeout(self.drain_timeout, shared.tasks.wait())
-            .await
-            .is_err()
-        {
-            warn!("in-flight attempts outlived the drain timeout; cancelling them");
-            for token in shared.lock_running().values() {
-                token.cancel();
-            }
-            let _ = tokio::time::timeout(Duration::from_secs(5), shared.tasks.wait()).await;
-        }
+        // Serving failed before any shutdown: what runs still finishes and reports.
+        drain(&shared, drain_timeout).await;
         beat.abort();
         ship.abort();
         let leaving = Deregistration {
@@ -414,6 +411,23 @@ impl Executor {
         }
         info!(executor = %shared.id.executor_id, "stopped");
         served
+    }
+}
+
+/// Refuses new work, lets in-flight attempts finish and report (cancelled past `timeout`).
+/// Done twice, the second returns at once.
+async fn drain(shared: &Shared, timeout: Duration) {
+    shared.draining.store(true, Ordering::SeqCst);
+    shared.tasks.close();
+    if tokio::time::timeout(timeout, shared.tasks.wait())
+        .await
+        .is_err()
+    {
+        warn!("in-flight attempts outlived the drain timeout; cancelling them");
+        for token in shared.lock_running().values() {
+            token.cancel();
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(5), shared.tasks.wait()).await;
     }
 }
 

@@ -313,7 +313,33 @@ async fn the_sdk_registers_runs_handlers_and_drains() {
         },
     )
     .await;
+    let slow_attempt = run_detail(&node, &run).await["attempts"][0]["id"]
+        .as_i64()
+        .unwrap();
     stop.cancel();
+    // While it drains it still answers: the attempt it runs, offered again (a node died
+    // before recording its 202), is its own, 409, never sent on to another executor; new
+    // work is refused, 503.
+    let dispatch_while_draining = |attempt_id: i64, handler: &str| {
+        let body = serde_json::to_vec(&one(attempt_id, handler)).unwrap();
+        let signature = carillon_protocol::sign(SECRET.as_bytes(), now, &body);
+        signed_post("/carillon/v1/dispatch", body, signature)
+    };
+    let fresh = std::sync::atomic::AtomicI64::new(454_545);
+    wait_for(Duration::from_secs(5), "the executor to drain", || async {
+        let attempt_id = fresh.fetch_add(1, Ordering::SeqCst);
+        let new = dispatch_while_draining(attempt_id, "tick").await.unwrap();
+        (new.status() == 503).then_some(())
+    })
+    .await;
+    assert_eq!(
+        dispatch_while_draining(slow_attempt, "slow")
+            .await
+            .unwrap()
+            .status(),
+        409,
+        "an attempt running here, offered again while draining"
+    );
     running.await.unwrap().unwrap();
     assert_eq!(
         SLOW_FINISHED.load(Ordering::SeqCst),

@@ -62,7 +62,9 @@ class Core:
         self.threads = threads
         self.running = Running()
         self.effects = Effects()
-        # Accepted attempt ids, and the order they came in, to forget them after the window.
+        # Accepted attempt ids, each with the instant (epoch ms) until which it is remembered
+        # (while a replay of its request could pass the timestamp check), and the order they
+        # came in, to forget them.
         self.seen: Dict[int, int] = {}
         self.seen_order: Deque[Tuple[int, int]] = deque()
         # The results of attempts answered 200 at once, for a while: a node that died before
@@ -76,9 +78,10 @@ class Core:
 
     # --- accepting dispatches ---------------------------------------------------------
 
-    def accept(self, dispatch: Mapping[str, Any]) -> Tuple[Answer, Optional[Attempt]]:
-        """Takes a dispatch as ``protocol/README.md`` says: its answer, and the attempt it
-        started (whose handler the caller may wait for briefly to answer ``200`` at once)."""
+    def accept(self, dispatch: Mapping[str, Any], signed_at: int = 0) -> Tuple[Answer, Optional[Attempt]]:
+        """Takes a dispatch, whose request was signed at ``signed_at`` (epoch ms), as
+        ``protocol/README.md`` says: its answer, and the attempt it started (whose handler the
+        caller may wait for briefly to answer ``200`` at once)."""
         if dispatch.get("protocol") != PROTOCOL_VERSION:
             return (400, None, f"protocol {dispatch.get('protocol')} is not spoken here"), None
         attempt_id = int(dispatch["attempt_id"])
@@ -99,15 +102,17 @@ class Core:
                     joined.cancellation = primary.cancellation
                 self.running.attempts[attempt_id] = joined
                 return (202, None, None), None
-        answer, attempt = self._start(dispatch)
+        answer, attempt = self._start(dispatch, signed_at)
         if attempt is None and isinstance(key, str):
             self.effects.abandon(key)
         return answer, attempt
 
-    def _start(self, dispatch: Mapping[str, Any]) -> Tuple[Answer, Optional[Attempt]]:
+    def _start(self, dispatch: Mapping[str, Any], signed_at: int) -> Tuple[Answer, Optional[Attempt]]:
         attempt_id = int(dispatch["attempt_id"])
         now = now_ms()
-        while self.seen_order and now - self.seen_order[0][0] > REPLAY_WINDOW_MS:
+        # In the order accepted, so one remembered longer (signed later) may keep those after
+        # it a little longer too: remembering longer is safe.
+        while self.seen_order and self.seen_order[0][0] < now:
             _, old = self.seen_order.popleft()
             self.seen.pop(old, None)
         while self.answered_order and now - self.answered_order[0][0] > ANSWERS_KEPT_MS:
@@ -126,8 +131,9 @@ class Core:
             return (404, None, f"no handler {handler!r} here"), None
         if self.running.busy >= self.id.capacity:
             return (429, None, "at capacity"), None
-        self.seen[attempt_id] = now
-        self.seen_order.append((now, attempt_id))
+        until = max(signed_at, now) + REPLAY_WINDOW_MS
+        self.seen[attempt_id] = until
+        self.seen_order.append((until, attempt_id))
         report_to = [str(u) for u in dispatch.get("report_to") or []]
         key = dispatch.get("effect_key")
         attempt = Attempt(attempt_id, report_to, key if isinstance(key, str) else None)

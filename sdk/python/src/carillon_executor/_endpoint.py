@@ -81,18 +81,20 @@ class Endpoint:
         except ValueError as e:
             await _answer(send, 400, {"error": f"not JSON: {e}"})
             return
+        # A verified timestamp is an integer.
+        signed_at = int(headers.get(TIMESTAMP_HEADER, "0").strip())
         if route == CANCEL_PATH:
             await self._cancel(document, send)
         elif route == DISPATCH_PATH:
-            await self._dispatch(document, send)
+            await self._dispatch(document, signed_at, send)
         else:
-            await self._dispatch_batch(document, send)
+            await self._dispatch_batch(document, signed_at, send)
 
-    async def _dispatch(self, document: Any, send: Send) -> None:
+    async def _dispatch(self, document: Any, signed_at: int, send: Send) -> None:
         if not _is_dispatch(document):
             await _answer(send, 400, {"error": "not a dispatch"})
             return
-        (status, result, error), attempt = self.core.accept(document)
+        (status, result, error), attempt = self.core.accept(document, signed_at)
         answers = await self._settle([((status, result, error), attempt)])
         status, result, error = answers[0]
         if status == 200 and result is not None:
@@ -102,12 +104,12 @@ class Endpoint:
         else:
             await _answer(send, status, {"error": error})
 
-    async def _dispatch_batch(self, document: Any, send: Send) -> None:
+    async def _dispatch_batch(self, document: Any, signed_at: int, send: Send) -> None:
         dispatches = document.get("dispatches") if isinstance(document, dict) else None
         if not isinstance(dispatches, list) or not all(_is_dispatch(d) for d in dispatches):
             await _answer(send, 400, {"error": "not a dispatch batch"})
             return
-        taken = [self.core.accept(d) for d in dispatches]
+        taken = [self.core.accept(d, signed_at) for d in dispatches]
         answers = await self._settle(taken)
         replies: List[Dict[str, Any]] = []
         for dispatch, (status, result, error) in zip(dispatches, answers):
