@@ -50,12 +50,12 @@ macro_rules! attempt_end_store {
             /// A run of `job_id` queued behind one that just ended (overlap `queue`) may
             /// start now.
             async fn release_queued_in(&self, tx: &mut Tx<$db>, job_id: i64) -> Result<(), Error> {
-                let queued = sqlx::query_scalar::<$db, i64>(sql(&self.q.run_next_queued))
+                let queued = sqlx::query_scalar::<$db, i64>(sql(&self.q.dispatch.run_next_queued))
                     .bind(job_id)
                     .fetch_optional(&mut **tx)
                     .await?;
                 if let Some(next) = queued {
-                    sqlx::query::<$db>(sql(&self.q.run_release_queued))
+                    sqlx::query::<$db>(sql(&self.q.dispatch.run_release_queued))
                         .bind(next)
                         .execute(&mut **tx)
                         .await?;
@@ -71,7 +71,7 @@ macro_rules! attempt_end_store {
                 attempt_id: i64,
             ) -> Result<Option<AttemptRecord>, Error> {
                 Ok(
-                    sqlx::query_as::<$db, AttemptRecord>(sql(&self.store.q.attempt_lock))
+                    sqlx::query_as::<$db, AttemptRecord>(sql(&self.store.q.dispatch.attempt_lock))
                         .bind(attempt_id)
                         .fetch_optional(&mut **self.tx)
                         .await?,
@@ -83,7 +83,7 @@ macro_rules! attempt_end_store {
                 attempt_id: i64,
                 end: &AttemptEnd,
             ) -> Result<bool, Error> {
-                let ended = sqlx::query::<$db>(sql(&self.store.q.attempt_end))
+                let ended = sqlx::query::<$db>(sql(&self.store.q.dispatch.attempt_end))
                     .bind(end.state.as_str())
                     .bind(end.output.as_deref())
                     .bind(end.error.as_deref())
@@ -98,7 +98,7 @@ macro_rules! attempt_end_store {
 
             async fn insert_retry(&mut self, retry: &RetryAttempt<'_>) -> Result<(), Error> {
                 let after = retry.after;
-                sqlx::query::<$db>(sql(&self.store.q.attempt_insert))
+                sqlx::query::<$db>(sql(&self.store.q.dispatch.attempt_insert))
                     .bind(after.run_id)
                     .bind(after.job_id)
                     .bind(after.partition_id)
@@ -124,6 +124,7 @@ macro_rules! attempt_end_store {
                     sqlx::query_as::<$db, (String, i64, Option<String>)>(sql(&self
                         .store
                         .q
+                        .dispatch
                         .run_lock_ending))
                     .bind(run_id)
                     .fetch_optional(&mut **self.tx)
@@ -137,12 +138,14 @@ macro_rules! attempt_end_store {
             }
 
             async fn attempts_of_run(&mut self, run_id: i64) -> Result<Vec<AttemptRecord>, Error> {
-                Ok(
-                    sqlx::query_as::<$db, AttemptRecord>(sql(&self.store.q.attempts_of_run))
-                        .bind(run_id)
-                        .fetch_all(&mut **self.tx)
-                        .await?,
-                )
+                Ok(sqlx::query_as::<$db, AttemptRecord>(sql(&self
+                    .store
+                    .q
+                    .dispatch
+                    .attempts_of_run))
+                .bind(run_id)
+                .fetch_all(&mut **self.tx)
+                .await?)
             }
 
             async fn end_run(
@@ -151,7 +154,7 @@ macro_rules! attempt_end_store {
                 state: RunState,
                 message: Option<&str>,
             ) -> Result<bool, Error> {
-                let ended = sqlx::query::<$db>(sql(&self.store.q.run_end))
+                let ended = sqlx::query::<$db>(sql(&self.store.q.dispatch.run_end))
                     .bind(state.as_str())
                     .bind(message)
                     .bind(run_id)

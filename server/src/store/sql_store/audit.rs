@@ -14,7 +14,7 @@ macro_rules! audit_store {
                 let Some(event) = event else {
                     return Ok(());
                 };
-                sqlx::query::<$db>(sql(&self.q.audit_insert))
+                sqlx::query::<$db>(sql(&self.q.tenancy.audit_insert))
                     .bind(event.at_ms)
                     .bind(event.namespace_id)
                     .bind(&event.actor)
@@ -57,24 +57,26 @@ macro_rules! audit_store {
             }
 
             async fn audit_list(&self, filter: &AuditFilter) -> Result<Vec<AuditRecord>, Error> {
-                Ok(sqlx::query_as::<$db, AuditRecord>(sql(&self.q.audit_list))
-                    .bind(filter.namespace)
-                    .bind(filter.namespace)
-                    .bind(filter.actor.as_deref())
-                    .bind(filter.actor.as_deref())
-                    .bind(filter.operation.as_deref())
-                    .bind(filter.operation.as_deref())
-                    .bind(filter.outcome.as_deref())
-                    .bind(filter.outcome.as_deref())
-                    .bind(filter.from_ms)
-                    .bind(filter.from_ms)
-                    .bind(filter.to_ms)
-                    .bind(filter.to_ms)
-                    .bind(filter.before_id)
-                    .bind(filter.before_id)
-                    .bind(filter.limit)
-                    .fetch_all(&self.pool)
-                    .await?)
+                Ok(
+                    sqlx::query_as::<$db, AuditRecord>(sql(&self.q.tenancy.audit_list))
+                        .bind(filter.namespace)
+                        .bind(filter.namespace)
+                        .bind(filter.actor.as_deref())
+                        .bind(filter.actor.as_deref())
+                        .bind(filter.operation.as_deref())
+                        .bind(filter.operation.as_deref())
+                        .bind(filter.outcome.as_deref())
+                        .bind(filter.outcome.as_deref())
+                        .bind(filter.from_ms)
+                        .bind(filter.from_ms)
+                        .bind(filter.to_ms)
+                        .bind(filter.to_ms)
+                        .bind(filter.before_id)
+                        .bind(filter.before_id)
+                        .bind(filter.limit)
+                        .fetch_all(&self.pool)
+                        .await?,
+                )
             }
 
             async fn audit_purge(&self, before_ms: i64, batch: i64) -> Result<u64, Error> {
@@ -82,7 +84,7 @@ macro_rules! audit_store {
                 // statements on every backend (PostgreSQL has no DELETE … LIMIT, MySQL no
                 // LIMIT in an IN subquery).
                 let upto: Option<i64> =
-                    sqlx::query_scalar::<$db, Option<i64>>(sql(&self.q.audit_purge_upto))
+                    sqlx::query_scalar::<$db, Option<i64>>(sql(&self.q.tenancy.audit_purge_upto))
                         .bind(before_ms)
                         .bind(batch)
                         .fetch_one(&self.pool)
@@ -90,7 +92,7 @@ macro_rules! audit_store {
                 let Some(upto) = upto else {
                     return Ok(0);
                 };
-                let done = sqlx::query::<$db>(sql(&self.q.audit_purge))
+                let done = sqlx::query::<$db>(sql(&self.q.tenancy.audit_purge))
                     .bind(upto)
                     .bind(before_ms)
                     .execute(&self.pool)

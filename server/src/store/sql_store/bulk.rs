@@ -250,7 +250,7 @@ macro_rules! values_bulk_store {
                 node_id: &str,
                 runs: &[ClaimedRun<'_>],
             ) -> Result<Vec<StartedRun>, Error> {
-                let now: &str = &self.q.now_expr;
+                let now: &str = &self.q.jobs.now_expr;
                 let mut insert = sqlx::QueryBuilder::<$db>::new(
                     "INSERT INTO runs (job_id, scheduled_at_ms, partition_id, epoch, \
                     node_id, trigger_kind, state, priority, created_at_ms, started_at_ms, \
@@ -272,7 +272,7 @@ macro_rules! values_bulk_store {
                         .push_bind(claim.message.clone())
                         .push_bind(claim.namespace_id);
                 });
-                insert.push(" ").push(&*self.q.run_insert_ignore_duplicate);
+                insert.push(" ").push(&*self.q.jobs.run_insert_ignore_duplicate);
                 if !runs.iter().any(|r| r.starts) {
                     insert.build().execute(&mut **tx).await?;
                     return Ok(Vec::new());
@@ -293,7 +293,7 @@ macro_rules! values_bulk_store {
                 tx: &mut Tx<$db>,
                 attempts: &[FirstAttempt<'_>],
             ) -> Result<(), Error> {
-                let now: &str = &self.q.now_expr;
+                let now: &str = &self.q.jobs.now_expr;
                 for chunk in attempts.chunks(ATTEMPT_ROWS_PER_INSERT) {
                     let mut insert = sqlx::QueryBuilder::<$db>::new(
                         "INSERT INTO attempts (run_id, job_id, partition_id, shard_index, \

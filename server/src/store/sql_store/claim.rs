@@ -34,7 +34,8 @@ macro_rules! claim_store {
                 &mut self,
                 partition_ids: &[i64],
             ) -> Result<Vec<PartitionLease>, Error> {
-                let Some(lock) = with_partitions(&self.store.q.partitions_lock_many, partition_ids)
+                let Some(lock) =
+                    with_partitions(&self.store.q.jobs.partitions_lock_many, partition_ids)
                 else {
                     return Ok(Vec::new());
                 };
@@ -74,9 +75,9 @@ macro_rules! claim_store {
             ) -> Result<Vec<ClaimJob>, Error> {
                 let q = &self.store.q;
                 let text = if with_args {
-                    &q.jobs_lock_many_with_args
+                    &q.jobs.jobs_lock_many_with_args
                 } else {
-                    &q.jobs_lock_many
+                    &q.jobs.jobs_lock_many
                 };
                 let Some(lock) = with_partitions(text, job_ids) else {
                     return Ok(Vec::new());
@@ -127,7 +128,7 @@ macro_rules! claim_store {
             }
 
             async fn advance_job_if_current(&mut self, claim: &RunClaim) -> Result<bool, Error> {
-                let advanced = sqlx::query::<$db>(sql(&self.store.q.job_advance))
+                let advanced = sqlx::query::<$db>(sql(&self.store.q.jobs.job_advance))
                     .bind(claim.scheduled_at_ms)
                     .bind(i64::from(claim.counts_as_fired()))
                     .bind(i64::from(claim.job_done))
@@ -142,7 +143,7 @@ macro_rules! claim_store {
 
             async fn unfinished_run_of_job(&mut self, job_id: i64) -> Result<Option<i64>, Error> {
                 Ok(
-                    sqlx::query_scalar::<$db, i64>(sql(&self.store.q.run_unfinished_of_job))
+                    sqlx::query_scalar::<$db, i64>(sql(&self.store.q.jobs.run_unfinished_of_job))
                         .bind(job_id)
                         .fetch_optional(&mut **self.tx)
                         .await?,
@@ -155,12 +156,12 @@ macro_rules! claim_store {
                 partition_id: i64,
                 why: &str,
             ) -> Result<(), Error> {
-                sqlx::query::<$db>(sql(&self.store.q.runs_cancel_unfinished))
+                sqlx::query::<$db>(sql(&self.store.q.jobs.runs_cancel_unfinished))
                     .bind(why)
                     .bind(job_id)
                     .execute(&mut **self.tx)
                     .await?;
-                sqlx::query::<$db>(sql(&self.store.q.attempts_cancel_of_job))
+                sqlx::query::<$db>(sql(&self.store.q.jobs.attempts_cancel_of_job))
                     .bind(why)
                     .bind(partition_id)
                     .bind(job_id)
@@ -177,7 +178,7 @@ macro_rules! claim_store {
                 message: Option<&str>,
             ) -> Result<(), Error> {
                 let finished = i64::from(!RunState::UNFINISHED.contains(&state));
-                sqlx::query::<$db>(sql(&self.store.q.run_insert))
+                sqlx::query::<$db>(sql(&self.store.q.jobs.run_insert))
                     .bind(claim.job_id)
                     .bind(claim.scheduled_at_ms)
                     .bind(claim.partition_id)

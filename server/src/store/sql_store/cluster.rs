@@ -13,7 +13,7 @@ macro_rules! cluster_store {
             }
 
             async fn cluster_meta_get(&self) -> Result<Option<ClusterMeta>, Error> {
-                let row = sqlx::query_as::<$db, (i64, i64)>(sql(&self.q.cluster_meta_get))
+                let row = sqlx::query_as::<$db, (i64, i64)>(sql(&self.q.cluster.cluster_meta_get))
                     .fetch_optional(&self.pool)
                     .await?;
                 Ok(row.map(|(partition_count, created_at_ms)| ClusterMeta {
@@ -27,7 +27,7 @@ macro_rules! cluster_store {
         impl ClusterTx for StoreTx<'_, $store, Tx<$db>> {
             async fn lock_leader(&mut self) -> Result<LeaderRecord, Error> {
                 Ok(
-                    sqlx::query_as::<$db, LeaderRecord>(sql(&self.store.q.leader_lock))
+                    sqlx::query_as::<$db, LeaderRecord>(sql(&self.store.q.cluster.leader_lock))
                         .fetch_one(&mut **self.tx)
                         .await?,
                 )
@@ -35,14 +35,14 @@ macro_rules! cluster_store {
 
             async fn leader(&mut self) -> Result<LeaderRecord, Error> {
                 Ok(
-                    sqlx::query_as::<$db, LeaderRecord>(sql(&self.store.q.leader_get))
+                    sqlx::query_as::<$db, LeaderRecord>(sql(&self.store.q.cluster.leader_get))
                         .fetch_one(&mut **self.tx)
                         .await?,
                 )
             }
 
             async fn renew_lease(&mut self, node_id: &str, lease_ms: i64) -> Result<(), Error> {
-                sqlx::query::<$db>(sql(&self.store.q.leader_renew))
+                sqlx::query::<$db>(sql(&self.store.q.cluster.leader_renew))
                     .bind(lease_ms)
                     .bind(node_id)
                     .execute(&mut **self.tx)
@@ -56,7 +56,7 @@ macro_rules! cluster_store {
                 term: i64,
                 lease_ms: i64,
             ) -> Result<(), Error> {
-                sqlx::query::<$db>(sql(&self.store.q.leader_take))
+                sqlx::query::<$db>(sql(&self.store.q.cluster.leader_take))
                     .bind(node_id)
                     .bind(term)
                     .bind(lease_ms)
@@ -66,7 +66,7 @@ macro_rules! cluster_store {
             }
 
             async fn release_lease(&mut self, node_id: &str) -> Result<(), Error> {
-                sqlx::query::<$db>(sql(&self.store.q.leader_release))
+                sqlx::query::<$db>(sql(&self.store.q.cluster.leader_release))
                     .bind(node_id)
                     .execute(&mut **self.tx)
                     .await?;
@@ -74,7 +74,7 @@ macro_rules! cluster_store {
             }
 
             async fn release_partitions(&mut self, node_id: &str) -> Result<(), Error> {
-                sqlx::query::<$db>(sql(&self.store.q.partitions_release_owned))
+                sqlx::query::<$db>(sql(&self.store.q.cluster.partitions_release_owned))
                     .bind(node_id)
                     .execute(&mut **self.tx)
                     .await?;
@@ -82,7 +82,7 @@ macro_rules! cluster_store {
             }
 
             async fn cancel_hand_offs_to(&mut self, node_id: &str) -> Result<(), Error> {
-                sqlx::query::<$db>(sql(&self.store.q.partitions_cancel_pending_to))
+                sqlx::query::<$db>(sql(&self.store.q.cluster.partitions_cancel_pending_to))
                     .bind(node_id)
                     .execute(&mut **self.tx)
                     .await?;
@@ -90,19 +90,20 @@ macro_rules! cluster_store {
             }
 
             async fn update_node(&mut self, node: &NodeRegistration) -> Result<bool, Error> {
-                let updated = sqlx::query::<$db>(sql(&self.store.q.node_update_registration))
-                    .bind(&node.incarnation)
-                    .bind(&node.address)
-                    .bind(&node.version)
-                    .bind(&node.node_id)
-                    .execute(&mut **self.tx)
-                    .await?
-                    .rows_affected();
+                let updated =
+                    sqlx::query::<$db>(sql(&self.store.q.cluster.node_update_registration))
+                        .bind(&node.incarnation)
+                        .bind(&node.address)
+                        .bind(&node.version)
+                        .bind(&node.node_id)
+                        .execute(&mut **self.tx)
+                        .await?
+                        .rows_affected();
                 Ok(updated != 0)
             }
 
             async fn insert_node(&mut self, node: &NodeRegistration) -> Result<(), Error> {
-                sqlx::query::<$db>(sql(&self.store.q.node_insert))
+                sqlx::query::<$db>(sql(&self.store.q.cluster.node_insert))
                     .bind(&node.node_id)
                     .bind(&node.incarnation)
                     .bind(&node.address)
@@ -117,7 +118,7 @@ macro_rules! cluster_store {
                 node_id: &str,
                 incarnation: &str,
             ) -> Result<bool, Error> {
-                let left = sqlx::query::<$db>(sql(&self.store.q.node_mark_left))
+                let left = sqlx::query::<$db>(sql(&self.store.q.cluster.node_mark_left))
                     .bind(node_id)
                     .bind(incarnation)
                     .execute(&mut **self.tx)
@@ -136,7 +137,7 @@ macro_rules! cluster_store {
                         partition_id,
                         expected_epoch,
                         owner,
-                    } => sqlx::query::<$db>(sql(&q.partition_assign))
+                    } => sqlx::query::<$db>(sql(&q.cluster.partition_assign))
                         .bind(owner.as_str())
                         .bind(*partition_id)
                         .bind(*expected_epoch),
@@ -144,14 +145,14 @@ macro_rules! cluster_store {
                         partition_id,
                         expected_epoch,
                         to,
-                    } => sqlx::query::<$db>(sql(&q.partition_request_hand_off))
+                    } => sqlx::query::<$db>(sql(&q.cluster.partition_request_hand_off))
                         .bind(to.as_str())
                         .bind(*partition_id)
                         .bind(*expected_epoch),
                     PartitionChange::CancelHandOff {
                         partition_id,
                         expected_epoch,
-                    } => sqlx::query::<$db>(sql(&q.partition_cancel_hand_off))
+                    } => sqlx::query::<$db>(sql(&q.cluster.partition_cancel_hand_off))
                         .bind(*partition_id)
                         .bind(*expected_epoch),
                 };
@@ -193,7 +194,7 @@ macro_rules! cluster_store {
             }
 
             async fn now_ms(&self) -> Result<i64, Error> {
-                let (now,) = sqlx::query_as::<$db, (i64,)>(sql(&self.q.now))
+                let (now,) = sqlx::query_as::<$db, (i64,)>(sql(&self.q.cluster.now))
                     .fetch_one(&self.pool)
                     .await?;
                 Ok(now)
@@ -208,7 +209,7 @@ macro_rules! cluster_store {
                         return Ok(meta);
                     }
                     let mut tx = self.begin_write().await?;
-                    let inserted = sqlx::query::<$db>(sql(&self.q.cluster_meta_insert))
+                    let inserted = sqlx::query::<$db>(sql(&self.q.cluster.cluster_meta_insert))
                         .bind(partition_count)
                         .execute(&mut *tx)
                         .await
@@ -216,7 +217,7 @@ macro_rules! cluster_store {
                     match inserted {
                         Ok(_) => {
                             for partition_id in 0..partition_count {
-                                sqlx::query::<$db>(sql(&self.q.partition_insert))
+                                sqlx::query::<$db>(sql(&self.q.cluster.partition_insert))
                                     .bind(partition_id)
                                     .execute(&mut *tx)
                                     .await?;
@@ -289,7 +290,7 @@ macro_rules! cluster_store {
                 .await
             }
             async fn node_heartbeat(&self, node_id: &str, incarnation: &str) -> Result<(), Error> {
-                let beat = sqlx::query::<$db>(sql(&self.q.node_heartbeat))
+                let beat = sqlx::query::<$db>(sql(&self.q.cluster.node_heartbeat))
                     .bind(node_id)
                     .bind(incarnation)
                     .execute(&self.pool)
@@ -303,7 +304,7 @@ macro_rules! cluster_store {
             }
 
             async fn nodes_list(&self) -> Result<NodeList, Error> {
-                let nodes = sqlx::query_as::<$db, NodeRecord>(sql(&self.q.nodes_list))
+                let nodes = sqlx::query_as::<$db, NodeRecord>(sql(&self.q.cluster.nodes_list))
                     .fetch_all(&self.pool)
                     .await?;
                 // Read after the rows, so a node is never judged by a clock older than its beat.
@@ -312,9 +313,11 @@ macro_rules! cluster_store {
             }
 
             async fn leader_get(&self) -> Result<LeaderRecord, Error> {
-                Ok(sqlx::query_as::<$db, LeaderRecord>(sql(&self.q.leader_get))
-                    .fetch_one(&self.pool)
-                    .await?)
+                Ok(
+                    sqlx::query_as::<$db, LeaderRecord>(sql(&self.q.cluster.leader_get))
+                        .fetch_one(&self.pool)
+                        .await?,
+                )
             }
 
             async fn leader_try_acquire(
@@ -338,7 +341,7 @@ macro_rules! cluster_store {
 
             async fn partitions_list(&self) -> Result<Vec<PartitionRecord>, Error> {
                 Ok(
-                    sqlx::query_as::<$db, PartitionRecord>(sql(&self.q.partitions_list))
+                    sqlx::query_as::<$db, PartitionRecord>(sql(&self.q.cluster.partitions_list))
                         .fetch_all(&self.pool)
                         .await?,
                 )
@@ -346,7 +349,7 @@ macro_rules! cluster_store {
 
             async fn partitions_owned(&self, node_id: &str) -> Result<Vec<PartitionRecord>, Error> {
                 Ok(
-                    sqlx::query_as::<$db, PartitionRecord>(sql(&self.q.partitions_owned))
+                    sqlx::query_as::<$db, PartitionRecord>(sql(&self.q.cluster.partitions_owned))
                         .bind(node_id)
                         .fetch_all(&self.pool)
                         .await?,
@@ -358,7 +361,7 @@ macro_rules! cluster_store {
                 node_id: &str,
                 partition: &PartitionRecord,
             ) -> Result<bool, Error> {
-                let moved = sqlx::query::<$db>(sql(&self.q.partition_hand_off))
+                let moved = sqlx::query::<$db>(sql(&self.q.cluster.partition_hand_off))
                     .bind(partition.partition_id)
                     .bind(node_id)
                     .bind(partition.epoch)

@@ -10,13 +10,14 @@ macro_rules! dispatch_store {
                 since_ms: i64,
                 until_ms: i64,
             ) -> Result<Option<i64>, Error> {
-                Ok(
-                    sqlx::query_scalar::<$db, Option<i64>>(sql(&self.q.runs_first_id_finished))
-                        .bind(since_ms)
-                        .bind(until_ms)
-                        .fetch_one(&self.pool)
-                        .await?,
-                )
+                Ok(sqlx::query_scalar::<$db, Option<i64>>(sql(&self
+                    .q
+                    .dispatch
+                    .runs_first_id_finished))
+                .bind(since_ms)
+                .bind(until_ms)
+                .fetch_one(&self.pool)
+                .await?)
             }
 
             /// The statements of a guarded update on `ids` whose caller must learn which rows
@@ -75,9 +76,11 @@ macro_rules! dispatch_store {
         impl RunStartTx for StoreTx<'_, $store, Tx<$db>> {
             async fn start_pending_runs(&mut self, run_ids: &[i64]) -> Result<Vec<i64>, Error> {
                 let q = &self.store.q;
-                let Some(start) =
-                    $store::guarded_update(&q.runs_start_many, &q.runs_pending_among, run_ids)
-                else {
+                let Some(start) = $store::guarded_update(
+                    &q.dispatch.runs_start_many,
+                    &q.dispatch.runs_pending_among,
+                    run_ids,
+                ) else {
                     return Ok(Vec::new());
                 };
                 $store::run_guarded_update(self.tx, &start, None).await
@@ -93,8 +96,8 @@ macro_rules! dispatch_store {
             ) -> Result<Vec<i64>, Error> {
                 let q = &self.store.q;
                 let Some(end) = $store::guarded_update(
-                    &q.attempts_succeed_many,
-                    &q.attempts_live_among,
+                    &q.dispatch.attempts_succeed_many,
+                    &q.dispatch.attempts_live_among,
                     attempt_ids,
                 ) else {
                     return Ok(Vec::new());
@@ -108,7 +111,8 @@ macro_rules! dispatch_store {
                 outputs: &[(i64, String)],
             ) -> Result<(), Error> {
                 let ids: Vec<i64> = outputs.iter().map(|(id, _)| *id).collect();
-                let Some(template) = with_partitions(&self.store.q.attempts_output_many, &ids)
+                let Some(template) =
+                    with_partitions(&self.store.q.dispatch.attempts_output_many, &ids)
                 else {
                     return Ok(());
                 };
@@ -141,7 +145,9 @@ macro_rules! dispatch_store {
             }
 
             async fn succeed_runs(&mut self, run_ids: &[i64]) -> Result<u64, Error> {
-                let Some(finish) = with_partitions(&self.store.q.runs_succeed_many, run_ids) else {
+                let Some(finish) =
+                    with_partitions(&self.store.q.dispatch.runs_succeed_many, run_ids)
+                else {
                     return Ok(0);
                 };
                 // As text: its ids make it a new statement each time (`rows_as`).
@@ -160,22 +166,23 @@ macro_rules! dispatch_store {
                 audit: Option<&AuditWrite>,
             ) -> Result<RegistrationOutcome, Error> {
                 let mut tx = self.begin_write().await?;
-                sqlx::query::<$db>(sql(&self.q.app_insert))
+                sqlx::query::<$db>(sql(&self.q.dispatch.app_insert))
                     .bind(&executor.app)
                     .bind(executor.namespace.unwrap_or_default())
                     .bind(&executor.app)
                     .execute(&mut *tx)
                     .await?;
                 if let Some(namespace) = executor.namespace {
-                    let owner = sqlx::query_scalar::<$db, NamespaceId>(sql(&self.q.app_namespace))
-                        .bind(&executor.app)
-                        .fetch_optional(&mut *tx)
-                        .await?;
+                    let owner =
+                        sqlx::query_scalar::<$db, NamespaceId>(sql(&self.q.dispatch.app_namespace))
+                            .bind(&executor.app)
+                            .fetch_optional(&mut *tx)
+                            .await?;
                     if owner != Some(namespace) {
                         return Ok(RegistrationOutcome::AppOfAnotherNamespace);
                     }
                 }
-                let updated = sqlx::query::<$db>(sql(&self.q.executor_update))
+                let updated = sqlx::query::<$db>(sql(&self.q.dispatch.executor_update))
                     .bind(&executor.app)
                     .bind(&executor.address)
                     .bind(executor.weight)
@@ -188,7 +195,7 @@ macro_rules! dispatch_store {
                     .await?
                     .rows_affected();
                 if updated == 0 {
-                    sqlx::query::<$db>(sql(&self.q.executor_insert))
+                    sqlx::query::<$db>(sql(&self.q.dispatch.executor_insert))
                         .bind(&executor.executor_id)
                         .bind(&executor.app)
                         .bind(&executor.address)
@@ -200,12 +207,12 @@ macro_rules! dispatch_store {
                         .execute(&mut *tx)
                         .await?;
                 }
-                sqlx::query::<$db>(sql(&self.q.handlers_delete))
+                sqlx::query::<$db>(sql(&self.q.dispatch.handlers_delete))
                     .bind(&executor.executor_id)
                     .execute(&mut *tx)
                     .await?;
                 for (name, description) in &executor.handlers {
-                    sqlx::query::<$db>(sql(&self.q.handler_insert))
+                    sqlx::query::<$db>(sql(&self.q.dispatch.handler_insert))
                         .bind(&executor.executor_id)
                         .bind(name)
                         .bind(&executor.app)
@@ -223,16 +230,19 @@ macro_rules! dispatch_store {
                 executor_id: &str,
             ) -> Result<Option<NamespaceId>, Error> {
                 Ok(
-                    sqlx::query_scalar::<$db, NamespaceId>(sql(&self.q.executor_namespace))
-                        .bind(executor_id)
-                        .fetch_optional(&self.pool)
-                        .await?,
+                    sqlx::query_scalar::<$db, NamespaceId>(sql(&self
+                        .q
+                        .dispatch
+                        .executor_namespace))
+                    .bind(executor_id)
+                    .fetch_optional(&self.pool)
+                    .await?,
                 )
             }
 
             async fn app_namespace(&self, app: &str) -> Result<Option<NamespaceId>, Error> {
                 Ok(
-                    sqlx::query_scalar::<$db, NamespaceId>(sql(&self.q.app_namespace))
+                    sqlx::query_scalar::<$db, NamespaceId>(sql(&self.q.dispatch.app_namespace))
                         .bind(app)
                         .fetch_optional(&self.pool)
                         .await?,
@@ -245,7 +255,7 @@ macro_rules! dispatch_store {
                 in_flight: i64,
                 draining: bool,
             ) -> Result<bool, Error> {
-                let beat = sqlx::query::<$db>(sql(&self.q.executor_heartbeat))
+                let beat = sqlx::query::<$db>(sql(&self.q.dispatch.executor_heartbeat))
                     .bind(in_flight)
                     .bind(i64::from(draining))
                     .bind(executor_id)
@@ -261,9 +271,9 @@ macro_rules! dispatch_store {
                 audit: Option<&AuditWrite>,
             ) -> Result<bool, Error> {
                 let query = if drain {
-                    &self.q.executor_set_drained
+                    &self.q.dispatch.executor_set_drained
                 } else {
-                    &self.q.executor_set_active
+                    &self.q.dispatch.executor_set_active
                 };
                 let mut tx = self.begin_write().await?;
                 let changed = sqlx::query::<$db>(sql(query))
@@ -280,7 +290,7 @@ macro_rules! dispatch_store {
                 audit: Option<&AuditWrite>,
             ) -> Result<bool, Error> {
                 let mut tx = self.begin_write().await?;
-                let left = sqlx::query::<$db>(sql(&self.q.executor_leave))
+                let left = sqlx::query::<$db>(sql(&self.q.dispatch.executor_leave))
                     .bind(executor_id)
                     .execute(&mut *tx)
                     .await?;
@@ -289,16 +299,18 @@ macro_rules! dispatch_store {
             }
 
             async fn executors_list(&self, app: Option<&str>) -> Result<ExecutorList, Error> {
-                let executors = sqlx::query_as::<$db, ExecutorRecord>(sql(&self.q.executors_all))
-                    .bind(app)
-                    .bind(app)
-                    .fetch_all(&self.pool)
-                    .await?;
-                let handlers = sqlx::query_as::<$db, (String, String)>(sql(&self.q.handlers_all))
-                    .bind(app)
-                    .bind(app)
-                    .fetch_all(&self.pool)
-                    .await?;
+                let executors =
+                    sqlx::query_as::<$db, ExecutorRecord>(sql(&self.q.dispatch.executors_all))
+                        .bind(app)
+                        .bind(app)
+                        .fetch_all(&self.pool)
+                        .await?;
+                let handlers =
+                    sqlx::query_as::<$db, (String, String)>(sql(&self.q.dispatch.handlers_all))
+                        .bind(app)
+                        .bind(app)
+                        .fetch_all(&self.pool)
+                        .await?;
                 let now_ms = self.now_ms().await?;
                 Ok(ExecutorList {
                     executors,
@@ -313,7 +325,7 @@ macro_rules! dispatch_store {
                 after_run_id: i64,
                 limit: i64,
             ) -> Result<Vec<RunRecord>, Error> {
-                let Some(query) = with_partitions(&self.q.runs_pending, partitions) else {
+                let Some(query) = with_partitions(&self.q.dispatch.runs_pending, partitions) else {
                     return Ok(Vec::new());
                 };
                 Ok(sqlx::query_as::<$db, RunRecord>(query)
@@ -410,17 +422,19 @@ macro_rules! dispatch_store {
             }
 
             async fn run_get(&self, run_id: i64) -> Result<Option<RunRecord>, Error> {
-                Ok(sqlx::query_as::<$db, RunRecord>(sql(&self.q.run_get))
-                    .bind(run_id)
-                    .fetch_optional(&self.pool)
-                    .await?)
+                Ok(
+                    sqlx::query_as::<$db, RunRecord>(sql(&self.q.dispatch.run_get))
+                        .bind(run_id)
+                        .fetch_optional(&self.pool)
+                        .await?,
+                )
             }
 
             async fn runs_list(&self, filter: &RunFilter) -> Result<Vec<RunRecord>, Error> {
                 let query = if filter.oldest_first {
-                    &self.q.runs_by_id_asc
+                    &self.q.dispatch.runs_by_id_asc
                 } else {
-                    &self.q.runs_by_id_desc
+                    &self.q.dispatch.runs_by_id_desc
                 };
                 Ok(sqlx::query_as::<$db, RunRecord>(sql(query))
                     .bind(filter.namespace)
@@ -438,7 +452,7 @@ macro_rules! dispatch_store {
 
             async fn attempts_of_run(&self, run_id: i64) -> Result<Vec<AttemptRecord>, Error> {
                 Ok(
-                    sqlx::query_as::<$db, AttemptRecord>(sql(&self.q.attempts_of_run))
+                    sqlx::query_as::<$db, AttemptRecord>(sql(&self.q.dispatch.attempts_of_run))
                         .bind(run_id)
                         .fetch_all(&self.pool)
                         .await?,
@@ -447,7 +461,7 @@ macro_rules! dispatch_store {
 
             async fn attempt_get(&self, attempt_id: i64) -> Result<Option<AttemptRecord>, Error> {
                 Ok(
-                    sqlx::query_as::<$db, AttemptRecord>(sql(&self.q.attempt_get))
+                    sqlx::query_as::<$db, AttemptRecord>(sql(&self.q.dispatch.attempt_get))
                         .bind(attempt_id)
                         .fetch_optional(&self.pool)
                         .await?,
@@ -461,12 +475,12 @@ macro_rules! dispatch_store {
                 after: Option<(i64, i64)>,
                 limit: i64,
             ) -> Result<Vec<DueAttempt>, Error> {
-                let Some(query) = with_partitions(&self.q.attempts_due, partitions) else {
+                let Some(query) = with_partitions(&self.q.dispatch.attempts_due, partitions) else {
                     return Ok(Vec::new());
                 };
                 let (after_due, after_id) = after.unwrap_or((i64::MIN, i64::MIN));
                 // The horizon, read once: every attempt of an instant is in or out together.
-                let now: i64 = sqlx::query_scalar::<$db, i64>(sql(&self.q.now))
+                let now: i64 = sqlx::query_scalar::<$db, i64>(sql(&self.q.cluster.now))
                     .fetch_one(&self.pool)
                     .await?;
                 let due = sqlx::query_as::<$db, DueAttempt>(query)
@@ -497,7 +511,8 @@ macro_rules! dispatch_store {
                 partitions: &[i64],
                 limit: i64,
             ) -> Result<Vec<AttemptRecord>, Error> {
-                let Some(query) = with_partitions(&self.q.attempts_expired, partitions) else {
+                let Some(query) = with_partitions(&self.q.dispatch.attempts_expired, partitions)
+                else {
                     return Ok(Vec::new());
                 };
                 Ok(sqlx::query_as::<$db, AttemptRecord>(query)
@@ -512,7 +527,8 @@ macro_rules! dispatch_store {
                 lease_ms: i64,
                 limit: i64,
             ) -> Result<Vec<AttemptRecord>, Error> {
-                let Some(query) = with_partitions(&self.q.attempts_orphaned, partitions) else {
+                let Some(query) = with_partitions(&self.q.dispatch.attempts_orphaned, partitions)
+                else {
                     return Ok(Vec::new());
                 };
                 Ok(sqlx::query_as::<$db, AttemptRecord>(query)
@@ -528,7 +544,8 @@ macro_rules! dispatch_store {
                 executor_id: &str,
                 attempt_ids: &[i64],
             ) -> Result<(), Error> {
-                let Some(query) = with_partitions(&self.q.attempts_seen, attempt_ids) else {
+                let Some(query) = with_partitions(&self.q.dispatch.attempts_seen, attempt_ids)
+                else {
                     return Ok(());
                 };
                 sqlx::query::<$db>(query)
@@ -544,7 +561,7 @@ macro_rules! dispatch_store {
                 executor_id: &str,
                 timeout_ms: i64,
             ) -> Result<bool, Error> {
-                let marked = sqlx::query::<$db>(sql(&self.q.attempt_dispatched))
+                let marked = sqlx::query::<$db>(sql(&self.q.dispatch.attempt_dispatched))
                     .bind(executor_id)
                     .bind(timeout_ms)
                     .bind(timeout_ms)
@@ -559,7 +576,7 @@ macro_rules! dispatch_store {
                 attempt_id: i64,
                 executor_id: &str,
             ) -> Result<(), Error> {
-                sqlx::query::<$db>(sql(&self.q.attempt_prefer))
+                sqlx::query::<$db>(sql(&self.q.dispatch.attempt_prefer))
                     .bind(executor_id)
                     .bind(attempt_id)
                     .execute(&self.pool)
@@ -572,7 +589,7 @@ macro_rules! dispatch_store {
                 attempt_id: i64,
                 executor_id: &str,
             ) -> Result<bool, Error> {
-                let returned = sqlx::query::<$db>(sql(&self.q.attempt_undispatched))
+                let returned = sqlx::query::<$db>(sql(&self.q.dispatch.attempt_undispatched))
                     .bind(attempt_id)
                     .bind(executor_id)
                     .execute(&self.pool)
@@ -586,7 +603,8 @@ macro_rules! dispatch_store {
                 executor_id: &str,
                 timeout_ms: i64,
             ) -> Result<u64, Error> {
-                let Some(query) = with_partitions(&self.q.attempts_dispatched_many, attempt_ids)
+                let Some(query) =
+                    with_partitions(&self.q.dispatch.attempts_dispatched_many, attempt_ids)
                 else {
                     return Ok(0);
                 };
@@ -628,7 +646,7 @@ macro_rules! dispatch_store {
                     let mut keys = flow_keys.to_vec();
                     if !keys.is_empty()
                         && let Some(read) =
-                            with_partitions(&self.q.runs_flow_keys_of_attempts, &attempt_ids)
+                            with_partitions(&self.q.flow.runs_flow_keys_of_attempts, &attempt_ids)
                     {
                         keys.extend(
                             sqlx::query_scalar::<$db, String>(read)
@@ -669,7 +687,7 @@ macro_rules! dispatch_store {
 
             async fn executor_loads(&self) -> Result<Vec<ExecutorLoad>, Error> {
                 Ok(
-                    sqlx::query_as::<$db, ExecutorLoad>(sql(&self.q.executor_loads))
+                    sqlx::query_as::<$db, ExecutorLoad>(sql(&self.q.dispatch.executor_loads))
                         .fetch_all(&self.pool)
                         .await?,
                 )
@@ -677,7 +695,7 @@ macro_rules! dispatch_store {
 
             async fn xxl_jobs_running(&self) -> Result<Vec<XxlJobRunning>, Error> {
                 Ok(
-                    sqlx::query_as::<$db, XxlJobRunning>(sql(&self.q.xxl_jobs_running))
+                    sqlx::query_as::<$db, XxlJobRunning>(sql(&self.q.dispatch.xxl_jobs_running))
                         .fetch_all(&self.pool)
                         .await?,
                 )
@@ -692,15 +710,16 @@ macro_rules! dispatch_store {
                 let Some(first_run) = self.runs_first_id_finished(since_ms, until_ms).await? else {
                     return Ok(Vec::new());
                 };
-                Ok(
-                    sqlx::query_as::<$db, MinuteCount>(sql(&self.q.runs_finished_by_minute))
-                        .bind(late_ms)
-                        .bind(first_run)
-                        .bind(since_ms)
-                        .bind(until_ms)
-                        .fetch_all(&self.pool)
-                        .await?,
-                )
+                Ok(sqlx::query_as::<$db, MinuteCount>(sql(&self
+                    .q
+                    .dispatch
+                    .runs_finished_by_minute))
+                .bind(late_ms)
+                .bind(first_run)
+                .bind(since_ms)
+                .bind(until_ms)
+                .fetch_all(&self.pool)
+                .await?)
             }
 
             async fn runs_late(
@@ -713,14 +732,16 @@ macro_rules! dispatch_store {
                 let Some(first_run) = self.runs_first_id_finished(since_ms, until_ms).await? else {
                     return Ok(Vec::new());
                 };
-                Ok(sqlx::query_as::<$db, LateRun>(sql(&self.q.runs_late))
-                    .bind(first_run)
-                    .bind(since_ms)
-                    .bind(until_ms)
-                    .bind(late_ms)
-                    .bind(limit)
-                    .fetch_all(&self.pool)
-                    .await?)
+                Ok(
+                    sqlx::query_as::<$db, LateRun>(sql(&self.q.dispatch.runs_late))
+                        .bind(first_run)
+                        .bind(since_ms)
+                        .bind(until_ms)
+                        .bind(late_ms)
+                        .bind(limit)
+                        .fetch_all(&self.pool)
+                        .await?,
+                )
             }
         }
     };

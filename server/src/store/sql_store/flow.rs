@@ -88,7 +88,7 @@ macro_rules! flow_store {
             }
 
             async fn flow_keys_admit_due(&self, limit: i64) -> Result<Admitted, Error> {
-                let keys = sqlx::query_scalar::<$db, String>(sql(&self.q.flow_keys_due))
+                let keys = sqlx::query_scalar::<$db, String>(sql(&self.q.flow.flow_keys_due))
                     .bind(limit)
                     .fetch_all(&self.pool)
                     .await?;
@@ -130,7 +130,7 @@ macro_rules! flow_store {
             ) -> Result<Option<FlowKeyRow>, Error> {
                 if let Some(limits) = limits {
                     let (rate_limit, rate_per_ms) = limits.rate.unzip();
-                    sqlx::query::<$db>(sql(&self.store.q.flow_key_upsert))
+                    sqlx::query::<$db>(sql(&self.store.q.flow.flow_key_upsert))
                         .bind(key)
                         .bind(limits.max_in_flight)
                         .bind(rate_limit)
@@ -151,7 +151,7 @@ macro_rules! flow_store {
                     Option<i64>,
                     i64,
                 );
-                let row = sqlx::query_as::<$db, Row>(sql(&self.store.q.flow_key_lock))
+                let row = sqlx::query_as::<$db, Row>(sql(&self.store.q.flow.flow_key_lock))
                     .bind(key)
                     .fetch_optional(&mut **self.tx)
                     .await?;
@@ -181,7 +181,7 @@ macro_rules! flow_store {
                 key: &str,
                 message: &str,
             ) -> Result<u64, Error> {
-                let Some(update) = with_partitions(&self.store.q.runs_flow_enqueue, run_ids) else {
+                let Some(update) = with_partitions(&self.store.q.flow.runs_flow_enqueue, run_ids) else {
                     return Ok(0);
                 };
                 Ok(sqlx::query::<$db>(update)
@@ -195,9 +195,9 @@ macro_rules! flow_store {
             async fn flow_in_flight(&mut self, key: &str, holding: bool) -> Result<i64, Error> {
                 let q = &self.store.q;
                 let count = if holding {
-                    &q.runs_flow_holding
+                    &q.flow.runs_flow_holding
                 } else {
-                    &q.runs_flow_in_flight
+                    &q.flow.runs_flow_in_flight
                 };
                 Ok(sqlx::query_scalar::<$db, i64>(sql(count))
                     .bind(key)
@@ -207,7 +207,7 @@ macro_rules! flow_store {
 
             async fn flow_key_held_by(&mut self, run_id: i64) -> Result<Option<String>, Error> {
                 Ok(
-                    sqlx::query_scalar::<$db, String>(sql(&self.store.q.run_flow_key_held))
+                    sqlx::query_scalar::<$db, String>(sql(&self.store.q.flow.run_flow_key_held))
                         .bind(run_id)
                         .fetch_optional(&mut **self.tx)
                         .await?,
@@ -215,7 +215,7 @@ macro_rules! flow_store {
             }
 
             async fn flow_unhold_all(&mut self, key: &str) -> Result<(), Error> {
-                sqlx::query::<$db>(sql(&self.store.q.runs_flow_unhold_all))
+                sqlx::query::<$db>(sql(&self.store.q.flow.runs_flow_unhold_all))
                     .bind(key)
                     .execute(&mut **self.tx)
                     .await?;
@@ -223,7 +223,7 @@ macro_rules! flow_store {
             }
 
             async fn flow_take_place(&mut self, run_id: i64, key: &str) -> Result<bool, Error> {
-                let done = sqlx::query::<$db>(sql(&self.store.q.run_flow_take_place))
+                let done = sqlx::query::<$db>(sql(&self.store.q.flow.run_flow_take_place))
                     .bind(key)
                     .bind(run_id)
                     .bind(key)
@@ -234,7 +234,7 @@ macro_rules! flow_store {
             }
 
             async fn flow_unhold(&mut self, run_id: i64, key: &str) -> Result<bool, Error> {
-                let done = sqlx::query::<$db>(sql(&self.store.q.run_flow_unhold))
+                let done = sqlx::query::<$db>(sql(&self.store.q.flow.run_flow_unhold))
                     .bind(run_id)
                     .bind(key)
                     .execute(&mut **self.tx)
@@ -245,7 +245,7 @@ macro_rules! flow_store {
 
             async fn flow_queued(&mut self, key: &str, limit: i64) -> Result<Vec<i64>, Error> {
                 Ok(
-                    sqlx::query_scalar::<$db, i64>(sql(&self.store.q.runs_flow_queued))
+                    sqlx::query_scalar::<$db, i64>(sql(&self.store.q.flow.runs_flow_queued))
                         .bind(key)
                         .bind(limit)
                         .fetch_all(&mut **self.tx)
@@ -254,7 +254,7 @@ macro_rules! flow_store {
             }
 
             async fn flow_release(&mut self, run_ids: &[i64]) -> Result<(), Error> {
-                if let Some(update) = with_partitions(&self.store.q.runs_flow_release, run_ids) {
+                if let Some(update) = with_partitions(&self.store.q.flow.runs_flow_release, run_ids) {
                     sqlx::query::<$db>(update).execute(&mut **self.tx).await?;
                 }
                 Ok(())
@@ -267,7 +267,7 @@ macro_rules! flow_store {
             ) -> Result<Vec<i64>, Error> {
                 let mut ended = Vec::with_capacity(run_ids.len());
                 for &run_id in run_ids {
-                    let done = sqlx::query::<$db>(sql(&self.store.q.run_flow_drop))
+                    let done = sqlx::query::<$db>(sql(&self.store.q.flow.run_flow_drop))
                         .bind(message)
                         .bind(run_id)
                         .execute(&mut **self.tx)
@@ -281,7 +281,7 @@ macro_rules! flow_store {
             }
 
             async fn save_flow_key(&mut self, key: &str, save: &FlowKeySave) -> Result<(), Error> {
-                sqlx::query::<$db>(sql(&self.store.q.flow_key_save))
+                sqlx::query::<$db>(sql(&self.store.q.flow.flow_key_save))
                     .bind(save.window_start_ms)
                     .bind(save.window_count)
                     .bind(save.recheck_at_ms)

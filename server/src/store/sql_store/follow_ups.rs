@@ -21,7 +21,7 @@ macro_rules! follow_ups_store {
         impl ChildStore for $store {
             async fn child_runs_of_run(&self, run_id: i64) -> Result<Vec<ChildRunRef>, Error> {
                 Ok(
-                    sqlx::query_as::<$db, ChildRunRef>(sql(&self.q.child_runs_of_run))
+                    sqlx::query_as::<$db, ChildRunRef>(sql(&self.q.follow_ups.child_runs_of_run))
                         .bind(run_id)
                         .fetch_all(&self.pool)
                         .await?,
@@ -30,7 +30,7 @@ macro_rules! follow_ups_store {
 
             async fn run_input(&self, run_id: i64) -> Result<Option<String>, Error> {
                 Ok(
-                    sqlx::query_scalar::<$db, Option<String>>(sql(&self.q.run_input))
+                    sqlx::query_scalar::<$db, Option<String>>(sql(&self.q.follow_ups.run_input))
                         .bind(run_id)
                         .fetch_optional(&self.pool)
                         .await?
@@ -44,7 +44,7 @@ macro_rules! follow_ups_store {
 
             async fn jobs_with_children(&self) -> Result<Vec<JobPolicyRow>, Error> {
                 Ok(
-                    sqlx::query_as::<$db, JobPolicyRow>(sql(&self.q.jobs_with_children))
+                    sqlx::query_as::<$db, JobPolicyRow>(sql(&self.q.follow_ups.jobs_with_children))
                         .fetch_all(&self.pool)
                         .await?,
                 )
@@ -57,7 +57,8 @@ macro_rules! follow_ups_store {
                 &mut self,
                 job_ids: &[i64],
             ) -> Result<Vec<ParentJob>, Error> {
-                let Some(query) = with_partitions(&self.store.q.parents_with_children, job_ids)
+                let Some(query) =
+                    with_partitions(&self.store.q.follow_ups.parents_with_children, job_ids)
                 else {
                     return Ok(Vec::new());
                 };
@@ -77,7 +78,8 @@ macro_rules! follow_ups_store {
                 &mut self,
                 job_ids: &[i64],
             ) -> Result<Vec<FollowUpJob>, Error> {
-                let Some(lock) = with_partitions(&self.store.q.child_jobs_lock, job_ids) else {
+                let Some(lock) = with_partitions(&self.store.q.follow_ups.child_jobs_lock, job_ids)
+                else {
                     return Ok(Vec::new());
                 };
                 let rows: Vec<(i64, i64, String, String, NamespaceId)> =
@@ -99,9 +101,11 @@ macro_rules! follow_ups_store {
             }
 
             async fn now_ms(&mut self) -> Result<i64, Error> {
-                Ok(sqlx::query_scalar::<$db, i64>(sql(&self.store.q.now))
-                    .fetch_one(&mut **self.tx)
-                    .await?)
+                Ok(
+                    sqlx::query_scalar::<$db, i64>(sql(&self.store.q.cluster.now))
+                        .fetch_one(&mut **self.tx)
+                        .await?,
+                )
             }
 
             async fn insert_follow_up_run(
@@ -111,11 +115,11 @@ macro_rules! follow_ups_store {
                 let q = &self.store.q;
                 // MySQL has no `RETURNING`: the id is read back by the run's key.
                 let returning: Option<String> = ($backend != Backend::Mysql)
-                    .then(|| format!("{} RETURNING run_id", q.child_run_insert));
+                    .then(|| format!("{} RETURNING run_id", q.follow_ups.child_run_insert));
                 let run = row.run;
                 let insert = sqlx::query::<$db>(match returning {
                     Some(query) => AssertSqlSafe(Arc::from(query)),
-                    None => sql(&q.child_run_insert),
+                    None => sql(&q.follow_ups.child_run_insert),
                 })
                 .bind(run.job_id)
                 .bind(row.scheduled_at_ms)
@@ -139,7 +143,7 @@ macro_rules! follow_ups_store {
                     return Ok(None);
                 }
                 Ok(Some(
-                    sqlx::query_scalar::<$db, i64>(sql(&q.run_id_at_instant))
+                    sqlx::query_scalar::<$db, i64>(sql(&q.follow_ups.run_id_at_instant))
                         .bind(run.job_id)
                         .bind(row.scheduled_at_ms)
                         .fetch_one(&mut **self.tx)
@@ -152,7 +156,7 @@ macro_rules! follow_ups_store {
                     "INSERT INTO child_runs (parent_run_id, child_job_id, child_run_id, \
                     created_at_ms) ",
                 );
-                let now_expr: &str = &self.store.q.now_expr;
+                let now_expr: &str = &self.store.q.jobs.now_expr;
                 record.push_values(links, |mut row, link| {
                     row.push_bind(link.parent_run_id)
                         .push_bind(link.child_job_id)

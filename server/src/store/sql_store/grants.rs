@@ -6,9 +6,11 @@ macro_rules! grant_store {
         #[async_trait]
         impl GrantStore for $store {
             async fn grants_all(&self) -> Result<Vec<GrantRecord>, Error> {
-                Ok(sqlx::query_as::<$db, GrantRecord>(sql(&self.q.grants_all))
-                    .fetch_all(&self.pool)
-                    .await?)
+                Ok(
+                    sqlx::query_as::<$db, GrantRecord>(sql(&self.q.tenancy.grants_all))
+                        .fetch_all(&self.pool)
+                        .await?,
+                )
             }
 
             async fn grant_insert(
@@ -17,7 +19,7 @@ macro_rules! grant_store {
                 audit: Option<&AuditWrite>,
             ) -> Result<GrantRecord, Error> {
                 let mut tx = self.begin_write().await?;
-                let inserted = sqlx::query::<$db>(sql(&self.q.grant_insert))
+                let inserted = sqlx::query::<$db>(sql(&self.q.tenancy.grant_insert))
                     .bind(grant.namespace_id)
                     .bind(&grant.group_name)
                     .bind(&grant.role)
@@ -27,12 +29,13 @@ macro_rules! grant_store {
                 Error::conflict_on_unique(inserted, || {
                     format!("a role of group {:?}", grant.group_name)
                 })?;
-                let record = sqlx::query_as::<$db, GrantRecord>(sql(&self.q.grant_by_group))
-                    .bind(grant.namespace_id)
-                    .bind(&grant.group_name)
-                    .fetch_optional(&mut *tx)
-                    .await?
-                    .ok_or(Error::NotInitialised)?;
+                let record =
+                    sqlx::query_as::<$db, GrantRecord>(sql(&self.q.tenancy.grant_by_group))
+                        .bind(grant.namespace_id)
+                        .bind(&grant.group_name)
+                        .fetch_optional(&mut *tx)
+                        .await?
+                        .ok_or(Error::NotInitialised)?;
                 self.audit_in(&mut tx, audit).await?;
                 tx.commit().await?;
                 Ok(record)
@@ -44,7 +47,7 @@ macro_rules! grant_store {
                 audit: Option<&AuditWrite>,
             ) -> Result<bool, Error> {
                 let mut tx = self.begin_write().await?;
-                let done = sqlx::query::<$db>(sql(&self.q.grant_delete))
+                let done = sqlx::query::<$db>(sql(&self.q.tenancy.grant_delete))
                     .bind(grant_id)
                     .execute(&mut *tx)
                     .await?;

@@ -175,7 +175,7 @@ macro_rules! history_store {
                 &self,
                 partitions: &[i64],
             ) -> Result<Vec<JobHistoryRule>, Error> {
-                let Some(query) = with_partitions(&self.q.history_rules, partitions) else {
+                let Some(query) = with_partitions(&self.q.tasks.history_rules, partitions) else {
                     return Ok(Vec::new());
                 };
                 Ok(sqlx::query_as::<$db, JobHistoryRule>(query)
@@ -189,7 +189,7 @@ macro_rules! history_store {
                 keep: i64,
             ) -> Result<Option<i64>, Error> {
                 Ok(
-                    sqlx::query_scalar::<$db, i64>(sql(&self.q.history_beyond_newest))
+                    sqlx::query_scalar::<$db, i64>(sql(&self.q.tasks.history_beyond_newest))
                         .bind(job_id)
                         .bind(keep)
                         .fetch_optional(&self.pool)
@@ -199,7 +199,7 @@ macro_rules! history_store {
 
             async fn history_oldest_run_ms(&self) -> Result<Option<i64>, Error> {
                 Ok(
-                    sqlx::query_scalar::<$db, i64>(sql(&self.q.history_oldest_run))
+                    sqlx::query_scalar::<$db, i64>(sql(&self.q.tasks.history_oldest_run))
                         .fetch_optional(&self.pool)
                         .await?,
                 )

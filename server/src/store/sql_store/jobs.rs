@@ -20,7 +20,7 @@ macro_rules! job_store {
                 conn: impl sqlx::Executor<'e, Database = $db>,
                 job_id: i64,
             ) -> Result<Option<JobRecord>, Error> {
-                Ok(sqlx::query_as::<$db, JobRecord>(sql(&self.q.job_get))
+                Ok(sqlx::query_as::<$db, JobRecord>(sql(&self.q.jobs.job_get))
                     .bind(job_id)
                     .fetch_optional(conn)
                     .await?)
@@ -54,7 +54,7 @@ macro_rules! job_store {
                 job: &JobWrite,
                 start: bool,
             ) -> Result<(), Error> {
-                let insert = sqlx::query::<$db>(sql(&self.q.job_insert))
+                let insert = sqlx::query::<$db>(sql(&self.q.jobs.job_insert))
                     .bind(job_id)
                     .bind(partition_id);
                 Self::bind_job_row(insert, job)
@@ -101,7 +101,7 @@ macro_rules! job_store {
                 expected_version: i64,
                 job: &JobWrite,
             ) -> Result<bool, Error> {
-                let update = sqlx::query::<$db>(sql(&self.q.job_update));
+                let update = sqlx::query::<$db>(sql(&self.q.jobs.job_update));
                 let updated = Self::bind_job_row(update, job)
                     .bind(job_id)
                     .bind(expected_version)
@@ -148,7 +148,7 @@ macro_rules! job_store {
                 let q = &self.store.q;
                 let job = run.job;
                 let mut tx = self.store.begin_write().await?;
-                let inserted = sqlx::query::<$db>(sql(&q.run_insert_manual))
+                let inserted = sqlx::query::<$db>(sql(&q.jobs.run_insert_manual))
                     .bind(job.job_id)
                     .bind(at_ms)
                     .bind(job.partition_id)
@@ -168,7 +168,7 @@ macro_rules! job_store {
                 if inserted.rows_affected() != 1 {
                     return Ok(None);
                 }
-                let record = sqlx::query_as::<$db, RunRecord>(sql(&q.run_by_instant))
+                let record = sqlx::query_as::<$db, RunRecord>(sql(&q.follow_ups.run_by_instant))
                     .bind(job.job_id)
                     .bind(at_ms)
                     .fetch_one(&mut *tx)
@@ -211,10 +211,10 @@ macro_rules! job_store {
                     .as_deref()
                     .map(|text| format!("%{}", like_prefix(text)));
                 let query = match filter.order {
-                    JobOrder::NewestFirst => &self.q.jobs_by_id_desc,
-                    JobOrder::OldestFirst => &self.q.jobs_by_id_asc,
-                    JobOrder::NameAscending => &self.q.jobs_by_name_asc,
-                    JobOrder::NameDescending => &self.q.jobs_by_name_desc,
+                    JobOrder::NewestFirst => &self.q.jobs.jobs_by_id_desc,
+                    JobOrder::OldestFirst => &self.q.jobs.jobs_by_id_asc,
+                    JobOrder::NameAscending => &self.q.jobs.jobs_by_name_asc,
+                    JobOrder::NameDescending => &self.q.jobs.jobs_by_name_desc,
                 };
                 let query = sqlx::query_as::<$db, JobRecord>(sql(query))
                     .bind(filter.namespace)
@@ -270,7 +270,7 @@ macro_rules! job_store {
                 audit: Option<&AuditWrite>,
             ) -> Result<Option<JobRecord>, Error> {
                 let mut tx = self.begin_write().await?;
-                sqlx::query::<$db>(sql(&self.q.job_start))
+                sqlx::query::<$db>(sql(&self.q.jobs.job_start))
                     .bind(job_id)
                     .execute(&mut *tx)
                     .await?;
@@ -283,7 +283,7 @@ macro_rules! job_store {
                 audit: Option<&AuditWrite>,
             ) -> Result<Option<JobRecord>, Error> {
                 let mut tx = self.begin_write().await?;
-                sqlx::query::<$db>(sql(&self.q.job_stop))
+                sqlx::query::<$db>(sql(&self.q.jobs.job_stop))
                     .bind(job_id)
                     .execute(&mut *tx)
                     .await?;
@@ -299,7 +299,7 @@ macro_rules! job_store {
                     return Ok(false);
                 };
                 let mut tx = self.begin_write().await?;
-                let deleted = sqlx::query::<$db>(sql(&self.q.job_delete))
+                let deleted = sqlx::query::<$db>(sql(&self.q.jobs.job_delete))
                     .bind(job_id)
                     .execute(&mut *tx)
                     .await?
@@ -307,7 +307,7 @@ macro_rules! job_store {
                 if deleted != 1 {
                     return Ok(false);
                 }
-                sqlx::query::<$db>(sql(&self.q.job_deletion_insert))
+                sqlx::query::<$db>(sql(&self.q.jobs.job_deletion_insert))
                     .bind(job_id)
                     .bind(job.partition_id)
                     .execute(&mut *tx)
@@ -321,14 +321,14 @@ macro_rules! job_store {
                 &self,
                 partition_id: i64,
             ) -> Result<Vec<ScheduledJob>, Error> {
-                Ok(sqlx::query_as::<$db, ScheduledJob>(sql(&self.q.jobs_in_partition))
+                Ok(sqlx::query_as::<$db, ScheduledJob>(sql(&self.q.jobs.jobs_in_partition))
                     .bind(partition_id)
                     .fetch_all(&self.pool)
                     .await?)
             }
 
             async fn jobs_get_many(&self, job_ids: &[i64]) -> Result<Vec<JobRecord>, Error> {
-                let Some(query) = with_partitions(&self.q.jobs_get_many, job_ids) else {
+                let Some(query) = with_partitions(&self.q.jobs.jobs_get_many, job_ids) else {
                     return Ok(Vec::new());
                 };
                 rows_as(&sqlx::raw_sql(query).fetch_all(&self.pool).await?)
@@ -400,7 +400,7 @@ macro_rules! job_store {
                 if began.elapsed() > std::time::Duration::from_secs(1) {
                     let low = jobs.iter().map(|j| j.job_id).min().unwrap_or_default();
                     let high = jobs.iter().map(|j| j.job_id).max().unwrap_or_default();
-                    sqlx::query::<$db>(sql(&self.q.jobs_touch_range))
+                    sqlx::query::<$db>(sql(&self.q.jobs.jobs_touch_range))
                         .bind(low)
                         .bind(high)
                         .execute(&mut *tx)
@@ -412,7 +412,7 @@ macro_rules! job_store {
             }
 
             async fn job_id_max(&self) -> Result<Option<i64>, Error> {
-                Ok(sqlx::query_scalar::<$db, Option<i64>>(sql(&self.q.job_id_max))
+                Ok(sqlx::query_scalar::<$db, Option<i64>>(sql(&self.q.jobs.job_id_max))
                     .fetch_one(&self.pool)
                     .await?)
             }
@@ -452,14 +452,14 @@ macro_rules! job_store {
             ) -> Result<JobChanges, Error> {
                 // The clock first: a change committed after this read is seen by the next poll.
                 let now_ms = self.now_ms().await?;
-                let changed = sqlx::query_as::<$db, JobRecord>(sql(&self.q.jobs_changed_since))
+                let changed = sqlx::query_as::<$db, JobRecord>(sql(&self.q.jobs.jobs_changed_since))
                     .bind(since_ms)
                     .bind(since_ms)
                     .bind(after_job_id)
                     .bind(limit)
                     .fetch_all(&self.pool)
                     .await?;
-                let deleted = sqlx::query_scalar::<$db, i64>(sql(&self.q.job_deletions_since))
+                let deleted = sqlx::query_scalar::<$db, i64>(sql(&self.q.jobs.job_deletions_since))
                     .bind(since_ms)
                     .fetch_all(&self.pool)
                     .await?;
@@ -505,7 +505,7 @@ macro_rules! job_store {
                 before_run_id: Option<i64>,
                 limit: i64,
             ) -> Result<Vec<RunRecord>, Error> {
-                Ok(sqlx::query_as::<$db, RunRecord>(sql(&self.q.runs_of_job))
+                Ok(sqlx::query_as::<$db, RunRecord>(sql(&self.q.jobs.runs_of_job))
                     .bind(job_id)
                     .bind(before_run_id)
                     .bind(before_run_id)

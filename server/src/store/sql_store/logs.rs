@@ -12,7 +12,7 @@ macro_rules! log_store {
                 &mut self,
                 attempt_ids: &[i64],
             ) -> Result<HashMap<i64, LogOwner>, Error> {
-                let Some(owners) = with_partitions(&self.store.q.attempt_logs_owners, attempt_ids)
+                let Some(owners) = with_partitions(&self.store.q.dispatch.attempt_logs_owners, attempt_ids)
                 else {
                     return Ok(HashMap::new());
                 };
@@ -37,7 +37,7 @@ macro_rules! log_store {
                 &mut self,
                 attempt_ids: &[i64],
             ) -> Result<HashMap<i64, LogSize>, Error> {
-                let Some(sizes) = with_partitions(&self.store.q.attempt_logs_sizes, attempt_ids)
+                let Some(sizes) = with_partitions(&self.store.q.dispatch.attempt_logs_sizes, attempt_ids)
                 else {
                     return Ok(HashMap::new());
                 };
@@ -122,7 +122,7 @@ macro_rules! log_store {
                 limit: i64,
             ) -> Result<Vec<LogLine>, Error> {
                 Ok(
-                    sqlx::query_as::<$db, LogLine>(sql(&self.q.attempt_logs_page))
+                    sqlx::query_as::<$db, LogLine>(sql(&self.q.dispatch.attempt_logs_page))
                         .bind(attempt_id)
                         .bind(after_line)
                         .bind(limit)

@@ -8,7 +8,7 @@ macro_rules! namespace_store {
         impl NamespaceTx for StoreTx<'_, $store, Tx<$db>> {
             async fn lock_namespace(&mut self, namespace: NamespaceId) -> Result<bool, Error> {
                 Ok(
-                    sqlx::query_scalar::<$db, i64>(sql(&self.store.q.namespace_lock))
+                    sqlx::query_scalar::<$db, i64>(sql(&self.store.q.tenancy.namespace_lock))
                         .bind(namespace)
                         .fetch_optional(&mut **self.tx)
                         .await?
@@ -21,13 +21,17 @@ macro_rules! namespace_store {
                 namespace: NamespaceId,
             ) -> Result<NamespaceUsage, Error> {
                 let (jobs, pending_tasks, calendars, apps) =
-                    sqlx::query_as::<$db, (i64, i64, i64, i64)>(sql(&self.store.q.namespace_usage))
-                        .bind(namespace)
-                        .bind(namespace)
-                        .bind(namespace)
-                        .bind(namespace)
-                        .fetch_one(&mut **self.tx)
-                        .await?;
+                    sqlx::query_as::<$db, (i64, i64, i64, i64)>(sql(&self
+                        .store
+                        .q
+                        .tenancy
+                        .namespace_usage))
+                    .bind(namespace)
+                    .bind(namespace)
+                    .bind(namespace)
+                    .bind(namespace)
+                    .fetch_one(&mut **self.tx)
+                    .await?;
                 Ok(NamespaceUsage {
                     jobs,
                     pending_tasks,
@@ -40,16 +44,16 @@ macro_rules! namespace_store {
                 // Its tokens, grants and secrets serve nothing once it is gone, and a
                 // namespace of the same name made later must not inherit them.
                 for query in [
-                    &self.store.q.namespace_tokens_delete,
-                    &self.store.q.namespace_grants_delete,
-                    &self.store.q.namespace_secrets_delete,
+                    &self.store.q.tenancy.namespace_tokens_delete,
+                    &self.store.q.tenancy.namespace_grants_delete,
+                    &self.store.q.tenancy.namespace_secrets_delete,
                 ] {
                     sqlx::query::<$db>(sql(query))
                         .bind(namespace)
                         .execute(&mut **self.tx)
                         .await?;
                 }
-                sqlx::query::<$db>(sql(&self.store.q.namespace_delete))
+                sqlx::query::<$db>(sql(&self.store.q.tenancy.namespace_delete))
                     .bind(namespace)
                     .execute(&mut **self.tx)
                     .await?;
@@ -61,7 +65,7 @@ macro_rules! namespace_store {
         impl NamespaceStore for $store {
             async fn namespaces_list(&self) -> Result<Vec<NamespaceRecord>, Error> {
                 Ok(
-                    sqlx::query_as::<$db, NamespaceRecord>(sql(&self.q.namespaces_list))
+                    sqlx::query_as::<$db, NamespaceRecord>(sql(&self.q.tenancy.namespaces_list))
                         .fetch_all(&self.pool)
                         .await?,
                 )
@@ -69,7 +73,7 @@ macro_rules! namespace_store {
 
             async fn namespace_counts(&self, namespace: NamespaceId) -> Result<(i64, i64), Error> {
                 Ok(
-                    sqlx::query_as::<$db, (i64, i64)>(sql(&self.q.namespace_counts))
+                    sqlx::query_as::<$db, (i64, i64)>(sql(&self.q.tenancy.namespace_counts))
                         .bind(namespace)
                         .bind(namespace)
                         .fetch_one(&self.pool)
@@ -78,11 +82,13 @@ macro_rules! namespace_store {
             }
 
             async fn namespaces_counts(&self) -> Result<Vec<(NamespaceId, i64, i64)>, Error> {
-                let jobs = sqlx::query_as::<$db, (NamespaceId, i64)>(sql(&self.q.namespaces_jobs))
-                    .fetch_all(&self.pool)
-                    .await?;
+                let jobs =
+                    sqlx::query_as::<$db, (NamespaceId, i64)>(sql(&self.q.tenancy.namespaces_jobs))
+                        .fetch_all(&self.pool)
+                        .await?;
                 let pending = sqlx::query_as::<$db, (NamespaceId, i64)>(sql(&self
                     .q
+                    .tenancy
                     .namespaces_pending_tasks))
                 .fetch_all(&self.pool)
                 .await?;
@@ -104,7 +110,7 @@ macro_rules! namespace_store {
             ) -> Result<NamespaceRecord, Error> {
                 let name = &namespace.name;
                 let mut tx = self.begin_write().await?;
-                let inserted = sqlx::query::<$db>(sql(&self.q.namespace_insert))
+                let inserted = sqlx::query::<$db>(sql(&self.q.tenancy.namespace_insert))
                     .bind(name)
                     .bind(&namespace.description)
                     .bind(namespace.alert_webhook.as_deref())
@@ -123,11 +129,12 @@ macro_rules! namespace_store {
                     }
                     Err(err) => return Err(err),
                 }
-                let record = sqlx::query_as::<$db, NamespaceRecord>(sql(&self.q.namespace_by_name))
-                    .bind(name)
-                    .fetch_optional(&mut *tx)
-                    .await?
-                    .ok_or(Error::NotInitialised)?;
+                let record =
+                    sqlx::query_as::<$db, NamespaceRecord>(sql(&self.q.tenancy.namespace_by_name))
+                        .bind(name)
+                        .fetch_optional(&mut *tx)
+                        .await?
+                        .ok_or(Error::NotInitialised)?;
                 self.audit_in(&mut tx, audit).await?;
                 tx.commit().await?;
                 Ok(record)
@@ -141,7 +148,7 @@ macro_rules! namespace_store {
             ) -> Result<Option<NamespaceRecord>, Error> {
                 let mut tx = self.begin_write().await?;
                 // Read back whatever the update counted (MySQL counts only rows it changed).
-                sqlx::query::<$db>(sql(&self.q.namespace_update))
+                sqlx::query::<$db>(sql(&self.q.tenancy.namespace_update))
                     .bind(&write.description)
                     .bind(write.alert_webhook.as_deref())
                     .bind(write.quotas.max_jobs)
@@ -151,7 +158,7 @@ macro_rules! namespace_store {
                     .execute(&mut *tx)
                     .await?;
                 let Some(record) =
-                    sqlx::query_as::<$db, NamespaceRecord>(sql(&self.q.namespace_by_id))
+                    sqlx::query_as::<$db, NamespaceRecord>(sql(&self.q.tenancy.namespace_by_id))
                         .bind(namespace)
                         .fetch_optional(&mut *tx)
                         .await?

@@ -7,7 +7,7 @@ macro_rules! policy_store {
         #[async_trait]
         impl PolicyStore for $store {
             async fn job_finish(&self, job_id: i64, version: i64) -> Result<bool, Error> {
-                Ok(sqlx::query::<$db>(sql(&self.q.job_finish))
+                Ok(sqlx::query::<$db>(sql(&self.q.jobs.job_finish))
                     .bind(job_id)
                     .bind(version)
                     .execute(&self.pool)
@@ -57,7 +57,7 @@ macro_rules! policy_store {
             ) -> Result<Vec<JobPolicyRow>, Error> {
                 let pattern = format!("%{}", like_prefix(&format!("\"{name}\"")));
                 Ok(
-                    sqlx::query_as::<$db, JobPolicyRow>(sql(&self.q.jobs_naming_calendar))
+                    sqlx::query_as::<$db, JobPolicyRow>(sql(&self.q.jobs.jobs_naming_calendar))
                         .bind(namespace)
                         .bind(pattern)
                         .fetch_all(&self.pool)
@@ -73,7 +73,7 @@ macro_rules! policy_store {
                 audit: Option<&AuditWrite>,
             ) -> Result<CalendarRecord, Error> {
                 let mut tx = self.begin_write().await?;
-                let inserted = sqlx::query::<$db>(sql(&self.q.calendar_insert))
+                let inserted = sqlx::query::<$db>(sql(&self.q.jobs.calendar_insert))
                     .bind(namespace)
                     .bind(name)
                     .bind(definition_json)
@@ -107,7 +107,7 @@ macro_rules! policy_store {
                 audit: Option<&AuditWrite>,
             ) -> Result<Option<CalendarRecord>, Error> {
                 let mut tx = self.begin_write().await?;
-                let updated = sqlx::query::<$db>(sql(&self.q.calendar_update))
+                let updated = sqlx::query::<$db>(sql(&self.q.jobs.calendar_update))
                     .bind(definition_json)
                     .bind(namespace)
                     .bind(name)
@@ -134,7 +134,7 @@ macro_rules! policy_store {
 
             async fn calendars_list(&self) -> Result<Vec<CalendarRecord>, Error> {
                 Ok(
-                    sqlx::query_as::<$db, CalendarRecord>(sql(&self.q.calendars_list))
+                    sqlx::query_as::<$db, CalendarRecord>(sql(&self.q.jobs.calendars_list))
                         .fetch_all(&self.pool)
                         .await?,
                 )
@@ -147,7 +147,7 @@ macro_rules! policy_store {
                 audit: Option<&AuditWrite>,
             ) -> Result<bool, Error> {
                 let mut tx = self.begin_write().await?;
-                let deleted = sqlx::query::<$db>(sql(&self.q.calendar_delete))
+                let deleted = sqlx::query::<$db>(sql(&self.q.jobs.calendar_delete))
                     .bind(namespace)
                     .bind(name)
                     .execute(&mut *tx)
@@ -166,7 +166,7 @@ macro_rules! policy_store {
                 audit: Option<&AuditWrite>,
             ) -> Result<BackfillRecord, Error> {
                 let mut tx = self.begin_write().await?;
-                sqlx::query::<$db>(sql(&self.q.backfill_insert))
+                sqlx::query::<$db>(sql(&self.q.jobs.backfill_insert))
                     .bind(job_id)
                     .bind(partition_id)
                     .bind(from_ms)
@@ -176,12 +176,13 @@ macro_rules! policy_store {
                     .execute(&mut *tx)
                     .await?;
                 // The newest of the job's backfills is this one: ids only grow.
-                let record = sqlx::query_as::<$db, BackfillRecord>(sql(&self.q.backfills_of_job))
-                    .bind(job_id)
-                    .bind(1_i64)
-                    .fetch_optional(&mut *tx)
-                    .await?
-                    .ok_or(Error::NotInitialised)?;
+                let record =
+                    sqlx::query_as::<$db, BackfillRecord>(sql(&self.q.jobs.backfills_of_job))
+                        .bind(job_id)
+                        .bind(1_i64)
+                        .fetch_optional(&mut *tx)
+                        .await?
+                        .ok_or(Error::NotInitialised)?;
                 self.audit_in(&mut tx, audit).await?;
                 tx.commit().await?;
                 Ok(record)
@@ -192,7 +193,7 @@ macro_rules! policy_store {
                 backfill_id: i64,
             ) -> Result<Option<BackfillRecord>, Error> {
                 Ok(
-                    sqlx::query_as::<$db, BackfillRecord>(sql(&self.q.backfill_get))
+                    sqlx::query_as::<$db, BackfillRecord>(sql(&self.q.jobs.backfill_get))
                         .bind(backfill_id)
                         .fetch_optional(&self.pool)
                         .await?,
@@ -205,7 +206,7 @@ macro_rules! policy_store {
                 limit: i64,
             ) -> Result<Vec<BackfillRecord>, Error> {
                 Ok(
-                    sqlx::query_as::<$db, BackfillRecord>(sql(&self.q.backfills_of_job))
+                    sqlx::query_as::<$db, BackfillRecord>(sql(&self.q.jobs.backfills_of_job))
                         .bind(job_id)
                         .bind(limit)
                         .fetch_all(&self.pool)
@@ -217,7 +218,8 @@ macro_rules! policy_store {
                 &self,
                 partitions: &[i64],
             ) -> Result<Vec<BackfillRecord>, Error> {
-                let Some(query) = with_partitions(&self.q.backfills_running, partitions) else {
+                let Some(query) = with_partitions(&self.q.jobs.backfills_running, partitions)
+                else {
                     return Ok(Vec::new());
                 };
                 Ok(sqlx::query_as::<$db, BackfillRecord>(query)
@@ -231,7 +233,7 @@ macro_rules! policy_store {
                 audit: Option<&AuditWrite>,
             ) -> Result<bool, Error> {
                 let mut tx = self.begin_write().await?;
-                let cancelled = sqlx::query::<$db>(sql(&self.q.backfill_cancel))
+                let cancelled = sqlx::query::<$db>(sql(&self.q.jobs.backfill_cancel))
                     .bind(backfill_id)
                     .execute(&mut *tx)
                     .await?
@@ -246,15 +248,16 @@ macro_rules! policy_store {
             ) -> Result<i64, Error> {
                 let query = match range {
                     Some((from, to)) => {
-                        sqlx::query_scalar::<$db, i64>(sql(&self.q.runs_unfinished_in_range))
+                        sqlx::query_scalar::<$db, i64>(sql(&self.q.jobs.runs_unfinished_in_range))
                             .bind(job_id)
                             .bind(from)
                             .bind(to)
                     }
-                    None => {
-                        sqlx::query_scalar::<$db, i64>(sql(&self.q.runs_unfinished_of_job_count))
-                            .bind(job_id)
-                    }
+                    None => sqlx::query_scalar::<$db, i64>(sql(&self
+                        .q
+                        .jobs
+                        .runs_unfinished_of_job_count))
+                    .bind(job_id),
                 };
                 Ok(query.fetch_one(&self.pool).await?)
             }
@@ -288,7 +291,7 @@ macro_rules! policy_store {
                 name: &str,
             ) -> Result<Option<CalendarRecord>, Error> {
                 Ok(
-                    sqlx::query_as::<$db, CalendarRecord>(sql(&self.q.calendar_get))
+                    sqlx::query_as::<$db, CalendarRecord>(sql(&self.q.jobs.calendar_get))
                         .bind(namespace)
                         .bind(name)
                         .fetch_optional(conn)
@@ -324,7 +327,7 @@ macro_rules! policy_store {
         impl BackfillTx for StoreTx<'_, $store, Tx<$db>> {
             async fn backfill_job(&mut self, backfill_id: i64) -> Result<Option<i64>, Error> {
                 Ok(
-                    sqlx::query_as::<$db, BackfillRecord>(sql(&self.store.q.backfill_get))
+                    sqlx::query_as::<$db, BackfillRecord>(sql(&self.store.q.jobs.backfill_get))
                         .bind(backfill_id)
                         .fetch_optional(&mut **self.tx)
                         .await?
@@ -337,7 +340,7 @@ macro_rules! policy_store {
                 node_id: &str,
                 run: &BackfillRun<'_>,
             ) -> Result<bool, Error> {
-                let inserted = sqlx::query::<$db>(sql(&self.store.q.run_insert))
+                let inserted = sqlx::query::<$db>(sql(&self.store.q.jobs.run_insert))
                     .bind(run.job_id)
                     .bind(run.scheduled_at_ms)
                     .bind(run.step.partition_id)
@@ -363,7 +366,7 @@ macro_rules! policy_store {
                 fired: u64,
                 done: bool,
             ) -> Result<bool, Error> {
-                let advanced = sqlx::query::<$db>(sql(&self.store.q.backfill_advance))
+                let advanced = sqlx::query::<$db>(sql(&self.store.q.jobs.backfill_advance))
                     .bind(step.cursor_ms)
                     .bind(i64::try_from(fired).unwrap_or(i64::MAX))
                     .bind(i64::from(done))

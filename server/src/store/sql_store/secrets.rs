@@ -10,7 +10,7 @@ macro_rules! secret_store {
                 namespace: NamespaceId,
             ) -> Result<Vec<SecretRecord>, Error> {
                 Ok(
-                    sqlx::query_as::<$db, SecretRecord>(sql(&self.q.secrets_list))
+                    sqlx::query_as::<$db, SecretRecord>(sql(&self.q.tenancy.secrets_list))
                         .bind(namespace)
                         .fetch_all(&self.pool)
                         .await?,
@@ -23,7 +23,7 @@ macro_rules! secret_store {
                 audit: Option<&AuditWrite>,
             ) -> Result<(SecretRecord, bool), Error> {
                 let mut tx = self.begin_write().await?;
-                let updated = sqlx::query::<$db>(sql(&self.q.secret_update))
+                let updated = sqlx::query::<$db>(sql(&self.q.tenancy.secret_update))
                     .bind(&secret.sealed)
                     .bind(&secret.key_id)
                     .bind(&secret.updated_by)
@@ -33,7 +33,7 @@ macro_rules! secret_store {
                     .await?;
                 let created = updated.rows_affected() == 0;
                 if created {
-                    let inserted = sqlx::query::<$db>(sql(&self.q.secret_insert))
+                    let inserted = sqlx::query::<$db>(sql(&self.q.tenancy.secret_insert))
                         .bind(secret.namespace_id)
                         .bind(&secret.name)
                         .bind(&secret.sealed)
@@ -45,12 +45,13 @@ macro_rules! secret_store {
                         format!("secret {:?}, written at the same time", secret.name)
                     })?;
                 }
-                let record = sqlx::query_as::<$db, SecretRecord>(sql(&self.q.secret_by_name))
-                    .bind(secret.namespace_id)
-                    .bind(&secret.name)
-                    .fetch_optional(&mut *tx)
-                    .await?
-                    .ok_or(Error::NotInitialised)?;
+                let record =
+                    sqlx::query_as::<$db, SecretRecord>(sql(&self.q.tenancy.secret_by_name))
+                        .bind(secret.namespace_id)
+                        .bind(&secret.name)
+                        .fetch_optional(&mut *tx)
+                        .await?
+                        .ok_or(Error::NotInitialised)?;
                 // The event was drafted before the store knew whether the name was new.
                 let event = audit.map(|event| AuditWrite {
                     status: if created { 201 } else { event.status },
@@ -68,7 +69,7 @@ macro_rules! secret_store {
                 audit: Option<&AuditWrite>,
             ) -> Result<bool, Error> {
                 let mut tx = self.begin_write().await?;
-                let done = sqlx::query::<$db>(sql(&self.q.secret_delete))
+                let done = sqlx::query::<$db>(sql(&self.q.tenancy.secret_delete))
                     .bind(namespace)
                     .bind(name)
                     .execute(&mut *tx)
@@ -83,14 +84,15 @@ macro_rules! secret_store {
                 after: i64,
                 limit: i64,
             ) -> Result<Vec<SecretRecord>, Error> {
-                Ok(
-                    sqlx::query_as::<$db, SecretRecord>(sql(&self.q.secrets_under_other_keys))
-                        .bind(key_id)
-                        .bind(after)
-                        .bind(limit)
-                        .fetch_all(&self.pool)
-                        .await?,
-                )
+                Ok(sqlx::query_as::<$db, SecretRecord>(sql(&self
+                    .q
+                    .tenancy
+                    .secrets_under_other_keys))
+                .bind(key_id)
+                .bind(after)
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?)
             }
 
             async fn secret_reseal(
@@ -100,7 +102,7 @@ macro_rules! secret_store {
                 sealed: &str,
                 key_id: &str,
             ) -> Result<bool, Error> {
-                let done = sqlx::query::<$db>(sql(&self.q.secret_reseal))
+                let done = sqlx::query::<$db>(sql(&self.q.tenancy.secret_reseal))
                     .bind(sealed)
                     .bind(key_id)
                     .bind(secret_id)

@@ -101,7 +101,7 @@ macro_rules! task_store {
                 keys: &[&str],
             ) -> Result<Vec<TaskRecord>, Error> {
                 let mut found = Vec::with_capacity(keys.len());
-                let select: &str = &self.store.q.task_by_key;
+                let select: &str = &self.store.q.tasks.task_by_key;
                 // The single-key text up to its condition, which becomes an `IN` list.
                 let head = select
                     .rsplit_once("t.namespace_id")
@@ -126,7 +126,7 @@ macro_rules! task_store {
             }
 
             async fn release_key(&mut self, task_id: i64, key: &str) -> Result<(), Error> {
-                sqlx::query::<$db>(sql(&self.store.q.task_release_key))
+                sqlx::query::<$db>(sql(&self.store.q.tasks.task_release_key))
                     .bind(task_id)
                     .bind(key)
                     .execute(&mut **self.tx)
@@ -136,11 +136,11 @@ macro_rules! task_store {
 
             async fn mark_fired(&mut self, ids: &[i64]) -> Result<Vec<i64>, Error> {
                 let q = &self.store.q;
-                let Some(update) = with_partitions(&q.tasks_mark_fired, ids) else {
+                let Some(update) = with_partitions(&q.tasks.tasks_mark_fired, ids) else {
                     return Ok(Vec::new());
                 };
                 if $backend == Backend::Mysql {
-                    let Some(read) = with_partitions(&q.tasks_pending_among, ids) else {
+                    let Some(read) = with_partitions(&q.tasks.tasks_pending_among, ids) else {
                         return Ok(Vec::new());
                     };
                     let moved = sqlx::query_scalar::<$db, i64>(read)
@@ -166,7 +166,7 @@ macro_rules! task_store {
             }
 
             async fn unstart_runs(&mut self, run_ids: &[i64]) -> Result<(), Error> {
-                if let Some(update) = with_partitions(&self.store.q.runs_unstart, run_ids) {
+                if let Some(update) = with_partitions(&self.store.q.tasks.runs_unstart, run_ids) {
                     sqlx::query::<$db>(update).execute(&mut **self.tx).await?;
                 }
                 Ok(())
@@ -178,10 +178,10 @@ macro_rules! task_store {
             async fn task_ids_take(&self, count: i64) -> Result<i64, Error> {
                 retry_transient(|| async {
                     let mut tx = self.begin_write().await?;
-                    let first = sqlx::query_scalar::<$db, i64>(sql(&self.q.task_ids_lock))
+                    let first = sqlx::query_scalar::<$db, i64>(sql(&self.q.tasks.task_ids_lock))
                         .fetch_one(&mut *tx)
                         .await?;
-                    sqlx::query::<$db>(sql(&self.q.task_ids_advance))
+                    sqlx::query::<$db>(sql(&self.q.tasks.task_ids_advance))
                         .bind(count.max(1))
                         .execute(&mut *tx)
                         .await?;
@@ -209,10 +209,12 @@ macro_rules! task_store {
             }
 
             async fn task_get(&self, task_id: i64) -> Result<Option<TaskRecord>, Error> {
-                Ok(sqlx::query_as::<$db, TaskRecord>(sql(&self.q.task_get))
-                    .bind(task_id)
-                    .fetch_optional(&self.pool)
-                    .await?)
+                Ok(
+                    sqlx::query_as::<$db, TaskRecord>(sql(&self.q.tasks.task_get))
+                        .bind(task_id)
+                        .fetch_optional(&self.pool)
+                        .await?,
+                )
             }
 
             async fn task_by_key(
@@ -220,17 +222,19 @@ macro_rules! task_store {
                 namespace: NamespaceId,
                 key: &str,
             ) -> Result<Option<TaskRecord>, Error> {
-                Ok(sqlx::query_as::<$db, TaskRecord>(sql(&self.q.task_by_key))
-                    .bind(namespace)
-                    .bind(key)
-                    .fetch_optional(&self.pool)
-                    .await?)
+                Ok(
+                    sqlx::query_as::<$db, TaskRecord>(sql(&self.q.tasks.task_by_key))
+                        .bind(namespace)
+                        .bind(key)
+                        .fetch_optional(&self.pool)
+                        .await?,
+                )
             }
 
             async fn tasks_get_many(&self, task_ids: &[i64]) -> Result<Vec<TaskRecord>, Error> {
                 let mut found = Vec::with_capacity(task_ids.len());
                 for chunk in task_ids.chunks(KEYS_PER_READ) {
-                    let Some(read) = with_partitions(&self.q.tasks_get_many, chunk) else {
+                    let Some(read) = with_partitions(&self.q.tasks.tasks_get_many, chunk) else {
                         continue;
                     };
                     found.extend(
@@ -243,24 +247,26 @@ macro_rules! task_store {
             }
 
             async fn tasks_list(&self, filter: &TaskFilter) -> Result<Vec<TaskRecord>, Error> {
-                Ok(sqlx::query_as::<$db, TaskRecord>(sql(&self.q.tasks_list))
-                    .bind(filter.namespace)
-                    .bind(filter.namespace)
-                    .bind(filter.app.as_deref())
-                    .bind(filter.app.as_deref())
-                    .bind(filter.handler.as_deref())
-                    .bind(filter.handler.as_deref())
-                    .bind(filter.state.as_deref())
-                    .bind(filter.state.as_deref())
-                    .bind(filter.due_from_ms)
-                    .bind(filter.due_from_ms)
-                    .bind(filter.due_to_ms)
-                    .bind(filter.due_to_ms)
-                    .bind(filter.before_id)
-                    .bind(filter.before_id)
-                    .bind(filter.limit)
-                    .fetch_all(&self.pool)
-                    .await?)
+                Ok(
+                    sqlx::query_as::<$db, TaskRecord>(sql(&self.q.tasks.tasks_list))
+                        .bind(filter.namespace)
+                        .bind(filter.namespace)
+                        .bind(filter.app.as_deref())
+                        .bind(filter.app.as_deref())
+                        .bind(filter.handler.as_deref())
+                        .bind(filter.handler.as_deref())
+                        .bind(filter.state.as_deref())
+                        .bind(filter.state.as_deref())
+                        .bind(filter.due_from_ms)
+                        .bind(filter.due_from_ms)
+                        .bind(filter.due_to_ms)
+                        .bind(filter.due_to_ms)
+                        .bind(filter.before_id)
+                        .bind(filter.before_id)
+                        .bind(filter.limit)
+                        .fetch_all(&self.pool)
+                        .await?,
+                )
             }
 
             async fn task_remove(
@@ -270,9 +276,9 @@ macro_rules! task_store {
                 audit: Option<&AuditWrite>,
             ) -> Result<bool, Error> {
                 let query = if only_pending {
-                    &self.q.task_remove_pending
+                    &self.q.tasks.task_remove_pending
                 } else {
-                    &self.q.task_remove
+                    &self.q.tasks.task_remove
                 };
                 retry_transient(|| async {
                     let mut tx = self.begin_write().await?;
@@ -292,7 +298,7 @@ macro_rules! task_store {
                 ended_before_ms: i64,
                 limit: i64,
             ) -> Result<u64, Error> {
-                let Some(find) = with_partitions(&self.q.tasks_purgeable, partitions) else {
+                let Some(find) = with_partitions(&self.q.tasks.tasks_purgeable, partitions) else {
                     return Ok(0);
                 };
                 let ids: Vec<i64> = sqlx::query_scalar::<$db, i64>(find)
@@ -300,7 +306,7 @@ macro_rules! task_store {
                     .bind(limit)
                     .fetch_all(&self.pool)
                     .await?;
-                let Some(delete) = with_partitions(&self.q.tasks_delete, &ids) else {
+                let Some(delete) = with_partitions(&self.q.tasks.tasks_delete, &ids) else {
                     return Ok(0);
                 };
                 Ok(sqlx::query::<$db>(delete)
@@ -317,7 +323,7 @@ macro_rules! task_store {
                 limit: i64,
             ) -> Result<TasksFired, Error> {
                 let ids: Vec<i64> = partitions.iter().map(|p| p.partition_id).collect();
-                let Some(window) = with_partitions(&self.q.tasks_due, &ids) else {
+                let Some(window) = with_partitions(&self.q.tasks.tasks_due, &ids) else {
                     return Ok(TasksFired::default());
                 };
                 let due: Vec<DueTask> =
@@ -446,7 +452,7 @@ macro_rules! values_task_writes {
                 conn: &mut Conn<$db>,
                 tasks: &[TaskWrite],
             ) -> Result<(), Error> {
-                let now: &str = &self.q.now_expr;
+                let now: &str = &self.q.jobs.now_expr;
                 let skip_taken = if $backend == Backend::Mysql {
                     " ON DUPLICATE KEY UPDATE task_id = task_id"
                 } else {
@@ -485,7 +491,7 @@ macro_rules! values_task_writes {
                 node_id: &str,
                 firing: &[FiringTask<'_>],
             ) -> Result<HashMap<i64, i64>, Error> {
-                let now: &str = &self.q.now_expr;
+                let now: &str = &self.q.jobs.now_expr;
                 for chunk in firing.chunks(RUN_ROWS_PER_INSERT) {
                     let mut insert = sqlx::QueryBuilder::<$db>::new(
                         "INSERT INTO runs (job_id, scheduled_at_ms, partition_id, epoch, \
@@ -505,13 +511,13 @@ macro_rules! values_task_writes {
                             .push(now)
                             .push_bind(f.task.namespace_id);
                     });
-                    insert.push(" ").push(&*self.q.run_insert_ignore_duplicate);
+                    insert.push(" ").push(&*self.q.jobs.run_insert_ignore_duplicate);
                     insert.build().execute(&mut **tx).await?;
                 }
                 let job_ids: Vec<i64> = firing.iter().map(|f| f.task.run_job_id()).collect();
                 let mut runs = HashMap::with_capacity(firing.len());
                 for chunk in job_ids.chunks(KEYS_PER_READ) {
-                    let Some(read) = with_partitions(&self.q.task_runs_of, chunk) else {
+                    let Some(read) = with_partitions(&self.q.tasks.task_runs_of, chunk) else {
                         continue;
                     };
                     for (run_id, job_id) in sqlx::query_as::<$db, (i64, i64)>(read)

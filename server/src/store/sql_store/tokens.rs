@@ -6,9 +6,11 @@ macro_rules! token_store {
         #[async_trait]
         impl TokenStore for $store {
             async fn tokens_all(&self) -> Result<Vec<TokenRecord>, Error> {
-                Ok(sqlx::query_as::<$db, TokenRecord>(sql(&self.q.tokens_all))
-                    .fetch_all(&self.pool)
-                    .await?)
+                Ok(
+                    sqlx::query_as::<$db, TokenRecord>(sql(&self.q.tenancy.tokens_all))
+                        .fetch_all(&self.pool)
+                        .await?,
+                )
             }
 
             async fn token_insert(
@@ -17,7 +19,7 @@ macro_rules! token_store {
                 audit: Option<&AuditWrite>,
             ) -> Result<TokenRecord, Error> {
                 let mut tx = self.begin_write().await?;
-                let inserted = sqlx::query::<$db>(sql(&self.q.token_insert))
+                let inserted = sqlx::query::<$db>(sql(&self.q.tenancy.token_insert))
                     .bind(token.namespace_id)
                     .bind(&token.name)
                     .bind(&token.role)
@@ -28,11 +30,12 @@ macro_rules! token_store {
                     .execute(&mut *tx)
                     .await;
                 Error::conflict_on_unique(inserted, || format!("token name {:?}", token.name))?;
-                let record = sqlx::query_as::<$db, TokenRecord>(sql(&self.q.token_by_secret))
-                    .bind(&token.secret_sha256)
-                    .fetch_optional(&mut *tx)
-                    .await?
-                    .ok_or(Error::NotInitialised)?;
+                let record =
+                    sqlx::query_as::<$db, TokenRecord>(sql(&self.q.tenancy.token_by_secret))
+                        .bind(&token.secret_sha256)
+                        .fetch_optional(&mut *tx)
+                        .await?
+                        .ok_or(Error::NotInitialised)?;
                 self.audit_in(&mut tx, audit).await?;
                 tx.commit().await?;
                 Ok(record)
@@ -44,7 +47,7 @@ macro_rules! token_store {
                 audit: Option<&AuditWrite>,
             ) -> Result<bool, Error> {
                 let mut tx = self.begin_write().await?;
-                let done = sqlx::query::<$db>(sql(&self.q.token_delete))
+                let done = sqlx::query::<$db>(sql(&self.q.tenancy.token_delete))
                     .bind(token_id)
                     .execute(&mut *tx)
                     .await?;
@@ -53,7 +56,7 @@ macro_rules! token_store {
             }
 
             async fn token_used(&self, token_id: i64, at_ms: i64) -> Result<(), Error> {
-                sqlx::query::<$db>(sql(&self.q.token_used))
+                sqlx::query::<$db>(sql(&self.q.tenancy.token_used))
                     .bind(at_ms)
                     .bind(token_id)
                     .execute(&self.pool)

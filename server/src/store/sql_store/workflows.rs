@@ -68,18 +68,18 @@ macro_rules! workflow_store {
                         return Err(self.insert_refused(err, *step_id, step).await);
                     }
                 }
-                sqlx::query::<$db>(sql(&self.q.workflow_definition_delete))
+                sqlx::query::<$db>(sql(&self.q.follow_ups.workflow_definition_delete))
                     .bind(id)
                     .execute(&mut *tx)
                     .await?;
-                sqlx::query::<$db>(sql(&self.q.workflow_definition_insert))
+                sqlx::query::<$db>(sql(&self.q.follow_ups.workflow_definition_insert))
                     .bind(id)
                     .bind(write.definition_json)
                     .execute(&mut *tx)
                     .await?;
                 // Started only with its steps and definition stored: a run must find them.
                 if write.start {
-                    sqlx::query::<$db>(sql(&self.q.job_start))
+                    sqlx::query::<$db>(sql(&self.q.jobs.job_start))
                         .bind(id)
                         .execute(&mut *tx)
                         .await?;
@@ -123,7 +123,9 @@ macro_rules! workflow_store {
                 &mut self,
                 run_ids: &[i64],
             ) -> Result<Vec<StepRunRecord>, Error> {
-                let Some(query) = with_partitions(&self.store.q.step_runs_of_runs, run_ids) else {
+                let Some(query) =
+                    with_partitions(&self.store.q.follow_ups.step_runs_of_runs, run_ids)
+                else {
                     return Ok(Vec::new());
                 };
                 rows_as(&sqlx::raw_sql(query).fetch_all(&mut **self.tx).await?)
@@ -131,7 +133,7 @@ macro_rules! workflow_store {
 
             async fn lock_run(&mut self, run_id: i64) -> Result<Option<String>, Error> {
                 Ok(
-                    sqlx::query_scalar::<$db, String>(sql(&self.store.q.run_lock))
+                    sqlx::query_scalar::<$db, String>(sql(&self.store.q.dispatch.run_lock))
                         .bind(run_id)
                         .fetch_optional(&mut **self.tx)
                         .await?,
@@ -155,7 +157,7 @@ macro_rules! workflow_store {
                             .push(end.step_name);
                         continue;
                     };
-                    sqlx::query::<$db>(sql(&self.store.q.step_run_end))
+                    sqlx::query::<$db>(sql(&self.store.q.follow_ups.step_run_end))
                         .bind(end.state.as_str())
                         .bind(output)
                         .bind(workflow_run_id)
@@ -167,7 +169,7 @@ macro_rules! workflow_store {
                     let mut end = sqlx::QueryBuilder::<$db>::new("UPDATE step_runs SET state = ");
                     end.push_bind(state)
                         .push(", output_json = NULL, updated_at_ms = ")
-                        .push(&*self.store.q.now_expr)
+                        .push(&*self.store.q.jobs.now_expr)
                         .push(" WHERE workflow_run_id = ")
                         .push_bind(workflow_run_id)
                         .push(" AND state = 'running' AND step_name IN (");
@@ -185,12 +187,14 @@ macro_rules! workflow_store {
                 &mut self,
                 run_id: i64,
             ) -> Result<Option<WorkflowRunRecord>, Error> {
-                Ok(
-                    sqlx::query_as::<$db, WorkflowRunRecord>(sql(&self.store.q.workflow_run_get))
-                        .bind(run_id)
-                        .fetch_optional(&mut **self.tx)
-                        .await?,
-                )
+                Ok(sqlx::query_as::<$db, WorkflowRunRecord>(sql(&self
+                    .store
+                    .q
+                    .follow_ups
+                    .workflow_run_get))
+                .bind(run_id)
+                .fetch_optional(&mut **self.tx)
+                .await?)
             }
 
             async fn steps_of(
@@ -200,6 +204,7 @@ macro_rules! workflow_store {
                 Ok(sqlx::query_as::<$db, StepRunRecord>(sql(&self
                     .store
                     .q
+                    .follow_ups
                     .step_runs_of_workflow_run))
                 .bind(workflow_run_id)
                 .fetch_all(&mut **self.tx)
@@ -213,7 +218,7 @@ macro_rules! workflow_store {
                 state: StepState,
                 output: Option<&str>,
             ) -> Result<(), Error> {
-                sqlx::query::<$db>(sql(&self.store.q.step_run_unstarted))
+                sqlx::query::<$db>(sql(&self.store.q.follow_ups.step_run_unstarted))
                     .bind(state.as_str())
                     .bind(output)
                     .bind(workflow_run_id)
@@ -236,7 +241,7 @@ macro_rules! workflow_store {
                     "UPDATE step_runs SET state = 'running', updated_at_ms = ",
                 );
                 start
-                    .push(&*self.store.q.now_expr)
+                    .push(&*self.store.q.jobs.now_expr)
                     .push(", run_id = CASE step_name");
                 for (name, run_id) in started {
                     start
@@ -262,7 +267,7 @@ macro_rules! workflow_store {
         #[async_trait]
         impl WorkflowStartTx for StoreTx<'_, $store, Tx<$db>> {
             async fn start_run_if_pending(&mut self, run_id: i64) -> Result<bool, Error> {
-                let moved = sqlx::query::<$db>(sql(&self.store.q.run_start_one))
+                let moved = sqlx::query::<$db>(sql(&self.store.q.follow_ups.run_start_one))
                     .bind(run_id)
                     .execute(&mut **self.tx)
                     .await?
@@ -271,51 +276,59 @@ macro_rules! workflow_store {
             }
 
             async fn run_head(&mut self, run_id: i64) -> Result<Option<RunHead>, Error> {
-                Ok(sqlx::query_as::<$db, RunRecord>(sql(&self.store.q.run_get))
-                    .bind(run_id)
-                    .fetch_optional(&mut **self.tx)
-                    .await?
-                    .map(|run| RunHead {
-                        job_id: run.job_id,
-                        node_id: run.node_id,
-                        state: run.state,
-                        flow_key: run.flow_key,
-                    }))
-            }
-
-            async fn run_input(&mut self, run_id: i64) -> Result<Option<String>, Error> {
                 Ok(
-                    sqlx::query_scalar::<$db, Option<String>>(sql(&self.store.q.run_input))
+                    sqlx::query_as::<$db, RunRecord>(sql(&self.store.q.dispatch.run_get))
                         .bind(run_id)
                         .fetch_optional(&mut **self.tx)
                         .await?
-                        .flatten(),
+                        .map(|run| RunHead {
+                            job_id: run.job_id,
+                            node_id: run.node_id,
+                            state: run.state,
+                            flow_key: run.flow_key,
+                        }),
                 )
+            }
+
+            async fn run_input(&mut self, run_id: i64) -> Result<Option<String>, Error> {
+                Ok(sqlx::query_scalar::<$db, Option<String>>(sql(&self
+                    .store
+                    .q
+                    .follow_ups
+                    .run_input))
+                .bind(run_id)
+                .fetch_optional(&mut **self.tx)
+                .await?
+                .flatten())
             }
 
             async fn workflow_definition(
                 &mut self,
                 workflow_id: i64,
             ) -> Result<Option<String>, Error> {
-                Ok(
-                    sqlx::query_scalar::<$db, String>(sql(&self.store.q.workflow_definition_get))
-                        .bind(workflow_id)
-                        .fetch_optional(&mut **self.tx)
-                        .await?,
-                )
+                Ok(sqlx::query_scalar::<$db, String>(sql(&self
+                    .store
+                    .q
+                    .follow_ups
+                    .workflow_definition_get))
+                .bind(workflow_id)
+                .fetch_optional(&mut **self.tx)
+                .await?)
             }
 
             async fn workflow_params(&mut self, workflow_id: i64) -> Result<Option<String>, Error> {
-                Ok(sqlx::query_as::<$db, JobRecord>(sql(&self.store.q.job_get))
-                    .bind(workflow_id)
-                    .fetch_optional(&mut **self.tx)
-                    .await?
-                    .filter(|job| job.is_workflow())
-                    .map(|job| job.args_json))
+                Ok(
+                    sqlx::query_as::<$db, JobRecord>(sql(&self.store.q.jobs.job_get))
+                        .bind(workflow_id)
+                        .fetch_optional(&mut **self.tx)
+                        .await?
+                        .filter(|job| job.is_workflow())
+                        .map(|job| job.args_json),
+                )
             }
 
             async fn insert_pinned_run(&mut self, pinned: &WorkflowRunRecord) -> Result<(), Error> {
-                sqlx::query::<$db>(sql(&self.store.q.workflow_run_insert))
+                sqlx::query::<$db>(sql(&self.store.q.follow_ups.workflow_run_insert))
                     .bind(pinned.run_id)
                     .bind(pinned.workflow_id)
                     .bind(&pinned.definition_json)
@@ -332,7 +345,7 @@ macro_rules! workflow_store {
                 steps: &[NewStep<'_>],
             ) -> Result<(), Error> {
                 for step in steps {
-                    sqlx::query::<$db>(sql(&self.store.q.step_run_insert_copy))
+                    sqlx::query::<$db>(sql(&self.store.q.follow_ups.step_run_insert_copy))
                         .bind(workflow_run_id)
                         .bind(step.step_name)
                         .bind(step.state.as_str())
@@ -365,12 +378,13 @@ macro_rules! workflow_store {
             }
 
             async fn workflow_definition(&self, workflow_id: i64) -> Result<Option<String>, Error> {
-                Ok(
-                    sqlx::query_scalar::<$db, String>(sql(&self.q.workflow_definition_get))
-                        .bind(workflow_id)
-                        .fetch_optional(&self.pool)
-                        .await?,
-                )
+                Ok(sqlx::query_scalar::<$db, String>(sql(&self
+                    .q
+                    .follow_ups
+                    .workflow_definition_get))
+                .bind(workflow_id)
+                .fetch_optional(&self.pool)
+                .await?)
             }
 
             async fn workflow_runs_start(
@@ -390,19 +404,23 @@ macro_rules! workflow_store {
                 &self,
                 run_id: i64,
             ) -> Result<Option<(WorkflowRunRecord, Vec<StepRunRecord>)>, Error> {
-                let Some(pinned) =
-                    sqlx::query_as::<$db, WorkflowRunRecord>(sql(&self.q.workflow_run_get))
-                        .bind(run_id)
-                        .fetch_optional(&self.pool)
-                        .await?
+                let Some(pinned) = sqlx::query_as::<$db, WorkflowRunRecord>(sql(&self
+                    .q
+                    .follow_ups
+                    .workflow_run_get))
+                .bind(run_id)
+                .fetch_optional(&self.pool)
+                .await?
                 else {
                     return Ok(None);
                 };
-                let steps =
-                    sqlx::query_as::<$db, StepRunRecord>(sql(&self.q.step_runs_of_workflow_run))
-                        .bind(run_id)
-                        .fetch_all(&self.pool)
-                        .await?;
+                let steps = sqlx::query_as::<$db, StepRunRecord>(sql(&self
+                    .q
+                    .follow_ups
+                    .step_runs_of_workflow_run))
+                .bind(run_id)
+                .fetch_all(&self.pool)
+                .await?;
                 Ok(Some((pinned, steps)))
             }
 
@@ -442,7 +460,7 @@ macro_rules! workflow_store {
                 run_id: i64,
                 why: &str,
             ) -> Result<(), Error> {
-                sqlx::query::<$db>(sql(&self.store.q.attempts_cancel_of_run))
+                sqlx::query::<$db>(sql(&self.store.q.dispatch.attempts_cancel_of_run))
                     .bind(why)
                     .bind(run_id)
                     .execute(&mut **self.tx)
