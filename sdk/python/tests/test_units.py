@@ -4,7 +4,8 @@ it (compared with a node's answers)."""
 from __future__ import annotations
 
 import random
-from typing import List
+import asyncio
+from typing import Any, List, Optional
 
 import pytest
 
@@ -172,44 +173,57 @@ def test_a_task_is_written_as_the_api_reads_it() -> None:
         Task("a", "h", delay="1m", at=at).body()
 
 
-def test_a_replayed_exactly_once_effect_attempt_leaves_its_running_work_alone() -> None:
-    import asyncio
-    import json
-
+def _held_executor(release: asyncio.Event) -> Any:
+    """An executor (never started) whose handler ``hold`` runs until ``release`` is set."""
     from carillon_executor import Executor
-    from carillon_executor._wire import now_ms, sign
-
-    release = asyncio.Event()
 
     async def hold(ctx: object) -> str:
         await release.wait()
         return "held"
 
+    executor = Executor(app="units", admin_urls="http://127.0.0.1:9", declared=False,
+                        executor_token="executor-token-0123456789",
+                        dispatch_secret="dispatch-secret-0123456789")
+    executor.add_handler("hold", hold)
+    return executor
+
+
+async def _dispatch_hold(executor: Any, attempt_id: int, signed_at: int, effect_key: Optional[str] = None) -> int:
+    """Dispatches ``hold`` to ``executor``'s ASGI app, signed at ``signed_at``: the status."""
+    import json
+
+    from carillon_executor._wire import sign
+
+    document = {"protocol": 1, "run_id": 5, "attempt_id": attempt_id, "attempt": 1, "job_id": 1,
+                "job": "j", "handler": "hold", "args": None, "shard": {"index": 0, "total": 1},
+                "scheduled_at": "2026-01-01T00:00:00.000Z", "report_to": []}
+    if effect_key is not None:
+        document["effect_key"] = effect_key
+    body = json.dumps(document).encode()
+    sent: list = []  # type: ignore[type-arg]
+
+    async def receive() -> dict:  # type: ignore[type-arg]
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict) -> None:  # type: ignore[type-arg]
+        sent.append(message)
+
+    headers = [(b"x-carillon-timestamp", str(signed_at).encode()),
+               (b"x-carillon-signature", sign(b"dispatch-secret-0123456789", signed_at, body).encode())]
+    await executor.asgi({"type": "http", "method": "POST", "path": "/carillon/v1/dispatch",
+                         "headers": headers}, receive, send)
+    return int(sent[0]["status"])
+
+
+def test_a_replayed_exactly_once_effect_attempt_leaves_its_running_work_alone() -> None:
+    from carillon_executor._wire import now_ms
+
     async def scenario() -> None:
-        executor = Executor(app="units", admin_urls="http://127.0.0.1:9", declared=False,
-                            executor_token="executor-token-0123456789",
-                            dispatch_secret="dispatch-secret-0123456789")
-        executor.add_handler("hold", hold)
+        release = asyncio.Event()
+        executor = _held_executor(release)
 
         async def dispatch(attempt_id: int) -> int:
-            body = json.dumps({"protocol": 1, "run_id": 5, "attempt_id": attempt_id, "attempt": 1,
-                               "job_id": 1, "job": "j", "handler": "hold", "args": None,
-                               "shard": {"index": 0, "total": 1}, "effect_key": "5:0:1",
-                               "scheduled_at": "2026-01-01T00:00:00.000Z", "report_to": []}).encode()
-            ts = now_ms()
-            sent: list = []  # type: ignore[type-arg]
-
-            async def receive() -> dict:  # type: ignore[type-arg]
-                return {"type": "http.request", "body": body, "more_body": False}
-
-            async def send(message: dict) -> None:  # type: ignore[type-arg]
-                sent.append(message)
-
-            headers = [(b"x-carillon-timestamp", str(ts).encode()),
-                       (b"x-carillon-signature", sign(b"dispatch-secret-0123456789", ts, body).encode())]
-            await executor.asgi({"type": "http", "method": "POST", "path": "/carillon/v1/dispatch",
-                                 "headers": headers}, receive, send)
-            return int(sent[0]["status"])
+            return await _dispatch_hold(executor, attempt_id, now_ms(), effect_key="5:0:1")
 
         assert await dispatch(1) == 202, "running: the result comes by report"
         assert await dispatch(1) == 409, "the same attempt again: a replay"
@@ -223,55 +237,22 @@ def test_a_replayed_exactly_once_effect_attempt_leaves_its_running_work_alone() 
 
 
 def test_an_attempt_is_remembered_while_its_request_is_signed_and_is_its_own_while_draining() -> None:
-    import asyncio
-    import json
-
-    from carillon_executor import Executor
-    from carillon_executor._wire import REPLAY_WINDOW_MS, now_ms, sign
-
-    release = asyncio.Event()
-
-    async def hold(ctx: object) -> str:
-        await release.wait()
-        return "held"
+    from carillon_executor._wire import REPLAY_WINDOW_MS, now_ms
 
     async def scenario() -> None:
-        executor = Executor(app="units", admin_urls="http://127.0.0.1:9", declared=False,
-                            executor_token="executor-token-0123456789",
-                            dispatch_secret="dispatch-secret-0123456789")
-        executor.add_handler("hold", hold)
-
-        async def dispatch(attempt_id: int, signed_at: int) -> int:
-            body = json.dumps({"protocol": 1, "run_id": 5, "attempt_id": attempt_id, "attempt": 1,
-                               "job_id": 1, "job": "j", "handler": "hold", "args": None,
-                               "shard": {"index": 0, "total": 1},
-                               "scheduled_at": "2026-01-01T00:00:00.000Z", "report_to": []}).encode()
-            sent: list = []  # type: ignore[type-arg]
-
-            async def receive() -> dict:  # type: ignore[type-arg]
-                return {"type": "http.request", "body": body, "more_body": False}
-
-            async def send(message: dict) -> None:  # type: ignore[type-arg]
-                sent.append(message)
-
-            headers = [(b"x-carillon-timestamp", str(signed_at).encode()),
-                       (b"x-carillon-signature",
-                        sign(b"dispatch-secret-0123456789", signed_at, body).encode())]
-            await executor.asgi({"type": "http", "method": "POST", "path": "/carillon/v1/dispatch",
-                                 "headers": headers}, receive, send)
-            return int(sent[0]["status"])
-
+        release = asyncio.Event()
+        executor = _held_executor(release)
         # Signed by a node whose clock is four minutes ahead: a replay of the request passes
         # the timestamp check until then plus the window, so it is remembered that long.
         ahead = now_ms() + 240_000
-        assert await dispatch(7, ahead) == 202
+        assert await _dispatch_hold(executor, 7, ahead) == 202
         core = executor._core
         assert core.seen[7] >= ahead + REPLAY_WINDOW_MS
         # Draining, it still answers for what it runs: 409, not 503 (which would send the
         # attempt on to another executor while it runs here); new work is 503.
         core.draining = True
-        assert await dispatch(7, now_ms()) == 409
-        assert await dispatch(8, now_ms()) == 503
+        assert await _dispatch_hold(executor, 7, now_ms()) == 409
+        assert await _dispatch_hold(executor, 8, now_ms()) == 503
         assert 8 not in core.seen, "an attempt refused is not remembered"
         release.set()
 
