@@ -54,8 +54,7 @@ pub(crate) struct Shared {
     pub(crate) jobs: HashMap<String, Handler>,
     pub(crate) slots: Arc<Semaphore>,
     running: Mutex<HashMap<i64, CancellationToken>>,
-    /// Accepted attempts, each with the instant (epoch ms) until which it is remembered.
-    seen: Mutex<HashMap<i64, i64>>,
+    seen: Mutex<crate::replay::Seen>,
     effects: Mutex<crate::effects::Effects>,
     pub(crate) draining: AtomicBool,
     pub(crate) tasks: TaskTracker,
@@ -81,7 +80,7 @@ impl Shared {
             http,
             jobs,
             running: Mutex::new(HashMap::new()),
-            seen: Mutex::new(HashMap::new()),
+            seen: Mutex::new(crate::replay::Seen::default()),
             effects: Mutex::default(),
             draining: AtomicBool::new(false),
             tasks: TaskTracker::new(),
@@ -98,7 +97,7 @@ impl Shared {
         lock(&self.effects)
     }
 
-    pub(crate) fn lock_seen(&self) -> MutexGuard<'_, HashMap<i64, i64>> {
+    pub(crate) fn lock_seen(&self) -> MutexGuard<'_, crate::replay::Seen> {
         lock(&self.seen)
     }
 

@@ -38,21 +38,17 @@ fn refuse(status: StatusCode, message: impl Into<String>) -> Response {
 /// refusal to send (`401`).
 fn verified(shared: &Shared, headers: &HeaderMap, body: &[u8]) -> Result<i64, Unverified> {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let timestamp = header(TIMESTAMP_HEADER);
-    match verify(
+    verify(
         shared.id.secret.as_bytes(),
-        timestamp,
+        header(TIMESTAMP_HEADER),
         header(SIGNATURE_HEADER),
         body,
         now_ms(),
-    ) {
-        // `verify` read it as an integer already.
-        Ok(()) => Ok(timestamp.and_then(|t| t.trim().parse().ok()).unwrap_or(0)),
-        Err(e) => {
-            warn!(error = %e, "refused a call whose signature does not verify");
-            Err(Unverified(e.to_string()))
-        }
-    }
+    )
+    .map_err(|e| {
+        warn!(error = %e, "refused a call whose signature does not verify");
+        Unverified(e.to_string())
+    })
 }
 
 /// Why a call's signature did not verify.
@@ -200,10 +196,10 @@ fn start(
     {
         let mut seen = shared.lock_seen();
         let now = now_ms();
-        seen.retain(|_, until| *until >= now);
+        seen.expire(now);
         // An attempt taken here is this executor's even while it drains: a `503` would send
         // it on to the next executor while it still runs here.
-        if seen.contains_key(&dispatch.attempt_id) {
+        if seen.contains(dispatch.attempt_id) {
             return Err((
                 StatusCode::CONFLICT,
                 "this attempt was already accepted".to_owned(),
@@ -213,11 +209,11 @@ fn start(
             return Err((StatusCode::SERVICE_UNAVAILABLE, "draining".to_owned()));
         }
         // Remembered while a replay of the request could still pass the timestamp check.
-        seen.insert(dispatch.attempt_id, signed_at.max(now) + REPLAY_WINDOW_MS);
+        seen.remember(dispatch.attempt_id, signed_at.max(now) + REPLAY_WINDOW_MS);
     }
     let Ok(permit) = Arc::clone(&shared.slots).try_acquire_owned() else {
         // Not accepted: the same attempt may be offered again later.
-        shared.lock_seen().remove(&dispatch.attempt_id);
+        shared.lock_seen().forget(dispatch.attempt_id);
         return Err((StatusCode::TOO_MANY_REQUESTS, "at capacity".to_owned()));
     };
     let token = CancellationToken::new();

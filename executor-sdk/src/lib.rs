@@ -35,6 +35,7 @@ mod logs;
 #[cfg(feature = "opentelemetry")]
 mod otel;
 mod registry;
+mod replay;
 mod tasks;
 
 pub use carillon_macros::job;

@@ -49,14 +49,15 @@ pub fn sign(secret: &[u8], timestamp_ms: i64, body: &[u8]) -> String {
     out
 }
 
-/// Checks the two headers of a signed request against its body, at `now_ms`.
+/// Checks the two headers of a signed request against its body, at `now_ms`; the timestamp
+/// it was signed at (epoch milliseconds) when it verifies.
 pub fn verify(
     secret: &[u8],
     timestamp: Option<&str>,
     signature: Option<&str>,
     body: &[u8],
     now_ms: i64,
-) -> Result<(), SignatureError> {
+) -> Result<i64, SignatureError> {
     let timestamp = timestamp.ok_or(SignatureError::Missing(TIMESTAMP_HEADER))?;
     let signature = signature.ok_or(SignatureError::Missing(SIGNATURE_HEADER))?;
     let timestamp_ms: i64 = timestamp
@@ -75,6 +76,7 @@ pub fn verify(
     // verify_slice compares in constant time.
     mac(secret, timestamp_ms, body)
         .verify_slice(&tag)
+        .map(|()| timestamp_ms)
         .map_err(|_| SignatureError::Mismatch)
 }
 
@@ -101,7 +103,7 @@ mod tests {
         assert!(signature.starts_with("v1=") && signature.len() == 67);
         assert_eq!(
             verify(SECRET, Some("1000000"), Some(&signature), body, 1_000_000),
-            Ok(())
+            Ok(1_000_000)
         );
         assert_eq!(
             verify(SECRET, Some("1000000"), Some(&signature), b"{}", 1_000_000),

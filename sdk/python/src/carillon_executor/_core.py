@@ -78,7 +78,7 @@ class Core:
 
     # --- accepting dispatches ---------------------------------------------------------
 
-    def accept(self, dispatch: Mapping[str, Any], signed_at: int = 0) -> Tuple[Answer, Optional[Attempt]]:
+    def accept(self, dispatch: Mapping[str, Any], signed_at: int) -> Tuple[Answer, Optional[Attempt]]:
         """Takes a dispatch, whose request was signed at ``signed_at`` (epoch ms), as
         ``protocol/README.md`` says: its answer, and the attempt it started (whose handler the
         caller may wait for briefly to answer ``200`` at once)."""
