@@ -1,5 +1,5 @@
 //! The `carillon` client commands against a real node: jobs, runs, executors, cluster,
-//! schedule preview, and an idempotent `apply`.
+//! schedule preview, tasks, and the namespace a command works in.
 #![allow(
     clippy::unwrap_used,
     reason = "a test fails loudly on any unexpected error"
@@ -12,14 +12,14 @@ use std::process::Command;
 use serde_json::Value;
 use support::node::{Solo, TOKEN};
 
-struct Cli<'a> {
-    node: &'a Solo,
-    home: tempfile::TempDir,
+pub(super) struct Cli<'a> {
+    pub(super) node: &'a Solo,
+    pub(super) home: tempfile::TempDir,
 }
 
 impl Cli<'_> {
     /// Runs `carillon <args>`; returns the exit success, standard output and standard error.
-    fn run(&self, args: &[&str]) -> (bool, String, String) {
+    pub(super) fn run(&self, args: &[&str]) -> (bool, String, String) {
         self.run_with_token(args, Some(TOKEN))
     }
 
@@ -46,7 +46,7 @@ impl Cli<'_> {
         )
     }
 
-    fn json(&self, args: &[&str]) -> Value {
+    pub(super) fn json(&self, args: &[&str]) -> Value {
         let mut all = args.to_vec();
         all.extend(["-o", "json"]);
         let (ok, stdout, stderr) = self.run(&all);
@@ -378,178 +378,6 @@ async fn the_cli_enqueues_lists_shows_and_cancels_tasks() {
     assert_eq!(all["items"].as_array().unwrap().len(), 1, "{all}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn apply_names_children_by_name_and_the_flags_by_id() {
-    let node = Solo::start(|_| {}).await;
-    let cli = Cli {
-        node: &node,
-        home: tempfile::tempdir().unwrap(),
-    };
-    // `extract` names jobs the file creates after it.
-    let yaml = cli.home.path().join("etl.yaml");
-    std::fs::write(
-        &yaml,
-        r#"
-jobs:
-  - name: extract
-    app: etl
-    handler: extract
-    schedule: { cron: "0 0 2 * * ?" }
-    children:
-      on_success: [load]
-      on_failure: [alert]
-  - name: load
-    app: etl
-    handler: load
-    schedule: { manual: true }
-  - name: alert
-    app: etl
-    handler: page
-    schedule: { manual: true }
-"#,
-    )
-    .unwrap();
-    let first = cli.json(&["apply", "-f", yaml.to_str().unwrap()]);
-    let actions: Vec<&Value> = (0..3).map(|i| &first["jobs"][i]["action"]).collect();
-    assert_eq!(actions, ["created", "created", "created"], "{first}");
-    let id_of = |i: usize| first["jobs"][i]["id"].clone();
-    let extract = cli.json(&["jobs", "get", &id_of(0).to_string()]);
-    assert_eq!(
-        extract["children"],
-        serde_json::json!({"on_success": [id_of(1)], "on_failure": [id_of(2)]}),
-        "{extract}"
-    );
-    let second = cli.json(&["apply", "-f", yaml.to_str().unwrap()]);
-    for i in 0..3 {
-        assert_eq!(second["jobs"][i]["action"], "unchanged", "{second}");
-    }
-
-    // A child nobody has is named, and nothing is written.
-    let bad = cli.home.path().join("bad.yaml");
-    std::fs::write(
-        &bad,
-        "jobs:\n  - name: report\n    app: etl\n    handler: report\n    schedule: { manual: true }\n    children: { always: [nowhere] }\n",
-    )
-    .unwrap();
-    let (ok, _, stderr) = cli.run(&["apply", "-f", bad.to_str().unwrap()]);
-    assert!(!ok && stderr.contains("\"nowhere\""), "{stderr}");
-    assert_eq!(
-        cli.json(&["jobs", "ls"])["jobs"].as_array().unwrap().len(),
-        3
-    );
-
-    // The flags name children by id; a circle is refused, naming it.
-    let load = id_of(1).to_string();
-    let alert = id_of(2).to_string();
-    let edited = cli.json(&["jobs", "edit", &load, "--child-always", &alert]);
-    assert_eq!(
-        edited["children"],
-        serde_json::json!({"always": [id_of(2)]})
-    );
-    let (ok, _, stderr) = cli.run(&[
-        "jobs",
-        "edit",
-        &alert,
-        "--child-on-success",
-        &id_of(0).to_string(),
-    ]);
-    assert!(!ok && stderr.contains("circle"), "{stderr}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn workflows_are_applied_from_a_file_and_driven_from_the_cli() {
-    let node = Solo::start(|_| {}).await;
-    let cli = Cli {
-        node: &node,
-        home: tempfile::tempdir().unwrap(),
-    };
-    // A job and a workflow that runs it as a step, named by name, in one file.
-    let yaml = cli.home.path().join("etl.yaml");
-    std::fs::write(
-        &yaml,
-        r#"
-jobs:
-  - name: publish
-    app: etl
-    handler: publish
-    schedule: { manual: true }
-workflows:
-  - name: nightly
-    schedule: { cron: "0 0 2 * * ?" }
-    params: { date: yesterday }
-    steps:
-      - { name: extract, app: etl, handler: extract, args: { region: eu } }
-      - { name: load, app: etl, handler: load, needs: [extract] }
-      - { name: publish, job: publish, needs: [{ step: load, on: always }] }
-"#,
-    )
-    .unwrap();
-    let first = cli.json(&["apply", "-f", yaml.to_str().unwrap()]);
-    assert_eq!(first["jobs"][0]["action"], "created", "{first}");
-    assert_eq!(first["jobs"][1]["action"], "created", "{first}");
-    let second = cli.json(&["apply", "-f", yaml.to_str().unwrap()]);
-    assert_eq!(second["jobs"][1]["action"], "unchanged", "{second}");
-    let id = first["jobs"][1]["id"].to_string();
-    let workflow = cli.json(&["workflows", "get", &id]);
-    assert_eq!(
-        workflow["steps"][2]["job"], first["jobs"][0]["id"],
-        "{workflow}"
-    );
-    assert_eq!(
-        workflow["steps"][2]["needs"][0],
-        serde_json::json!({"step": "load", "on": "always"})
-    );
-    let listed = cli.json(&["workflows", "ls"]);
-    assert_eq!(listed["workflows"].as_array().unwrap().len(), 1);
-
-    // A changed step is an update; the graph is checked by the server.
-    let changed = std::fs::read_to_string(&yaml)
-        .unwrap()
-        .replace("region: eu", "region: us");
-    std::fs::write(&yaml, changed).unwrap();
-    let third = cli.json(&["apply", "-f", yaml.to_str().unwrap()]);
-    assert_eq!(third["jobs"][1]["action"], "updated", "{third}");
-    let cyclic = cli.home.path().join("cyclic.yaml");
-    std::fs::write(
-        &cyclic,
-        "workflows:\n  - name: loop\n    schedule: { manual: true }\n    steps:\n      - { name: a, app: x, handler: y, needs: [b] }\n      - { name: b, app: x, handler: y, needs: [a] }\n",
-    )
-    .unwrap();
-    let (ok, _, stderr) = cli.run(&["apply", "-f", cyclic.to_str().unwrap()]);
-    assert!(!ok && stderr.contains("cycle"), "{stderr}");
-
-    // Triggered with parameters: no executor serves `etl`, so its first step waits; cancel.
-    let run = cli.json(&[
-        "workflows",
-        "trigger",
-        &id,
-        "--params",
-        r#"{"date":"2026-11-25"}"#,
-    ]);
-    let run_id = run["id"].to_string();
-    let shown = cli.json(&["workflows", "run", &run_id]);
-    assert_eq!(shown["steps"].as_array().unwrap().len(), 3, "{shown}");
-    let cancelled = cli.json(&["workflows", "cancel", &run_id]);
-    assert_eq!(cancelled["state"], "cancelled", "{cancelled}");
-    assert_eq!(
-        cancelled["params"],
-        serde_json::json!({"date": "2026-11-25"})
-    );
-    let again = cli.json(&["workflows", "rerun", &run_id]);
-    assert_eq!(again["rerun_of"].to_string(), run_id, "{again}");
-    cli.json(&["workflows", "cancel", &again["id"].to_string()]);
-    let runs = cli.json(&["workflows", "runs", &id]);
-    assert_eq!(runs["runs"][1]["id"].to_string(), run_id);
-    let (ok, _, stderr) = cli.run(&["workflows", "rm", &id]);
-    assert!(ok, "{stderr}");
-    assert!(
-        cli.json(&["workflows", "ls"])["workflows"]
-            .as_array()
-            .unwrap()
-            .is_empty()
-    );
-}
-
 /// The names of the jobs `carillon jobs ls` shows, in JSON.
 fn job_names(list: &Value) -> Vec<String> {
     list["jobs"]
@@ -680,115 +508,4 @@ async fn the_cli_works_in_the_namespace_its_flag_file_or_settings_name() {
         !ok && stderr.contains("cli.toml") && stderr.contains("namspace"),
         "{stderr}"
     );
-}
-
-/// `carillon config example` is a settings file a node takes as it is; `config check` reads a
-/// file as a node would and names what is wrong in it.
-#[test]
-fn the_config_example_is_taken_and_check_names_what_is_wrong() {
-    let dir = tempfile::tempdir().unwrap();
-    let run = |args: &[&str]| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_carillon"));
-        for (key, _) in std::env::vars() {
-            if key.starts_with("CARILLON_") {
-                command.env_remove(key);
-            }
-        }
-        let output = command.args(args).output().unwrap();
-        (
-            output.status.success(),
-            String::from_utf8_lossy(&output.stdout).into_owned(),
-            String::from_utf8_lossy(&output.stderr).into_owned(),
-        )
-    };
-    let (ok, example, said) = run(&["config", "example"]);
-    assert!(ok, "{said}");
-    assert!(
-        example.contains("# listen = \"127.0.0.1:9001\""),
-        "{example}"
-    );
-    let check = |name: &str, text: &str| {
-        let file = dir.path().join(name);
-        std::fs::write(&file, text).unwrap();
-        run(&["--config", file.to_str().unwrap(), "config", "check"])
-    };
-    let (ok, said, err) = check("example.toml", &example);
-    assert!(ok && said.ends_with("example.toml: ok\n"), "{said}{err}");
-    // Live settings of one's own pass too.
-    let (ok, said, err) = check(
-        "mine.toml",
-        "[http]\nlisten = \"0.0.0.0:9001\"\n[auth]\nadmin_token = \"0123456789abcdef0123\"\n",
-    );
-    assert!(ok, "{said}{err}");
-    let (ok, _, err) = check("typo.toml", "[http]\nlisen = \"0.0.0.0:9001\"\n");
-    assert!(!ok && err.contains("lisen"), "{err}");
-    let (ok, _, err) = check(
-        "placeholder.toml",
-        "[auth]\nadmin_token = \"replace-me-0000000000000000\"\n",
-    );
-    assert!(
-        !ok && err.contains("auth.admin_token") && err.contains("placeholder"),
-        "{err}"
-    );
-    let (ok, _, err) = run(&["config", "check"]);
-    assert!(!ok && err.contains("--config FILE"), "{err}");
-}
-
-/// `carillon --version` names the commit built, as each node tells the cluster
-/// (`GET /api/v1/cluster`): what a bug report or an upgrade names.
-#[test]
-fn the_version_names_the_commit_built() {
-    let output = Command::new(env!("CARGO_BIN_EXE_carillon"))
-        .arg("--version")
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(
-        said.trim(),
-        format!("carillon {}", carillon_server::VERSION)
-    );
-    let commit = carillon_server::VERSION
-        .split_once(" (")
-        .and_then(|(_, rest)| rest.strip_suffix(')'))
-        .unwrap();
-    assert!(
-        commit.len() == 12 && commit.chars().all(|c| c.is_ascii_hexdigit()),
-        "built in a git checkout, the commit is named: {said}"
-    );
-}
-
-/// The shell completions load into bash and complete the subcommands; the manual pages name
-/// every subcommand, and the server's page its settings' environment variables.
-#[test]
-fn completions_load_and_the_manual_pages_name_what_there_is() {
-    let carillon = env!("CARGO_BIN_EXE_carillon");
-    let script = format!(
-        "source <('{carillon}' completions bash) && complete -p carillon && \
-         COMP_WORDS=(carillon con) && COMP_CWORD=1 && _carillon carillon con carillon && \
-         echo \"${{COMPREPLY[@]}}\""
-    );
-    let completed = Command::new("bash").args(["-c", &script]).output().unwrap();
-    let said = String::from_utf8_lossy(&completed.stdout);
-    assert!(
-        completed.status.success() && said.contains("_carillon") && said.contains("config"),
-        "{said}{}",
-        String::from_utf8_lossy(&completed.stderr)
-    );
-    let page = Command::new(carillon).arg("man").output().unwrap();
-    let page = String::from_utf8_lossy(&page.stdout);
-    assert!(
-        page.starts_with(".ie") && page.contains(".TH carillon 1"),
-        "{page}"
-    );
-    for subcommand in ["server", "migrate", "config", "jobs", "tasks", "workflows"] {
-        assert!(page.contains(subcommand), "{subcommand} in {page}");
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let wrote = Command::new(carillon)
-        .args(["man", "--dir", dir.path().to_str().unwrap()])
-        .status()
-        .unwrap();
-    assert!(wrote.success());
-    let server = std::fs::read_to_string(dir.path().join("carillon-server.1")).unwrap();
-    assert!(server.contains("CARILLON_DATABASE_URL"), "{server}");
 }
