@@ -1,7 +1,7 @@
 //! What every fault scenario sets up: a cluster of real nodes on one database, Python executors,
 //! jobs created through the API, and the database's clock.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -15,8 +15,29 @@ use crate::support::wait_for;
 /// Scenarios take turns: several clusters at once on two cores would measure the machine.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
 
-pub async fn one_at_a_time() -> MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().await
+/// A scenario's turn; when it ends, how long it took is among the figures (what CI's length
+/// is made of).
+pub struct Turn {
+    _guard: MutexGuard<'static, ()>,
+    began: Instant,
+}
+
+pub async fn one_at_a_time() -> Turn {
+    Turn {
+        _guard: ONE_AT_A_TIME.lock().await,
+        began: Instant::now(),
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let scenario = std::thread::current()
+            .name()
+            .unwrap_or("a scenario")
+            .to_owned();
+        let took = self.began.elapsed().as_secs_f64();
+        record_figures(&format!("turn taken: {scenario} {took:.1} s"));
+    }
 }
 
 /// Where the scenarios' figures are collected.

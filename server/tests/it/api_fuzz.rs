@@ -105,11 +105,14 @@ async fn the_api_answers_as_its_openapi_document_says() {
     assert_eq!(status, 201, "{job}");
 
     let seed = std::env::var("CARILLON_FUZZ_SEED").unwrap_or_else(|_| "20261122".to_owned());
+    // Examples per operation and token: a sample in a plain run (the seed is fixed, so every
+    // run asks the same), as many as wanted with `CARILLON_FUZZ_EXAMPLES`.
+    let examples = std::env::var("CARILLON_FUZZ_EXAMPLES").unwrap_or_else(|_| "15".to_owned());
     for (who, token) in [
         ("a namespace's editor token", team_token.as_str()),
         ("the admin token", TOKEN),
     ] {
-        fuzz(&node, who, token, &seed);
+        fuzz(&node, who, token, &seed, &examples);
         // The token's run was a run of its role, not of refusals: it still opens its namespace.
         let (status, answer) = node.call_as(token, Method::GET, "/api/v1/jobs", None).await;
         assert_eq!(status, 200, "{who}: {answer}");
@@ -118,7 +121,7 @@ async fn the_api_answers_as_its_openapi_document_says() {
 
 /// Runs schemathesis over the whole document with `token`, failing on any answer the
 /// document does not allow.
-fn fuzz(node: &Solo, who: &str, token: &str, seed: &str) {
+fn fuzz(node: &Solo, who: &str, token: &str, seed: &str, examples: &str) {
     let report_dir = tempfile::tempdir().unwrap();
     let run = || {
         schemathesis()
@@ -129,7 +132,7 @@ fn fuzz(node: &Solo, who: &str, token: &str, seed: &str) {
             // A request the schema allows may still be refused for what a schema cannot say (a
             // cron expression that does not parse, a name already taken): a documented 400/409.
             .args(["--exclude-checks", "positive_data_acceptance"])
-            .args(["--max-examples", "40", "--workers", "2", "--seed", seed])
+            .args(["--max-examples", examples, "--workers", "2", "--seed", seed])
             .args(["--request-timeout", "20"])
             .args(["--report-dir", report_dir.path().to_str().unwrap()])
             .args(["--no-color", "--warnings", "off"])
@@ -165,7 +168,7 @@ fn fuzz(node: &Solo, who: &str, token: &str, seed: &str) {
     eprintln!("with {who}:\n{summary}");
     assert!(
         output.status.success(),
-        "schemathesis found responses the document does not allow with {who} (seed {seed}):\n{stdout}\n{stderr}\nnode log:\n{}",
+        "schemathesis found responses the document does not allow with {who} (seed {seed}, {examples} examples an operation):\n{stdout}\n{stderr}\nnode log:\n{}",
         node.log_text()
     );
     // Every operation of the document was tested ("Selected: 31/31", "Tested: 31").
