@@ -28,7 +28,7 @@
 //! Needs root, network namespaces and `iptables` (`.ci/run` installs it): ignored by a plain
 //! `cargo test`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -384,7 +384,7 @@ async fn a_node_cut_from_its_executor_delivers_each_run_once_when_healed(engine:
     // executor, done with it, heartbeats without listing it. `at_least_once` delivers it
     // again, as the guarantee allows. One that found the link gone before anything was sent
     // waits, keeps its attempt, and is delivered once.
-    let sent_unanswered: Vec<(i64,)> = db
+    let with_a_lost_attempt: BTreeSet<i64> = db
         .rows(
             &format!(
                 "SELECT DISTINCT a.run_id FROM attempts a JOIN runs r ON r.run_id = a.run_id \
@@ -393,7 +393,10 @@ async fn a_node_cut_from_its_executor_delivers_each_run_once_when_healed(engine:
             ),
             &[from],
         )
-        .await;
+        .await
+        .into_iter()
+        .map(|(run,): (i64,)| run)
+        .collect();
     figures!(
         "{scenario}: the follower held {} partitions; of the {} runs of the cut its {waited} \
          waited for the link; max lateness {late} ms; {}; attempts succeeded twice {}; runs \
@@ -404,7 +407,7 @@ async fn a_node_cut_from_its_executor_delivers_each_run_once_when_healed(engine:
         verdict.figures(),
         twice.len(),
         handed_twice.len(),
-        sent_unanswered.len(),
+        with_a_lost_attempt.len(),
         cut_in_force - cut_at
     );
     let received = |run: i64| -> Vec<i64> {
@@ -417,7 +420,7 @@ async fn a_node_cut_from_its_executor_delivers_each_run_once_when_healed(engine:
     // received before the heal was on its way before the cut, whatever its attempts say.
     let waited_twice: Vec<(i64, Vec<i64>)> = handed_twice
         .iter()
-        .filter(|run| !sent_unanswered.contains(&(**run,)))
+        .filter(|run| !with_a_lost_attempt.contains(run))
         .map(|run| (*run, received(*run)))
         .filter(|(_, at)| at.first().is_some_and(|first| *first >= healed_at - cut_at))
         .collect();
