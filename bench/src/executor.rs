@@ -282,6 +282,7 @@ fn record(shared: &Shared, dispatches: &[Dispatch], received_ms: i64) {
                 .collect();
             logs.push(AttemptLines {
                 attempt_id: dispatch.attempt_id,
+                handle: dispatch.handle.clone(),
                 lines,
             });
         }

@@ -68,6 +68,23 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// An attempt as the nodes are told of it: its id and the handle its dispatch carried, which
+/// its result and log lines quote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AttemptRef {
+    pub(crate) id: i64,
+    pub(crate) handle: Option<String>,
+}
+
+impl AttemptRef {
+    pub(crate) fn of(dispatch: &carillon_protocol::Dispatch) -> Self {
+        Self {
+            id: dispatch.attempt_id,
+            handle: dispatch.handle.clone(),
+        }
+    }
+}
+
 impl Shared {
     pub(crate) fn new(
         identity: Identity,
@@ -200,10 +217,11 @@ impl Shared {
     /// Reports an attempt's result, retrying until an admin node takes it.
     pub(crate) async fn report(
         &self,
-        attempt_id: i64,
+        attempt: &AttemptRef,
         result: Option<Result<Value, String>>,
         report_to: &[String],
     ) {
+        let attempt_id = attempt.id;
         let (outcome, output, error) = match result {
             Some(Ok(output)) => (Outcome::Succeeded, Some(output), None),
             Some(Err(error)) => (Outcome::Failed, None, Some(error)),
@@ -212,6 +230,7 @@ impl Shared {
         let report = AttemptReport {
             executor_id: self.id.executor_id.clone(),
             attempt_id,
+            handle: attempt.handle.clone(),
             outcome,
             output,
             error,
@@ -276,7 +295,8 @@ impl Shared {
         let mut batch = LogBatch {
             executor_id: self.id.executor_id.clone(),
             attempts: vec![AttemptLines {
-                attempt_id: log.attempt_id(),
+                attempt_id: log.attempt().id,
+                handle: log.attempt().handle.clone(),
                 lines,
             }],
         };
@@ -286,7 +306,7 @@ impl Shared {
         {
             Ok(_) => Shipped::Taken,
             Err(e) if e.permanent => {
-                debug!(attempt_id = log.attempt_id(), error = %e.message, "log lines refused");
+                debug!(attempt_id = log.attempt().id, error = %e.message, "log lines refused");
                 Shipped::Taken
             }
             Err(_) => {

@@ -13,6 +13,8 @@ use std::collections::{HashMap, VecDeque};
 use carillon_protocol::{DirectResult, Outcome};
 use serde_json::Value;
 
+use crate::admin::AttemptRef;
+
 /// How long a finished key is remembered: longer than any failover or redelivery takes.
 pub(crate) const KEEP_MS: i64 = 3_600_000;
 /// Most finished keys remembered.
@@ -26,7 +28,8 @@ pub(crate) type HandlerResult = Option<Result<Value, String>>;
 pub(crate) enum Effect {
     /// First time: run the handler (and call [`Effects::finish`] with its result).
     Run,
-    /// Running already under the attempt given: its result will be reported for this one too.
+    /// Running already under the attempt of this id: its result will be reported for this one
+    /// too.
     Joined(i64),
     /// Done: answer with this result.
     Done(DirectResult),
@@ -37,7 +40,7 @@ enum Entry {
     /// Running under attempt `primary`; the other attempts waiting for its result.
     Running {
         primary: i64,
-        waiting: Vec<i64>,
+        waiting: Vec<AttemptRef>,
     },
     Done {
         result: HandlerResult,
@@ -75,20 +78,20 @@ pub(crate) fn direct(result: &HandlerResult) -> DirectResult {
 }
 
 impl Effects {
-    /// What to do with attempt `attempt_id` of the work `key`, at `now_ms`.
-    pub(crate) fn begin(&mut self, key: &str, attempt_id: i64, now_ms: i64) -> Effect {
+    /// What to do with `attempt` of the work `key`, at `now_ms`.
+    pub(crate) fn begin(&mut self, key: &str, attempt: &AttemptRef, now_ms: i64) -> Effect {
         self.forget_old(now_ms);
         match self.entries.get_mut(key) {
             Some(Entry::Done { result, .. }) => Effect::Done(direct(result)),
             Some(Entry::Running { primary, waiting }) => {
-                if attempt_id != *primary && !waiting.contains(&attempt_id) {
-                    waiting.push(attempt_id);
+                if attempt.id != *primary && !waiting.iter().any(|w| w.id == attempt.id) {
+                    waiting.push(attempt.clone());
                 }
                 Effect::Joined(*primary)
             }
             None => {
                 let running = Entry::Running {
-                    primary: attempt_id,
+                    primary: attempt.id,
                     waiting: Vec::new(),
                 };
                 self.entries.insert(key.to_owned(), running);
@@ -107,7 +110,12 @@ impl Effects {
     }
 
     /// Records the result of `key`; returns the other attempts that joined it.
-    pub(crate) fn finish(&mut self, key: &str, result: &HandlerResult, now_ms: i64) -> Vec<i64> {
+    pub(crate) fn finish(
+        &mut self,
+        key: &str,
+        result: &HandlerResult,
+        now_ms: i64,
+    ) -> Vec<AttemptRef> {
         let joined = match self.entries.remove(key) {
             Some(Entry::Running { waiting, .. }) => waiting,
             _ => Vec::new(),
@@ -152,15 +160,22 @@ impl Effects {
 mod tests {
     use super::*;
 
+    fn a(id: i64) -> AttemptRef {
+        AttemptRef {
+            id,
+            handle: Some(format!("h{id}")),
+        }
+    }
+
     #[test]
     fn work_runs_once_and_later_deliveries_get_its_result() {
         let mut e = Effects::default();
-        assert_eq!(e.begin("7:0:1", 100, 0), Effect::Run);
-        assert_eq!(e.begin("7:0:1", 101, 1), Effect::Joined(100));
-        assert_eq!(e.begin("7:1:1", 102, 1), Effect::Run, "another shard");
+        assert_eq!(e.begin("7:0:1", &a(100), 0), Effect::Run);
+        assert_eq!(e.begin("7:0:1", &a(101), 1), Effect::Joined(100));
+        assert_eq!(e.begin("7:1:1", &a(102), 1), Effect::Run, "another shard");
         let joined = e.finish("7:0:1", &Some(Ok(serde_json::json!(42))), 2);
-        assert_eq!(joined, [101]);
-        match e.begin("7:0:1", 103, 3) {
+        assert_eq!(joined, [a(101)]);
+        match e.begin("7:0:1", &a(103), 3) {
             Effect::Done(r) => {
                 assert_eq!(r.outcome, Outcome::Succeeded);
                 assert_eq!(r.output, Some(serde_json::json!(42)));
@@ -168,21 +183,21 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // Forgotten after KEEP_MS.
-        assert_eq!(e.begin("7:0:1", 104, 3 + KEEP_MS), Effect::Run);
+        assert_eq!(e.begin("7:0:1", &a(104), 3 + KEEP_MS), Effect::Run);
     }
 
     #[test]
     fn a_cancelled_or_abandoned_run_is_not_remembered() {
         let mut e = Effects::default();
-        assert_eq!(e.begin("k", 1, 0), Effect::Run);
+        assert_eq!(e.begin("k", &a(1), 0), Effect::Run);
         e.finish("k", &None, 1);
-        assert_eq!(e.begin("k", 2, 2), Effect::Run);
+        assert_eq!(e.begin("k", &a(2), 2), Effect::Run);
         e.abandon("k");
-        assert_eq!(e.begin("k", 3, 3), Effect::Run);
+        assert_eq!(e.begin("k", &a(3), 3), Effect::Run);
         // Joined while its start failed: abandoned all the same.
-        assert_eq!(e.begin("k", 4, 4), Effect::Joined(3));
+        assert_eq!(e.begin("k", &a(4), 4), Effect::Joined(3));
         e.abandon("k");
-        assert_eq!(e.begin("k", 5, 5), Effect::Run);
+        assert_eq!(e.begin("k", &a(5), 5), Effect::Run);
     }
 
     #[test]
@@ -190,10 +205,14 @@ mod tests {
         let mut e = Effects::default();
         for i in 0..MAX_DONE + 10 {
             let key = format!("{i}:0:1");
-            e.begin(&key, i as i64, 0);
+            e.begin(&key, &a(i as i64), 0);
             e.finish(&key, &Some(Ok(Value::Null)), 0);
         }
         assert_eq!(e.entries.len(), MAX_DONE);
-        assert_eq!(e.begin("0:0:1", 1, 0), Effect::Run, "the oldest went first");
+        assert_eq!(
+            e.begin("0:0:1", &a(1), 0),
+            Effect::Run,
+            "the oldest went first"
+        );
     }
 }

@@ -17,7 +17,7 @@ use carillon_protocol::{
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, warn};
 
-use crate::admin::{Shared, now_ms};
+use crate::admin::{AttemptRef, Shared, now_ms};
 use crate::context::JobContext;
 use crate::effects::Effect;
 
@@ -141,7 +141,7 @@ fn accept(
     if let Some(key) = &dispatch.effect_key {
         match shared
             .lock_effects()
-            .begin(key, dispatch.attempt_id, now_ms())
+            .begin(key, &AttemptRef::of(&dispatch), now_ms())
         {
             Effect::Run => {}
             Effect::Joined(primary) => {
@@ -238,7 +238,8 @@ fn start(
     crate::otel::continue_trace(&span, dispatch.traceparent.as_deref());
     shared.tasks.spawn(
         async move {
-            let attempt_id = dispatch.attempt_id;
+            let attempt = AttemptRef::of(&dispatch);
+            let attempt_id = attempt.id;
             let report_to = dispatch.report_to.clone();
             let effect_key = dispatch.effect_key.clone();
             debug!(handler = %dispatch.handler, "running");
@@ -248,7 +249,7 @@ fn start(
             // captured into the attempt's log.
             let run = run(ctx).instrument(tracing::Span::current());
             let mut handler = if task_shared.id.capture_logs {
-                let log = task_shared.logs.open(attempt_id, &report_to);
+                let log = task_shared.logs.open(&attempt, &report_to);
                 tokio::spawn(crate::logs::capturing(log, run))
             } else {
                 tokio::spawn(run)
@@ -271,10 +272,10 @@ fn start(
                 None => Vec::new(),
             };
             for other in joined {
-                task_shared.lock_running().remove(&other);
-                task_shared.report(other, result.clone(), &report_to).await;
+                task_shared.lock_running().remove(&other.id);
+                task_shared.report(&other, result.clone(), &report_to).await;
             }
-            task_shared.report(attempt_id, result, &report_to).await;
+            task_shared.report(&attempt, result, &report_to).await;
         }
         .instrument(span),
     );

@@ -20,6 +20,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use carillon_protocol::ShippedLine;
+
+use crate::admin::AttemptRef;
 use tracing::field::{Field, Visit};
 use tracing::level_filters::LevelFilter;
 use tracing::span::{Attributes, Id, Record};
@@ -42,7 +44,7 @@ tokio::task_local! {
 /// One attempt's captured lines, waiting to be shipped.
 #[derive(Debug)]
 pub(crate) struct AttemptLog {
-    attempt_id: i64,
+    attempt: AttemptRef,
     report_to: Vec<String>,
     next_line: AtomicI64,
     pending: Mutex<Vec<ShippedLine>>,
@@ -79,8 +81,8 @@ impl AttemptLog {
         self.sending.lock().await
     }
 
-    pub(crate) fn attempt_id(&self) -> i64 {
-        self.attempt_id
+    pub(crate) fn attempt(&self) -> &AttemptRef {
+        &self.attempt
     }
 
     /// The admin nodes its dispatch named.
@@ -133,9 +135,10 @@ impl LogShipper {
     }
 
     /// Starts capturing an attempt's log.
-    pub(crate) fn open(&self, attempt_id: i64, report_to: &[String]) -> Arc<AttemptLog> {
+    pub(crate) fn open(&self, attempt: &AttemptRef, report_to: &[String]) -> Arc<AttemptLog> {
+        let attempt_id = attempt.id;
         let log = Arc::new(AttemptLog {
-            attempt_id,
+            attempt: attempt.clone(),
             report_to: report_to.to_vec(),
             next_line: AtomicI64::new(1),
             pending: Mutex::new(Vec::new()),

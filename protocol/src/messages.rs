@@ -92,6 +92,11 @@ pub struct Dispatch {
     pub run_id: i64,
     /// Unique per dispatch: use it to make a handler idempotent, and to report the result.
     pub attempt_id: i64,
+    /// The attempt's handle: quote it in the attempt's result report and log lines, which
+    /// are refused without it. Unguessable; keep it as private as the dispatch. Absent only
+    /// from nodes older than the handle (an executor then reports without one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handle: Option<String>,
     /// 1 for the first attempt of this shard, 2 for its first retry…
     pub attempt: u32,
     pub job_id: i64,
@@ -218,6 +223,9 @@ pub struct DirectResult {
 pub struct AttemptReport {
     pub executor_id: String,
     pub attempt_id: i64,
+    /// The [`Dispatch::handle`] of the attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handle: Option<String>,
     pub outcome: Outcome,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<Value>,
@@ -240,6 +248,9 @@ pub struct LogBatch {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AttemptLines {
     pub attempt_id: i64,
+    /// The [`Dispatch::handle`] of the attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handle: Option<String>,
     pub lines: Vec<ShippedLine>,
 }
 

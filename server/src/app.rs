@@ -219,6 +219,7 @@ impl Application {
                 source,
             }
         })?;
+        let handles = attempt_handles(&*api_store, &url.to_string()).await?;
         if meta.partition_count != partitions {
             warn!(
                 configured = partitions,
@@ -364,6 +365,7 @@ impl Application {
             crate::dispatch::networks::Allowlist::parse(&config.dispatch.allowed_networks)
                 .map_err(|why| StartupError::Http(format!("dispatch.allowed_networks: {why}")))?,
             &config.dispatch.client_tls(),
+            handles,
         )
         .map_err(|e| StartupError::Http(carillon_tls::with_causes(&e)))?
         .with_xxl_token(config.xxl.access_token.clone());
@@ -548,6 +550,27 @@ fn traces(
         Traces::new(key, Some((spans, telemetry.sample_ratio))),
         Some(export),
     ))
+}
+
+/// The handles of attempts, under the key the nodes share (the first node to start makes it).
+async fn attempt_handles(
+    store: &dyn Store,
+    url: &str,
+) -> Result<crate::dispatch::handles::AttemptHandles, StartupError> {
+    use crate::dispatch::handles::{AttemptHandles, KEY_NAME};
+    let init = |source| StartupError::ClusterInit {
+        url: url.to_owned(),
+        source,
+    };
+    let candidate = AttemptHandles::random_key_hex()
+        .map_err(|e| StartupError::Http(format!("no random numbers for the nodes' key: {e}")))?;
+    let key = store.node_key(KEY_NAME, &candidate).await.map_err(init)?;
+    AttemptHandles::new(&key).map_err(|e| {
+        init(store::Error::Unreadable {
+            what: format!("the nodes' key {KEY_NAME}"),
+            reason: e.to_string(),
+        })
+    })
 }
 
 /// Refuses to start on a schema this build did not migrate to: with `database.migrate` off

@@ -160,6 +160,10 @@ pub enum Refusal {
     Expired,
     #[error("the token is not valid yet")]
     NotYetValid,
+    #[error("the token says it was issued in the future (`iat`)")]
+    IssuedAhead,
+    #[error("the token's `{0}` is not a date in seconds (a JSON number)")]
+    NotANumericDate(&'static str),
     #[error("the token names no subject (`sub`)")]
     NoSubject,
 }
@@ -274,17 +278,29 @@ fn check_claims(claims: &Value, expected: &Expected<'_>) -> Result<Identity, Ref
     if !audience_named {
         return Err(Refusal::Audience);
     }
-    let Some(expires_at_s) = claims.get("exp").and_then(Value::as_i64) else {
+    // Seconds as a float: a NumericDate may have a fraction, and every i64 of seconds that a
+    // clock can hold is exact in an f64 far past the year 10,000.
+    #[allow(
+        clippy::cast_precision_loss,
+        reason = "seconds of a clock, exact in an f64"
+    )]
+    let (now, leeway) = (expected.now_s as f64, expected.leeway_s as f64);
+    let Some(expires_at) = numeric_date(claims, "exp")? else {
         return Err(Refusal::Malformed("it has no `exp`"));
     };
-    if expected.now_s >= expires_at_s.saturating_add(expected.leeway_s) {
+    if now >= expires_at + leeway {
         return Err(Refusal::Expired);
     }
-    if let Some(not_before) = claims.get("nbf").and_then(Value::as_i64)
-        && expected.now_s.saturating_add(expected.leeway_s) < not_before
-    {
-        return Err(Refusal::NotYetValid);
+    for (claim, refusal) in [("nbf", Refusal::NotYetValid), ("iat", Refusal::IssuedAhead)] {
+        if numeric_date(claims, claim)?.is_some_and(|at| now + leeway < at) {
+            return Err(refusal);
+        }
     }
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "checked finite, floored, saturating"
+    )]
+    let expires_at_s = expires_at.floor() as i64;
     let subject = claims
         .get("sub")
         .and_then(Value::as_str)
@@ -316,6 +332,18 @@ fn check_claims(claims: &Value, expected: &Expected<'_>) -> Result<Identity, Ref
         groups,
         expires_at_s,
     })
+}
+
+/// The NumericDate claim `name` (RFC 7519 §2: seconds since the epoch, a fraction allowed);
+/// `None` when absent, refused when it is anything but a finite number.
+fn numeric_date(claims: &Value, name: &'static str) -> Result<Option<f64>, Refusal> {
+    match claims.get(name) {
+        None => Ok(None),
+        Some(value) => match value.as_f64().filter(|at| at.is_finite()) {
+            Some(at) => Ok(Some(at)),
+            None => Err(Refusal::NotANumericDate(name)),
+        },
+    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! [`tokens`] finds the service token a bearer belongs to, [`oidc`] checks a person's JWT
 //! and [`grants`] gives the person the roles of its groups.
 
+pub mod executor_owners;
 pub mod grants;
 pub mod jwt;
 pub mod oidc;
@@ -172,16 +173,69 @@ pub enum Principal {
     Admin,
     /// The read-only token: a viewer of every namespace and of the cluster.
     ReadOnly,
-    /// An executor; `app` is `Some` when its token is limited to one app, `namespace` when it
-    /// is a service token of a namespace, limited to that namespace's apps.
-    Executor {
-        app: Option<String>,
-        namespace: Option<NamespaceId>,
-    },
+    /// An executor, by the token it presented.
+    Executor(ExecutorToken),
     /// A service token: one role in one namespace.
     Service(ServiceGrant),
     /// A person, signed in with the identity provider.
     Person(Box<Person>),
+}
+
+/// The token an executor presented: what it may act for, and who owns what it registers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecutorToken {
+    /// The cluster's executor token (`[auth] executor_token`): apps of `default`.
+    Cluster,
+    /// An app token of the settings (`[auth] app_tokens`): that app's executors only.
+    App(String),
+    /// A namespace's service token of role `executor`: that namespace's apps only.
+    Service {
+        token_id: i64,
+        name: String,
+        namespace: NamespaceId,
+    },
+}
+
+impl ExecutorToken {
+    /// The namespace it registers apps into; `None`: `default`, or the app's own.
+    pub fn namespace(&self) -> Option<NamespaceId> {
+        match self {
+            ExecutorToken::Service { namespace, .. } => Some(*namespace),
+            ExecutorToken::Cluster | ExecutorToken::App(_) => None,
+        }
+    }
+
+    /// The one app it is limited to.
+    pub fn app(&self) -> Option<&str> {
+        match self {
+            ExecutorToken::App(app) => Some(app),
+            ExecutorToken::Cluster | ExecutorToken::Service { .. } => None,
+        }
+    }
+
+    /// How an executor it registered records its owner (`executors.registered_by`): stable
+    /// across restarts and nodes, and never the token itself.
+    pub fn owner_key(&self) -> String {
+        match self {
+            ExecutorToken::Cluster => "cluster".to_owned(),
+            ExecutorToken::App(app) => format!("app:{app}"),
+            ExecutorToken::Service { token_id, .. } => format!("token:{token_id}"),
+        }
+    }
+}
+
+/// The owner key of an executor the admin token registered.
+pub const ADMIN_OWNER: &str = "admin";
+
+/// How a view and an error name the owner key `key` of [`ExecutorToken::owner_key`].
+pub fn describe_owner(key: &str) -> String {
+    match key.split_once(':') {
+        Some(("app", app)) => format!("the app token of {app}"),
+        Some(("token", id)) => format!("service token #{id}"),
+        _ if key == ADMIN_OWNER => "the admin token".to_owned(),
+        _ if key == "cluster" => "the cluster's executor token".to_owned(),
+        _ => key.to_owned(),
+    }
 }
 
 /// What a caller gets.
@@ -203,7 +257,15 @@ impl Principal {
             Principal::ReadOnly => Some(Role::Viewer),
             Principal::Service(grant) if grant.namespace == namespace => Some(grant.role),
             Principal::Person(person) => person.role_in(namespace),
-            Principal::Service(_) | Principal::Executor { .. } => None,
+            Principal::Service(_) | Principal::Executor(_) => None,
+        }
+    }
+
+    /// The one app an executor's token is limited to, if it is.
+    pub fn executor_app(&self) -> Option<&str> {
+        match self {
+            Principal::Executor(token) => token.app(),
+            _ => None,
         }
     }
 
@@ -223,9 +285,9 @@ impl Principal {
     pub fn decide(&self, need: Need, namespace: Option<NamespaceId>) -> Decision {
         let refuse = |why: &str| Decision::Refuse(why.to_owned());
         match (self, need) {
-            (Principal::Executor { .. }, Need::Executor) | (Principal::Admin, _) => Decision::Allow,
+            (Principal::Executor(_), Need::Executor) | (Principal::Admin, _) => Decision::Allow,
             (Principal::Person(person), _) => person.decide(need, namespace),
-            (Principal::Executor { .. }, _) | (_, Need::Executor) => {
+            (Principal::Executor(_), _) | (_, Need::Executor) => {
                 refuse("this token does not open this endpoint")
             }
             (_, Need::SignedIn) | (Principal::ReadOnly, Need::ClusterViewer) => Decision::Allow,
@@ -265,8 +327,11 @@ impl Principal {
         match self {
             Principal::Admin => "admin token".to_owned(),
             Principal::ReadOnly => "read-only token".to_owned(),
-            Principal::Executor { app: Some(app), .. } => format!("app token of {app}"),
-            Principal::Executor { .. } => "executor token".to_owned(),
+            Principal::Executor(ExecutorToken::App(app)) => format!("app token of {app}"),
+            Principal::Executor(ExecutorToken::Cluster) => "cluster executor token".to_owned(),
+            Principal::Executor(ExecutorToken::Service { token_id, name, .. }) => {
+                format!("executor token {name} (#{token_id})")
+            }
             Principal::Service(grant) => format!("token {} (#{})", grant.name, grant.token_id),
             // Both come from the token: cut, so that the trail's column always takes them.
             Principal::Person(person) if person.name == person.subject => {
@@ -352,10 +417,12 @@ mod tests {
             read_only.decide(Need::Role(Role::Operator), Some(TEAM)),
             Decision::Refuse(_)
         ));
-        let executor = Principal::Executor {
-            app: None,
-            namespace: Some(TEAM),
-        };
+        let executor = Principal::Executor(ExecutorToken::Service {
+            token_id: 4,
+            name: "runners".to_owned(),
+            namespace: TEAM,
+        });
+        assert_eq!(executor.describe(), "executor token runners (#4)");
         assert_eq!(executor.decide(Need::Executor, None), Decision::Allow);
         assert!(matches!(
             executor.decide(Need::SignedIn, None),

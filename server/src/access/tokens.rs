@@ -11,7 +11,7 @@ use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
 use super::snapshot::Snapshot;
-use super::{EXECUTOR_ROLE, Principal, Role, ServiceGrant};
+use super::{EXECUTOR_ROLE, ExecutorToken, Principal, Role, ServiceGrant};
 use crate::store::{self, TokenRecord, TokenStore};
 
 /// How often a token's `last_used_at` is written at most.
@@ -97,10 +97,11 @@ impl ServiceTokens {
             return Ok(Lookup::Expired);
         }
         let principal = if record.role == EXECUTOR_ROLE {
-            Principal::Executor {
-                app: None,
-                namespace: Some(record.namespace_id),
-            }
+            Principal::Executor(ExecutorToken::Service {
+                token_id: record.token_id,
+                name: record.name,
+                namespace: record.namespace_id,
+            })
         } else if let Some(role) = Role::parse(&record.role) {
             Principal::Service(ServiceGrant {
                 token_id: record.token_id,

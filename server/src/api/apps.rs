@@ -48,6 +48,11 @@ pub(super) struct ExecutorView {
     handlers: Vec<String>,
     registered_at: Option<String>,
     last_heartbeat_at: Option<String>,
+    /// The token that registered it, the only one that acts for it (`service token #4`, `the
+    /// cluster's executor token`); absent for one registered before owners were kept, until it
+    /// registers again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    registered_by: Option<String>,
 }
 
 /// Whether an app of namespace `owner` serves the jobs of `namespace`.
@@ -86,6 +91,11 @@ async fn views(
                 .collect(),
             registered_at: rfc3339(e.registered_at_ms),
             last_heartbeat_at: rfc3339(e.heartbeat_at_ms),
+            registered_by: e
+                .registered_by
+                .as_deref()
+                .filter(|key| !key.is_empty())
+                .map(crate::access::describe_owner),
         });
     }
     Ok(views)

@@ -7,6 +7,7 @@ use axum::response::Response;
 
 use super::audit::{Peer, record_refused_sign_in};
 use super::{ApiError, ApiState};
+use crate::access::ExecutorToken;
 pub use crate::access::Principal;
 use crate::access::oidc::{OidcVerifier, SignInError};
 use crate::access::tokens::Lookup;
@@ -32,15 +33,9 @@ fn configured_principal(state: &ApiState, token: &str) -> Option<Principal> {
     } else if read_only {
         Some(Principal::ReadOnly)
     } else if executor {
-        Some(Principal::Executor {
-            app: None,
-            namespace: None,
-        })
+        Some(Principal::Executor(ExecutorToken::Cluster))
     } else {
-        app.map(|app| Principal::Executor {
-            app: Some(app),
-            namespace: None,
-        })
+        app.map(|app| Principal::Executor(ExecutorToken::App(app)))
     }
 }
 

@@ -25,6 +25,14 @@ pub enum ApiError {
     MethodNotAllowed,
     #[error("{0}")]
     Forbidden(String),
+    /// Refused (`403`) for something of `namespace`: the caller is told `answer`, and the
+    /// audit trail records `why` in that namespace, where its admins see it.
+    #[error("{answer}")]
+    ForbiddenIn {
+        namespace: crate::store::NamespaceId,
+        answer: String,
+        why: String,
+    },
     #[error("{what} not found")]
     Missing { what: String },
     #[error("{field}: {message}")]
@@ -135,7 +143,7 @@ impl ApiError {
                 "Method Not Allowed",
                 "this path does not take this method; see the Allow header".to_owned(),
             ),
-            ApiError::Forbidden(detail) => (
+            ApiError::Forbidden(detail) | ApiError::ForbiddenIn { answer: detail, .. } => (
                 StatusCode::FORBIDDEN,
                 "urn:carillon:problem:forbidden",
                 "Forbidden",
@@ -257,6 +265,17 @@ impl IntoResponse for ApiError {
             ApiError::InvalidItems { errors, .. } => Some(errors.clone()),
             _ => None,
         };
+        let note = AuditNote {
+            refused: status == StatusCode::FORBIDDEN,
+            namespace: match &self {
+                ApiError::ForbiddenIn { namespace, .. } => Some(*namespace),
+                _ => None,
+            },
+            detail: match &self {
+                ApiError::ForbiddenIn { why, .. } => why.clone(),
+                _ => detail.clone(),
+            },
+        };
         let body = Problem {
             kind,
             title,
@@ -266,6 +285,7 @@ impl IntoResponse for ApiError {
             errors,
         };
         let mut response = (status, Json(body)).into_response();
+        response.extensions_mut().insert(note);
         let headers = response.headers_mut();
         headers.insert(
             header::CONTENT_TYPE,
@@ -279,6 +299,15 @@ impl IntoResponse for ApiError {
         }
         response
     }
+}
+
+/// What the audit trail records of a call answered with an error: whether it was refused (not
+/// permitted), why, and the namespace of what it aimed at when that is not the one it named.
+#[derive(Debug, Clone)]
+pub(super) struct AuditNote {
+    pub(super) refused: bool,
+    pub(super) namespace: Option<crate::store::NamespaceId>,
+    pub(super) detail: String,
 }
 
 pub(super) async fn not_found() -> ApiError {

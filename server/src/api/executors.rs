@@ -16,46 +16,33 @@ use super::body::JsonBody;
 use super::error::Problem;
 use super::params::NameParam;
 use super::{ApiError, ApiState, Principal};
+use crate::access::executor_owners;
 use crate::dispatch::finish::{Ending, finish_attempt_by};
 use crate::jobs::JobInput;
 use crate::schedule::ScheduleSpec;
 use crate::states::AttemptState;
 use crate::store::{
-    self, ExecutorRegistration, NamespaceId, RegistrationOutcome, executor_protocol,
+    self, ExecutorOwner, ExecutorRegistration, NamespaceId, RegistrationOutcome, executor_protocol,
 };
 
-/// Refuses a token limited to an app, or to a namespace's apps, acting for another's
-/// executor.
-pub(super) async fn check_scope(
+/// Refuses a caller acting for an executor another token registered (see
+/// [`crate::access::executor_owners`]); an unknown executor is no one's yet.
+pub(super) async fn check_owner(
     state: &ApiState,
     principal: &Principal,
     executor_id: &str,
-) -> Result<(), ApiError> {
-    match principal {
-        Principal::Executor { app: Some(app), .. } => {
-            let own = state.store.executors_list(Some(app)).await?;
-            if own.executors.iter().any(|e| e.executor_id == executor_id) {
-                Ok(())
-            } else {
-                Err(ApiError::Forbidden(format!(
-                    "this token is limited to app {app:?}; executor {executor_id:?} is not one of its executors"
-                )))
+) -> Result<Option<ExecutorOwner>, ApiError> {
+    let owner = state.store.executor_owner(executor_id).await?;
+    if let Some(owner) = &owner {
+        executor_owners::may_act_for(principal, executor_id, owner).map_err(|not_yours| {
+            ApiError::ForbiddenIn {
+                namespace: owner.namespace_id,
+                answer: not_yours.answer,
+                why: not_yours.why,
             }
-        }
-        Principal::Executor {
-            namespace: Some(namespace),
-            ..
-        } => {
-            if state.store.executor_namespace(executor_id).await? == Some(*namespace) {
-                Ok(())
-            } else {
-                Err(ApiError::Forbidden(format!(
-                    "this token is limited to its namespace's apps; executor {executor_id:?} is not one of theirs"
-                )))
-            }
-        }
-        _ => Ok(()),
+        })?;
     }
+    Ok(owner)
 }
 
 pub(super) fn ident(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
@@ -83,8 +70,8 @@ pub(super) async fn register(
     audit: Audit,
     JsonBody(registration): JsonBody<Registration>,
 ) -> Result<Json<RegistrationAccepted>, ApiError> {
-    if let Principal::Executor { app: Some(app), .. } = &principal
-        && *app != registration.app
+    if let Some(app) = principal.executor_app()
+        && app != registration.app
     {
         return Err(ApiError::Forbidden(format!(
             "this token is limited to app {app:?}, not {:?}",
@@ -140,9 +127,19 @@ pub(super) async fn register(
         ident(&format!("handlers[{i}].name"), &handler.name, 128)?;
     }
     let namespace = match &principal {
-        Principal::Executor { namespace, .. } => *namespace,
+        Principal::Executor(token) => token.namespace(),
         _ => None,
     };
+    let Some(registered_by) = executor_owners::owner_key_of(&principal) else {
+        return Err(ApiError::Forbidden(
+            "this token does not register executors".to_owned(),
+        ));
+    };
+    // Taken by another token, it is refused; the registration below is made only while the
+    // owner is still the one checked here.
+    let owner_was = check_owner(&state, &principal, &registration.executor_id)
+        .await?
+        .map(|owner| owner.registered_by);
     // The event goes with the registration; the jobs its handlers declare are created after,
     // each on its own (an existing job of the name is left as it is).
     let event = audit.event(axum::http::StatusCode::OK, None);
@@ -164,23 +161,35 @@ pub(super) async fn register(
                     .map(|h| (h.name.clone(), h.description.chars().take(1024).collect()))
                     .collect(),
                 namespace,
+                registered_by,
+                owner_was,
             },
             event.as_ref(),
         )
         .await?;
-    if outcome == RegistrationOutcome::AppOfAnotherNamespace {
-        return Err(ApiError::Forbidden(format!(
-            "app {:?} is another namespace's: this token registers its own namespace's apps",
-            registration.app
-        )));
+    match outcome {
+        RegistrationOutcome::Registered => {}
+        RegistrationOutcome::AppOfAnotherNamespace => {
+            return Err(ApiError::Forbidden(format!(
+                "app {:?} is another namespace's: this token registers its own namespace's apps",
+                registration.app
+            )));
+        }
+        RegistrationOutcome::Raced => {
+            return Err(ApiError::Conflict(format!(
+                "executor {:?} was registered by another caller at the same moment: register again",
+                registration.executor_id
+            )));
+        }
     }
     audit.written();
     if registration.handlers.iter().any(|h| h.schedule.is_some()) {
         // In the app's namespace, whoever registered it.
         let app_namespace = state
             .store
-            .executor_namespace(&registration.executor_id)
+            .executor_owner(&registration.executor_id)
             .await?
+            .map(|owner| owner.namespace_id)
             .unwrap_or_default();
         for handler in &registration.handlers {
             if let Some(schedule) = &handler.schedule {
@@ -290,7 +299,7 @@ pub(super) async fn heartbeat(
     Extension(principal): Extension<Principal>,
     JsonBody(beat): JsonBody<Heartbeat>,
 ) -> Result<Json<HeartbeatReply>, ApiError> {
-    check_scope(&state, &principal, &beat.executor_id).await?;
+    check_owner(&state, &principal, &beat.executor_id).await?;
     let in_flight = i64::try_from(beat.in_flight.len()).unwrap_or(i64::MAX);
     let registered = state
         .store
@@ -348,7 +357,21 @@ pub(super) async fn results(
     Extension(principal): Extension<Principal>,
     JsonBody(report): JsonBody<AttemptReport>,
 ) -> Result<Json<ReportAccepted>, ApiError> {
-    check_scope(&state, &principal, &report.executor_id).await?;
+    check_owner(&state, &principal, &report.executor_id).await?;
+    let Some(handle) = &report.handle else {
+        return Err(ApiError::Forbidden(format!(
+            "the result of attempt {} quotes no handle: an executor quotes the `handle` of the \
+             attempt's dispatch (an SDK older than this node sends none; upgrade it)",
+            report.attempt_id
+        )));
+    };
+    // Told apart from an attempt that does not exist by nothing: ids are sequential.
+    if !state.dispatch.handles().verifies(report.attempt_id, handle) {
+        return Err(ApiError::Forbidden(format!(
+            "attempt {} has no such handle",
+            report.attempt_id
+        )));
+    }
     let attempt = state
         .store
         .attempt_get(report.attempt_id)
@@ -457,15 +480,16 @@ pub(super) async fn resume(
 
 #[utoipa::path(delete, operation_id = "removeExecutor", path = "/executors/{id}", tag = "executors", params(("id" = String, Path, description = "The executor's id")),
     responses((status = 204, description = "Forgotten")))]
-/// `DELETE /executors/{id}`: forget an executor; its running attempts fail over. One that is
-/// still alive is told at its next heartbeat to register again.
+/// `DELETE /executors/{id}`: forget an executor; its running attempts fail over, and its id is
+/// free for any token to register. One that is still alive is told at its next heartbeat to
+/// register again.
 pub(super) async fn remove(
     State(state): State<ApiState>,
     audit: Audit,
     NameParam(id): NameParam,
 ) -> Result<axum::http::StatusCode, ApiError> {
     let event = audit.event(axum::http::StatusCode::NO_CONTENT, None);
-    if state.store.executor_leave(&id, event.as_ref()).await? {
+    if state.store.executor_remove(&id, event.as_ref()).await? {
         audit.written();
         Ok(axum::http::StatusCode::NO_CONTENT)
     } else {
@@ -482,7 +506,7 @@ pub(super) async fn deregister(
     Extension(principal): Extension<Principal>,
     JsonBody(leaving): JsonBody<Deregistration>,
 ) -> Result<Json<Deregistered>, ApiError> {
-    check_scope(&state, &principal, &leaving.executor_id).await?;
+    check_owner(&state, &principal, &leaving.executor_id).await?;
     let event = audit.event(axum::http::StatusCode::OK, None);
     let left = state
         .store

@@ -76,6 +76,7 @@ pub(super) async fn test_call(
         protocol: PROTOCOL_VERSION,
         run_id: 0,
         attempt_id: 0,
+        handle: None,
         attempt: 1,
         job_id: 0,
         job: input.name.unwrap_or_else(|| "test".to_owned()),

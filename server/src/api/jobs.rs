@@ -608,19 +608,19 @@ pub(super) async fn runs(
     IdParam(id): IdParam,
     QueryParams(query): QueryParams<JobRunsQuery>,
 ) -> Result<Json<RunList>, ApiError> {
-    load(&state, id).await?;
-    Ok(Json(runs_of(&state, "jobs", id, query).await?))
+    let job = load(&state, id).await?;
+    Ok(Json(runs_of(&state, "jobs", &job, query).await?))
 }
 
-/// One page of the runs of job `id` (a workflow's too), listed under `/{collection}/{id}/runs`.
+/// One page of the runs of `job` (a workflow's too), listed under `/{collection}/{id}/runs`.
 pub(super) async fn runs_of(
     state: &ApiState,
     collection: &str,
-    id: i64,
+    job: &JobRecord,
     query: JobRunsQuery,
 ) -> Result<RunList, ApiError> {
-    let listing = format!("{collection}/{id}/runs");
-    let query = query.of_job(id);
+    let listing = format!("{collection}/{}/runs", job.job_id);
+    let query = query.of_job(job.job_id);
     let wanted = query_state(&query)?;
-    page_of(state, &listing, query, &[wanted.as_str()]).await
+    page_of(state, job.namespace_id, &listing, query, &[wanted.as_str()]).await
 }

@@ -11,7 +11,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::auth::Principal;
 use super::error::Problem;
-use super::executors::check_scope;
+use super::executors::check_owner;
 use super::params::{IdParam, QueryParams};
 use super::{ApiError, ApiState, rfc3339};
 use crate::store::{AttemptRecord, NewLogLine, TRUNCATED_LINE, executor_protocol};
@@ -30,9 +30,21 @@ pub(super) async fn append(
     Extension(principal): Extension<Principal>,
     super::body::JsonBody(batch): super::body::JsonBody<LogBatch>,
 ) -> Result<Json<LogBatchAccepted>, ApiError> {
-    check_scope(&state, &principal, &batch.executor_id).await?;
+    check_owner(&state, &principal, &batch.executor_id).await?;
     let mut lines: Vec<(i64, Vec<NewLogLine>)> = Vec::with_capacity(batch.attempts.len());
+    // An attempt whose handle is missing or not its own is refused like another executor's.
+    let mut unquoted = Vec::new();
     for (i, attempt) in batch.attempts.into_iter().enumerate() {
+        let quoted = attempt.handle.as_deref().is_some_and(|handle| {
+            state
+                .dispatch
+                .handles()
+                .verifies(attempt.attempt_id, handle)
+        });
+        if !quoted {
+            unquoted.push(attempt.attempt_id);
+            continue;
+        }
         let mut kept = Vec::with_capacity(attempt.lines.len());
         for (j, line) in attempt.lines.into_iter().enumerate() {
             if !(1..TRUNCATED_LINE).contains(&line.line) {
@@ -54,10 +66,12 @@ pub(super) async fn append(
         .store
         .attempt_logs_append(&batch.executor_id, &lines, state.log_caps)
         .await?;
+    let mut refused = appended.refused;
+    refused.extend(unquoted);
     Ok(Json(LogBatchAccepted {
         stored: appended.stored,
         dropped: appended.dropped,
-        refused: appended.refused,
+        refused,
     }))
 }
 

@@ -212,6 +212,8 @@ fn routes() -> OpenApiRouter<ApiState> {
     routes_with(|api| api)
 }
 
+pub use permissions::takes_namespace;
+
 /// The node's whole HTTP application.
 pub fn router(state: ApiState) -> Router {
     let auth_state = state.clone();

@@ -23,6 +23,7 @@ use utoipa::openapi::RefOr;
 use utoipa::openapi::path::ParameterIn;
 
 use super::audit::{self, Audit, Call, Outcome, Peer};
+use super::error::AuditNote;
 use super::{ApiError, ApiState};
 use crate::access::{Decision, Need, Principal, Role};
 use crate::store::NamespaceId;
@@ -170,6 +171,31 @@ fn operations() -> &'static HashMap<String, Vec<(Method, Operation)>> {
     })
 }
 
+/// Whether an operation at `path` (`/api/v1/…`, any method, no query) works in the
+/// namespace its `namespace` query parameter names: what a client adds `namespace=` to. Read
+/// from the document, so a new operation is covered as soon as it exists.
+pub fn takes_namespace(path: &str) -> bool {
+    let route_matches = |route: &str| {
+        let (mut route, mut path) = (route.split('/'), path.split('/'));
+        loop {
+            match (route.next(), path.next()) {
+                (None, None) => return true,
+                (Some(r), Some(p)) if r == p || (r.starts_with('{') && !p.is_empty()) => {}
+                _ => return false,
+            }
+        }
+    };
+    let in_one =
+        |methods: &Vec<(Method, Operation)>| methods.iter().any(|(_, op)| op.scope == Scope::Query);
+    // A literal route (`/secrets/rotate`) is the path's before any template (`/secrets/{name}`).
+    match operations().get(path) {
+        Some(methods) => in_one(methods),
+        None => operations()
+            .iter()
+            .any(|(route, methods)| route_matches(route) && in_one(methods)),
+    }
+}
+
 /// `Ok` when `decision` allows; `hidden` when the caller may not know there is anything.
 pub(super) fn check(decision: Decision, hidden: impl FnOnce() -> ApiError) -> Result<(), ApiError> {
     verdict(decision, None, hidden).map_err(|denied| *denied.error)
@@ -211,10 +237,43 @@ pub(super) async fn authorize(
         ));
     };
     if !audit::audited(&operation.id, method == Method::GET) {
-        admit(&state, &principal, operation, &params, &mut request)
+        let peer = request
+            .extensions()
+            .get::<ConnectInfo<Peer>>()
+            .map(|info| info.0);
+        let resource = format!("{}{}", super::API_PREFIX, request.uri().path());
+        let namespace = admit(&state, &principal, operation, &params, &mut request)
             .await
             .map_err(|denied| *denied.error)?;
-        return Ok(next.run(request).await);
+        request.extensions_mut().insert(Admitted(namespace));
+        let mut response = next.run(request).await;
+        // A refusal of a call not otherwise recorded (an executor's heartbeat, result or log
+        // lines for an executor or attempt that is not its own) is: it is what a caller
+        // reaching past its boundary looks like.
+        if let Some(note) = response
+            .extensions_mut()
+            .remove::<AuditNote>()
+            .filter(|note| note.refused)
+        {
+            let call = Call {
+                principal: &principal,
+                peer,
+                operation: &operation.id,
+                resource: &resource,
+                namespace: note.namespace.or(namespace),
+            };
+            let status = response.status().as_u16();
+            audit::record(
+                &state,
+                &call,
+                Outcome::Refused,
+                status,
+                Some(note.detail),
+                None,
+            )
+            .await;
+        }
+        return Ok(response);
     }
     // Inside the nested router the path has lost its prefix.
     let resource = format!("{}{}", super::API_PREFIX, request.uri().path());
@@ -236,20 +295,25 @@ pub(super) async fn authorize(
             call.namespace = namespace;
             let audit = Audit::ready(&state, &call);
             request.extensions_mut().insert(audit.clone());
+            request.extensions_mut().insert(Admitted(namespace));
             let mut response = next.run(request).await;
             if audit.is_written() {
                 return Ok(response);
             }
-            let outcome = if response.status().is_success() {
-                Outcome::Ok
-            } else {
-                Outcome::Failed
+            let note = response.extensions_mut().remove::<AuditNote>();
+            let outcome = match &note {
+                _ if response.status().is_success() => Outcome::Ok,
+                Some(note) if note.refused => Outcome::Refused,
+                _ => Outcome::Failed,
             };
+            if let Some(namespace) = note.as_ref().and_then(|note| note.namespace) {
+                call.namespace = Some(namespace);
+            }
             changes = response
                 .extensions_mut()
                 .remove::<super::changes::Changes>()
                 .and_then(|changes| changes.to_json());
-            (response, outcome, None)
+            (response, outcome, note.map(|note| note.detail))
         }
         Err(denied) => {
             call.namespace = denied.namespace;
@@ -269,6 +333,35 @@ pub(super) async fn authorize(
     let status = response.status().as_u16();
     audit::record(&state, &call, outcome, status, detail, changes).await;
     Ok(response)
+}
+
+/// The namespace a call was admitted in: where [`authorize`] found the caller's role (the
+/// `namespace` query parameter, the caller's home, `default`, or the namespace of the resource
+/// in the path). Handlers work in it and filter inside it, so no other parameter (`job_id`, a
+/// cursor) can widen what a caller sees; `None` for a cluster-wide operation.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Admitted(pub(super) Option<NamespaceId>);
+
+impl Admitted {
+    /// The namespace, for an operation that works in one.
+    pub(super) fn namespace(self) -> Result<NamespaceId, ApiError> {
+        self.0.ok_or_else(|| {
+            ApiError::Internal("an operation in a namespace was admitted without one".to_owned())
+        })
+    }
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Admitted {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Self, Self::Rejection> {
+        parts.extensions.get::<Admitted>().copied().ok_or_else(|| {
+            ApiError::Internal("a handler ran without the permission check".to_owned())
+        })
+    }
 }
 
 /// Why a call was not let through to its handler, and the namespace it aimed at.
@@ -343,7 +436,12 @@ async fn admit(
     Ok(match operation.scope {
         Scope::Cluster => {
             verdict(principal.decide(need, None), None, || ApiError::NotFound)?;
-            None
+            // A namespace's executor token works in its namespace, where its calls are
+            // recorded.
+            match principal {
+                Principal::Executor(token) => token.namespace(),
+                _ => None,
+            }
         }
         Scope::Query => {
             let asked = axum::extract::Query::<NamespaceParam>::try_from_uri(request.uri())
@@ -496,6 +594,33 @@ mod tests {
                     operation.id
                 );
             }
+        }
+    }
+
+    #[test]
+    fn the_paths_that_work_in_a_namespace_are_read_from_the_document() {
+        for path in [
+            "/api/v1/jobs",
+            "/api/v1/runs",
+            "/api/v1/dead-letters",
+            "/api/v1/secrets",
+            "/api/v1/secrets/db-password",
+            "/api/v1/calendars/holidays",
+            "/api/v1/tokens",
+        ] {
+            assert!(takes_namespace(path), "{path}");
+        }
+        for path in [
+            "/api/v1/jobs/5",
+            "/api/v1/jobs/5/runs",
+            "/api/v1/runs/7",
+            "/api/v1/secrets/rotate",
+            "/api/v1/namespaces",
+            "/api/v1/executors/register",
+            "/api/v1/nothing",
+            "/api/v1/secrets/",
+        ] {
+            assert!(!takes_namespace(path), "{path}");
         }
     }
 

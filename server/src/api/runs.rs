@@ -9,9 +9,10 @@ use super::audit::Audit;
 use super::error::Problem;
 use super::paging;
 use super::params::{IdParam, QueryParams};
+use super::permissions::Admitted;
 use super::{ApiError, ApiState, rfc3339};
 use crate::states::RunState;
-use crate::store::{AttemptRecord, DEAD_LETTER_STATES, RunFilter, RunRecord};
+use crate::store::{AttemptRecord, DEAD_LETTER_STATES, NamespaceId, RunFilter, RunRecord};
 
 /// A run as the API shows it.
 #[derive(Debug, Serialize, ToSchema)]
@@ -184,7 +185,12 @@ pub(super) struct ChildRunView {
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RunsQuery {
-    /// The namespace (default `default`); a job's own runs (`job_id`) are of its namespace.
+    /// The namespace (default `default`, or a service token's own); `job_id` and every other
+    /// filter apply inside it.
+    #[allow(
+        dead_code,
+        reason = "the permission check reads it and admits the call in it (`Admitted`)"
+    )]
     #[param(max_length = 63, pattern = "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")]
     namespace: Option<String>,
     /// Only this job's runs.
@@ -244,9 +250,11 @@ const FINISHED_FILTER: &str = "done";
 
 const RUN_SORTS: &[&str] = &["-created", "created"];
 
-/// A page of the runs `query` asks for, in listing `listing` (whose cursors it takes).
+/// A page of the runs `query` asks for in `namespace` (where the call was admitted), in
+/// listing `listing` (whose cursors it takes).
 pub(super) async fn page_of(
     state: &ApiState,
+    namespace: NamespaceId,
     listing: &str,
     query: RunsQuery,
     states: &[&str],
@@ -259,15 +267,10 @@ pub(super) async fn page_of(
         .map(|c| paging::position_id(c, listing, sort))
         .transpose()?;
     let oldest_first = sort == "created";
-    // A job's runs are its namespace's: the job id is filter enough.
-    let namespace = match (query.job_id, query.namespace.as_deref()) {
-        (Some(_), None) => None,
-        (_, name) => Some(super::namespaces::resolve(state, name).await?.id),
-    };
     let mut runs = Vec::new();
     for run_state in states {
         let filter = RunFilter {
-            namespace,
+            namespace: Some(namespace),
             job_id: query.job_id,
             state: Some((*run_state).to_owned()).filter(|s| !s.is_empty()),
             oldest_first,
@@ -295,11 +298,19 @@ pub(super) async fn page_of(
     responses((status = 200, description = "One page of runs", body = RunList)))]
 pub(super) async fn list(
     State(state): State<ApiState>,
+    admitted: Admitted,
     QueryParams(query): QueryParams<RunsQuery>,
 ) -> Result<Json<RunList>, ApiError> {
     let wanted = query_state(&query)?;
     Ok(Json(
-        page_of(&state, "runs", query, &[wanted.as_str()]).await?,
+        page_of(
+            &state,
+            admitted.namespace()?,
+            "runs",
+            query,
+            &[wanted.as_str()],
+        )
+        .await?,
     ))
 }
 
@@ -325,6 +336,7 @@ pub(super) fn query_state(query: &RunsQuery) -> Result<String, ApiError> {
 /// `no_executor`.
 pub(super) async fn dead_letters(
     State(state): State<ApiState>,
+    admitted: Admitted,
     QueryParams(query): QueryParams<RunsQuery>,
 ) -> Result<Json<RunList>, ApiError> {
     if query.state.is_some() {
@@ -336,6 +348,7 @@ pub(super) async fn dead_letters(
     Ok(Json(
         page_of(
             &state,
+            admitted.namespace()?,
             "dead-letters",
             query,
             &DEAD_LETTER_STATES.map(RunState::as_str),

@@ -505,6 +505,6 @@ pub(super) async fn runs(
     IdParam(id): IdParam,
     QueryParams(query): QueryParams<JobRunsQuery>,
 ) -> Result<Json<RunList>, ApiError> {
-    load_workflow(&state, id).await?;
-    Ok(Json(runs_of(&state, "workflows", id, query).await?))
+    let workflow = load_workflow(&state, id).await?;
+    Ok(Json(runs_of(&state, "workflows", &workflow, query).await?))
 }

@@ -158,6 +158,13 @@ async fn register(state: &ApiState, headers: &HeaderMap, body: &Bytes) -> Result
         debug!(executor = %executor_id, "XXL-JOB executor beat");
         return Ok(());
     }
+    // Ids `xxl-…` are registered only here (the executor protocol refuses them).
+    let owner_was = state
+        .store
+        .executor_owner(&executor_id)
+        .await
+        .map_err(store_error)?
+        .map(|owner| owner.registered_by);
     state
         .store
         .executor_register(
@@ -175,6 +182,8 @@ async fn register(state: &ApiState, headers: &HeaderMap, body: &Bytes) -> Result
                     "an XXL-JOB executor: it does not say which handlers it has".to_owned(),
                 )],
                 namespace: None,
+                registered_by: executor_protocol::XXL.to_owned(),
+                owner_was,
             },
             None,
         )

@@ -10,23 +10,6 @@ use super::client_config::{ClientConfig, ClientConfigError};
 use crate::config::Config;
 use crate::data_dir::DataDir;
 
-/// The paths of the operations that work in a namespace (collections and creates, and every
-/// calendar path): `namespace=` is added to them. A resource's own path (`/jobs/{id}`) takes
-/// none: ids are unique across namespaces.
-const IN_A_NAMESPACE: [&str; 11] = [
-    "/api/v1/jobs",
-    "/api/v1/jobs/bulk",
-    "/api/v1/workflows",
-    "/api/v1/tasks",
-    "/api/v1/runs",
-    "/api/v1/dead-letters",
-    "/api/v1/schedules/preview",
-    "/api/v1/calendars",
-    "/api/v1/tokens",
-    "/api/v1/grants",
-    "/api/v1/audit",
-];
-
 /// Where the API is and the token to use.
 #[derive(Debug, Clone)]
 pub(crate) struct ApiTarget {
@@ -148,12 +131,11 @@ impl ApiTarget {
             Some((bare, query)) => (bare, Some(query)),
             None => (path, None),
         };
-        let in_one = IN_A_NAMESPACE.contains(&bare) || bare.starts_with("/api/v1/calendars/");
+        // Which operations work in a namespace is read from the node's own API document: a
+        // resource's path (`/jobs/{id}`) takes none, ids being unique across namespaces.
+        let in_one = crate::api::takes_namespace(bare);
         let named = query.is_some_and(|q| q.split('&').any(|p| p.starts_with("namespace=")));
-        // A job's runs are its namespace's: the job id is filter enough.
-        let of_a_job = bare == "/api/v1/runs"
-            && query.is_some_and(|q| q.split('&').any(|p| p.starts_with("job_id=")));
-        if !in_one || named || of_a_job {
+        if !in_one || named {
             return path.to_owned();
         }
         let separator = if query.is_some() { '&' } else { '?' };

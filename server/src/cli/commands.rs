@@ -357,16 +357,18 @@ pub(crate) async fn runs(
         } => return super::run_logs::logs(api, output, id, attempt, follow).await,
         RunsCommand::Ls { job, state, page } => {
             let mut query = page.query();
-            if let Some(job) = job {
-                query.push(format!("job_id={job}"));
-            }
             if let Some(state) = state {
                 query.push(format!("state={}", encode(&state)));
             }
+            // A job's runs are listed in the job's namespace, whichever the command works in.
+            let collection = match job {
+                Some(job) => format!("/api/v1/jobs/{job}/runs"),
+                None => "/api/v1/runs".to_owned(),
+            };
             let page = api
                 .call(
                     Method::GET,
-                    &format!("/api/v1/runs?{}", query.join("&")),
+                    &format!("{collection}?{}", query.join("&")),
                     None,
                 )
                 .await?;

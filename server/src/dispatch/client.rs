@@ -10,6 +10,7 @@ use carillon_protocol::{
 };
 use reqwest::StatusCode;
 
+use super::handles::AttemptHandles;
 use super::networks::{Allowlist, AllowlistResolver};
 use crate::clock::ClusterClock;
 use crate::secret::Secret;
@@ -75,6 +76,8 @@ pub struct DispatchClient {
     clock: Arc<ClusterClock>,
     /// `xxl.access_token`: what XXL-JOB executors are sent (`dispatch/xxl.rs`).
     xxl_token: Option<Arc<Secret>>,
+    /// The handles dispatches carry, which results and log lines must quote.
+    handles: Arc<AttemptHandles>,
 }
 
 /// Why a signed call got no answer; `tls` when the TLS handshake refused a certificate.
@@ -109,6 +112,7 @@ impl DispatchClient {
         (connect_timeout, request_timeout): (Duration, Duration),
         allowlist: Allowlist,
         tls: &carillon_tls::ClientTls,
+        handles: AttemptHandles,
     ) -> Result<Self, ClientBuildError> {
         let allowlist = Arc::new(allowlist);
         let http = carillon_tls::http_client_builder()
@@ -129,7 +133,13 @@ impl DispatchClient {
             allowlist,
             clock,
             xxl_token: None,
+            handles: Arc::new(handles),
         })
+    }
+
+    /// The handles this node's dispatches carry and its API checks.
+    pub fn handles(&self) -> &AttemptHandles {
+        &self.handles
     }
 
     /// The client, sending `token` to XXL-JOB executors.

@@ -27,6 +27,7 @@ mod deliver_http;
 pub mod finish;
 mod fleet;
 mod flow;
+pub mod handles;
 pub mod http_jobs;
 mod job_secrets;
 pub mod networks;

@@ -372,6 +372,7 @@ impl Dispatcher {
             protocol: PROTOCOL_VERSION,
             run_id: attempt.run_id,
             attempt_id: attempt.attempt_id,
+            handle: Some(self.client.handles().of(attempt.attempt_id)),
             attempt: u32::try_from(attempt.attempt_no).unwrap_or(u32::MAX),
             job_id: job.job_id,
             job: job.name.clone(),

@@ -324,6 +324,7 @@ mod tests {
             protocol: 1,
             run_id: 9,
             attempt_id: 42,
+            handle: None,
             attempt: 1,
             job_id: 7,
             job: "nightly".to_owned(),

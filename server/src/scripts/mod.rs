@@ -92,6 +92,10 @@ impl ScriptDir {
                 found.skipped.push((path, "not executable"));
                 continue;
             }
+            if let Err(why) = inside(dir, &path) {
+                found.skipped.push((path, why));
+                continue;
+            }
             let name = match file_name.split_once('.') {
                 Some((stem, _)) => stem.to_owned(),
                 None => file_name,
@@ -116,6 +120,18 @@ impl ScriptDir {
             return Err(ScriptsError::Empty(dir.to_owned()));
         }
         Ok(found)
+    }
+}
+
+/// The real path of `path`, a file of `dir` (itself a real path): refused when a symbolic
+/// link, of the file or of a directory on its way, leads out of `dir`. Only what the host's
+/// operator put in the directory runs, not what a link there points to elsewhere.
+fn inside(dir: &Path, path: &Path) -> Result<PathBuf, &'static str> {
+    let real = std::fs::canonicalize(path).map_err(|_| "cannot be read")?;
+    if real.starts_with(dir) {
+        Ok(real)
+    } else {
+        Err("a symbolic link to a file outside the directory")
     }
 }
 
@@ -162,14 +178,22 @@ pub fn with_handlers(
     settings: ScriptSettings,
 ) -> ExecutorBuilder {
     let runs = Arc::new(ScriptRuns::new(settings));
+    let dir = Arc::new(scripts.dir.clone());
     for (name, path) in &scripts.handlers {
         let runs = Arc::clone(&runs);
+        let dir = Arc::clone(&dir);
         let path = Arc::new(path.clone());
         let description = format!("the script {}", path.display());
         builder = builder.handler(name.clone(), description, move |ctx| {
             let runs = Arc::clone(&runs);
+            let dir = Arc::clone(&dir);
             let path = Arc::clone(&path);
-            async move { runs.run(&path, ctx).await }
+            async move {
+                // Checked again at each run: a link may have been changed since the scan.
+                let real = inside(&dir, &path)
+                    .map_err(|why| format!("{} was not run: {why}", path.display()))?;
+                runs.run(&real, ctx).await
+            }
         });
     }
     builder
@@ -212,6 +236,50 @@ mod tests {
                     "its name is not 1 to 128 letters, digits, '-' or '_' before the extension"
                 ),
             ]
+        );
+    }
+
+    #[test]
+    fn a_symbolic_link_leading_out_of_the_directory_is_no_handler() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("scripts");
+        let outside = root.path().join("outside");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(outside.join("bin")).unwrap();
+        script(&outside, "evil.sh", 0o755);
+        script(&dir, "v2.sh", 0o755);
+        std::os::unix::fs::symlink("../outside/evil.sh", dir.join("linked.sh")).unwrap();
+        std::os::unix::fs::symlink(&outside, dir.join("sub")).unwrap();
+        std::os::unix::fs::symlink("v2.sh", dir.join("latest.sh")).unwrap();
+        let found = ScriptDir::scan(&dir).unwrap();
+        let names: Vec<&str> = found.handlers.keys().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            ["latest", "v2"],
+            "a link inside the directory is served"
+        );
+        let skipped: Vec<(String, &str)> = found
+            .skipped
+            .iter()
+            .map(|(p, why)| (p.file_name().unwrap().to_string_lossy().into_owned(), *why))
+            .collect();
+        assert_eq!(
+            skipped,
+            [
+                (
+                    "linked.sh".to_owned(),
+                    "a symbolic link to a file outside the directory"
+                ),
+                ("sub".to_owned(), "not a regular file"),
+            ]
+        );
+        // A link changed after the scan is refused when it would run.
+        let latest = found.handlers["latest"].clone();
+        std::fs::remove_file(&latest).unwrap();
+        std::os::unix::fs::symlink(outside.join("evil.sh"), &latest).unwrap();
+        assert_eq!(
+            inside(&found.dir, &latest),
+            Err("a symbolic link to a file outside the directory")
         );
     }
 

@@ -149,6 +149,10 @@ pub trait ClusterStore: Send + Sync + std::fmt::Debug + 'static {
     /// partition count is fixed at init: a different count later is reported, not applied.
     async fn cluster_init(&self, partition_count: i64) -> Result<ClusterMeta, Error>;
 
+    /// The nodes' key `name` (64 hex digits): the one stored, else `candidate`, stored now.
+    /// Every node gets the same, whichever started first.
+    async fn node_key(&self, name: &str, candidate: &str) -> Result<String, Error>;
+
     /// Registers (or re-registers) a node under a fresh incarnation. Partitions still owned by
     /// an earlier incarnation of the same node id are released with their epoch bumped, and a
     /// leadership it held is given up, so nothing the old process claimed stays valid.

@@ -26,6 +26,23 @@ pub struct ExecutorRegistration {
     /// The namespace the registering token is limited to: a new app goes there (else to
     /// `default`), and an app of another namespace is refused.
     pub namespace: Option<NamespaceId>,
+    /// The owner key of the token registering it (`access::ExecutorToken::owner_key`).
+    pub registered_by: String,
+    /// The owner the executor had when the caller checked it may register it: `None` for an
+    /// executor that did not exist, `Some(None)` for one registered before owners were kept.
+    /// The registration is made only if it is still so (else [`RegistrationOutcome::Raced`]).
+    pub owner_was: Option<Option<String>>,
+}
+
+/// Who an executor is, for the check of who may act for it.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct ExecutorOwner {
+    pub app_name: String,
+    /// Its app's namespace.
+    pub namespace_id: NamespaceId,
+    /// The owner key of the token that registered it; `None` when it was registered before
+    /// owners were kept, empty once an operator removed it (anyone may take its id).
+    pub registered_by: Option<String>,
 }
 
 /// What became of a registration.
@@ -34,6 +51,9 @@ pub enum RegistrationOutcome {
     Registered,
     /// The app is another namespace's: nothing was written.
     AppOfAnotherNamespace,
+    /// The executor's owner changed (or it was created) since the caller checked: nothing was
+    /// written.
+    Raced,
 }
 
 /// A row of `executors`.
@@ -58,6 +78,8 @@ pub struct ExecutorRecord {
     pub lease_ms: i64,
     /// Its app's namespace.
     pub namespace_id: NamespaceId,
+    /// The owner key of the token that registered it ([`ExecutorOwner::registered_by`]).
+    pub registered_by: Option<String>,
 }
 
 /// How many attempts an executor is running, cluster-wide.
@@ -263,8 +285,8 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
         audit: Option<&AuditWrite>,
     ) -> Result<RegistrationOutcome, Error>;
 
-    /// The namespace of an executor's app; `None` for an unknown executor.
-    async fn executor_namespace(&self, executor_id: &str) -> Result<Option<NamespaceId>, Error>;
+    /// Who executor `executor_id` is and who registered it; `None` for an unknown executor.
+    async fn executor_owner(&self, executor_id: &str) -> Result<Option<ExecutorOwner>, Error>;
 
     /// The namespace app `app` belongs to; `None` before any executor of it registered.
     async fn app_namespace(&self, app: &str) -> Result<Option<NamespaceId>, Error>;
@@ -289,6 +311,14 @@ pub trait DispatchStore: Send + Sync + std::fmt::Debug + 'static {
     /// Marks an executor left; false when it was unknown or had left. `audit`, when given, is
     /// recorded with the change.
     async fn executor_leave(
+        &self,
+        executor_id: &str,
+        audit: Option<&AuditWrite>,
+    ) -> Result<bool, Error>;
+
+    /// An operator's removal: marks the executor left (as [`DispatchStore::executor_leave`])
+    /// and frees its id, which any token may register next; false when it was unknown.
+    async fn executor_remove(
         &self,
         executor_id: &str,
         audit: Option<&AuditWrite>,

@@ -40,8 +40,8 @@ pub use cluster_records::{
 };
 pub use dispatch_records::{
     ANY_HANDLER, AttemptEnd, AttemptEnded, AttemptRecord, DispatchStore, DueAttempt, ExecutorList,
-    ExecutorLoad, ExecutorRecord, ExecutorRegistration, LateRun, MinuteCount, NewAttempt,
-    RegistrationOutcome, RunFilter, XxlJobRunning, executor_protocol,
+    ExecutorLoad, ExecutorOwner, ExecutorRecord, ExecutorRegistration, LateRun, MinuteCount,
+    NewAttempt, RegistrationOutcome, RunFilter, XxlJobRunning, executor_protocol,
 };
 pub use error::Error;
 pub use flow_records::{Admitted, FlowStore, RunInLine};

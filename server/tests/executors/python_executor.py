@@ -58,7 +58,8 @@ def verified(headers, body):
 
 
 def report(dispatch, outcome, output=None, error=None):
-    body = {"executor_id": args.id, "attempt_id": dispatch["attempt_id"], "outcome": outcome}
+    body = {"executor_id": args.id, "attempt_id": dispatch["attempt_id"], "outcome": outcome,
+            "handle": dispatch.get("handle")}
     if output is not None:
         body["output"] = output
     if error is not None:
@@ -82,7 +83,8 @@ def call_to(base, path, body):
 
 def ship_log(dispatch, line, message):
     """Sends one line of the handler's log (protocol/README.md, *Handler logs*); best effort."""
-    body = {"executor_id": args.id, "attempts": [{"attempt_id": dispatch["attempt_id"], "lines": [
+    body = {"executor_id": args.id, "attempts": [{"attempt_id": dispatch["attempt_id"],
+                                                 "handle": dispatch.get("handle"), "lines": [
         {"line": line, "at_ms": now_ms(), "level": "INFO", "message": message}]}]}
     for base in dispatch["report_to"] + [args.admin]:
         try:

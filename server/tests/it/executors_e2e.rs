@@ -524,8 +524,9 @@ async fn work_with_nowhere_to_go_ends_visibly_instead_of_waiting_forever() {
 async fn an_attempt_offered_again_to_the_executor_running_it_is_not_run_twice() {
     let node = node().await;
     let executor = Executor::start(&node, "py", "py-1", 1, &[]);
+    let handle = node.db.attempt_handle(1).await;
     let body = serde_json::to_vec(&json!({
-        "protocol": 1, "run_id": 1, "attempt_id": 1, "attempt": 1, "job_id": 1, "job": "slow",
+        "protocol": 1, "run_id": 1, "attempt_id": 1, "handle": handle, "attempt": 1, "job_id": 1, "job": "slow",
         "handler": "slow", "args": {"seconds": 2}, "shard": {"index": 0, "total": 1},
         "scheduled_at": "2026-01-01T00:00:00Z", "report_to": [node.url("")]}))
     .unwrap();

@@ -31,6 +31,7 @@ mod deploy_image;
 mod deploy_kubernetes;
 mod deploy_monitoring;
 mod dispatch_failover;
+mod executor_trust;
 mod executors_e2e;
 mod flow_control;
 mod history_conformance;

@@ -319,6 +319,30 @@ async fn people_get_the_roles_their_groups_are_granted(db: TestDb) {
         .collect();
     assert!(!namespaces.is_empty(), "{own}");
     assert!(namespaces.iter().all(|n| *n == "default"), "{own}");
+    // Nor do a job's id and no namespace list another team's runs: every filter applies
+    // inside the namespace the call was admitted in (`default` here).
+    let theirs = expect(
+        &node,
+        admin,
+        Method::POST,
+        "/api/v1/jobs?namespace=team-b",
+        Some(job("theirs")),
+        201,
+    )
+    .await;
+    let run_path = format!("/api/v1/jobs/{}/trigger", theirs["id"]);
+    expect(&node, admin, Method::POST, &run_path, None, 202).await;
+    for listing in ["runs", "dead-letters"] {
+        let path = format!("/api/v1/{listing}?job_id={}", theirs["id"]);
+        let seen = expect(&node, &alice, Method::GET, &path, None, 200).await;
+        assert_eq!(seen["runs"], json!([]), "{path}: {seen}");
+        let path = format!("{path}&namespace=team-b");
+        expect(&node, &alice, Method::GET, &path, None, 404).await;
+    }
+    let path = format!("/api/v1/jobs/{}/runs", theirs["id"]);
+    expect(&node, &alice, Method::GET, &path, None, 404).await;
+    let seen = expect(&node, admin, Method::GET, &path, None, 200).await;
+    assert_eq!(seen["runs"].as_array().unwrap().len(), 1, "{seen}");
     let path = format!("/api/v1/grants/{}", everyone["id"]);
     expect(&node, admin, Method::DELETE, &path, None, 204).await;
 

@@ -59,6 +59,10 @@ impl ClusterStore for Severable {
         self.check()?;
         self.inner.cluster_init(partition_count).await
     }
+    async fn node_key(&self, name: &str, candidate: &str) -> Result<String, Error> {
+        self.check()?;
+        self.inner.node_key(name, candidate).await
+    }
     async fn node_register(&self, node: &NodeRegistration) -> Result<(), Error> {
         self.check()?;
         self.inner.node_register(node).await

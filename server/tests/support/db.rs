@@ -187,6 +187,19 @@ impl TestDb {
         store::connect(&url, &options).await.expect("connect")
     }
 
+    /// The handle of attempt `attempt_id`, as the nodes on this database give it (for a test
+    /// that plays a node delivering an attempt).
+    pub async fn attempt_handle(&self, attempt_id: i64) -> String {
+        use carillon_server::dispatch::handles::{AttemptHandles, KEY_NAME};
+        let key = self
+            .store()
+            .await
+            .node_key(KEY_NAME, &AttemptHandles::random_key_hex().expect("random"))
+            .await
+            .expect("the nodes' key");
+        AttemptHandles::new(&key).expect("a key").of(attempt_id)
+    }
+
     /// A store on this database with the migrations applied.
     pub async fn migrated_store(&self) -> Arc<dyn Store> {
         let store = self.store().await;

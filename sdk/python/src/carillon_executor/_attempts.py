@@ -40,6 +40,8 @@ class Attempt:
     #: Set once the handler's work has stopped (a plain handler's thread may outlive its
     #: cancelled attempt).
     stopped: Optional[asyncio.Event] = None
+    #: The ``handle`` its dispatch carried, which its result and log lines quote.
+    handle: Optional[str] = None
 
 
 def _output_problem(output: Any) -> Optional[str]:

@@ -98,6 +98,7 @@ class Core:
                 primary = self.running.attempts.get(value)
                 joined = Attempt(attempt_id, list(dispatch.get("report_to") or []), key)
                 joined.joined_to = value
+                joined.handle = _handle_of(dispatch)
                 if primary is not None:
                     joined.cancellation = primary.cancellation
                 self.running.attempts[attempt_id] = joined
@@ -137,8 +138,9 @@ class Core:
         report_to = [str(u) for u in dispatch.get("report_to") or []]
         key = dispatch.get("effect_key")
         attempt = Attempt(attempt_id, report_to, key if isinstance(key, str) else None)
+        attempt.handle = _handle_of(dispatch)
         if self.id.capture_logs:
-            attempt.log = AttemptLog(attempt_id, report_to)
+            attempt.log = AttemptLog(attempt_id, report_to, attempt.handle)
         self.running.attempts[attempt_id] = attempt
         self.running.busy += 1
         stopped = attempt.stopped = asyncio.Event()
@@ -202,17 +204,21 @@ class Core:
             joined = self.effects.finish(attempt.effect_key, result, now_ms())
         for other in joined:
             await self._report_joined(other, result)
-        await self.report(attempt.attempt_id, result, attempt.report_to)
+        await self.report(attempt.attempt_id, result, attempt.report_to, attempt.handle)
 
     async def _report_joined(self, attempt_id: int, result: Result) -> None:
         joined = self.running.attempts.get(attempt_id)
         report_to = joined.report_to if joined is not None else []
-        await self.report(attempt_id, result, report_to)
+        await self.report(attempt_id, result, report_to, joined.handle if joined is not None else None)
 
-    async def report(self, attempt_id: int, result: Result, report_to: List[str]) -> None:
+    async def report(
+        self, attempt_id: int, result: Result, report_to: List[str], handle: Optional[str]
+    ) -> None:
         """Reports a result until an admin node takes it or refuses it for good; the attempt
-        is listed in flight until then."""
+        is listed in flight until then. ``handle`` is the one its dispatch carried."""
         body: Dict[str, Any] = {"executor_id": self.id.executor_id, "attempt_id": attempt_id}
+        if handle is not None:
+            body["handle"] = handle
         body.update(result.body())
         delay = 0.2
         try:
@@ -274,7 +280,7 @@ class Core:
                 return "nothing"
             batch = {
                 "executor_id": self.id.executor_id,
-                "attempts": [{"attempt_id": attempt_log.attempt_id, "lines": lines}],
+                "attempts": [_quoted(attempt_log.attempt_id, attempt_log.handle, {"lines": lines})],
             }
             try:
                 answer = await self.nodes.post(LOGS_PATH, batch, attempt_log.report_to)
@@ -362,3 +368,18 @@ class Core:
                 return False
             await asyncio.sleep(0.05)
         return True
+
+
+def _handle_of(dispatch: Mapping[str, Any]) -> Optional[str]:
+    """The attempt's handle in a dispatch; None from a node older than handles."""
+    handle = dispatch.get("handle")
+    return handle if isinstance(handle, str) else None
+
+
+def _quoted(attempt_id: int, handle: Optional[str], rest: Dict[str, Any]) -> Dict[str, Any]:
+    """An attempt's part of a call to the nodes: its id, its handle when it has one, and ``rest``."""
+    part: Dict[str, Any] = {"attempt_id": attempt_id}
+    if handle is not None:
+        part["handle"] = handle
+    part.update(rest)
+    return part

@@ -33,9 +33,11 @@ Line = Dict[str, Any]
 class AttemptLog:
     """One attempt's captured lines, numbered from 1 in the order they were logged."""
 
-    def __init__(self, attempt_id: int, report_to: List[str]) -> None:
+    def __init__(self, attempt_id: int, report_to: List[str], handle: Optional[str] = None) -> None:
         self.attempt_id = attempt_id
         self.report_to = report_to
+        #: The ``handle`` of the attempt's dispatch, which its lines quote.
+        self.handle = handle
         self._lock = threading.Lock()
         self._pending: List[Line] = []
         self._next_line = 1

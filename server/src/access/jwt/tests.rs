@@ -95,6 +95,24 @@ fn claims_that_do_not_match_are_refused_each_for_its_reason() {
         (with("exp", json!(NOW - 31)), "expired"),
         (with("nbf", json!(NOW + 31)), "not valid yet"),
         (with("sub", json!("")), "subject"),
+        // A NumericDate may carry a fraction (RFC 7519 §2), for every date claim alike.
+        (with("nbf", json!(NOW as f64 + 600.5)), "not valid yet"),
+        (with("exp", json!(NOW as f64 - 30.5)), "expired"),
+        (
+            with("iat", json!(NOW as f64 + 600.5)),
+            "issued in the future",
+        ),
+        (with("iat", json!(NOW + 31)), "issued in the future"),
+        // A date that is not a number is not ignored.
+        (
+            with("nbf", json!((NOW + 600).to_string())),
+            "`nbf` is not a date",
+        ),
+        (
+            with("exp", json!((NOW + 600).to_string())),
+            "`exp` is not a date",
+        ),
+        (with("iat", json!(null)), "`iat` is not a date"),
     ];
     for (token, why) in cases {
         let refusal = verify(&token, &key, &expected(NOW)).unwrap_err();
@@ -105,6 +123,13 @@ fn claims_that_do_not_match_are_refused_each_for_its_reason() {
     }
     // Within the leeway, and an audience list naming us, pass.
     assert!(verify(&with("exp", json!(NOW - 29)), &key, &expected(NOW)).is_ok());
+    let fractional = verify(
+        &with("exp", json!(NOW as f64 + 300.75)),
+        &key,
+        &expected(NOW),
+    );
+    assert_eq!(fractional.unwrap().expires_at_s, NOW + 300);
+    assert!(verify(&with("nbf", json!(NOW as f64 + 29.5)), &key, &expected(NOW)).is_ok());
     let listed = with("aud", json!(["https://other.example.com", AUDIENCE]));
     assert!(verify(&listed, &key, &expected(NOW)).is_ok());
 }

@@ -8,6 +8,10 @@ queries! {
     ClusterQueries {
         now = "SELECT {now} AS now_ms";
 
+        node_key_insert = "INSERT INTO node_keys (name, key_hex, created_at_ms) \
+            SELECT ?, ?, {now} {from_dual} WHERE NOT EXISTS (SELECT 1 FROM node_keys WHERE name = ?)";
+        node_key_get = "SELECT key_hex FROM node_keys WHERE name = ?";
+
         cluster_meta_get = "SELECT partition_count, created_at_ms FROM cluster_meta WHERE id = 1";
         cluster_meta_insert =
             "INSERT INTO cluster_meta (id, partition_count, created_at_ms) VALUES (1, ?, {now})";

@@ -9,14 +9,17 @@ queries! {
         app_insert = "INSERT INTO apps (app_name, description, created_at_ms, namespace_id) \
             SELECT ?, '', {now}, ? {from_dual} WHERE NOT EXISTS (SELECT 1 FROM apps WHERE app_name = ?)";
         app_namespace = "SELECT namespace_id FROM apps WHERE app_name = ?";
-        executor_namespace = "SELECT a.namespace_id FROM executors e \
-            JOIN apps a ON a.app_name = e.app_name WHERE e.executor_id = ?";
+        executor_owner = "SELECT e.app_name, COALESCE(a.namespace_id, 1) AS namespace_id, \
+            e.registered_by FROM executors e LEFT JOIN apps a ON a.app_name = e.app_name \
+            WHERE e.executor_id = ?";
+        // Made only while its owner is the one the caller checked (a NULL one bound as NULL).
         executor_update = "UPDATE executors SET app_name = ?, address = ?, weight = ?, capacity = ?, \
-            accepts_batch = ?, protocol = ?, lease_ms = ?, in_flight = 0, state = 'active', registered_at_ms = {now}, heartbeat_at_ms = {now} \
-            WHERE executor_id = ?";
+            accepts_batch = ?, protocol = ?, lease_ms = ?, in_flight = 0, state = 'active', registered_at_ms = {now}, heartbeat_at_ms = {now}, \
+            registered_by = ? \
+            WHERE executor_id = ? AND (registered_by = ? OR (registered_by IS NULL AND ? IS NULL))";
         executor_insert = "INSERT INTO executors (executor_id, app_name, address, weight, capacity, \
-            accepts_batch, protocol, lease_ms, in_flight, state, registered_at_ms, heartbeat_at_ms) \
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, 'active', {now}, {now})";
+            accepts_batch, protocol, lease_ms, in_flight, state, registered_at_ms, heartbeat_at_ms, registered_by) \
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, 'active', {now}, {now}, ?)";
         handlers_delete = "DELETE FROM handlers WHERE executor_id = ?";
         handler_insert = "INSERT INTO handlers (executor_id, handler_name, app_name, description) \
             VALUES (?, ?, ?, ?)";
@@ -30,9 +33,10 @@ queries! {
         executor_set_active = "UPDATE executors SET state = 'active' \
             WHERE executor_id = ? AND state = 'drained'";
         executor_leave = "UPDATE executors SET state = 'left' WHERE executor_id = ? AND state <> 'left'";
+        executor_remove = "UPDATE executors SET state = 'left', registered_by = '' WHERE executor_id = ?";
         executors_all = "SELECT e.executor_id, e.app_name, e.address, e.weight, e.capacity, \
             e.in_flight, e.state, e.registered_at_ms, e.heartbeat_at_ms, e.accepts_batch, e.protocol, \
-            e.lease_ms, COALESCE(a.namespace_id, 1) AS namespace_id FROM executors e \
+            e.lease_ms, COALESCE(a.namespace_id, 1) AS namespace_id, e.registered_by FROM executors e \
             LEFT JOIN apps a ON a.app_name = e.app_name \
             WHERE (? IS NULL OR e.app_name = ?) \
             ORDER BY e.executor_id";

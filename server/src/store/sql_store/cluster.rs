@@ -233,6 +233,33 @@ macro_rules! cluster_store {
                 .await
             }
 
+            async fn node_key(&self, name: &str, candidate: &str) -> Result<String, Error> {
+                retry_transient(|| async {
+                    let inserted = sqlx::query::<$db>(sql(&self.q.cluster.node_key_insert))
+                        .bind(name)
+                        .bind(candidate)
+                        .bind(name)
+                        .execute(&self.pool)
+                        .await
+                        .map_err(Error::from);
+                    match inserted {
+                        // Another node stored its own at the same moment: theirs is read.
+                        Ok(_) => {}
+                        Err(err) if err.is_unique_violation() => {}
+                        Err(err) => return Err(err),
+                    }
+                    sqlx::query_scalar::<$db, String>(sql(&self.q.cluster.node_key_get))
+                        .bind(name)
+                        .fetch_optional(&self.pool)
+                        .await?
+                        .ok_or_else(|| Error::Unreadable {
+                            what: format!("the nodes' key {name}"),
+                            reason: "it was stored and then not found".to_owned(),
+                        })
+                })
+                .await
+            }
+
             async fn node_register(&self, node: &NodeRegistration) -> Result<(), Error> {
                 retry_transient(|| async {
                     let mut tx = self.begin_write().await?;

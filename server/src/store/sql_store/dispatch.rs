@@ -45,30 +45,48 @@ macro_rules! dispatch_store {
                         return Ok(RegistrationOutcome::AppOfAnotherNamespace);
                     }
                 }
-                let updated = sqlx::query::<$db>(sql(&self.q.dispatch.executor_update))
-                    .bind(&executor.app)
-                    .bind(&executor.address)
-                    .bind(executor.weight)
-                    .bind(executor.capacity)
-                    .bind(i64::from(executor.accepts_batch))
-                    .bind(&executor.protocol)
-                    .bind(executor.lease_ms)
-                    .bind(&executor.executor_id)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-                if updated == 0 {
-                    sqlx::query::<$db>(sql(&self.q.dispatch.executor_insert))
-                        .bind(&executor.executor_id)
-                        .bind(&executor.app)
-                        .bind(&executor.address)
-                        .bind(executor.weight)
-                        .bind(executor.capacity)
-                        .bind(i64::from(executor.accepts_batch))
-                        .bind(&executor.protocol)
-                        .bind(executor.lease_ms)
-                        .execute(&mut *tx)
-                        .await?;
+                let made = match &executor.owner_was {
+                    Some(owner) => {
+                        sqlx::query::<$db>(sql(&self.q.dispatch.executor_update))
+                            .bind(&executor.app)
+                            .bind(&executor.address)
+                            .bind(executor.weight)
+                            .bind(executor.capacity)
+                            .bind(i64::from(executor.accepts_batch))
+                            .bind(&executor.protocol)
+                            .bind(executor.lease_ms)
+                            .bind(&executor.registered_by)
+                            .bind(&executor.executor_id)
+                            .bind(owner)
+                            .bind(owner)
+                            .execute(&mut *tx)
+                            .await?
+                            .rows_affected()
+                            == 1
+                    }
+                    None => {
+                        let inserted = sqlx::query::<$db>(sql(&self.q.dispatch.executor_insert))
+                            .bind(&executor.executor_id)
+                            .bind(&executor.app)
+                            .bind(&executor.address)
+                            .bind(executor.weight)
+                            .bind(executor.capacity)
+                            .bind(i64::from(executor.accepts_batch))
+                            .bind(&executor.protocol)
+                            .bind(executor.lease_ms)
+                            .bind(&executor.registered_by)
+                            .execute(&mut *tx)
+                            .await
+                            .map_err(Error::from);
+                        match inserted {
+                            Ok(_) => true,
+                            Err(err) if err.is_unique_violation() => false,
+                            Err(err) => return Err(err),
+                        }
+                    }
+                };
+                if !made {
+                    return Ok(RegistrationOutcome::Raced);
                 }
                 sqlx::query::<$db>(sql(&self.q.dispatch.handlers_delete))
                     .bind(&executor.executor_id)
@@ -88,18 +106,15 @@ macro_rules! dispatch_store {
                 Ok(RegistrationOutcome::Registered)
             }
 
-            async fn executor_namespace(
+            async fn executor_owner(
                 &self,
                 executor_id: &str,
-            ) -> Result<Option<NamespaceId>, Error> {
+            ) -> Result<Option<ExecutorOwner>, Error> {
                 Ok(
-                    sqlx::query_scalar::<$db, NamespaceId>(sql(&self
-                        .q
-                        .dispatch
-                        .executor_namespace))
-                    .bind(executor_id)
-                    .fetch_optional(&self.pool)
-                    .await?,
+                    sqlx::query_as::<$db, ExecutorOwner>(sql(&self.q.dispatch.executor_owner))
+                        .bind(executor_id)
+                        .fetch_optional(&self.pool)
+                        .await?,
                 )
             }
 
@@ -158,6 +173,20 @@ macro_rules! dispatch_store {
                     .execute(&mut *tx)
                     .await?;
                 self.commit_changed(tx, left.rows_affected() == 1, audit)
+                    .await
+            }
+
+            async fn executor_remove(
+                &self,
+                executor_id: &str,
+                audit: Option<&AuditWrite>,
+            ) -> Result<bool, Error> {
+                let mut tx = self.begin_write().await?;
+                let removed = sqlx::query::<$db>(sql(&self.q.dispatch.executor_remove))
+                    .bind(executor_id)
+                    .execute(&mut *tx)
+                    .await?;
+                self.commit_changed(tx, removed.rows_affected() == 1, audit)
                     .await
             }
 
