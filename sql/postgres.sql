@@ -149,7 +149,10 @@ CREATE TABLE executors (
     -- 'carillon', or 'xxl' for an XXL-JOB executor.
     protocol VARCHAR(16) NOT NULL DEFAULT 'carillon',
     -- Without a heartbeat this long its attempts fail over (0: the node's executor_lease).
-    lease_ms BIGINT NOT NULL DEFAULT 0
+    lease_ms BIGINT NOT NULL DEFAULT 0,
+    -- The token that registered it (`cluster`, `app:<app>`, `token:<id>`, `admin`, `xxl`); only
+    -- that token acts for it. NULL: registered before owners were kept; empty: removed.
+    registered_by VARCHAR(160) NULL
 );
 CREATE INDEX executors_app_idx ON executors (app_name, heartbeat_at_ms);
 
@@ -398,3 +401,11 @@ CREATE TABLE flow_keys (
     updated_at_ms BIGINT NOT NULL
 );
 CREATE INDEX flow_keys_recheck_idx ON flow_keys (recheck_at_ms);
+
+-- Keys only nodes know: `attempt_handles` signs each dispatch's handle. Made once, by the
+-- first node to start.
+CREATE TABLE node_keys (
+    name VARCHAR(32) NOT NULL PRIMARY KEY,
+    key_hex CHAR(64) NOT NULL,
+    created_at_ms BIGINT NOT NULL
+);

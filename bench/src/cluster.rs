@@ -195,6 +195,8 @@ impl Cluster {
             .env("CARILLON_EXECUTOR_TOKEN", EXECUTOR_TOKEN)
             .env("CARILLON_DISPATCH_SECRET", DISPATCH_SECRET)
             .env("CARILLON_LOG", "warn")
+            // The bench's executors listen on this machine.
+            .env("CARILLON_EGRESS_ALLOWED_NETWORKS", "public,loopback")
             .envs(self.extra_env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())

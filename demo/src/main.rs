@@ -41,6 +41,10 @@ async fn node_and_executor() -> anyhow::Result<()> {
     if let Some(dir) = std::env::var_os("CARILLON_DATA_DIR") {
         config.data_dir = Some(dir.into());
     }
+    // Its executor listens on this machine, and HTTP jobs of a first try call services here:
+    // the demo opens loopback on purpose, and the node says so as it starts. A server's
+    // default does not.
+    config.egress.allowed_networks = vec!["public".to_owned(), "loopback".to_owned()];
     carillon_server::telemetry::init(&config.log);
     let data_dir = DataDir::open(&config.data_dir()).context("opening the data directory")?;
     let listen = config.http.listen;

@@ -283,6 +283,8 @@ impl Application {
             incarnation,
             timings,
         );
+        let egress = Arc::new(egress_policy(&config)?);
+        warn_of_executors_outside(&*api_store, &egress).await;
         let metrics = Arc::new(NodeMetrics::new());
         let (alerter, alert_worker) = observe::alerts::alerts(
             Arc::clone(&api_store) as Arc<dyn store::JobStore>,
@@ -290,6 +292,7 @@ impl Application {
             Arc::clone(&api_store) as Arc<dyn store::NamespaceStore>,
             Arc::clone(&view),
             AlertSettings::new(&config.alerts, config.dispatch.executor_lease_ms),
+            Arc::clone(&egress),
             Arc::clone(&metrics),
         )
         .map_err(|e| {
@@ -362,16 +365,20 @@ impl Application {
                 Duration::from_millis(config.dispatch.connect_timeout_ms),
                 Duration::from_millis(config.dispatch.request_timeout_ms),
             ),
-            crate::dispatch::networks::Allowlist::parse(&config.dispatch.allowed_networks)
-                .map_err(|why| StartupError::Http(format!("dispatch.allowed_networks: {why}")))?,
+            Arc::clone(&egress),
             &config.dispatch.client_tls(),
             handles,
         )
         .map_err(|e| StartupError::Http(carillon_tls::with_causes(&e)))?
         .with_xxl_token(config.xxl.access_token.clone());
         let http_jobs = Arc::new(
-            HttpJobs::new(&config.http_jobs, view.node_id(), secret_keys.clone())
-                .map_err(StartupError::Http)?,
+            HttpJobs::new(
+                &config.http_jobs,
+                Arc::clone(&egress),
+                view.node_id(),
+                secret_keys.clone(),
+            )
+            .map_err(StartupError::Http)?,
         );
         let dispatcher = Dispatcher::new(
             Arc::clone(&api_store),
@@ -550,6 +557,44 @@ fn traces(
         Traces::new(key, Some((spans, telemetry.sample_ratio))),
         Some(export),
     ))
+}
+
+/// The egress policy, saying at start what an operator should know of it: a setting read in
+/// its older place, and an allowance of this machine's own services.
+fn egress_policy(config: &Config) -> Result<crate::egress::Egress, StartupError> {
+    let settings = config.egress();
+    for notice in &settings.notices {
+        warn!("{notice}");
+    }
+    let egress = config.egress_policy()?;
+    if egress.opens_loopback() {
+        warn!(
+            allowed_networks = ?settings.config.allowed_networks,
+            "egress is open to loopback: HTTP jobs, alert webhooks and executors may reach this \
+             machine's own services (fine on a laptop; not on a shared server)"
+        );
+    }
+    Ok(egress)
+}
+
+/// Says, for each executor registered at an address the egress policy refuses (one that
+/// relied on the open default of versions before it), what to set: the nodes no longer
+/// dispatch to it.
+async fn warn_of_executors_outside(store: &dyn Store, egress: &crate::egress::Egress) {
+    let Ok(list) = store.executors_list(None).await else {
+        return;
+    };
+    for executor in list.executors.iter().filter(|e| e.state != "left") {
+        if let Err(why) = egress.check_url(&executor.address).await {
+            warn!(
+                executor = %executor.executor_id,
+                address = %executor.address,
+                "{why}: the nodes do not dispatch to it; if its network is yours, add it to \
+                 egress.allowed_networks (\"private\", \"loopback\" or its network, e.g. \
+                 \"10.0.0.0/8\")"
+            );
+        }
+    }
 }
 
 /// The handles of attempts, under the key the nodes share (the first node to start makes it).

@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod config;
 pub mod data_dir;
 pub mod dispatch;
+pub mod egress;
 pub mod import;
 pub mod input_text;
 pub mod jobs;

@@ -100,6 +100,8 @@ class Node:
                 "CARILLON_EXECUTOR_HEARTBEAT_MS": "500",
                 "CARILLON_SCHEDULER_POLL_MS": "100",
                 "CARILLON_LOG": "info",
+                # The tests' executors listen on this machine.
+                "CARILLON_EGRESS_ALLOWED_NETWORKS": "public,loopback",
             }
         )
         if not tokens:

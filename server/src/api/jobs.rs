@@ -174,6 +174,23 @@ async fn view_warned(state: &ApiState, record: JobRecord) -> Result<JobView, Api
 }
 
 /// Refuses a schedule with nothing left to fire: a one-shot in the past, a rule that ended.
+/// Refuses a job whose alert webhook or HTTP call is an address the egress policy refuses
+/// (`169.254.169.254`, loopback, a private network not allowed). A name is judged each time it
+/// is called, by what it resolves to then.
+pub(super) fn check_egress(state: &ApiState, definition: &JobDefinition) -> Result<(), ApiError> {
+    let policy = &definition.policy;
+    let webhook = policy.alerts.as_ref().and_then(|a| a.webhook.as_deref());
+    let call = policy.http.as_ref().map(|call| call.url.as_str());
+    let named = [("alerts.webhook", webhook), ("http.url", call)];
+    for (field, url) in named.into_iter().filter_map(|(f, url)| Some((f, url?))) {
+        // A call's URL may hold templates that make it read only at a run's time.
+        if reqwest::Url::parse(url).is_ok() {
+            super::namespaces::check_egress(state, field, url)?;
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn check_fires(state: &ApiState, definition: &JobDefinition) -> Result<(), ApiError> {
     let schedule = definition.parsed_schedule()?;
     if schedule.is_manual() {
@@ -285,6 +302,7 @@ pub(super) async fn create(
     let namespace = super::namespaces::resolve(&state, at.namespace.as_deref()).await?;
     let start = input.start;
     let definition = input.into_definition()?;
+    check_egress(&state, &definition)?;
     // A job without a schedule is created stopped, to be triggered; only starting it is refused.
     if start || definition.schedule.manual.is_none() {
         check_fires(&state, &definition)?;
@@ -487,6 +505,7 @@ pub(super) async fn update(
     }
     let before = definition_of(&record)?;
     let definition = patch.apply(&before)?;
+    check_egress(&state, &definition)?;
     if record.state == JobState::Running {
         check_fires(&state, &definition)?;
     }

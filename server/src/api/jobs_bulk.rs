@@ -204,6 +204,7 @@ async fn check_one(
     })?;
     let start = input.start;
     let definition = input.into_definition()?;
+    super::jobs::check_egress(state, &definition)?;
     if start || definition.schedule.manual.is_none() {
         check_fires(state, &definition)?;
     }

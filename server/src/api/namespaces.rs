@@ -148,7 +148,11 @@ pub(super) struct NamespacePatch {
 const MAX_DESCRIPTION: usize = 1_024;
 
 /// Refuses a description or webhook that cannot be kept.
-fn checked(description: &str, alert_webhook: Option<&str>) -> Result<(), ApiError> {
+fn checked(
+    state: &ApiState,
+    description: &str,
+    alert_webhook: Option<&str>,
+) -> Result<(), ApiError> {
     if description.chars().count() > MAX_DESCRIPTION {
         return Err(ApiError::invalid(
             "description",
@@ -157,8 +161,19 @@ fn checked(description: &str, alert_webhook: Option<&str>) -> Result<(), ApiErro
     }
     if let Some(url) = alert_webhook {
         check_webhook(url).map_err(|why| ApiError::invalid("alert_webhook", why))?;
+        check_egress(state, "alert_webhook", url)?;
     }
     Ok(())
+}
+
+/// Refuses, at `field`, a URL whose host is an address the egress policy refuses (a name is
+/// judged each time it is called).
+pub(super) fn check_egress(state: &ApiState, field: &str, url: &str) -> Result<(), ApiError> {
+    state
+        .dispatch
+        .egress()
+        .check_literal(url)
+        .map_err(|why| ApiError::invalid(field, why))
 }
 
 /// The namespaces the caller has a role in (every one, for the cluster's tokens), by name.
@@ -208,7 +223,7 @@ pub(super) async fn create(
     JsonBody(input): JsonBody<NamespaceInput>,
 ) -> Result<(StatusCode, Json<NamespaceView>), ApiError> {
     check_name(&input.name).map_err(|why| ApiError::invalid("name", why))?;
-    checked(&input.description, input.alert_webhook.as_deref())?;
+    checked(&state, &input.description, input.alert_webhook.as_deref())?;
     let event = audit.event(StatusCode::CREATED, None);
     let record = state
         .store
@@ -269,7 +284,7 @@ pub(super) async fn update(
         alert_webhook: patch.alert_webhook.unwrap_or(current.alert_webhook),
         quotas,
     };
-    checked(&write.description, write.alert_webhook.as_deref())?;
+    checked(&state, &write.description, write.alert_webhook.as_deref())?;
     let after = audited(
         &write.description,
         write.alert_webhook.as_deref(),

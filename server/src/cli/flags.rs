@@ -111,14 +111,21 @@ pub(super) struct ServerArgs {
     /// How long work waits for an executor of its handler before it fails.
     #[arg(long, env = "CARILLON_NO_EXECUTOR_GRACE_MS")]
     no_executor_grace_ms: Option<u64>,
-    /// Networks executors may register addresses in: `10.0.0.0/8,fd00::/8`.
-    #[arg(long, env = "CARILLON_DISPATCH_ALLOWED_NETWORKS")]
+    /// Networks HTTP jobs, alert webhooks and executors may be at: `public,10.0.0.0/8`
+    /// (default `public`; also `loopback`, `private`, `link-local`).
+    #[arg(long, env = "CARILLON_EGRESS_ALLOWED_NETWORKS")]
+    egress_allowed_networks: Option<String>,
+    /// Host names they may be at wherever those resolve: `api.example.com,*.corp.example`.
+    #[arg(long, env = "CARILLON_EGRESS_ALLOWED_HOSTS")]
+    egress_allowed_hosts: Option<String>,
+    /// Read into the egress networks, with a notice (use the egress setting).
+    #[arg(long, env = "CARILLON_DISPATCH_ALLOWED_NETWORKS", hide = true)]
     dispatch_allowed_networks: Option<String>,
-    /// Networks HTTP jobs may call: `10.0.0.0/8,fd00::/8` (default loopback only).
-    #[arg(long, env = "CARILLON_HTTP_JOBS_ALLOWED_NETWORKS")]
+    /// Read into the egress networks, with a notice (use the egress setting).
+    #[arg(long, env = "CARILLON_HTTP_JOBS_ALLOWED_NETWORKS", hide = true)]
     http_jobs_allowed_networks: Option<String>,
-    /// Host names HTTP jobs may call wherever they resolve: `api.example.com,*.corp.example`.
-    #[arg(long, env = "CARILLON_HTTP_JOBS_ALLOWED_HOSTS")]
+    /// Read into the egress hosts, with a notice (use the egress setting).
+    #[arg(long, env = "CARILLON_HTTP_JOBS_ALLOWED_HOSTS", hide = true)]
     http_jobs_allowed_hosts: Option<String>,
     /// Where every alert is posted (prefer the environment variable: flags show in `ps`, and
     /// chat webhooks carry their key in the URL).
@@ -238,14 +245,20 @@ impl ServerArgs {
         if let Some(secret) = self.dispatch_secret {
             config.dispatch.secret = Some(Secret::new(secret));
         }
+        if let Some(networks) = self.egress_allowed_networks {
+            config.egress.allowed_networks = comma_list(&networks);
+        }
+        if let Some(hosts) = self.egress_allowed_hosts {
+            config.egress.allowed_hosts = comma_list(&hosts);
+        }
         if let Some(networks) = self.dispatch_allowed_networks {
-            config.dispatch.allowed_networks = comma_list(&networks);
+            config.dispatch.allowed_networks = Some(comma_list(&networks));
         }
         if let Some(networks) = self.http_jobs_allowed_networks {
-            config.http_jobs.allowed_networks = comma_list(&networks);
+            config.http_jobs.allowed_networks = Some(comma_list(&networks));
         }
         if let Some(hosts) = self.http_jobs_allowed_hosts {
-            config.http_jobs.allowed_hosts = comma_list(&hosts);
+            config.http_jobs.allowed_hosts = Some(comma_list(&hosts));
         }
         set(
             &mut config.dispatch.executor_lease_ms,

@@ -1,6 +1,7 @@
 //! The node's configuration: one typed tree built from defaults, an optional TOML file, then
 //! environment variables and flags (see `cli`), validated once before anything starts.
 
+mod egress;
 pub mod example;
 mod telemetry;
 mod validate;
@@ -13,10 +14,12 @@ use serde::Deserialize;
 
 use crate::cluster::ClusterTimings;
 pub use crate::dispatch::http_jobs::HttpJobsConfig;
+pub use crate::egress::EgressConfig;
 use crate::jobs::RetentionConfig;
 pub use crate::observe::alerts::AlertsConfig;
 pub use crate::secret::Secret;
 pub use crate::secrets::SecretsConfig;
+pub use egress::EgressSettings;
 pub use telemetry::TelemetryConfig;
 pub use validate::{validate_node_id, validate_token};
 
@@ -62,6 +65,8 @@ pub struct Config {
     pub telemetry: TelemetryConfig,
     pub secrets: SecretsConfig,
     pub http_jobs: HttpJobsConfig,
+    /// Where the node calls on a user's behalf (HTTP jobs, webhooks, executors).
+    pub egress: EgressConfig,
 }
 
 /// `[handler_logs]`: how much of the log each attempt's handler ships is kept.
@@ -309,9 +314,8 @@ pub struct DispatchConfig {
     pub request_timeout_ms: u64,
     /// How long a run waits for an executor of its handler to register before it fails.
     pub no_executor_grace_ms: u64,
-    /// Networks executors may register addresses in (`10.0.0.0/8`, `fd00::/8`, single
-    /// addresses); empty allows any. Checked at registration and on every connection.
-    pub allowed_networks: Vec<String>,
+    /// Read into `egress.allowed_networks` (where it now belongs), with a notice at start.
+    pub allowed_networks: Option<Vec<String>>,
     /// CA certificates (PEM) trusted for `https://` executors, beside the system's roots.
     pub tls_ca: Option<PathBuf>,
     /// A client certificate (PEM chain) and key presented to executors that require one.
@@ -338,7 +342,7 @@ impl Default for DispatchConfig {
             connect_timeout_ms: 2_000,
             request_timeout_ms: 10_000,
             no_executor_grace_ms: 30_000,
-            allowed_networks: Vec::new(),
+            allowed_networks: None,
             tls_ca: None,
             tls_client_cert: None,
             tls_client_key: None,
@@ -518,15 +522,19 @@ mod tests {
 
     #[test]
     fn allowed_networks_are_parsed_and_a_bad_one_is_named() {
-        let ok = parse("[dispatch]\nallowed_networks = [\"10.0.0.0/8\", \"fd00::/8\"]\n").unwrap();
-        assert_eq!(ok.dispatch.allowed_networks.len(), 2);
-        let err = parse("[dispatch]\nallowed_networks = [\"10.0.0.0/40\"]\n")
+        let ok = parse("[egress]\nallowed_networks = [\"10.0.0.0/8\", \"fd00::/8\"]\n").unwrap();
+        assert_eq!(ok.egress.allowed_networks.len(), 2);
+        for section in ["egress", "dispatch", "http_jobs"] {
+            let err = parse(&format!(
+                "[{section}]\nallowed_networks = [\"10.0.0.0/40\"]\n"
+            ))
             .unwrap_err()
             .to_string();
-        assert!(
-            err.contains("dispatch.allowed_networks") && err.contains("10.0.0.0/40"),
-            "{err}"
-        );
+            assert!(
+                err.contains("egress.allowed_networks") && err.contains("10.0.0.0/40"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

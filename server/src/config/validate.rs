@@ -101,8 +101,7 @@ impl Config {
                 ),
             ));
         }
-        crate::dispatch::networks::Allowlist::parse(&d.allowed_networks)
-            .map_err(|why| invalid("dispatch.allowed_networks", why))?;
+        self.egress_policy()?;
         self.validate_xxl()?;
         let s = &self.scheduler;
         if !(10..=60_000).contains(&s.poll_ms) {

@@ -11,8 +11,8 @@ use carillon_protocol::{
 use reqwest::StatusCode;
 
 use super::handles::AttemptHandles;
-use super::networks::{Allowlist, AllowlistResolver};
 use crate::clock::ClusterClock;
+use crate::egress::Egress;
 use crate::secret::Secret;
 
 /// What became of one dispatch.
@@ -72,7 +72,7 @@ impl Delivery {
 pub struct DispatchClient {
     http: reqwest::Client,
     secret: Arc<Secret>,
-    allowlist: Arc<Allowlist>,
+    egress: Arc<Egress>,
     clock: Arc<ClusterClock>,
     /// `xxl.access_token`: what XXL-JOB executors are sent (`dispatch/xxl.rs`).
     xxl_token: Option<Arc<Secret>>,
@@ -110,31 +110,33 @@ impl DispatchClient {
         secret: Arc<Secret>,
         clock: Arc<ClusterClock>,
         (connect_timeout, request_timeout): (Duration, Duration),
-        allowlist: Allowlist,
+        egress: Arc<Egress>,
         tls: &carillon_tls::ClientTls,
         handles: AttemptHandles,
     ) -> Result<Self, ClientBuildError> {
-        let allowlist = Arc::new(allowlist);
-        let http = carillon_tls::http_client_builder()
+        // Dispatch only to the address an executor registered, never where it points, and
+        // only where the egress policy lets users' calls go.
+        let http = egress
+            .guard(carillon_tls::http_client_builder())
             .connect_timeout(connect_timeout)
             .timeout(request_timeout)
-            // Dispatch only to the address an executor registered, never where it points.
-            .redirect(reqwest::redirect::Policy::none())
             .pool_max_idle_per_host(64);
         // `https://` executors: the system's roots plus `dispatch.tls_ca`, and the node's
         // client certificate for executors that require one.
-        let mut http = tls.apply(http)?;
-        if !allowlist.is_open() {
-            http = http.dns_resolver(AllowlistResolver(Arc::clone(&allowlist)));
-        }
+        let http = tls.apply(http)?;
         Ok(Self {
             http: http.build()?,
             secret,
-            allowlist,
+            egress,
             clock,
             xxl_token: None,
             handles: Arc::new(handles),
         })
+    }
+
+    /// The policy of what the node calls on a user's behalf.
+    pub fn egress(&self) -> &Arc<Egress> {
+        &self.egress
     }
 
     /// The handles this node's dispatches carry and its API checks.
@@ -160,11 +162,8 @@ impl DispatchClient {
         body: &impl serde::Serialize,
         decorate: impl FnOnce(reqwest::RequestBuilder) -> reqwest::RequestBuilder,
     ) -> Result<reqwest::Response, (bool, String)> {
-        if !self.allowlist.permits_literal(&url) {
-            return Err((
-                false,
-                "the executor's address is outside dispatch.allowed_networks".to_owned(),
-            ));
+        if let Err(refused) = self.egress.check_literal(&url) {
+            return Err((false, format!("the executor's address: {refused}")));
         }
         decorate(self.http.post(url).json(body))
             .send()
@@ -172,9 +171,10 @@ impl DispatchClient {
             .map_err(|e| (!e.is_connect(), format!("no answer: {}", without_url(&e))))
     }
 
-    /// Whether executors may register `address` (see [`networks`](super::networks)).
+    /// Whether executors may register `address`: every address it resolves to now must be
+    /// allowed (and each connection is checked again).
     pub async fn check_address(&self, address: &str) -> Result<(), String> {
-        self.allowlist.check_address(address).await
+        self.egress.check_url(address).await
     }
 
     async fn post_signed(
@@ -184,9 +184,9 @@ impl DispatchClient {
         traceparent: Option<&str>,
     ) -> Result<reqwest::Response, NoAnswer> {
         // An address literal skips the resolver: check it here.
-        if !self.allowlist.permits_literal(&url) {
+        if let Err(refused) = self.egress.check_literal(&url) {
             return Err(NoAnswer {
-                why: "the executor's address is outside dispatch.allowed_networks".to_owned(),
+                why: format!("the executor's address: {refused}"),
                 tls: false,
                 sent: false,
             });

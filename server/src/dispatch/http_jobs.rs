@@ -1,10 +1,9 @@
 //! The calls of HTTP jobs (`jobs::http_call`), made by the node that owns the job's partition
-//! on a client of their own: what they may reach is `[http_jobs]`'s (never the executors'
-//! list), redirects are not followed, and every connection's addresses are checked, so a job
-//! cannot be pointed at the node's own network (XXL-JOB's CVE-2025-7787).
+//! on a client of their own, guarded by the node's egress policy (`crate::egress`): redirects
+//! are not followed, and every connection's addresses are checked, so a job cannot be pointed
+//! at the node's own machine or network (XXL-JOB's CVE-2025-7787).
 
 use std::collections::{HashMap, HashSet};
-use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -14,7 +13,7 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use super::client::{Delivery, NotTaken};
-use super::networks::Allowlist;
+use crate::egress::Egress;
 use crate::jobs::http_call::{Encoding, HeaderValue, HttpCall, TemplateValues, render};
 use crate::secret::Secret;
 use crate::store::{NamespaceId, SecretRecord};
@@ -22,16 +21,14 @@ use crate::store::{NamespaceId, SecretRecord};
 /// The most of an answer's body kept as the run's output.
 const MAX_ANSWER_BYTES: usize = 16 * 1024;
 
-/// The `[http_jobs]` settings.
+/// The `[http_jobs]` settings. What they may reach is `[egress]`'s.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HttpJobsConfig {
-    /// Networks HTTP jobs may call (`10.0.0.0/8`, `fd00::/8`, single addresses): loopback
-    /// only unless set; an empty list allows none, `0.0.0.0/0` and `::/0` any.
-    pub allowed_networks: Vec<String>,
-    /// Host names HTTP jobs may call wherever they resolve (`api.example.com`, or
-    /// `*.example.com` for its subdomains).
-    pub allowed_hosts: Vec<String>,
+    /// Read into `egress.allowed_networks` (where it now belongs), with a notice at start.
+    pub allowed_networks: Option<Vec<String>>,
+    /// Read into `egress.allowed_hosts`, with a notice at start.
+    pub allowed_hosts: Option<Vec<String>>,
     /// How long a call of a job without `timeout_ms` may take.
     pub timeout_ms: u64,
     pub connect_timeout_ms: u64,
@@ -45,8 +42,8 @@ pub struct HttpJobsConfig {
 impl Default for HttpJobsConfig {
     fn default() -> Self {
         Self {
-            allowed_networks: vec!["127.0.0.0/8".to_owned(), "::1".to_owned()],
-            allowed_hosts: Vec::new(),
+            allowed_networks: None,
+            allowed_hosts: None,
             timeout_ms: 30_000,
             connect_timeout_ms: 2_000,
             max_in_flight: 512,
@@ -58,22 +55,6 @@ impl Default for HttpJobsConfig {
 impl HttpJobsConfig {
     /// What is wrong with the settings, naming the setting.
     pub fn check(&self) -> Result<(), (&'static str, String)> {
-        Allowlist::parse(&self.allowed_networks)
-            .map_err(|why| ("http_jobs.allowed_networks", why))?;
-        for host in &self.allowed_hosts {
-            let bare = host.strip_prefix("*.").unwrap_or(host);
-            let label =
-                |l: &str| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
-            if !bare.split('.').all(label) || bare.parse::<IpAddr>().is_ok() {
-                return Err((
-                    "http_jobs.allowed_hosts",
-                    format!(
-                        "{host:?} is not a host name or *.domain (addresses go in \
-                         http_jobs.allowed_networks)"
-                    ),
-                ));
-            }
-        }
         if self.timeout_ms == 0 || self.max_in_flight == 0 {
             return Err((
                 "http_jobs",
@@ -81,62 +62,6 @@ impl HttpJobsConfig {
             ));
         }
         Ok(())
-    }
-}
-
-/// Where HTTP jobs may go.
-#[derive(Debug)]
-struct Reach {
-    networks: Allowlist,
-    hosts: Vec<String>,
-}
-
-impl Reach {
-    fn permits_ip(&self, ip: IpAddr) -> bool {
-        // Unlike the executors' list, an empty one allows nothing; `0.0.0.0` and `::` reach
-        // the machine itself whatever the list says.
-        !ip.to_canonical().is_unspecified() && !self.networks.is_open() && self.networks.permits(ip)
-    }
-
-    fn permits_host(&self, host: &str) -> bool {
-        let host = host.trim_end_matches('.').to_ascii_lowercase();
-        self.hosts
-            .iter()
-            .any(|allowed| match allowed.strip_prefix("*.") {
-                Some(domain) => host
-                    .strip_suffix(domain)
-                    .is_some_and(|sub| sub.ends_with('.') && sub.len() > 1),
-                None => host == *allowed,
-            })
-    }
-}
-
-/// Resolves names for HTTP jobs: a listed host keeps every address, another name only the
-/// addresses in the listed networks.
-#[derive(Debug, Clone)]
-struct ReachResolver(Arc<Reach>);
-
-impl reqwest::dns::Resolve for ReachResolver {
-    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let reach = Arc::clone(&self.0);
-        let host = name.as_str().to_owned();
-        Box::pin(async move {
-            let resolved = tokio::net::lookup_host((host.as_str(), 0)).await?;
-            let listed = reach.permits_host(&host);
-            let allowed: Vec<SocketAddr> = resolved
-                .filter(|a| listed || reach.permits_ip(a.ip()))
-                .collect();
-            if allowed.is_empty() {
-                let err: Box<dyn std::error::Error + Send + Sync> = format!(
-                    "{host} is not in http_jobs.allowed_hosts and resolves to no address in \
-                     http_jobs.allowed_networks"
-                )
-                .into();
-                return Err(err);
-            }
-            let addrs: reqwest::dns::Addrs = Box::new(allowed.into_iter());
-            Ok(addrs)
-        })
     }
 }
 
@@ -208,7 +133,7 @@ impl HttpOffer {
 #[derive(Debug)]
 pub struct HttpJobs {
     http: reqwest::Client,
-    reach: Arc<Reach>,
+    egress: Arc<Egress>,
     default_timeout: Duration,
     pub(super) answer_wait: Duration,
     pub(super) slots: Arc<Semaphore>,
@@ -255,34 +180,23 @@ pub const HTTP_EXECUTOR_PREFIX: &str = "http@";
 impl HttpJobs {
     pub fn new(
         config: &HttpJobsConfig,
+        egress: Arc<Egress>,
         node_id: &str,
         keys: Option<Arc<crate::secrets::seal::Keyring>>,
     ) -> Result<Self, String> {
         config
             .check()
             .map_err(|(setting, why)| format!("{setting}: {why}"))?;
-        let reach = Arc::new(Reach {
-            networks: Allowlist::parse(&config.allowed_networks)?,
-            hosts: config
-                .allowed_hosts
-                .iter()
-                .map(|h| h.to_ascii_lowercase())
-                .collect(),
-        });
-        let http = carillon_tls::http_client_builder()
+        let http = egress
+            .guard(carillon_tls::http_client_builder())
             .connect_timeout(Duration::from_millis(config.connect_timeout_ms))
-            .redirect(reqwest::redirect::Policy::none())
-            // Never through a proxy of the environment: the proxy would resolve the names,
-            // out of the resolver's reach.
-            .no_proxy()
-            .dns_resolver(ReachResolver(Arc::clone(&reach)))
             // As many kept open as calls may be in flight: many jobs call one host.
             .pool_max_idle_per_host(config.max_in_flight)
             .build()
             .map_err(|e| format!("cannot build the HTTP jobs' client: {e}"))?;
         Ok(Self {
             http,
-            reach,
+            egress,
             default_timeout: Duration::from_millis(config.timeout_ms),
             answer_wait: Duration::from_millis(config.answer_wait_ms),
             slots: Arc::new(Semaphore::new(config.max_in_flight)),
@@ -359,15 +273,8 @@ impl HttpJobs {
             Ok(url) => url,
             Err(e) => return Delivery::Refused(format!("the call's URL does not read: {e}")),
         };
-        if let Some(ip) = url
-            .host_str()
-            .map(|h| h.trim_start_matches('[').trim_end_matches(']'))
-            .and_then(|h| h.parse::<IpAddr>().ok())
-            && !self.reach.permits_ip(ip)
-        {
-            return Delivery::Refused(format!(
-                "{ip} is outside http_jobs.allowed_networks: the node does not call it"
-            ));
+        if let Err(refused) = self.egress.check_literal(url.as_str()) {
+            return Delivery::Refused(refused);
         }
         let Ok(method) = reqwest::Method::from_bytes(call.method.as_bytes()) else {
             return Delivery::Refused(format!("{} is not a method", call.method));
@@ -498,43 +405,12 @@ impl HttpJobs {
 mod tests {
     use super::*;
 
-    fn reach(networks: &[&str], hosts: &[&str]) -> Reach {
-        Reach {
-            networks: Allowlist::parse(networks).unwrap(),
-            hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
-        }
-    }
-
-    #[test]
-    fn an_empty_network_list_allows_nothing_and_hosts_match_exactly_or_below() {
-        let none = reach(&[], &["api.example.com", "*.corp.example"]);
-        assert!(!none.permits_ip("127.0.0.1".parse().unwrap()));
-        assert!(none.permits_host("API.example.com."));
-        assert!(!none.permits_host("evil-api.example.com"));
-        assert!(none.permits_host("a.b.corp.example"));
-        assert!(!none.permits_host("corp.example"));
-        assert!(!none.permits_host("xcorp.example"));
-        let everything = reach(&["0.0.0.0/0", "::/0"], &[]);
-        assert!(
-            !everything.permits_ip("0.0.0.0".parse().unwrap()),
-            "the machine itself"
-        );
-        assert!(!everything.permits_ip("::".parse().unwrap()));
-        assert!(everything.permits_ip("10.1.2.3".parse().unwrap()));
-        let loopback = reach(&["127.0.0.0/8"], &[]);
-        assert!(loopback.permits_ip("127.0.0.2".parse().unwrap()));
-        assert!(!loopback.permits_ip("10.0.0.1".parse().unwrap()));
-    }
-
     #[test]
     fn bad_settings_are_named() {
-        let mut config = HttpJobsConfig {
-            allowed_networks: vec!["10.0.0.0/99".to_owned()],
+        let config = HttpJobsConfig {
+            max_in_flight: 0,
             ..HttpJobsConfig::default()
         };
-        assert_eq!(config.check().unwrap_err().0, "http_jobs.allowed_networks");
-        config.allowed_networks.clear();
-        config.allowed_hosts = vec!["bad host".to_owned()];
-        assert_eq!(config.check().unwrap_err().0, "http_jobs.allowed_hosts");
+        assert_eq!(config.check().unwrap_err().0, "http_jobs");
     }
 }

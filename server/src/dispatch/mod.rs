@@ -30,7 +30,6 @@ mod flow;
 pub mod handles;
 pub mod http_jobs;
 mod job_secrets;
-pub mod networks;
 mod plan;
 mod settle;
 pub mod sharding;

@@ -217,7 +217,7 @@ async fn each_token_opens_exactly_what_it_should() {
     );
 }
 
-/// With `dispatch.allowed_networks`, an executor cannot point the nodes outside those networks:
+/// With `egress.allowed_networks`, an executor cannot point the nodes outside those networks:
 /// an address literal or a name resolving outside them is refused at registration.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn executors_register_only_addresses_in_the_allowed_networks() {
@@ -225,7 +225,7 @@ async fn executors_register_only_addresses_in_the_allowed_networks() {
         spec.extra_env = vec![
             ("CARILLON_EXECUTOR_TOKEN", EXECUTOR.to_owned()),
             (
-                "CARILLON_DISPATCH_ALLOWED_NETWORKS",
+                "CARILLON_EGRESS_ALLOWED_NETWORKS",
                 "10.0.0.0/8, fd00::/8".to_owned(),
             ),
         ];
@@ -251,7 +251,7 @@ async fn executors_register_only_addresses_in_the_allowed_networks() {
         let problem: serde_json::Value = response.json().await.unwrap();
         let text = problem.to_string();
         assert!(
-            text.contains("address") && text.contains("dispatch.allowed_networks"),
+            text.contains("address") && text.contains("egress.allowed_networks"),
             "{address}: {text}"
         );
     }

@@ -2,7 +2,7 @@
 //! carries its templates filled from the run and a header read from a secret (never stored in
 //! clear), its answer is the run's output; a failing status is retried; a slow call neither
 //! holds up other calls nor is lost; redirects are not followed; success can require a value in
-//! the answer; a call outside `http_jobs.allowed_networks`, or naming a secret that is not
+//! the answer; a call outside `egress.allowed_networks`, or naming a secret that is not
 //! set, fails saying so; a test call answers what came back and records no run; bad
 //! documents are refused naming the field.
 #![allow(
@@ -145,7 +145,11 @@ async fn http_jobs_call_urls_with_secrets_retry_and_never_block(db: TestDb) {
     let (target, base) = serve().await;
     let home = tempfile::tempdir().unwrap();
     let mut spec = NodeSpec::fast("n1", &db.url, home.path());
-    spec.extra_env = vec![("CARILLON_SECRETS_KEY", KEY.to_owned())];
+    // Loopback only, where the tests' target listens.
+    spec.extra_env = vec![
+        ("CARILLON_SECRETS_KEY", KEY.to_owned()),
+        ("CARILLON_EGRESS_ALLOWED_NETWORKS", "loopback".to_owned()),
+    ];
     let node = NodeProcess::start(spec).await;
     let (status, _) = node
         .call(
@@ -306,20 +310,27 @@ async fn http_jobs_call_urls_with_secrets_retry_and_never_block(db: TestDb) {
         "the redirect was followed"
     );
 
-    // Outside the allowed networks (loopback by default): never called.
-    let outside = create(
-        &node,
-        http_job(
-            "outside",
-            json!({"url": "http://10.255.255.1:9/x"}),
-            json!({}),
-        ),
-    )
-    .await;
-    let (detail, _) = ended(&node, trigger(&node, outside).await).await;
-    assert_eq!(detail["state"], "failed", "{detail}");
-    let error = detail["attempts"][0]["error"].as_str().unwrap();
-    assert!(error.contains("http_jobs.allowed_networks"), "{error}");
+    // Outside the allowed networks (loopback here): refused as it is written.
+    let (status, refused) = node
+        .call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(http_job(
+                "outside",
+                json!({"url": "http://10.255.255.1:9/x"}),
+                json!({}),
+            )),
+        )
+        .await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(refused["field"], "http.url", "{refused}");
+    assert!(
+        refused["detail"]
+            .as_str()
+            .unwrap()
+            .contains("egress.allowed_networks"),
+        "{refused}"
+    );
     // A name is judged by the addresses it resolves to.
     let named = create(
         &node,
@@ -401,7 +412,7 @@ async fn http_jobs_call_urls_with_secrets_retry_and_never_block(db: TestDb) {
         answer["error"]
             .as_str()
             .unwrap()
-            .contains("http_jobs.allowed_networks"),
+            .contains("egress.allowed_networks"),
         "{answer}"
     );
     let (status, answer) = node

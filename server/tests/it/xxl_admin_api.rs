@@ -57,10 +57,8 @@ async fn registrations_beats_callbacks_and_removals_speak_xxl_jobs_protocol() {
             .push(("CARILLON_XXL_ACCESS_TOKEN", XXL_TOKEN.to_owned()));
         spec.extra_env
             .push(("CARILLON_XXL_PATH_PREFIX", "/legacy/xxl".to_owned()));
-        spec.extra_env.push((
-            "CARILLON_DISPATCH_ALLOWED_NETWORKS",
-            "127.0.0.0/8".to_owned(),
-        ));
+        spec.extra_env
+            .push(("CARILLON_EGRESS_ALLOWED_NETWORKS", "127.0.0.0/8".to_owned()));
     })
     .await;
     let base = "/legacy/xxl/api";

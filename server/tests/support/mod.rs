@@ -23,6 +23,7 @@ pub mod proxy;
 pub mod records;
 pub mod runs;
 pub mod sdk;
+pub mod walk;
 pub mod webhook;
 
 use std::future::Future;

@@ -221,6 +221,12 @@ impl NodeProcess {
             ("CARILLON_DATA_DIR", spec.data_dir.display().to_string()),
             ("CARILLON_LISTEN", listen),
             ("CARILLON_ADMIN_TOKEN", TOKEN.to_owned()),
+            // Executors, webhooks and HTTP jobs of the tests listen on this machine and its
+            // test hosts; a test of the egress guard sets its own.
+            (
+                "CARILLON_EGRESS_ALLOWED_NETWORKS",
+                "public,loopback,private".to_owned(),
+            ),
             ("CARILLON_NODE_ID", spec.node_id.clone()),
             ("CARILLON_PARTITIONS", spec.partitions.to_string()),
             ("CARILLON_HEARTBEAT_MS", spec.heartbeat_ms.to_string()),

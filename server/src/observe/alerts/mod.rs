@@ -25,6 +25,7 @@ use tracing::{debug, info, warn};
 
 use super::metrics::NodeMetrics;
 use crate::cluster::LocalView;
+use crate::egress::Egress;
 use crate::jobs::{AlertFormat, JobAlerts};
 use crate::secret::Secret;
 use crate::store::{DispatchStore, JobRecord, JobStore, NamespaceStore};
@@ -163,7 +164,11 @@ pub struct AlertWorker {
     /// The jobs' namespaces' own webhooks.
     namespaces: NamespaceWebhooks,
     view: Arc<LocalView>,
+    /// Posts to the node's own webhook, the operator's.
     http: reqwest::Client,
+    /// Posts to jobs' and namespaces' webhooks, which their users set: through the egress guard.
+    guarded: reqwest::Client,
+    egress: Arc<Egress>,
     settings: AlertSettings,
     metrics: Arc<NodeMetrics>,
     calls: Arc<Semaphore>,
@@ -174,6 +179,8 @@ pub struct AlertWorker {
 struct Target {
     url: String,
     format: AlertFormat,
+    /// A user's webhook (a job's or a namespace's), called through the egress guard.
+    guarded: bool,
 }
 
 /// The queue's two ends: what raises alerts and the worker that sends them.
@@ -183,13 +190,18 @@ pub fn alerts(
     namespaces: Arc<dyn NamespaceStore>,
     view: Arc<LocalView>,
     settings: AlertSettings,
+    egress: Arc<Egress>,
     metrics: Arc<NodeMetrics>,
 ) -> Result<(Alerter, AlertWorker), reqwest::Error> {
     let (tx, rx) = mpsc::channel(QUEUE);
-    // Webhooks are the operator's and jobs' authors' own URLs; never follow a redirect
-    // elsewhere, and never wait long.
+    // Never follow a redirect elsewhere, and never wait long.
     let http = carillon_tls::http_client_builder()
         .redirect(reqwest::redirect::Policy::none())
+        .timeout(CALL_TIMEOUT)
+        .connect_timeout(CALL_TIMEOUT)
+        .build()?;
+    let guarded = egress
+        .guard(carillon_tls::http_client_builder())
         .timeout(CALL_TIMEOUT)
         .connect_timeout(CALL_TIMEOUT)
         .build()?;
@@ -205,6 +217,8 @@ pub fn alerts(
         namespaces: NamespaceWebhooks::new(namespaces),
         view,
         http,
+        guarded,
+        egress,
         settings,
         metrics,
         calls: Arc::new(Semaphore::new(CONCURRENT_CALLS)),
@@ -288,7 +302,19 @@ impl AlertWorker {
                 return;
             };
             let body = alert.body(target.format);
-            let http = self.http.clone();
+            if target.guarded
+                && let Err(refused) = self.egress.check_literal(&target.url)
+            {
+                // A webhook written before the policy closed, or set around the check.
+                warn!(run_id = alert.run_id, "alert webhook not called: {refused}");
+                self.metrics.alerts.add("failed", 1);
+                continue;
+            }
+            let http = if target.guarded {
+                self.guarded.clone()
+            } else {
+                self.http.clone()
+            };
             let metrics = Arc::clone(&self.metrics);
             let attempts = self.settings.attempts;
             let run_id = alert.run_id;
@@ -374,7 +400,11 @@ fn targets(
     if let Some(url) = own.or_else(|| namespace_webhook.map(str::to_owned))
         && lateness.is_none_or(|late| threshold > 0 && late > threshold)
     {
-        targets.push(Target { url, format });
+        targets.push(Target {
+            url,
+            format,
+            guarded: true,
+        });
     }
     if let Some(url) = &settings.webhook
         && !targets.iter().any(|t| t.url == url.expose())
@@ -383,6 +413,7 @@ fn targets(
         targets.push(Target {
             url: url.expose().to_owned(),
             format: settings.format,
+            guarded: false,
         });
     }
     targets

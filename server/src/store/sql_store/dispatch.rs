@@ -4,6 +4,22 @@
 macro_rules! dispatch_store {
     ($store:ident, $db:ty, $backend:expr) => {
         impl $store {
+            /// Applies `query` (one executor's row, by id) with `audit`; whether it changed it.
+            async fn executor_change(
+                &self,
+                query: &std::sync::Arc<str>,
+                executor_id: &str,
+                audit: Option<&AuditWrite>,
+            ) -> Result<bool, Error> {
+                let mut tx = self.begin_write().await?;
+                let changed = sqlx::query::<$db>(sql(query))
+                    .bind(executor_id)
+                    .execute(&mut *tx)
+                    .await?;
+                self.commit_changed(tx, changed.rows_affected() == 1, audit)
+                    .await
+            }
+
             /// The smallest id of the runs finished in `[since_ms, until_ms)`, if any.
             async fn runs_first_id_finished(
                 &self,
@@ -153,13 +169,7 @@ macro_rules! dispatch_store {
                 } else {
                     &self.q.dispatch.executor_set_active
                 };
-                let mut tx = self.begin_write().await?;
-                let changed = sqlx::query::<$db>(sql(query))
-                    .bind(executor_id)
-                    .execute(&mut *tx)
-                    .await?;
-                self.commit_changed(tx, changed.rows_affected() == 1, audit)
-                    .await
+                self.executor_change(query, executor_id, audit).await
             }
 
             async fn executor_leave(
@@ -167,12 +177,7 @@ macro_rules! dispatch_store {
                 executor_id: &str,
                 audit: Option<&AuditWrite>,
             ) -> Result<bool, Error> {
-                let mut tx = self.begin_write().await?;
-                let left = sqlx::query::<$db>(sql(&self.q.dispatch.executor_leave))
-                    .bind(executor_id)
-                    .execute(&mut *tx)
-                    .await?;
-                self.commit_changed(tx, left.rows_affected() == 1, audit)
+                self.executor_change(&self.q.dispatch.executor_leave, executor_id, audit)
                     .await
             }
 
@@ -181,12 +186,7 @@ macro_rules! dispatch_store {
                 executor_id: &str,
                 audit: Option<&AuditWrite>,
             ) -> Result<bool, Error> {
-                let mut tx = self.begin_write().await?;
-                let removed = sqlx::query::<$db>(sql(&self.q.dispatch.executor_remove))
-                    .bind(executor_id)
-                    .execute(&mut *tx)
-                    .await?;
-                self.commit_changed(tx, removed.rows_affected() == 1, audit)
+                self.executor_change(&self.q.dispatch.executor_remove, executor_id, audit)
                     .await
             }
 

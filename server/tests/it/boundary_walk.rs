@@ -1,0 +1,434 @@
+//! The boundary, walked from the node's own OpenAPI document: every `/api/v1` operation, called
+//! by every kind of token (a service token of each role of `team-a`, `team-a`'s executor
+//! token, the cluster's executor token, the read-only token, the admin token), in the caller's
+//! own namespace, another team's and `default`, answers what one table below says: allowed,
+//! refused (`403`) or nothing there (`404`). A refused answer about another namespace carries
+//! nothing of it, and nothing of `team-b` is changed by the walk. An operation the document
+//! has and the table lacks fails the walk (write its row), as does a row whose operation is
+//! gone or whose need the document states otherwise. XXL-JOB's endpoints, outside the
+//! document, refuse every token but their own.
+#![allow(
+    clippy::unwrap_used,
+    reason = "a test fails loudly on any unexpected error"
+)]
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::support;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use support::db::TestDb;
+use support::node::{NodeProcess, NodeSpec};
+use support::walk::{Fixtures, concrete, fixtures, operations};
+
+for_engine!(
+    postgres,
+    Postgres,
+    [every_operation_answers_every_caller_as_its_row_says]
+);
+for_engine!(
+    sqlite,
+    Sqlite,
+    [every_operation_answers_every_caller_as_its_row_says]
+);
+
+/// What an operation needs of its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Need {
+    SignedIn,
+    /// At least this role (an index into [`ROLES`]) in the namespace it works in.
+    Role(usize),
+    ClusterViewer,
+    ClusterAdmin,
+    Executor,
+}
+
+const ROLES: [&str; 4] = ["viewer", "operator", "editor", "admin"];
+const VIEWER: Need = Need::Role(0);
+const OPERATOR: Need = Need::Role(1);
+const EDITOR: Need = Need::Role(2);
+const ADMIN: Need = Need::Role(3);
+
+/// Every `/api/v1` operation, by `operationId`, and what it needs: the table the node is held
+/// to. (`/metrics`, outside `/api/v1`, is walked by `auth_scopes.rs`.)
+const TABLE: &[(&str, Need)] = &[
+    ("getCluster", Need::SignedIn),
+    ("getOpenApi", Need::SignedIn),
+    ("listNamespaces", Need::SignedIn),
+    ("getNamespace", VIEWER),
+    ("listJobs", VIEWER),
+    ("getJob", VIEWER),
+    ("listJobRuns", VIEWER),
+    ("listJobBackfills", VIEWER),
+    ("getBackfill", VIEWER),
+    ("previewSchedule", VIEWER),
+    ("listCalendars", VIEWER),
+    ("getCalendar", VIEWER),
+    ("listWorkflows", VIEWER),
+    ("getWorkflow", VIEWER),
+    ("listWorkflowRuns", VIEWER),
+    ("getWorkflowRun", VIEWER),
+    ("listRuns", VIEWER),
+    ("getRun", VIEWER),
+    ("listDeadLetters", VIEWER),
+    ("getRunLogs", VIEWER),
+    ("listTasks", VIEWER),
+    ("getTask", VIEWER),
+    ("listExecutors", VIEWER),
+    ("getExecutor", VIEWER),
+    ("listApps", VIEWER),
+    ("listSecrets", VIEWER),
+    ("startJob", OPERATOR),
+    ("stopJob", OPERATOR),
+    ("triggerJob", OPERATOR),
+    ("backfillJob", OPERATOR),
+    ("cancelBackfill", OPERATOR),
+    ("startWorkflow", OPERATOR),
+    ("stopWorkflow", OPERATOR),
+    ("triggerWorkflow", OPERATOR),
+    ("rerunWorkflowRun", OPERATOR),
+    ("cancelWorkflowRun", OPERATOR),
+    ("rerunRun", OPERATOR),
+    ("cancelRun", OPERATOR),
+    ("releaseRun", OPERATOR),
+    ("enqueueTasks", OPERATOR),
+    ("cancelTask", OPERATOR),
+    ("cancelTaskByKey", OPERATOR),
+    ("createJob", EDITOR),
+    ("updateJob", EDITOR),
+    ("deleteJob", EDITOR),
+    ("createJobs", EDITOR),
+    ("putCalendar", EDITOR),
+    ("deleteCalendar", EDITOR),
+    ("createWorkflow", EDITOR),
+    ("updateWorkflow", EDITOR),
+    ("deleteWorkflow", EDITOR),
+    ("putSecret", EDITOR),
+    ("deleteSecret", EDITOR),
+    ("testHttpCall", EDITOR),
+    ("updateNamespace", ADMIN),
+    ("listTokens", ADMIN),
+    ("createToken", ADMIN),
+    ("revokeToken", ADMIN),
+    ("listGrants", ADMIN),
+    ("createGrant", ADMIN),
+    ("revokeGrant", ADMIN),
+    ("listAuditEvents", ADMIN),
+    ("getStats", Need::ClusterViewer),
+    ("createNamespace", Need::ClusterAdmin),
+    ("deleteNamespace", Need::ClusterAdmin),
+    ("drainExecutor", Need::ClusterAdmin),
+    ("resumeExecutor", Need::ClusterAdmin),
+    ("removeExecutor", Need::ClusterAdmin),
+    ("purgeRuns", Need::ClusterAdmin),
+    ("rotateSecrets", Need::ClusterAdmin),
+    ("registerExecutor", Need::Executor),
+    ("executorHeartbeat", Need::Executor),
+    ("reportResult", Need::Executor),
+    ("deregisterExecutor", Need::Executor),
+    ("appendAttemptLogs", Need::Executor),
+];
+
+/// How the document names a need (`x-carillon-permission`).
+fn named(need: Need) -> &'static str {
+    match need {
+        Need::SignedIn => "signed-in",
+        Need::Role(rank) => ROLES[rank],
+        Need::ClusterViewer => "cluster-viewer",
+        Need::ClusterAdmin => "cluster-admin",
+        Need::Executor => "executor",
+    }
+}
+
+/// A kind of token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Caller {
+    /// A service token of `team-a` with this role.
+    Service(usize),
+    /// `team-a`'s `executor` service token.
+    NamespaceExecutor,
+    ClusterExecutor,
+    ReadOnly,
+    Admin,
+}
+
+/// What a call gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    Allowed,
+    /// `403`.
+    Refused,
+    /// `404`: nothing there, for this caller.
+    Hidden,
+}
+
+/// The row's answer for `caller`, in its own namespace (`team-a`) or not.
+fn expected(need: Need, caller: Caller, own: bool) -> Answer {
+    use Answer::{Allowed, Hidden, Refused};
+    let executor = matches!(caller, Caller::NamespaceExecutor | Caller::ClusterExecutor);
+    match (need, caller) {
+        (_, Caller::Admin) => Allowed,
+        (Need::Executor, _) if executor => Allowed,
+        (_, _) if executor => Refused,
+        (Need::Executor, _) => Refused,
+        (Need::SignedIn, _) => Allowed,
+        (Need::ClusterViewer, Caller::ReadOnly) => Allowed,
+        (Need::ClusterViewer | Need::ClusterAdmin, _) => Refused,
+        (Need::Role(0), Caller::ReadOnly) => Allowed,
+        (Need::Role(_), Caller::ReadOnly) => Refused,
+        (Need::Role(needed), Caller::Service(role)) if role < needed => Refused,
+        (Need::Role(_), _) if own => Allowed,
+        (Need::Role(_), _) => Hidden,
+    }
+}
+
+/// The strings only a namespace's own resources hold.
+fn marks_of(namespace: &str) -> [String; 4] {
+    ["job", "flow", "order", "app"].map(|kind| format!("{namespace}-{kind}"))
+}
+
+const CLUSTER_EXECUTOR: &str = "walk-cluster-executor-0123";
+const READ_ONLY: &str = "walk-read-only-token-0123";
+const XXL_TOKEN: &str = "walk-xxl-access-token-0123";
+
+async fn expect(node: &NodeProcess, method: Method, path: &str, body: Option<Value>) -> Value {
+    let (status, answer) = node.call(method.clone(), path, body).await;
+    assert!(
+        (200..300).contains(&status),
+        "{method} {path}: {status} {answer}"
+    );
+    answer
+}
+
+async fn every_operation_answers_every_caller_as_its_row_says(db: TestDb) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = NodeSpec::fast("n1", &db.url, dir.path());
+    spec.extra_env = vec![
+        // Secrets are stored only with a key, on a shared database.
+        ("CARILLON_SECRETS_KEY", "ab".repeat(32)),
+        ("CARILLON_EXECUTOR_TOKEN", CLUSTER_EXECUTOR.to_owned()),
+        ("CARILLON_READ_ONLY_TOKEN", READ_ONLY.to_owned()),
+        ("CARILLON_XXL_ACCESS_TOKEN", XXL_TOKEN.to_owned()),
+    ];
+    let node = NodeProcess::start(spec).await;
+    let mut callers: Vec<(Caller, String)> = Vec::new();
+    for name in ["team-a", "team-b", "default"] {
+        if name != "default" {
+            let body = Some(json!({"name": name}));
+            expect(&node, Method::POST, "/api/v1/namespaces", body).await;
+        }
+        // An executor of an app of its own, registered with the namespace's executor token:
+        // what `/executors/{id}` finds.
+        let made = expect(
+            &node,
+            Method::POST,
+            &format!("/api/v1/tokens?namespace={name}"),
+            Some(json!({"name": "executors", "role": "executor"})),
+        )
+        .await;
+        let token = made["token"].as_str().unwrap().to_owned();
+        let (status, answer) = node
+            .call_as(
+                &token,
+                Method::POST,
+                "/api/v1/executors/register",
+                Some(
+                    json!({"protocol": 1, "executor_id": format!("{name}-executor"),
+                    "app": format!("{name}-app"), "address": "http://127.0.0.1:9",
+                    "weight": 1, "capacity": 1, "handlers": [{"name": "work"}]}),
+                ),
+            )
+            .await;
+        assert_eq!(status, 200, "{answer}");
+        if name == "team-a" {
+            callers.push((Caller::NamespaceExecutor, token));
+        }
+    }
+    for (rank, role) in ROLES.iter().enumerate() {
+        let made = expect(
+            &node,
+            Method::POST,
+            "/api/v1/tokens?namespace=team-a",
+            Some(json!({"name": format!("{role}-bot"), "role": role})),
+        )
+        .await;
+        callers.push((
+            Caller::Service(rank),
+            made["token"].as_str().unwrap().to_owned(),
+        ));
+    }
+    callers.push((Caller::ClusterExecutor, CLUSTER_EXECUTOR.to_owned()));
+    callers.push((Caller::ReadOnly, READ_ONLY.to_owned()));
+    callers.push((Caller::Admin, support::node::TOKEN.to_owned()));
+
+    let mut round = 0;
+    let mut fixtures_of: BTreeMap<&str, Fixtures> = BTreeMap::new();
+    for name in ["team-a", "team-b", "default"] {
+        fixtures_of.insert(name, fixtures(&node, name, round).await);
+    }
+    let other_job = format!("/api/v1/jobs/{}", fixtures_of["team-b"].by_segment["jobs"]);
+    let other_job_before = expect(&node, Method::GET, &other_job, None).await;
+
+    // The table and the document agree, row for operation.
+    let operations = operations(&node).await;
+    let table: BTreeMap<&str, Need> = TABLE.iter().copied().collect();
+    assert_eq!(table.len(), TABLE.len(), "a row written twice");
+    let documented: BTreeSet<&str> = operations.iter().map(|op| op.id.as_str()).collect();
+    let missing: Vec<&&str> = documented
+        .iter()
+        .filter(|id| !table.contains_key(**id))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "operations without a row in the walk's table: {missing:?}"
+    );
+    let gone: Vec<&&str> = table
+        .keys()
+        .filter(|id| !documented.contains(**id))
+        .collect();
+    assert!(
+        gone.is_empty(),
+        "rows of operations the document does not have: {gone:?}"
+    );
+
+    let mut opened = BTreeMap::<usize, usize>::new();
+    let mut calls = 0;
+    for op in &operations {
+        let need = table[op.id.as_str()];
+        assert_eq!(
+            op.need,
+            named(need),
+            "{} {} ({})",
+            op.method,
+            op.path,
+            op.id
+        );
+        for (caller, token) in &callers {
+            // Where the answer may depend on the namespace, each of the three; the cluster's
+            // tokens are walked in their own (`default`) and `team-a`, so `team-b` is only
+            // ever reached by calls that must be refused.
+            let spaces: &[&str] = match (need, caller) {
+                (Need::Role(_), Caller::ReadOnly | Caller::Admin) => &["team-a", "default"],
+                (Need::Role(_), _) => &["team-a", "team-b", "default"],
+                _ => &["team-a"],
+            };
+            for &namespace in spaces {
+                let own = namespace == "team-a";
+                let answer = expected(need, *caller, own);
+                // A service token's call in its own namespace names none: its home is used.
+                let name_it = !(own && matches!(caller, Caller::Service(_)));
+                let path = concrete(op, &fixtures_of[namespace], namespace, name_it);
+                let (status, body) = node.call_as(token, op.method.clone(), &path, None).await;
+                calls += 1;
+                let what = format!(
+                    "{} {path} ({}, needs {}) as {caller:?}: {status} {body}",
+                    op.method, op.id, op.need
+                );
+                match answer {
+                    Answer::Allowed => {
+                        assert!(status != 401 && status != 403, "{what}");
+                        // Its own resources are found (a `404` here would be the check
+                        // hiding them from their own namespace).
+                        if op.path.contains("{id}") || op.path.contains("{name}") {
+                            assert_ne!(status, 404, "{what}");
+                        }
+                        if let Caller::Service(rank) = caller {
+                            *opened.entry(*rank).or_default() += 1;
+                        }
+                        if op.method == Method::DELETE {
+                            round += 1;
+                            let renewed = fixtures(&node, namespace, round).await;
+                            fixtures_of.insert(namespace, renewed);
+                        }
+                    }
+                    Answer::Refused => assert_eq!(status, 403, "{what}"),
+                    Answer::Hidden => assert_eq!(status, 404, "{what}"),
+                }
+                if answer != Answer::Allowed && !own {
+                    let text = body.to_string();
+                    for mark in marks_of(namespace) {
+                        assert!(!text.contains(&mark), "{what}: tells of {mark}");
+                    }
+                }
+            }
+        }
+    }
+    assert!(calls > 800, "{calls} calls");
+    // Each role opens more than the one before it.
+    let counts: Vec<usize> = (0..ROLES.len()).map(|rank| opened[&rank]).collect();
+    assert!(
+        counts.windows(2).all(|pair| pair[0] < pair[1]),
+        "{opened:?}"
+    );
+
+    // Nothing of team-b was touched by all of that.
+    let other = &fixtures_of["team-b"];
+    for (segment, id) in &other.by_segment {
+        let path = match *segment {
+            "tokens" | "grants" => format!("/api/v1/{segment}?namespace=team-b"),
+            _ => format!("/api/v1/{segment}/{id}"),
+        };
+        let answer = expect(&node, Method::GET, &path, None).await;
+        if *segment == "tokens" || *segment == "grants" {
+            // The fixture's, and for tokens the namespace's executor token.
+            let kept = if *segment == "tokens" { 2 } else { 1 };
+            assert_eq!(answer[*segment].as_array().unwrap().len(), kept, "{answer}");
+        }
+    }
+    let now = expect(&node, Method::GET, &other_job, None).await;
+    assert_eq!(
+        (&now["state"], &now["version"]),
+        (&other_job_before["state"], &other_job_before["version"]),
+        "{now}"
+    );
+    let runs = expect(&node, Method::GET, &format!("{other_job}/runs"), None).await;
+    let manual = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|run| run["trigger"] == "manual")
+        .count();
+    assert_eq!(manual, 1, "no run of team-b's job was added: {runs}");
+    let executor = expect(
+        &node,
+        Method::GET,
+        "/api/v1/executors/team-b-executor",
+        None,
+    )
+    .await;
+    assert_eq!(executor["app"], "team-b-app", "{executor}");
+    assert_eq!(executor["state"], "active", "{executor}");
+
+    // XXL-JOB's endpoints take their own token and no other.
+    for path in ["registry", "registryRemove", "callback"] {
+        let url = node.url(&format!("/xxl-job-admin/api/{path}"));
+        for (caller, token) in &callers {
+            let answer: Value = carillon_tls::http_client()
+                .unwrap()
+                .post(&url)
+                .header("XXL-JOB-ACCESS-TOKEN", token)
+                .bearer_auth(token)
+                .json(
+                    &json!({"registryGroup": "EXECUTOR", "registryKey": "team-b-app",
+                    "registryValue": "http://127.0.0.1:9"}),
+                )
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            assert_eq!(answer["code"], 500, "{path} as {caller:?}: {answer}");
+            assert_eq!(answer["msg"], "The access token is wrong.", "{answer}");
+        }
+    }
+    let executor = expect(
+        &node,
+        Method::GET,
+        "/api/v1/executors/team-b-executor",
+        None,
+    )
+    .await;
+    assert_eq!(executor["state"], "active", "{executor}");
+}
