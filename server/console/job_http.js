@@ -23,7 +23,7 @@ export function httpFields(start) {
   };
   const f = {
     httpMethod: field('Method', c.method),
-    httpUrl: field('URL', c.url, { hint: 'Template values: {{instant}}, {{run_id}}, {{args.field}}…; loopback only until the operators allow more (http_jobs.allowed_networks)', wide: true }),
+    httpUrl: field('URL', c.url, { hint: 'Template values: {{instant}}, {{run_id}}, {{args.field}}…; public addresses only until the operators allow more (egress.allowed_networks)', wide: true }),
     httpHeaders: field('Headers (JSON)', c.headers, { hint: 'Values are text, or {"secret": "name"}: a secret of this namespace', wide: true }),
     httpBody: field('Body', c.body, { hint: 'Sent as JSON when it is JSON; none for GET and HEAD', wide: true }),
     httpStatus: field('Success statuses', c.status, { hint: 'Comma separated; empty: any 2xx' }),

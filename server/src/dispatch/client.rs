@@ -38,7 +38,7 @@ pub enum NotTaken {
     /// `503`: draining or unavailable.
     Unavailable,
     /// Nothing was sent: the connection was refused or could not be made, or the address is
-    /// outside `dispatch.allowed_networks`.
+    /// outside `egress.allowed_networks`.
     Unreachable,
     /// Sent, and no answer came (a timeout, a reset): it may have been taken.
     NoAnswer,

@@ -32,7 +32,8 @@ pub struct HttpCall {
     #[serde(default = "get")]
     pub method: String,
     /// An `http://` or `https://` URL; template values in it are percent-encoded. The node's
-    /// `http_jobs.allowed_networks` and `allowed_hosts` decide what it may reach.
+    /// `[egress]` decides what it may reach (public addresses only, unless the operators name
+    /// more); an address outside it is refused as the job is written.
     pub url: String,
     /// Request headers: a value is text (templates allowed) or `{"secret": "name"}`, a secret
     /// of the job's namespace read when the call is made.

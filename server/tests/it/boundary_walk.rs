@@ -400,6 +400,19 @@ async fn every_operation_answers_every_caller_as_its_row_says(db: TestDb) {
     assert_eq!(executor["app"], "team-b-app", "{executor}");
     assert_eq!(executor["state"], "active", "{executor}");
 
+    // A filter cannot widen a listing: by another namespace's job, nothing, for a token of
+    // one namespace and for the read-only token asking in `default`.
+    let other_job_id = other.by_segment["jobs"];
+    for caller in [Caller::Service(0), Caller::ReadOnly] {
+        let token = &callers.iter().find(|(c, _)| *c == caller).unwrap().1;
+        for listing in ["runs", "dead-letters"] {
+            let path = format!("/api/v1/{listing}?job_id={other_job_id}");
+            let (status, listed) = node.call_as(token, Method::GET, &path, None).await;
+            assert_eq!(status, 200, "{path} as {caller:?}: {listed}");
+            assert_eq!(listed["runs"], json!([]), "{path} as {caller:?}: {listed}");
+        }
+    }
+
     // XXL-JOB's endpoints take their own token and no other.
     for path in ["registry", "registryRemove", "callback"] {
         let url = node.url(&format!("/xxl-job-admin/api/{path}"));

@@ -116,6 +116,7 @@ async fn secrets_are_sealed_write_only_and_rotate(db: TestDb) {
 
     bad_input_is_refused_naming_the_field(&node).await;
     the_cli_sets_lists_and_deletes(&node, home.path());
+    the_cli_works_in_the_namespace_it_names(&node, home.path()).await;
 
     // Sealed at rest: no value in clear, in the table or in the audit trail.
     let rows: Vec<(String, String)> =
@@ -263,6 +264,51 @@ fn the_cli_sets_lists_and_deletes(node: &NodeProcess, dir: &std::path::Path) {
         key,
         "keys are random"
     );
+}
+
+/// `carillon -n NAMESPACE secrets …` works in that namespace, not `default`.
+async fn the_cli_works_in_the_namespace_it_names(node: &NodeProcess, dir: &std::path::Path) {
+    let (status, answer) = node
+        .call(
+            Method::POST,
+            "/api/v1/namespaces",
+            Some(json!({"name": "team-s"})),
+        )
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    let file = dir.join("scoped.txt");
+    std::fs::write(&file, VALUE).unwrap();
+    let (url, file) = (node.url(""), file.display().to_string());
+    let in_team = |args: &[&str]| {
+        let mut all = vec!["-n", "team-s", "secrets"];
+        all.extend_from_slice(args);
+        support::cli::carillon(&url, &all)
+    };
+    let (ok, out, err) = in_team(&["set", "scoped", "--from-file", &file]);
+    assert!(ok, "{out}{err}");
+    let names = |listed: &Value| -> Vec<Value> {
+        listed["secrets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].clone())
+            .collect()
+    };
+    let (_, team) = node
+        .call(Method::GET, "/api/v1/secrets?namespace=team-s", None)
+        .await;
+    assert_eq!(names(&team), [json!("scoped")], "{team}");
+    let (_, default) = node.call(Method::GET, "/api/v1/secrets", None).await;
+    assert!(!names(&default).contains(&json!("scoped")), "{default}");
+    let (ok, out, err) = in_team(&["ls", "-o", "json"]);
+    let listed: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}{err}"));
+    assert!(ok && names(&listed) == [json!("scoped")], "{out}{err}");
+    let (ok, _, err) = in_team(&["rm", "scoped"]);
+    assert!(ok, "{err}");
+    let (_, team) = node
+        .call(Method::GET, "/api/v1/secrets?namespace=team-s", None)
+        .await;
+    assert_eq!(names(&team), Vec::<Value>::new(), "{team}");
 }
 
 async fn bad_input_is_refused_naming_the_field(node: &NodeProcess) {
