@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
+use crate::attempt::AttemptRef;
 use crate::registry::Handler;
 
 pub(crate) fn now_ms() -> i64 {
@@ -66,23 +67,6 @@ pub(crate) struct Shared {
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Plain maps: a panic elsewhere cannot leave them inconsistent.
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// An attempt as the nodes are told of it: its id and the handle its dispatch carried, which
-/// its result and log lines quote.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct AttemptRef {
-    pub(crate) id: i64,
-    pub(crate) handle: Option<String>,
-}
-
-impl AttemptRef {
-    pub(crate) fn of(dispatch: &carillon_protocol::Dispatch) -> Self {
-        Self {
-            id: dispatch.attempt_id,
-            handle: dispatch.handle.clone(),
-        }
-    }
 }
 
 impl Shared {

@@ -13,7 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use carillon_protocol::{DirectResult, Outcome};
 use serde_json::Value;
 
-use crate::admin::AttemptRef;
+use crate::attempt::AttemptRef;
 
 /// How long a finished key is remembered: longer than any failover or redelivery takes.
 pub(crate) const KEEP_MS: i64 = 3_600_000;

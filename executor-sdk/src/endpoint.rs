@@ -17,7 +17,8 @@ use carillon_protocol::{
 use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, warn};
 
-use crate::admin::{AttemptRef, Shared, now_ms};
+use crate::admin::{Shared, now_ms};
+use crate::attempt::AttemptRef;
 use crate::context::JobContext;
 use crate::effects::Effect;
 

@@ -27,6 +27,7 @@
 //! not list them. Architecture invariant: this crate never depends on `carillon-server`.
 
 mod admin;
+mod attempt;
 mod context;
 mod effects;
 mod endpoint;

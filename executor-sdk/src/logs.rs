@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use carillon_protocol::ShippedLine;
 
-use crate::admin::AttemptRef;
+use crate::attempt::AttemptRef;
 use tracing::field::{Field, Visit};
 use tracing::level_filters::LevelFilter;
 use tracing::span::{Attributes, Id, Record};
