@@ -110,6 +110,8 @@ async fn the_package_installs_runs_upgrades_and_removes(db: TestDb) {
         format!("CARILLON_LISTEN=127.0.0.1:{}", support::free_port()),
         format!("CARILLON_ADMIN_TOKEN={TOKEN}"),
         format!("CARILLON_EXECUTOR_TOKEN={EXECUTOR_TOKEN}"),
+        // The test's executor is on this machine's loopback, which a server's default refuses.
+        "CARILLON_EGRESS_ALLOWED_NETWORKS=public,loopback".to_owned(),
     ];
     environment.extend(
         support::executor::node_env()

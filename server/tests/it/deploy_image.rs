@@ -208,6 +208,11 @@ async fn start_node(
         ("CARILLON_HEARTBEAT_MS", "200".to_owned()),
         ("CARILLON_NODE_LEASE_MS", "1000".to_owned()),
         ("CARILLON_LEADER_LEASE_MS", "1000".to_owned()),
+        // The executor is the host's, on loopback (a server's default refuses it).
+        (
+            "CARILLON_EGRESS_ALLOWED_NETWORKS",
+            "public,loopback".to_owned(),
+        ),
     ];
     env.extend(
         support::executor::node_env()
