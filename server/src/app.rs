@@ -567,8 +567,9 @@ fn egress_policy(config: &Config) -> Result<crate::egress::Egress, StartupError>
         warn!("{notice}");
     }
     let egress = config.egress_policy()?;
+    // Said, not warned: it is set on purpose (the demo sets it).
     if egress.opens_loopback() {
-        warn!(
+        info!(
             allowed_networks = ?settings.config.allowed_networks,
             "egress is open to loopback: HTTP jobs, alert webhooks and executors may reach this \
              machine's own services (fine on a laptop; not on a shared server)"
