@@ -41,10 +41,6 @@ pub(super) async fn append(
                 .handles()
                 .verifies(attempt.attempt_id, handle)
         });
-        if !quoted {
-            unquoted.push(attempt.attempt_id);
-            continue;
-        }
         let mut kept = Vec::with_capacity(attempt.lines.len());
         for (j, line) in attempt.lines.into_iter().enumerate() {
             if !(1..TRUNCATED_LINE).contains(&line.line) {
@@ -60,7 +56,11 @@ pub(super) async fn append(
                 message: cut(line.message, MAX_LINE_BYTES),
             });
         }
-        lines.push((attempt.attempt_id, kept));
+        if quoted {
+            lines.push((attempt.attempt_id, kept));
+        } else {
+            unquoted.push(attempt.attempt_id);
+        }
     }
     let appended = state
         .store

@@ -343,6 +343,8 @@ async fn people_get_the_roles_their_groups_are_granted(db: TestDb) {
     expect(&node, &alice, Method::GET, &path, None, 404).await;
     let seen = expect(&node, admin, Method::GET, &path, None, 200).await;
     assert_eq!(seen["runs"].as_array().unwrap().len(), 1, "{seen}");
+    let path = format!("/api/v1/jobs/{}", theirs["id"]);
+    expect(&node, admin, Method::DELETE, &path, None, 204).await;
     let path = format!("/api/v1/grants/{}", everyone["id"]);
     expect(&node, admin, Method::DELETE, &path, None, 204).await;
 
