@@ -283,8 +283,8 @@ class Operations:
 
     def remove_executor(self, id: str) -> Any:
         """DELETE /api/v1/executors/{id}: `DELETE /executors/{id}`: forget an executor; its running
-        attempts fail over. One that is still alive is told at its next heartbeat to register
-        again.
+        attempts fail over, and its id is free for any token to register. One that is still
+        alive is told at its next heartbeat to register again.
         """
         return self._call("DELETE", f"/api/v1/executors/{id}")
 
