@@ -580,13 +580,14 @@ fn egress_policy(config: &Config) -> Result<crate::egress::Egress, StartupError>
 
 /// Says, for each executor registered at an address the egress policy refuses (one that
 /// relied on the open default of versions before it), what to set: the nodes no longer
-/// dispatch to it.
+/// dispatch to it. Address literals only: resolving every executor's name here would hold up
+/// the start (a name is judged on each connection anyway).
 async fn warn_of_executors_outside(store: &dyn Store, egress: &crate::egress::Egress) {
     let Ok(list) = store.executors_list(None).await else {
         return;
     };
     for executor in list.executors.iter().filter(|e| e.state != "left") {
-        if let Err(why) = egress.check_url(&executor.address).await {
+        if let Err(why) = egress.check_literal(&executor.address) {
             warn!(
                 executor = %executor.executor_id,
                 address = %executor.address,
