@@ -13,6 +13,7 @@ use axum::{Extension, Json};
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::admitted::Admitted;
 use super::namespaces::NamespaceQuery;
 use super::params::{NameParam, QueryParams};
 use super::{ApiError, ApiState, Principal, rfc3339};
@@ -108,15 +109,10 @@ async fn views(
 pub(super) async fn list(
     State(state): State<ApiState>,
     Extension(principal): Extension<Principal>,
-    QueryParams(at): QueryParams<NamespaceQuery>,
+    admitted: Admitted,
+    QueryParams(_): QueryParams<NamespaceQuery>,
 ) -> Result<Json<ExecutorList>, ApiError> {
-    let namespace = super::namespaces::listed(
-        &state,
-        &principal,
-        Need::ClusterViewer,
-        at.namespace.as_deref(),
-    )
-    .await?;
+    let namespace = admitted.listing(&principal, Need::ClusterViewer)?;
     Ok(Json(ExecutorList {
         executors: views(&state, namespace).await?,
     }))
@@ -130,15 +126,10 @@ pub(super) async fn get(
     State(state): State<ApiState>,
     Extension(principal): Extension<Principal>,
     NameParam(id): NameParam,
-    QueryParams(at): QueryParams<NamespaceQuery>,
+    admitted: Admitted,
+    QueryParams(_): QueryParams<NamespaceQuery>,
 ) -> Result<Json<ExecutorView>, ApiError> {
-    let namespace = super::namespaces::listed(
-        &state,
-        &principal,
-        Need::ClusterViewer,
-        at.namespace.as_deref(),
-    )
-    .await?;
+    let namespace = admitted.listing(&principal, Need::ClusterViewer)?;
     views(&state, namespace)
         .await?
         .into_iter()
@@ -166,15 +157,10 @@ pub(super) struct AppView {
 pub(super) async fn apps(
     State(state): State<ApiState>,
     Extension(principal): Extension<Principal>,
-    QueryParams(at): QueryParams<NamespaceQuery>,
+    admitted: Admitted,
+    QueryParams(_): QueryParams<NamespaceQuery>,
 ) -> Result<Json<AppList>, ApiError> {
-    let namespace = super::namespaces::listed(
-        &state,
-        &principal,
-        Need::ClusterViewer,
-        at.namespace.as_deref(),
-    )
-    .await?;
+    let namespace = admitted.listing(&principal, Need::ClusterViewer)?;
     let mut apps: std::collections::BTreeMap<String, AppView> = std::collections::BTreeMap::new();
     for e in views(&state, namespace)
         .await?

@@ -20,6 +20,7 @@ use axum::serve::IncomingStream;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::admitted::Admitted;
 use super::changes::Changes;
 use super::params::QueryParams;
 use super::{ApiError, ApiState, paging, rfc3339};
@@ -289,6 +290,10 @@ pub(super) async fn record_refused_sign_in(
 pub(super) struct AuditQuery {
     /// The namespace's events (a namespace's admin sees only its own); left out with the
     /// admin token: every namespace's and the cluster's.
+    #[allow(
+        dead_code,
+        reason = "the permission check reads it and admits the call in it (`Admitted`)"
+    )]
     #[param(max_length = 63, pattern = "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")]
     namespace: Option<String>,
     /// Who, as events name them (`admin token`, `token ci (#4)`).
@@ -351,17 +356,12 @@ const SORTS: &[&str] = &["-created"];
 pub(super) async fn list(
     State(state): State<ApiState>,
     axum::Extension(principal): axum::Extension<Principal>,
+    admitted: Admitted,
     QueryParams(query): QueryParams<AuditQuery>,
 ) -> Result<Json<AuditList>, ApiError> {
     let limit = paging::limit(query.limit)?;
     // Every namespace's events are the cluster's admins' only.
-    let namespace = super::namespaces::listed(
-        &state,
-        &principal,
-        Need::ClusterAdmin,
-        query.namespace.as_deref(),
-    )
-    .await?;
+    let namespace = admitted.listing(&principal, Need::ClusterAdmin)?;
     if let Some(outcome) = query.outcome.as_deref()
         && !["ok", "failed", "refused"].contains(&outcome)
     {

@@ -9,11 +9,12 @@ use axum::http::{HeaderMap, StatusCode};
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::admitted::Admitted;
 use super::audit::Audit;
 use super::body::JsonBody;
 use super::changes::Changes;
 use super::error::Problem;
-use super::namespaces::{Namespace, NamespaceQuery, resolve};
+use super::namespaces::{Namespace, NamespaceQuery};
 use super::params::{NameParam, QueryParams};
 use super::{ApiError, ApiState, rfc3339};
 use crate::jobs::{JobDefinition, JobPolicy, check_calendar_name};
@@ -77,9 +78,10 @@ fn checked_name(name: &str) -> Result<(), ApiError> {
     responses((status = 200, description = "The calendars", body = CalendarList)))]
 pub(super) async fn list(
     State(state): State<ApiState>,
-    QueryParams(at): QueryParams<NamespaceQuery>,
+    admitted: Admitted,
+    QueryParams(_): QueryParams<NamespaceQuery>,
 ) -> Result<Json<CalendarList>, ApiError> {
-    let namespace = resolve(&state, at.namespace.as_deref()).await?;
+    let namespace = admitted.named(&state).await?;
     let calendars = state
         .store
         .calendars_list()
@@ -97,9 +99,10 @@ pub(super) async fn list(
 pub(super) async fn get(
     State(state): State<ApiState>,
     NameParam(name): NameParam,
-    QueryParams(at): QueryParams<NamespaceQuery>,
+    admitted: Admitted,
+    QueryParams(_): QueryParams<NamespaceQuery>,
 ) -> Result<Json<CalendarView>, ApiError> {
-    let namespace = resolve(&state, at.namespace.as_deref()).await?;
+    let namespace = admitted.named(&state).await?;
     let record = state
         .store
         .calendar_get(namespace.id, &name)
@@ -124,12 +127,13 @@ pub(super) async fn put(
     State(state): State<ApiState>,
     audit: Audit,
     NameParam(name): NameParam,
-    QueryParams(at): QueryParams<NamespaceQuery>,
+    admitted: Admitted,
+    QueryParams(_): QueryParams<NamespaceQuery>,
     headers: HeaderMap,
     JsonBody(spec): JsonBody<CalendarSpec>,
 ) -> Result<(StatusCode, Json<CalendarView>), ApiError> {
     checked_name(&name)?;
-    let namespace = resolve(&state, at.namespace.as_deref()).await?;
+    let namespace = admitted.named(&state).await?;
     Calendar::parse(&spec).map_err(|e| ApiError::invalid(&e.field, e.message))?;
     let json = serde_json::to_string(&spec).map_err(|e| unreadable(&name, &e))?;
     let expected = super::jobs::if_match(&headers)?;
@@ -179,9 +183,10 @@ pub(super) async fn delete(
     State(state): State<ApiState>,
     audit: Audit,
     NameParam(name): NameParam,
-    QueryParams(at): QueryParams<NamespaceQuery>,
+    admitted: Admitted,
+    QueryParams(_): QueryParams<NamespaceQuery>,
 ) -> Result<StatusCode, ApiError> {
-    let namespace = resolve(&state, at.namespace.as_deref()).await?;
+    let namespace = admitted.named(&state).await?;
     let users: Vec<String> = state
         .store
         .jobs_naming_calendar(namespace.id, &name)

@@ -8,6 +8,7 @@ use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::admitted::Admitted;
 use super::audit::Audit;
 use super::body::JsonBody;
 use super::error::Problem;
@@ -69,9 +70,10 @@ pub(super) struct GrantInput {
     responses((status = 200, description = "The grants", body = GrantList)))]
 pub(super) async fn list(
     State(state): State<ApiState>,
-    QueryParams(at): QueryParams<NamespaceQuery>,
+    admitted: Admitted,
+    QueryParams(_): QueryParams<NamespaceQuery>,
 ) -> Result<Json<GrantList>, ApiError> {
-    let namespace = super::namespaces::resolve(&state, at.namespace.as_deref()).await?;
+    let namespace = admitted.named(&state).await?;
     let grants = state
         .store
         .grants_all()
@@ -96,10 +98,11 @@ pub(super) async fn create(
     State(state): State<ApiState>,
     audit: Audit,
     Extension(principal): Extension<Principal>,
-    QueryParams(at): QueryParams<NamespaceQuery>,
+    admitted: Admitted,
+    QueryParams(_): QueryParams<NamespaceQuery>,
     JsonBody(input): JsonBody<GrantInput>,
 ) -> Result<(StatusCode, Json<GrantView>), ApiError> {
-    let namespace = super::namespaces::resolve(&state, at.namespace.as_deref()).await?;
+    let namespace = admitted.named(&state).await?;
     let group = input.group.trim();
     if group.is_empty() || group.len() > GROUP_MAX || group.chars().any(char::is_control) {
         return Err(ApiError::invalid(

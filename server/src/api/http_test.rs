@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use super::admitted::Admitted;
 use super::body::JsonBody;
 use super::error::Problem;
 use super::namespaces::NamespaceQuery;
@@ -59,13 +60,12 @@ pub(super) struct TestCallAnswer {
     ))]
 pub(super) async fn test_call(
     State(state): State<ApiState>,
-    QueryParams(at): QueryParams<NamespaceQuery>,
+    admitted: Admitted,
+    QueryParams(_): QueryParams<NamespaceQuery>,
     JsonBody(input): JsonBody<TestCall>,
 ) -> Result<Json<TestCallAnswer>, ApiError> {
     input.http.validate()?;
-    let namespace = super::namespaces::resolve(&state, at.namespace.as_deref())
-        .await?
-        .id;
+    let namespace = admitted.namespace()?;
     let mut offer = HttpOffer::new(input.http.clone());
     if offer.names_secrets() {
         let stored = state.store.secrets_list(namespace).await?;

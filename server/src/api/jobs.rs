@@ -7,6 +7,7 @@ use chrono::DateTime;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::admitted::Admitted;
 use super::audit::Audit;
 use super::body::JsonBody;
 use super::changes::Changes;
@@ -296,10 +297,11 @@ pub(super) async fn insert(
 pub(super) async fn create(
     State(state): State<ApiState>,
     audit: Audit,
-    QueryParams(at): QueryParams<NamespaceQuery>,
+    admitted: Admitted,
+    QueryParams(_): QueryParams<NamespaceQuery>,
     JsonBody(input): JsonBody<JobInput>,
 ) -> Result<(StatusCode, HeaderMap, Json<JobView>), ApiError> {
-    let namespace = super::namespaces::resolve(&state, at.namespace.as_deref()).await?;
+    let namespace = admitted.named(&state).await?;
     let start = input.start;
     let definition = input.into_definition()?;
     check_egress(&state, &definition)?;
@@ -354,6 +356,10 @@ pub(super) struct ListQuery {
     /// The `next_cursor` of the previous page, asked with the same `sort`.
     cursor: Option<String>,
     /// The namespace (default `default`).
+    #[allow(
+        dead_code,
+        reason = "the permission check reads it and admits the call in it (`Admitted`)"
+    )]
     #[param(max_length = 63, pattern = "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")]
     namespace: Option<String>,
 }
@@ -372,6 +378,7 @@ const JOB_SORTS: &[&str] = &["-created", "created", "name", "-name"];
     responses((status = 200, description = "One page of jobs", body = JobList)))]
 pub(super) async fn list(
     State(state): State<ApiState>,
+    admitted: Admitted,
     QueryParams(query): QueryParams<ListQuery>,
 ) -> Result<Json<JobList>, ApiError> {
     if let Some(s) = &query.state
@@ -400,7 +407,7 @@ pub(super) async fn list(
         "-name" => JobOrder::NameDescending,
         _ => JobOrder::NewestFirst,
     };
-    let namespace = super::namespaces::resolve(&state, query.namespace.as_deref()).await?;
+    let namespace = admitted.named(&state).await?;
     let filter = JobFilter {
         namespace: Some(namespace.id),
         kind: Some(JobKind::Job),

@@ -11,6 +11,7 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use super::admitted::Admitted;
 use super::audit::Audit;
 use super::body::{JsonBody, described};
 use super::error::Problem;
@@ -71,12 +72,11 @@ pub(super) struct CreatedJob {
 pub(super) async fn create(
     State(state): State<ApiState>,
     audit: Audit,
-    QueryParams(at): QueryParams<NamespaceQuery>,
+    admitted: Admitted,
+    QueryParams(_): QueryParams<NamespaceQuery>,
     JsonBody(body): JsonBody<Value>,
 ) -> Result<(StatusCode, Json<BulkCreated>), ApiError> {
-    let namespace = super::namespaces::resolve(&state, at.namespace.as_deref())
-        .await?
-        .id;
+    let namespace = admitted.namespace()?;
     let items = items_of(body)?;
     let mut errors = Vec::new();
     let mut checked: Vec<(usize, JobDefinition, bool)> = Vec::with_capacity(items.len());

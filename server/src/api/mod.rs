@@ -1,5 +1,6 @@
 //! The HTTP surface: health probes and the admin REST API under `/api/v1`.
 
+mod admitted;
 mod apps;
 mod audit;
 mod auth;
@@ -23,6 +24,7 @@ mod logs;
 mod metrics;
 mod namespaces;
 mod openapi;
+mod operations;
 mod paging;
 mod params;
 mod permissions;
@@ -212,7 +214,7 @@ fn routes() -> OpenApiRouter<ApiState> {
     routes_with(|api| api)
 }
 
-pub use permissions::takes_namespace;
+pub use operations::takes_namespace;
 
 /// The node's whole HTTP application.
 pub fn router(state: ApiState) -> Router {

@@ -29,6 +29,10 @@ use crate::store::{
 #[serde(deny_unknown_fields)]
 pub(super) struct NamespaceQuery {
     /// The namespace (default `default`).
+    #[allow(
+        dead_code,
+        reason = "the permission check reads it and admits the call in it (`Admitted`)"
+    )]
     #[param(max_length = 63, pattern = "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")]
     pub(super) namespace: Option<String>,
 }
@@ -52,22 +56,6 @@ pub(super) async fn resolve(state: &ApiState, name: Option<&str>) -> Result<Name
     Ok(Namespace {
         id: record.namespace_id,
         name: record.name,
-    })
-}
-
-/// The namespace a listing across namespaces shows: the one named; none (every one) for a
-/// caller `every` opens to; else the caller's home (else `default`), in which the permission
-/// check admitted it.
-pub(super) async fn listed(
-    state: &ApiState,
-    principal: &crate::access::Principal,
-    every: crate::access::Need,
-    named: Option<&str>,
-) -> Result<Option<NamespaceId>, ApiError> {
-    Ok(match named {
-        Some(name) => Some(resolve(state, Some(name)).await?.id),
-        None if principal.decide(every, None) == crate::access::Decision::Allow => None,
-        None => Some(principal.home().unwrap_or(NamespaceId::DEFAULT)),
     })
 }
 

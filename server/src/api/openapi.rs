@@ -97,7 +97,7 @@ fn add_permission(operation: &mut Operation) {
     let need = operation
         .operation_id
         .as_deref()
-        .and_then(super::permissions::need_of)
+        .and_then(super::operations::need_of)
         .map_or("nobody", Need::name);
     operation
         .extensions

@@ -5,11 +5,11 @@ use axum::extract::State;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::admitted::Admitted;
 use super::audit::Audit;
 use super::error::Problem;
 use super::paging;
 use super::params::{IdParam, QueryParams};
-use super::permissions::Admitted;
 use super::{ApiError, ApiState, rfc3339};
 use crate::states::RunState;
 use crate::store::{AttemptRecord, DEAD_LETTER_STATES, NamespaceId, RunFilter, RunRecord};

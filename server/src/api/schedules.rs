@@ -7,6 +7,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::admitted::Admitted;
 use super::body::JsonBody;
 use super::namespaces::NamespaceQuery;
 use super::params::QueryParams;
@@ -72,7 +73,8 @@ pub(super) struct Preview {
     responses((status = 200, description = "The next instants, in UTC and in the zone", body = Preview)))]
 pub(super) async fn preview(
     State(state): State<ApiState>,
-    QueryParams(at): QueryParams<NamespaceQuery>,
+    admitted: Admitted,
+    QueryParams(_): QueryParams<NamespaceQuery>,
     JsonBody(request): JsonBody<PreviewRequest>,
 ) -> Result<Json<Preview>, ApiError> {
     if !(1..=MAX_COUNT).contains(&request.count) {
@@ -92,7 +94,7 @@ pub(super) async fn preview(
     let schedule = Schedule::parse(&request.schedule, zone)
         .map_err(JobError::from)?
         .within(window);
-    let namespace = super::namespaces::resolve(&state, at.namespace.as_deref()).await?;
+    let namespace = admitted.named(&state).await?;
     let calendars = super::calendars::load_named(&state, namespace.id, &request.calendars).await?;
     let hints = NextHints {
         anchor: Some(after),

@@ -8,6 +8,7 @@ use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::admitted::Admitted;
 use super::audit::Audit;
 use super::body::JsonBody;
 use super::error::Problem;
@@ -93,9 +94,10 @@ pub(super) struct RotationView {
     responses((status = 200, description = "The secrets (names and dates, no values)", body = SecretList)))]
 pub(super) async fn list(
     State(state): State<ApiState>,
-    QueryParams(at): QueryParams<NamespaceQuery>,
+    admitted: Admitted,
+    QueryParams(_): QueryParams<NamespaceQuery>,
 ) -> Result<Json<SecretList>, ApiError> {
-    let namespace = super::namespaces::resolve(&state, at.namespace.as_deref()).await?;
+    let namespace = admitted.named(&state).await?;
     let keys = state.secret_keys.as_deref();
     let secrets = state
         .store
@@ -123,7 +125,8 @@ pub(super) async fn put(
     audit: Audit,
     Extension(principal): Extension<Principal>,
     NameParam(name): NameParam,
-    QueryParams(at): QueryParams<NamespaceQuery>,
+    admitted: Admitted,
+    QueryParams(_): QueryParams<NamespaceQuery>,
     JsonBody(input): JsonBody<SecretInput>,
 ) -> Result<(StatusCode, Json<SecretView>), ApiError> {
     check_secret_name(&name)?;
@@ -137,7 +140,7 @@ pub(super) async fn put(
         ));
     }
     let keys = keys(&state)?;
-    let namespace = super::namespaces::resolve(&state, at.namespace.as_deref()).await?;
+    let namespace = admitted.named(&state).await?;
     let sealed = keys
         .current()
         .seal(namespace.id.0, &name, &input.value)
@@ -179,9 +182,10 @@ pub(super) async fn delete(
     State(state): State<ApiState>,
     audit: Audit,
     NameParam(name): NameParam,
-    QueryParams(at): QueryParams<NamespaceQuery>,
+    admitted: Admitted,
+    QueryParams(_): QueryParams<NamespaceQuery>,
 ) -> Result<StatusCode, ApiError> {
-    let namespace = super::namespaces::resolve(&state, at.namespace.as_deref()).await?;
+    let namespace = admitted.named(&state).await?;
     let event = audit.event(StatusCode::NO_CONTENT, None);
     if state
         .store

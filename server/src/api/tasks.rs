@@ -10,6 +10,7 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::admitted::Admitted;
 use super::audit::Audit;
 use super::body::JsonBody;
 use super::error::Problem;
@@ -168,12 +169,11 @@ fn tasks_of(body: serde_json::Value) -> Result<Vec<TaskInput>, ApiError> {
 pub(super) async fn enqueue(
     State(state): State<ApiState>,
     audit: Audit,
-    QueryParams(at): QueryParams<NamespaceQuery>,
+    admitted: Admitted,
+    QueryParams(_): QueryParams<NamespaceQuery>,
     JsonBody(body): JsonBody<serde_json::Value>,
 ) -> Result<(StatusCode, Json<EnqueueView>), ApiError> {
-    let namespace = super::namespaces::resolve(&state, at.namespace.as_deref())
-        .await?
-        .id;
+    let namespace = admitted.namespace()?;
     let tasks = tasks_of(body)?;
     let checked =
         check_batch(tasks, state.clock.now_ms(), state.task_horizon_ms).map_err(|err| {
@@ -312,6 +312,10 @@ async fn unknown_handlers(
 #[serde(deny_unknown_fields)]
 pub(super) struct TasksQuery {
     /// The namespace (default `default`).
+    #[allow(
+        dead_code,
+        reason = "the permission check reads it and admits the call in it (`Admitted`)"
+    )]
     #[param(max_length = 63, pattern = "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")]
     namespace: Option<String>,
     /// The task holding this key (a list of at most one).
@@ -351,9 +355,10 @@ pub(super) fn instant(field: &'static str, text: Option<&str>) -> Result<Option<
     responses((status = 200, description = "A page of tasks", body = TaskPage)))]
 pub(super) async fn list(
     State(state): State<ApiState>,
+    admitted: Admitted,
     QueryParams(q): QueryParams<TasksQuery>,
 ) -> Result<Json<TaskPage>, ApiError> {
-    let namespace = super::namespaces::resolve(&state, q.namespace.as_deref()).await?;
+    let namespace = admitted.named(&state).await?;
     let view = |t| TaskView::of(t, namespace.name.clone());
     if let Some(key) = &q.key {
         let found = state.store.task_by_key(namespace.id, key).await?;
@@ -439,6 +444,10 @@ pub(super) struct KeyQuery {
     /// The key of the task to cancel.
     key: String,
     /// The namespace it is held in (default `default`).
+    #[allow(
+        dead_code,
+        reason = "the permission check reads it and admits the call in it (`Admitted`)"
+    )]
     #[param(max_length = 63, pattern = "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")]
     namespace: Option<String>,
 }
@@ -453,9 +462,10 @@ pub(super) struct KeyQuery {
 pub(super) async fn cancel_by_key(
     State(state): State<ApiState>,
     audit: Audit,
+    admitted: Admitted,
     QueryParams(q): QueryParams<KeyQuery>,
 ) -> Result<Json<TaskView>, ApiError> {
-    let namespace = super::namespaces::resolve(&state, q.namespace.as_deref()).await?;
+    let namespace = admitted.named(&state).await?;
     let task = state
         .store
         .task_by_key(namespace.id, &q.key)

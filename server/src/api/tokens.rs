@@ -8,6 +8,7 @@ use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::admitted::Admitted;
 use super::audit::Audit;
 use super::body::JsonBody;
 use super::error::Problem;
@@ -95,9 +96,10 @@ pub(super) struct CreatedToken {
     responses((status = 200, description = "The tokens (never their secrets)", body = TokenList)))]
 pub(super) async fn list(
     State(state): State<ApiState>,
-    QueryParams(at): QueryParams<NamespaceQuery>,
+    admitted: Admitted,
+    QueryParams(_): QueryParams<NamespaceQuery>,
 ) -> Result<Json<TokenList>, ApiError> {
-    let namespace = super::namespaces::resolve(&state, at.namespace.as_deref()).await?;
+    let namespace = admitted.named(&state).await?;
     let tokens = state
         .store
         .tokens_all()
@@ -122,10 +124,11 @@ pub(super) async fn create(
     State(state): State<ApiState>,
     audit: Audit,
     Extension(principal): Extension<Principal>,
-    QueryParams(at): QueryParams<NamespaceQuery>,
+    admitted: Admitted,
+    QueryParams(_): QueryParams<NamespaceQuery>,
     JsonBody(input): JsonBody<TokenInput>,
 ) -> Result<(StatusCode, Json<CreatedToken>), ApiError> {
-    let namespace = super::namespaces::resolve(&state, at.namespace.as_deref()).await?;
+    let namespace = admitted.named(&state).await?;
     check_name(&input.name).map_err(|why| ApiError::invalid("name", why))?;
     let role = match Role::parse(&input.role) {
         Some(role) => role.name(),

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use super::admitted::Admitted;
 use super::audit::Audit;
 use super::body::JsonBody;
 use super::changes::Changes;
@@ -347,12 +348,11 @@ async fn load_workflow(state: &ApiState, id: i64) -> Result<JobRecord, ApiError>
 pub(super) async fn create(
     State(state): State<ApiState>,
     audit: Audit,
-    QueryParams(at): QueryParams<NamespaceQuery>,
+    admitted: Admitted,
+    QueryParams(_): QueryParams<NamespaceQuery>,
     JsonBody(mut input): JsonBody<WorkflowInput>,
 ) -> Result<(StatusCode, Json<WorkflowView>), ApiError> {
-    let namespace = super::namespaces::resolve(&state, at.namespace.as_deref())
-        .await?
-        .id;
+    let namespace = admitted.namespace()?;
     let definition = checked(&state, namespace, &mut input).await?;
     if input.start {
         check_fires(&state, &definition)?;
@@ -403,9 +403,10 @@ pub(super) async fn update(
     responses((status = 200, description = "The workflows", body = WorkflowList)))]
 pub(super) async fn list(
     State(state): State<ApiState>,
-    QueryParams(at): QueryParams<NamespaceQuery>,
+    admitted: Admitted,
+    QueryParams(_): QueryParams<NamespaceQuery>,
 ) -> Result<Json<WorkflowList>, ApiError> {
-    let namespace = super::namespaces::resolve(&state, at.namespace.as_deref()).await?;
+    let namespace = admitted.named(&state).await?;
     let records = state
         .store
         .jobs_list(&JobFilter {
