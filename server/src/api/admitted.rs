@@ -3,10 +3,16 @@
 //! Each list, filter, search and count then applies inside it, so no other parameter
 //! (`job_id`, `key`, a cursor) can widen what a caller sees.
 
-use super::namespaces::Namespace;
 use super::{ApiError, ApiState};
 use crate::access::{Decision, Need, Principal};
 use crate::store::NamespaceId;
+
+/// A namespace a request works in, with its name.
+#[derive(Debug, Clone)]
+pub(super) struct Namespace {
+    pub(super) id: NamespaceId,
+    pub(super) name: String,
+}
 
 /// Where [`super::permissions::authorize`] found the caller's role: the `namespace` query
 /// parameter, the caller's home, `default`, `/namespaces/{name}` or the namespace of the
@@ -39,10 +45,10 @@ impl Admitted {
     /// The namespace with its name, for a view that shows it.
     pub(super) async fn named(self, state: &ApiState) -> Result<Namespace, ApiError> {
         let id = self.namespace()?;
-        Ok(Namespace {
-            id,
-            name: super::namespaces::name_of(state, id).await?,
-        })
+        let name = state.namespaces.name_of(id).await?;
+        // Deleted between the check and now.
+        let name = name.ok_or_else(|| ApiError::missing(format!("namespace #{id}")))?;
+        Ok(Namespace { id, name })
     }
 
     /// The namespace a listing that may span the cluster shows: none (every one) for a

@@ -9,12 +9,12 @@ use axum::http::{HeaderMap, StatusCode};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::admitted::Admitted;
+use super::admitted::{Admitted, Namespace};
 use super::audit::Audit;
 use super::body::JsonBody;
 use super::changes::Changes;
 use super::error::Problem;
-use super::namespaces::{Namespace, NamespaceQuery};
+use super::namespaces::NamespaceQuery;
 use super::params::{NameParam, QueryParams};
 use super::{ApiError, ApiState, rfc3339};
 use crate::jobs::{JobDefinition, JobPolicy, check_calendar_name};

@@ -9,6 +9,7 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::admitted::Namespace;
 use super::audit::Audit;
 use super::body::JsonBody;
 use super::changes::Changes;
@@ -35,13 +36,6 @@ pub(super) struct NamespaceQuery {
     )]
     #[param(max_length = 63, pattern = "^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")]
     pub(super) namespace: Option<String>,
-}
-
-/// A namespace found by the name a request gave.
-#[derive(Debug, Clone)]
-pub(super) struct Namespace {
-    pub(super) id: NamespaceId,
-    pub(super) name: String,
 }
 
 /// The namespace `name` names (`default` when `None`); 404 when there is none.
