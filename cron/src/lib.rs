@@ -6,7 +6,8 @@
 //!   Matched by `croner`.
 //! - **6 or 7 fields**: Quartz 2.3 (what XXL-JOB and Spring users write): seconds first,
 //!   optional year, day-of-week 1–7 = SUN–SAT, `?`, `N/S`, `L`, `L-n`, `LW`, `nW`, `nL`,
-//!   `n#k`, wrapping ranges. Matched by our own engine (`quartz`), checked against Quartz
+//!   `n#k`, wrapping ranges, a step after names as Quartz reads it (dropped, and said by
+//!   [`CronExpr::notes`]). Matched by our own engine (`quartz`), checked against Quartz
 //!   itself by the server's `tests/quartz_oracle.rs`.
 //!
 //! Both match wall-clock time, to the second. Time zones and the DST rule are the caller's
@@ -86,6 +87,15 @@ impl CronExpr {
         match self {
             Self::Unix(_) => Dialect::Unix,
             Self::Quartz(_) => Dialect::Quartz,
+        }
+    }
+
+    /// What the expression means that its text may not say (Quartz: a step after names,
+    /// which Quartz drops), one sentence each; to be shown to whoever wrote it.
+    pub fn notes(&self) -> &[String] {
+        match self {
+            Self::Quartz(quartz) => quartz.notes(),
+            Self::Unix(_) => &[],
         }
     }
 

@@ -5,9 +5,10 @@
 //! `/S`, `N/S` (from `N` to the end of the field) and `A-B/S`, lists of those, and the day
 //! forms `L`, `L-n`, `LW`, `L-nW`, `nW` (day of month) and `L`, `nL`, `n#k` (day of week).
 //!
-//! Where Quartz accepts text it then ignores (`5X`, `MON-FRI/2`, a `W` or `#` inside a list,
-//! which keep only the list's first day), this parser refuses it: an expression must mean what
-//! it says. Those cases are written down in ARCHITECTURE.md ("Cron dialects").
+//! Where Quartz accepts text it then ignores (`5X`, a `W` or `#` inside a list, which keep
+//! only the list's first day), this parser refuses it: an expression must mean what it says.
+//! A step after names (`MON-FRI/2`) is the exception: Quartz drops the step, job tables
+//! brought from Quartz hold such expressions, and so it is read as Quartz reads it and said.
 
 use crate::CronError;
 
@@ -169,10 +170,16 @@ fn list_item(field: Field, item: &str, set: &mut ValueSet) -> Result<(), String>
         Some((range, step)) => (range, Some(step)),
         None => (item, None),
     };
-    let step = match step {
+    let mut step = match step {
         None => None,
         Some(step) => Some(parse_step(field, step)?),
     };
+    if names_a_step(field, item) {
+        // Quartz 2.3 reads a name or a name range and drops the step after it (`MAR-MAY/2` is
+        // March to May, `MON/2` Monday alone): read as Quartz reads it, which a job table
+        // brought from Quartz relies on, and said ([`dropped_steps`]).
+        step = None;
+    }
     let (start, end) = if range == "*" || (range.is_empty() && step.is_some()) {
         (low, high)
     } else if let Some((a, b)) = range.split_once('-') {
@@ -194,10 +201,6 @@ fn list_item(field: Field, item: &str, set: &mut ValueSet) -> Result<(), String>
             None => (v, v),
         }
     };
-    if step.is_some() && field.names().iter().any(|n| range.contains(n)) {
-        // Quartz reads a name range and drops the step after it.
-        return Err("a step after names is not supported; use numbers (e.g. 2-6/2)".to_owned());
-    }
     let step = step.unwrap_or(1);
     if start <= end {
         let mut v = start;
@@ -217,6 +220,41 @@ fn list_item(field: Field, item: &str, set: &mut ValueSet) -> Result<(), String>
         }
     }
     Ok(())
+}
+
+/// Whether list item `item` puts a step after a name (`MAR-MAY/2`, `MON/2`).
+fn names_a_step(field: Field, item: &str) -> bool {
+    item.split_once('/')
+        .is_some_and(|(range, _)| field.names().iter().any(|n| range.contains(n)))
+}
+
+/// What a field that puts a step after names means, as Quartz reads it, and how to write the
+/// step if it was meant: one sentence per such item.
+pub(super) fn dropped_steps(field: Field, text: &str) -> Vec<String> {
+    let mut told = Vec::new();
+    for item in text.split(',').filter(|item| names_a_step(field, item)) {
+        let Some((range, step)) = item.split_once('/') else {
+            continue;
+        };
+        let number =
+            |name: &str| value(field, name).map_or_else(|_| name.to_owned(), |v| v.to_string());
+        let (means, meant) = match range.split_once('-') {
+            Some((a, b)) => (
+                format!("each of {a} to {b}"),
+                format!("{}-{}/{step}", number(a), number(b)),
+            ),
+            None => (
+                format!("{range} alone"),
+                format!("{}/{step}", number(range)),
+            ),
+        };
+        told.push(format!(
+            "{} field {item:?}: Quartz drops a step after names, so this is {means}; to step \
+             by {step}, write {meant}",
+            field.name()
+        ));
+    }
+    told
 }
 
 fn parse_step(field: Field, text: &str) -> Result<u32, String> {

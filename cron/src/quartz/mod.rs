@@ -31,6 +31,8 @@ pub struct QuartzCron {
     days: Days,
     months: ValueSet,
     years: ValueSet,
+    /// What the expression means that its text may not say (a step Quartz drops).
+    notes: Vec<String>,
 }
 
 impl QuartzCron {
@@ -46,6 +48,8 @@ impl QuartzCron {
             )));
         }
         let days = days(parts[3], parts[5])?;
+        let mut notes = fields::dropped_steps(Field::Month, parts[4]);
+        notes.extend(fields::dropped_steps(Field::DayOfWeek, parts[5]));
         Ok(Self {
             seconds: fields::values(Field::Second, parts[0])?,
             minutes: fields::values(Field::Minute, parts[1])?,
@@ -56,7 +60,14 @@ impl QuartzCron {
                 Some(text) => fields::values(Field::Year, text)?,
                 None => fields::values(Field::Year, "*")?,
             },
+            notes,
         })
+    }
+
+    /// What the expression means that its text may not say, one sentence each: a step after
+    /// names, which Quartz drops.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
     }
 
     /// The first wall time strictly after `after` (to the second) that the expression

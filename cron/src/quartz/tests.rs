@@ -56,6 +56,56 @@ fn start_and_step_count_from_the_start_to_the_end_of_the_field() {
 }
 
 #[test]
+fn a_step_after_names_is_dropped_as_quartz_drops_it_and_said() {
+    // What Quartz 2.3.2 answers for each (the oracle checks it at random too).
+    assert_eq!(
+        next("0 0 0 1 MAR-MAY/2 ?", "2026-01-01 00:00:00", 4),
+        [
+            "2026-03-01 00:00:00",
+            "2026-04-01 00:00:00",
+            "2026-05-01 00:00:00",
+            "2027-03-01 00:00:00"
+        ]
+    );
+    assert_eq!(
+        next("0 0 0 ? * MON/2", "2026-01-01 00:00:00", 2),
+        ["2026-01-05 00:00:00", "2026-01-12 00:00:00"]
+    );
+    assert_eq!(
+        next("0 0 0 ? * SUN-SAT/2", "2026-01-01 00:00:00", 3),
+        [
+            "2026-01-02 00:00:00",
+            "2026-01-03 00:00:00",
+            "2026-01-04 00:00:00"
+        ]
+    );
+    assert_eq!(
+        next("0 0 0 1 NOV-FEB/2 ?", "2026-01-15 00:00:00", 3),
+        [
+            "2026-02-01 00:00:00",
+            "2026-11-01 00:00:00",
+            "2026-12-01 00:00:00"
+        ]
+    );
+    let cron = QuartzCron::parse("0 0 0 ? MAR-MAY/2,JUL MON/2,FRI").unwrap();
+    assert_eq!(
+        cron.notes(),
+        [
+            "month field \"MAR-MAY/2\": Quartz drops a step after names, so this is each of MAR \
+             to MAY; to step by 2, write 3-5/2",
+            "day-of-week field \"MON/2\": Quartz drops a step after names, so this is MON \
+             alone; to step by 2, write 2/2",
+        ]
+    );
+    assert!(
+        QuartzCron::parse("0 0 0 ? 3-5/2 2/2")
+            .unwrap()
+            .notes()
+            .is_empty()
+    );
+}
+
+#[test]
 fn ranges_wrap_past_the_end_of_the_field() {
     assert_eq!(
         next("0 0 22-2/2 * * ?", "2026-01-01 12:00:00", 3),
@@ -200,7 +250,7 @@ fn refusals_name_the_field_and_the_token() {
             "0 0 0 ? * 8",
             "day-of-week field \"8\": 8 is out of range; use 1–7",
         ),
-        ("0 0 0 ? * MON-FRI/2", "a step after names is not supported"),
+        ("0 0 0 ? * MON-FRI/0", "a step of 0 never advances"),
         ("0 0 0 1,15W * ?", "cannot be in a list"),
         ("0 0 0 L,15 * ?", "cannot be in a list"),
         ("0 0 0 ? * 6L,2", "cannot be in a list"),

@@ -60,9 +60,10 @@ pub(super) struct JobView {
     started_at: Option<String>,
     /// Scheduled instants fired so far (what `bounds.max_runs` counts).
     fired: i64,
-    /// What may keep the job from running as meant: today, that no executor of its app offers
-    /// its handler. In the answers about one job (create, get, update, start, stop), never in
-    /// lists.
+    /// What may keep the job from running as meant: that no executor of its app offers its
+    /// handler, or that its cron expression means what its text may not say (a step after
+    /// names, which Quartz drops). In the answers about one job (create, get, update, start,
+    /// stop), never in lists.
     #[serde(skip_serializing_if = "Option::is_none")]
     warnings: Option<Vec<String>>,
 }
@@ -164,13 +165,16 @@ fn view_of(state: &ApiState, namespace: String, record: JobRecord) -> Result<Job
 /// `view_of`, with the warnings an answer about one job carries.
 async fn view_warned(state: &ApiState, record: JobRecord) -> Result<JobView, ApiError> {
     let namespace = super::namespaces::name_of(state, record.namespace_id).await?;
+    let mut warnings: Vec<String> = definition_of(&record)?
+        .parsed_schedule()
+        .map(|schedule| schedule.notes().to_vec())
+        .unwrap_or_default();
     let mut view = view_of(state, namespace, record)?;
     // An HTTP job's call is made by the nodes: no executor serves it.
     if view.policy.http.is_none() {
-        view.warnings = super::served::handler_warning(state, &view.app, &view.handler)
-            .await?
-            .map(|warning| vec![warning]);
+        warnings.extend(super::served::handler_warning(state, &view.app, &view.handler).await?);
     }
+    view.warnings = Some(warnings).filter(|warnings| !warnings.is_empty());
     Ok(view)
 }
 

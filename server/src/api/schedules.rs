@@ -65,6 +65,10 @@ pub(super) struct Instant {
 #[derive(Debug, Serialize, ToSchema)]
 pub(super) struct Preview {
     instants: Vec<Instant>,
+    /// What the schedule means that its text may not say (a cron step after names, which
+    /// Quartz drops).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
 }
 
 /// Checks a schedule and lists its next instants, computed as the scheduler computes them.
@@ -141,5 +145,8 @@ pub(super) async fn preview(
             }
         })
         .collect();
-    Ok(Json(Preview { instants }))
+    Ok(Json(Preview {
+        instants,
+        warnings: schedule.notes().to_vec(),
+    }))
 }

@@ -24,6 +24,11 @@ impl CronSchedule {
             .map_err(|e| ScheduleError::cron(e.to_string()))
     }
 
+    /// What the expression means that its text may not say (a step Quartz drops).
+    pub(crate) fn notes(&self) -> &[String] {
+        self.expression.notes()
+    }
+
     fn next_wall_after(
         &self,
         cursor: &NaiveDateTime,

@@ -221,6 +221,15 @@ impl Schedule {
         matches!(*self.kind, Kind::Manual)
     }
 
+    /// What the schedule means that its text may not say, one sentence each, for whoever
+    /// wrote it: a cron step after names, which Quartz drops.
+    pub fn notes(&self) -> &[String] {
+        match &*self.kind {
+            Kind::Cron(cron) => cron.notes(),
+            _ => &[],
+        }
+    }
+
     /// True for schedules that fire once (`at`).
     pub fn is_one_shot(&self) -> bool {
         matches!(*self.kind, Kind::At(_))

@@ -448,3 +448,71 @@ async fn a_cancelled_workflow_run_passes_its_turn_to_the_next_queued_run() {
     })
     .await;
 }
+
+/// A Quartz step after names (`MAR-MAY/2`) is read as Quartz 2.3 reads it, the step dropped,
+/// so a job table brought from Quartz or XXL-JOB keeps its instants; the preview and the job's
+/// answers say so, with the numbers that step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quartz_step_after_names_is_read_as_quartz_reads_it_and_said() {
+    let node = Solo::start(|_| {}).await;
+    let (status, preview) = node
+        .call(
+            Method::POST,
+            "/api/v1/schedules/preview",
+            Some(
+                json!({"schedule": {"cron": "0 0 0 1 MAR-MAY/2 ?"}, "count": 4,
+                "after": "2026-01-01T00:00:00Z"}),
+            ),
+        )
+        .await;
+    assert_eq!(status, 200, "{preview}");
+    let utc: Vec<&str> = preview["instants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["utc"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        utc,
+        [
+            "2026-03-01T00:00:00.000Z",
+            "2026-04-01T00:00:00.000Z",
+            "2026-05-01T00:00:00.000Z",
+            "2027-03-01T00:00:00.000Z"
+        ]
+    );
+    let said = preview["warnings"][0].as_str().unwrap_or_default();
+    assert!(
+        said.contains("MAR-MAY/2") && said.contains("write 3-5/2"),
+        "{preview}"
+    );
+
+    let (status, job) = node
+        .call(
+            Method::POST,
+            "/api/v1/jobs",
+            Some(json!({"name": "spring", "app": "demo", "handler": "hello",
+                "schedule": {"cron": "0 0 0 ? * SUN-SAT/2"}})),
+        )
+        .await;
+    assert_eq!(status, 201, "{job}");
+    let warnings = job["warnings"].as_array().unwrap();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("SUN-SAT/2")),
+        "{job}"
+    );
+    // Written with numbers, it steps, and nothing is said.
+    let (status, preview) = node
+        .call(
+            Method::POST,
+            "/api/v1/schedules/preview",
+            Some(json!({"schedule": {"cron": "0 0 0 1 3-5/2 ?"}, "count": 2,
+                "after": "2026-01-01T00:00:00Z"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{preview}");
+    assert_eq!(preview["instants"][1]["utc"], "2026-05-01T00:00:00.000Z");
+    assert!(preview.get("warnings").is_none(), "{preview}");
+}

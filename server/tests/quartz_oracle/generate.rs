@@ -156,7 +156,11 @@ fn item(rng: &mut Rng, low: u32, high: u32, names: &[&str], star_allowed: bool) 
             value(rng, v)
         }
         30..=39 if star_allowed => "*".to_owned(),
-        30..=49 => format!("{}/{}", rng.range(low, high), step(rng)),
+        30..=49 => {
+            // A name before a step too: Quartz drops the step after it.
+            let v = rng.range(low, high);
+            format!("{}/{}", value(rng, v), step(rng))
+        }
         50..=59 => format!("*/{}", step(rng)),
         60..=64 => format!("/{}", step(rng)),
         65..=79 => {
@@ -165,7 +169,11 @@ fn item(rng: &mut Rng, low: u32, high: u32, names: &[&str], star_allowed: bool) 
         }
         _ => {
             let (a, b) = range_ends(rng, low, high);
-            format!("{a}-{b}/{}", step(rng))
+            if rng.chance(70) {
+                format!("{a}-{b}/{}", step(rng))
+            } else {
+                format!("{}-{}/{}", value(rng, a), value(rng, b), step(rng))
+            }
         }
     }
 }

@@ -348,8 +348,7 @@ def _list_item(field: _Field, item: str) -> None:
             raise _Why(f"the range starts after it ends ({start} > {end})")
     else:
         _value(field, range_text)
-    if step is not None and any(n in range_text for n in names):
-        raise _Why("a step after names is not supported; use numbers (e.g. 2-6/2)")
+    # A step after names (MAR-MAY/2) is read as Quartz reads it: the step is dropped.
 
 
 def _values(field: _Field, text: str) -> None:
