@@ -244,10 +244,29 @@ impl DispatchClient {
         };
         match response.status() {
             StatusCode::ACCEPTED => Delivery::Accepted,
-            StatusCode::OK => match response.json::<DirectResult>().await {
-                Ok(result) => Delivery::Finished(result),
-                Err(e) => Delivery::Refused(format!("200 with a body that is not a result: {e}")),
-            },
+            StatusCode::OK => {
+                // An answer cut after its headers (the connection silent or reset while the
+                // body comes) is an answer lost, not a refusal: the executor ran the attempt,
+                // or runs it, and what it did is not known here.
+                let body = match response.bytes().await {
+                    Ok(body) => body,
+                    Err(e) => {
+                        return Delivery::TryAnother(
+                            NotTaken::NoAnswer,
+                            format!(
+                                "the answer was cut after its headers (200): {}",
+                                without_url(&e)
+                            ),
+                        );
+                    }
+                };
+                match serde_json::from_slice::<DirectResult>(&body) {
+                    Ok(result) => Delivery::Finished(result),
+                    Err(e) => {
+                        Delivery::Refused(format!("200 with a body that is not a result: {e}"))
+                    }
+                }
+            }
             status => {
                 let detail = response.text().await.unwrap_or_default();
                 not_taken(status.as_u16(), &detail)

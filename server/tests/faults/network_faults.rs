@@ -12,6 +12,8 @@
 //!   each delivery guarantee: `at_least_once` delivers again (the handler may run twice),
 //!   `at_most_once` ends the run failed, never delivered twice, and `exactly_once_effect`
 //!   delivers the same work again, answered from the executor's record, the handler run once.
+//! - The same when the executor's results arrive as far as their headers and the connection
+//!   then goes silent: an answer lost, never a refusal that fails the attempt.
 //! - The database link of every node losing 5 % of its packets, with 200 ms more on each
 //!   round trip (through a proxy of the tests: this kernel has no netem), for 20 s
 //!   here and a minute with `CARILLON_FAULTS_FULL=1`: later, never wrong.
@@ -48,6 +50,7 @@ mod degraded;
 use degraded::{
     a_lossy_slow_database_link_makes_fires_later_never_wrong,
     a_statement_on_a_half_open_connection_is_given_up_at_its_deadline,
+    answers_cut_after_their_headers_are_answers_lost_not_refusals,
     answers_lost_on_the_way_back_are_handled_per_delivery_guarantee,
 };
 
@@ -76,6 +79,7 @@ on_each_engine!(
     a_follower_cut_from_the_database_fences_itself_and_rejoins,
     a_node_cut_from_its_executor_delivers_each_run_once_when_healed,
     answers_lost_on_the_way_back_are_handled_per_delivery_guarantee,
+    answers_cut_after_their_headers_are_answers_lost_not_refusals,
     a_lossy_slow_database_link_makes_fires_later_never_wrong,
     a_leader_cut_from_everything_yields_to_the_new_one,
     a_statement_on_a_half_open_connection_is_given_up_at_its_deadline,

@@ -250,6 +250,30 @@ impl TestNet {
         );
     }
 
+    /// Drops the bodies of the direct results `from` answers `peer` from its `port` (the
+    /// segments holding `"outcome"`), letting the status line and headers through, and every
+    /// other answer: an answer cut after its headers, the connection then silent.
+    pub fn cut_results_after_headers(&self, from: &NetHost, peer: &NetHost, port: u16) {
+        let port = port.to_string();
+        Self::drop_packets(
+            from,
+            peer.ip,
+            Way::Out,
+            &[
+                "-p",
+                "tcp",
+                "--sport",
+                &port,
+                "-m",
+                "string",
+                "--string",
+                "\"outcome\"",
+                "--algo",
+                "bm",
+            ],
+        );
+    }
+
     /// Drops `share` (0 to 1) of the packets between `from` and the test process (where the
     /// tests' proxies listen), at random, either way.
     pub fn lose_to_gateway(&self, from: &NetHost, share: f64) {

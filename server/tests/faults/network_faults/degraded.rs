@@ -134,11 +134,32 @@ pub(super) async fn a_statement_on_a_half_open_connection_is_given_up_at_its_dea
 /// (`dispatch.request_timeout_ms`, 1.5 s here), shorter than its lease (10 s here: the executor's heartbeats are lost too).
 const ANSWERS_LOST: Duration = Duration::from_secs(4);
 
+/// What becomes of the executor's answers on their way back to the nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AnswerFault {
+    /// Nothing it sends arrives (its heartbeats and reports neither).
+    Lost,
+    /// The direct results it answers arrive as far as their headers, then the connection is
+    /// silent; everything else arrives.
+    CutAfterHeaders,
+}
+
 pub(super) async fn answers_lost_on_the_way_back_are_handled_per_delivery_guarantee(
     engine: Engine,
 ) {
+    answers_gone_astray(engine, AnswerFault::Lost).await;
+}
+
+pub(super) async fn answers_cut_after_their_headers_are_answers_lost_not_refusals(engine: Engine) {
+    answers_gone_astray(engine, AnswerFault::CutAfterHeaders).await;
+}
+
+async fn answers_gone_astray(engine: Engine, fault: AnswerFault) {
     let _turn = one_at_a_time().await;
-    let scenario = format!("executor answers lost ({engine:?})");
+    let scenario = match fault {
+        AnswerFault::Lost => format!("executor answers lost ({engine:?})"),
+        AnswerFault::CutAfterHeaders => format!("executor answers cut after headers ({engine:?})"),
+    };
     let config = tempfile::NamedTempFile::new().expect("config file");
     std::fs::write(config.path(), "[dispatch]\nrequest_timeout_ms = 1500\n").expect("config file");
     let config_path = config.path().display().to_string();
@@ -180,9 +201,17 @@ pub(super) async fn answers_lost_on_the_way_back_are_handled_per_delivery_guaran
     // Mid-second, so the rules are in place before the next second's deliveries begin.
     db.sleep_until(from + 2_500).await;
 
-    // Whatever the executor sends the nodes is lost; what they send it still arrives.
+    // Whatever the executor sends the nodes is lost (or its results cut after their
+    // headers); what they send it still arrives.
     for node in &scene.node_hosts {
-        scene.net.lose_answers(&scene.executor_host, node);
+        match fault {
+            AnswerFault::Lost => scene.net.lose_answers(&scene.executor_host, node),
+            AnswerFault::CutAfterHeaders => {
+                scene
+                    .net
+                    .cut_results_after_headers(&scene.executor_host, node, executor.port);
+            }
+        }
     }
     tokio::time::sleep(ANSWERS_LOST).await;
     scene.net.heal(&scene.executor_host);
@@ -219,6 +248,19 @@ pub(super) async fn answers_lost_on_the_way_back_are_handled_per_delivery_guaran
             *effect_runs.entry(key.to_owned()).or_default() += 1;
         }
     }
+    // A run's work under two attempts has two keys (`run:shard:attempt`): its handler ran
+    // twice all the same.
+    let mut handled: BTreeMap<i64, usize> = BTreeMap::new();
+    for entry in of_window(eoe).iter().filter(|e| e["handler"].is_string()) {
+        *handled
+            .entry(entry["run_id"].as_i64().unwrap_or(0))
+            .or_default() += 1;
+    }
+    let runs_handled_twice: Vec<i64> = handled
+        .iter()
+        .filter(|(_, count)| **count > 1)
+        .map(|(run, _)| *run)
+        .collect();
     let effects_twice: Vec<&String> = effect_runs
         .iter()
         .filter(|(_, count)| **count > 1)
@@ -240,12 +282,24 @@ pub(super) async fn answers_lost_on_the_way_back_are_handled_per_delivery_guaran
             &[],
         )
         .await;
+    // An answer cut after its headers read as a refusal ended its attempt failed.
+    let refused = db
+        .scalar(
+            &format!(
+                "SELECT COUNT(*) FROM attempts a JOIN runs r ON r.run_id = a.run_id \
+                 WHERE r.job_id IN ({}) AND a.error LIKE '%not a result%'",
+                id_list(&jobs)
+            ),
+            &[],
+        )
+        .await;
     let in_window = |of: &[i64]| runs.iter().filter(|r| of.contains(&r.job_id)).count();
     figures!(
-        "{scenario}: answers lost for {} ms; at_least_once: {} runs, handler ran {} times, {} \
+        "{scenario}: for {} ms; at_least_once: {} runs, handler ran {} times, {} \
          not succeeded; at_most_once: {} runs, {amo_lost} attempts lost (their runs failed), \
          {} handed twice; exactly_once_effect: {} runs, {} keys run, {from_record} deliveries \
-         answered from the record, {} keys run twice, {} not succeeded; {}",
+         answered from the record, {} keys run twice, {} not succeeded; {refused} attempts \
+         failed as refused; {}",
         ANSWERS_LOST.as_millis(),
         in_window(alo),
         ran(alo),
@@ -259,6 +313,10 @@ pub(super) async fn answers_lost_on_the_way_back_are_handled_per_delivery_guaran
         verdict.figures()
     );
     verdict.assert_exactly_once(&scenario, false);
+    assert_eq!(
+        refused, 0,
+        "{scenario}: answers cut after their headers were taken as refusals"
+    );
     assert_eq!(
         not_succeeded(alo),
         0,
@@ -280,6 +338,10 @@ pub(super) async fn answers_lost_on_the_way_back_are_handled_per_delivery_guaran
     assert!(
         effects_twice.is_empty(),
         "{scenario}: exactly_once_effect work run twice: {effects_twice:?}"
+    );
+    assert!(
+        runs_handled_twice.is_empty(),
+        "{scenario}: exactly_once_effect runs whose handler ran twice: {runs_handled_twice:?}"
     );
     assert_eq!(
         not_succeeded(eoe),
