@@ -1,8 +1,8 @@
 //! Stage four: a delivery pass. After the watch, it reads the attempts due soon (less those
-//! whose answers are still being stored), plans them, and offers each at its instant,
-//! concurrently (one slow executor must not hold up the rest), offers due together for one
-//! batch-taking executor in one request; what executors answer at once is handed to a settle
-//! as it comes (within 10 ms), not at the end of the pass.
+//! whose deliveries or answers are still under way), plans them, and starts a delivery of
+//! each, at its instant, as a task of its own (offers due together for one batch-taking
+//! executor in one request); the pass does not wait for them. What executors answer at once
+//! is stored as it comes (`answers`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,28 +10,27 @@ use std::time::{Duration, SystemTime};
 
 use tracing::{debug, warn};
 
+use super::answers::Answers;
 use super::client::{Delivery, DispatchClient};
 use super::deliver_http::deliver_http;
 use super::finish::{Ending, finish_attempt_by};
 use super::plan::{Offer, Target, by_priority};
-use super::settle::{Delivered, Ended, first_taken, settle};
+use super::settle::{Delivered, first_taken, settle};
 use super::xxl::trigger_of;
 use super::{Dispatcher, millis};
 use crate::jobs::Delivery as Guarantee;
 use crate::observe::Observer;
 use crate::store::{self, JobRecord, Store};
 
-/// A delivery pass slower than this is logged with where its time went (a pass waits up to
-/// [`deliver_ahead`] for the instants it holds, so this leaves most of a second of work).
+/// A delivery pass slower than this is logged with where its time went (it reads, plans and
+/// starts deliveries; it waits for none of them).
 const SLOW_PASS: Duration = Duration::from_millis(1_000);
 
-/// Most dispatches of one node in flight at once.
-const MAX_IN_FLIGHT: usize = 128;
-
 impl Dispatcher {
-    /// Fails over the attempts of lost executors, times out the overdue, then delivers the
-    /// attempts due soon, each at its instant, and stores what executors answered at once.
-    pub(super) async fn delivery_pass(&self) -> Result<(), store::Error> {
+    /// Fails over the attempts of lost executors, times out the overdue, then starts the
+    /// deliveries of the attempts due soon, each at its instant, their answers handed to
+    /// `answers`.
+    pub(super) async fn delivery_pass(&self, answers: &Answers) -> Result<(), store::Error> {
         let partitions = self.owned_partitions();
         if partitions.is_empty() {
             return Ok(());
@@ -64,11 +63,8 @@ impl Dispatcher {
         self.prefetch_jobs(&mut jobs, due.iter().map(|d| d.attempt.job_id))
             .await?;
         by_priority(&mut due, fleet.now_ms);
-        // Offers are planned in priority order, then delivered concurrently (one slow
-        // executor must not hold up the rest), each at its instant; the attempts answered at
-        // once with their result end together, in one transaction.
-        let mut delivering = tokio::task::JoinSet::new();
-        let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
+        // Offers are planned in priority order, then delivered concurrently, each at its
+        // instant, each waiting for its executor's share of the requests in flight.
         // Offers due at one instant for one batch-taking executor go in one request.
         let mut batches: HashMap<(String, i64), Vec<Offer>> = HashMap::new();
         let mut singles = Vec::new();
@@ -104,16 +100,19 @@ impl Dispatcher {
         }
         self.open_offer_secrets(&mut calls).await?;
         self.open_offer_secrets(&mut singles).await?;
+        let at = |due_ms: i64| {
+            let wait_ms = u64::try_from(due_ms - clock_base.1).unwrap_or(0);
+            clock_base.0 + Duration::from_millis(wait_ms)
+        };
         for offer in calls {
-            let due_ms = offer.attempt.not_before_ms;
+            let at = at(offer.attempt.not_before_ms);
             let store = Arc::clone(&self.store);
             let client = self.client.clone();
             let view = Arc::clone(&self.view);
             let observer = self.observer.clone();
             let http_jobs = self.http_jobs.clone();
-            let wait_ms = u64::try_from(due_ms - clock_base.1).unwrap_or(0);
-            let at = clock_base.0 + Duration::from_millis(wait_ms);
-            delivering.spawn(async move {
+            let ids = vec![offer.attempt.attempt_id];
+            self.spawn_delivery(answers, ids, async move {
                 tokio::time::sleep_until(at).await;
                 if !view.owns(offer.attempt.partition_id) {
                     return Vec::new();
@@ -127,20 +126,20 @@ impl Dispatcher {
                 .flat_map(|offers| chunked(offers, MAX_BATCH)),
         );
         for offers in deliveries {
-            let Some(due_ms) = offers.first().map(|o| o.attempt.not_before_ms) else {
+            let Some(first) = offers.first() else {
                 continue;
             };
+            let at = at(first.attempt.not_before_ms);
+            let executor = first.targets.first().map(|t| t.executor_id.as_str());
+            let limits = self.in_flight.limits(executor);
             let store = Arc::clone(&self.store);
             let client = self.client.clone();
             let view = Arc::clone(&self.view);
             let observer = self.observer.clone();
-            let in_flight = Arc::clone(&in_flight);
-            let wait_ms = u64::try_from(due_ms - clock_base.1).unwrap_or(0);
-            let at = clock_base.0 + Duration::from_millis(wait_ms);
-            delivering.spawn(async move {
+            let ids = offers.iter().map(|o| o.attempt.attempt_id).collect();
+            self.spawn_delivery(answers, ids, async move {
                 tokio::time::sleep_until(at).await;
-                // Closed never: the semaphore lives as long as the pass.
-                let _permit = in_flight.acquire_owned().await.ok();
+                let _permits = limits.acquire().await;
                 // A partition that moved away (or a lapsed lease) while the delivery waited for
                 // its instant: its attempts stay pending for the next owner.
                 let offers: Vec<Offer> = offers
@@ -150,16 +149,11 @@ impl Dispatcher {
                 deliver_batch(&*store, &client, &observer, offers).await
             });
         }
-        let answered = self.settle_as_answered(&mut delivering).await;
+        let live: std::collections::HashSet<&str> = fleet.executor_ids().collect();
+        self.in_flight.forget_all_but(&live);
         let took = began.elapsed();
         if took > SLOW_PASS {
-            warn!(
-                ?took,
-                ?housekeeping,
-                due = due_count,
-                answered,
-                "slow delivery pass"
-            );
+            warn!(?took, ?housekeeping, due = due_count, "slow delivery pass");
         }
         Ok(())
     }
@@ -176,65 +170,6 @@ fn chunked(mut offers: Vec<Offer>, size: usize) -> Vec<Vec<Offer>> {
     }
     chunks.push(offers);
     chunks
-}
-
-/// An answer waits at most this long for others to be stored with it: a pass's deliveries
-/// spread over [`deliver_ahead`](super::deliver_ahead), and an answer not yet stored is work
-/// a node killed meanwhile leaves to be done again.
-const SETTLE_AFTER: Duration = Duration::from_millis(10);
-
-impl Dispatcher {
-    /// Waits for every delivery of a pass, storing the answers as they come: those received
-    /// within [`SETTLE_AFTER`] of the first go together, in the background. Under load the
-    /// settles in flight are full, so the answers received meanwhile go together in the next
-    /// (a larger batch), and the pass waits for it to start. Returns how many answers.
-    async fn settle_as_answered(
-        &self,
-        delivering: &mut tokio::task::JoinSet<Vec<Delivered>>,
-    ) -> usize {
-        let mut answered = 0;
-        let mut ended: Vec<Option<Ended>> = Vec::new();
-        let mut first_at: Option<tokio::time::Instant> = None;
-        loop {
-            let flush_at = first_at.map(|at| at + SETTLE_AFTER);
-            tokio::select! {
-                done = delivering.join_next() => {
-                    let Some(done) = done else { break };
-                    match done {
-                        Ok(products) => {
-                            for product in products {
-                                keep(Some(Ok(product)), &mut ended);
-                            }
-                        }
-                        Err(err) => keep(Some(Err(err)), &mut ended),
-                    }
-                    if first_at.is_none() && ended.iter().any(Option::is_some) {
-                        first_at = Some(tokio::time::Instant::now());
-                    }
-                }
-                () = tokio::time::sleep_until(flush_at.unwrap_or_else(tokio::time::Instant::now)),
-                    if flush_at.is_some() => {
-                    answered += ended.iter().flatten().count();
-                    self.settle_in_background(std::mem::take(&mut ended)).await;
-                    first_at = None;
-                }
-            }
-        }
-        answered += ended.iter().flatten().count();
-        self.settle_in_background(ended).await;
-        answered
-    }
-}
-
-/// Keeps a delivery's product; a failed one is logged (its attempt stays in the database and
-/// a later pass picks it up again).
-fn keep(done: Option<Result<Delivered, tokio::task::JoinError>>, ended: &mut Vec<Option<Ended>>) {
-    match done {
-        Some(Ok(Ok(product))) => ended.push(product),
-        Some(Ok(Err(err))) => warn!(error = %err, "dispatch failed; it will be retried"),
-        Some(Err(err)) => warn!(error = %err, "dispatch task failed"),
-        None => {}
-    }
 }
 
 /// Offers an attempt to its executors in turn until one takes it (`202`: recorded as

@@ -84,6 +84,14 @@ impl Fleet {
     }
 
     /// Some healthy executor speaks XXL-JOB's protocol.
+    /// The ids of the healthy executors.
+    pub(super) fn executor_ids(&self) -> impl Iterator<Item = &str> {
+        self.by_app
+            .values()
+            .flatten()
+            .map(|executor| executor.executor_id.as_str())
+    }
+
     pub(super) fn has_xxl(&self) -> bool {
         self.by_app.values().flatten().any(ExecutorRecord::is_xxl)
     }

@@ -19,6 +19,7 @@
 //!
 //! Architecture invariant: the scheduler never runs user code; executors do, over HTTP.
 
+mod answers;
 pub mod backoff;
 pub mod balancer;
 pub mod client;
@@ -119,6 +120,8 @@ pub struct Dispatcher {
     runs_cursor: AtomicI64,
     due_cursor: std::sync::Mutex<DueCursor>,
     settling: Arc<Settling>,
+    /// The dispatches in flight, across passes.
+    in_flight: answers::InFlight,
     observer: Observer,
     standby_wait: std::sync::Mutex<standbys::StandbyWait>,
     /// Makes HTTP jobs' calls; without it they fail, saying this node makes none.
@@ -148,6 +151,7 @@ impl Dispatcher {
             runs_cursor: AtomicI64::new(0),
             due_cursor: std::sync::Mutex::new(DueCursor::new()),
             settling: Settling::new(),
+            in_flight: answers::InFlight::new(),
             observer,
             standby_wait: std::sync::Mutex::new(standbys::StandbyWait::default()),
             http_jobs: None,
@@ -179,18 +183,25 @@ impl Dispatcher {
                 }
             }
         };
-        let delivering = async {
-            loop {
-                if let Err(err) = self.delivery_pass().await {
-                    warn!(error = %err, "delivering attempts failed");
-                }
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = self.started.notified() => {}
-                    _ = tokio::time::sleep(self.settings.tick) => {}
+        // Deliveries run on after the pass that started them; their answers are stored as they
+        // come, until the last delivery ends after the stop (its sender, the last, dropped).
+        let (answers, answered) = tokio::sync::mpsc::unbounded_channel();
+        let delivering = {
+            let (this, stop) = (&self, &stop);
+            async move {
+                loop {
+                    if let Err(err) = this.delivery_pass(&answers).await {
+                        warn!(error = %err, "delivering attempts failed");
+                    }
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = this.started.notified() => {}
+                        _ = tokio::time::sleep(this.settings.tick) => {}
+                    }
                 }
             }
         };
+        let collecting = self.collect_answers(answered);
         // Runs created by follow-ups (a child's, a workflow step's) start at once, and the
         // workflow runs those ended are counted and alerted on, as any run's end.
         let followed = async {
@@ -233,7 +244,7 @@ impl Dispatcher {
                 }
             }
         };
-        tokio::join!(starting, delivering, followed, flowing);
+        tokio::join!(starting, delivering, collecting, followed, flowing);
         // Answers already received are stored before the dispatcher stops.
         self.settling.wait_all().await;
     }

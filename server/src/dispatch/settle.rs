@@ -192,11 +192,14 @@ impl Settling {
         held
     }
 
-    fn begin_settle(&self, ids: &[i64]) {
+    /// Holds `ids` from the passes that read due attempts (their delivery or their settle
+    /// runs) until [`Settling::release`].
+    pub(super) fn hold(&self, ids: &[i64]) {
         self.attempts().extend(ids.iter().map(|id| (*id, u64::MAX)));
     }
 
-    fn settled(&self, ids: &[i64]) {
+    /// Lets the reads that begin from now on see `ids` again.
+    pub(super) fn release(&self, ids: &[i64]) {
         let now = self.reads.load(Ordering::SeqCst);
         let mut settling = self.attempts();
         for id in ids {
@@ -216,15 +219,14 @@ impl Dispatcher {
     /// ever outstanding.
     /// A settle that fails leaves its attempts live: a later pass offers them again, as one
     /// would after a node died between an executor's answer and its record.
-    pub(super) async fn settle_in_background(&self, ended: Vec<Option<Ended>>) {
-        let ended: Vec<Ended> = ended.into_iter().flatten().collect();
+    pub(super) async fn settle_in_background(&self, ended: Vec<Ended>) {
         if ended.is_empty() {
             return;
         }
         // Closed never: the semaphore lives as long as the dispatcher.
         let slot = Arc::clone(&self.settling.slots).acquire_owned().await.ok();
         let ids: Vec<i64> = ended.iter().map(|e| e.attempt_id).collect();
-        self.settling.begin_settle(&ids);
+        self.settling.hold(&ids);
         let store = Arc::clone(&self.store);
         let observer = self.observer.clone();
         // Runs in line behind flow keys these ends admitted may start: the start pass is woken
@@ -282,7 +284,7 @@ struct HeldUntilStored {
 
 impl Drop for HeldUntilStored {
     fn drop(&mut self) {
-        self.settling.settled(&self.ids);
+        self.settling.release(&self.ids);
     }
 }
 
@@ -392,7 +394,7 @@ mod tests {
     #[test]
     fn a_settle_that_ends_any_way_releases_its_attempts() {
         let settling = Settling::new();
-        settling.begin_settle(&[3]);
+        settling.hold(&[3]);
         let held = HeldUntilStored {
             settling: std::sync::Arc::clone(&settling),
             ids: vec![3],
@@ -408,10 +410,10 @@ mod tests {
     fn an_answer_is_held_from_every_read_that_may_have_seen_it_live() {
         let settling = Settling::new();
         let before = settling.begin_read();
-        settling.begin_settle(&[7, 8]);
+        settling.hold(&[7, 8]);
         assert!(settling.held_at(before).contains_key(&7));
         let during = settling.begin_read();
-        settling.settled(&[7, 8]);
+        settling.release(&[7, 8]);
         // Begun before the commit, that read may have seen them still pending.
         assert!(settling.held_at(during).contains_key(&7));
         assert!(settling.held_at(during).contains_key(&8));
@@ -424,9 +426,9 @@ mod tests {
     #[test]
     fn answers_of_another_settle_stay_held_while_it_runs() {
         let settling = Settling::new();
-        settling.begin_settle(&[1]);
-        settling.begin_settle(&[2]);
-        settling.settled(&[1]);
+        settling.hold(&[1]);
+        settling.hold(&[2]);
+        settling.release(&[1]);
         let next = settling.begin_read();
         let held = settling.held_at(next);
         assert!(!held.contains_key(&1));

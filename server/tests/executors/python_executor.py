@@ -9,6 +9,8 @@ Handlers:
   flaky    -> fails when this executor runs with --fail, succeeds otherwise
   secrets  -> answers 200 with the names of the dispatch's secrets and a SHA-256 of each value
               (never the value)
+  stall    -> takes the dispatch and says nothing for `args.seconds` (default 30), then answers
+              200 (an executor gone silent while its heartbeats go on)
 With --hang, `slow` answers 202 and then never reports nor honours a cancel (a stuck handler).
 A dispatch with an `effect_key` (delivery `exactly_once_effect`) whose work an `echo` here
 already did is answered from the record, the handler not run again (logged `from_record`).
@@ -184,6 +186,10 @@ class Handler(BaseHTTPRequestHandler):
             carried = msg.get("secrets", {})
             return self.reply(200, {"outcome": "succeeded", "output": {
                 "sha256": {k: hashlib.sha256(v.encode()).hexdigest() for k, v in carried.items()}}})
+        if handler == "stall":
+            seconds = (msg["args"] or {}).get("seconds", 30) if isinstance(msg["args"], dict) else 30
+            time.sleep(seconds)
+            return self.reply(200, {"outcome": "succeeded", "output": {"stalled": seconds}})
         if handler == "quiet":  # a plain success: no output
             return self.reply(200, {"outcome": "succeeded"})
         if handler == "slow" and args.hang:
@@ -215,7 +221,7 @@ server = Server((args.host, 0), Handler)
 port = server.server_address[1]
 registration = {"protocol": 1, "executor_id": args.id, "app": args.app,
                 "address": f"http://{args.host}:{port}", "weight": args.weight, "capacity": args.capacity,
-                "handlers": [{"name": n, "description": "python"} for n in ("echo", "slow", "fail", "flaky", "quiet", "secrets")]}
+                "handlers": [{"name": n, "description": "python"} for n in ("echo", "slow", "fail", "flaky", "quiet", "secrets", "stall")]}
 accepted = call("/api/v1/executors/register", registration)
 
 

@@ -1,6 +1,8 @@
 //! Executors fail while they hold work: one is killed mid-run (`kill -9`), one hangs in its
 //! handler (accepts, never finishes, ignores cancels), one freezes whole (SIGSTOP: no answers,
 //! no heartbeats). Every run still ends `succeeded` exactly once, on the executors that work.
+//! One goes silent (takes dispatches and answers nothing, while it heartbeats): only its own
+//! attempts wait; every other job of the node reaches its executor within 100 ms.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -17,6 +19,7 @@ for_engine!(
     [
         executors_killed_hung_or_frozen_mid_run_lose_no_run,
         an_executor_restarted_mid_run_has_what_it_forgot_run_again,
+        a_silent_executor_delays_only_its_own_attempts,
     ]
 );
 for_engine!(
@@ -25,6 +28,7 @@ for_engine!(
     [
         executors_killed_hung_or_frozen_mid_run_lose_no_run,
         an_executor_restarted_mid_run_has_what_it_forgot_run_again,
+        a_silent_executor_delays_only_its_own_attempts,
     ]
 );
 for_engine!(
@@ -181,5 +185,92 @@ async fn an_executor_restarted_mid_run_has_what_it_forgot_run_again(test_db: Tes
     assert!(
         holding > 0 && lost >= holding,
         "{scenario}: forgotten attempts failed over"
+    );
+}
+
+/// How late another job's run may reach its executor while one executor is silent.
+const OTHERS_BOUND_MS: i64 = 100;
+
+/// One executor takes every dispatch of its app and answers nothing for 30 s (longer than
+/// the nodes wait for an answer, 3 s here) while it heartbeats on; the node's other jobs, on
+/// another executor, fire every second meanwhile. Each of their runs reaches its executor
+/// within [`OTHERS_BOUND_MS`] of its instant: the silent one delays only its own.
+async fn a_silent_executor_delays_only_its_own_attempts(test_db: TestDb) {
+    let _turn = one_at_a_time().await;
+    let scenario = format!("a silent executor ({:?})", test_db.engine);
+    let db = Database::direct(test_db.engine, &test_db.url);
+    let config = tempfile::NamedTempFile::new().expect("config file");
+    std::fs::write(config.path(), "[dispatch]\nrequest_timeout_ms = 3000\n").expect("config");
+    let config_path = config.path().display().to_string();
+    let cluster = Cluster::start(&db, 1, |spec| {
+        spec.extra_env
+            .push(("CARILLON_CONFIG", config_path.clone()));
+    })
+    .await;
+    let _steady = cluster.executor(0, "steady", &["--capacity", "64"]);
+    let _silent = cluster.executor(0, "silent", &["--app", "quiet", "--capacity", "64"]);
+    let every_second = |name: String, app: &str, handler: &str| {
+        json!({"name": name, "app": app, "handler": handler, "args": {"seconds": 30},
+               "schedule": {"cron": "* * * * * *"}, "start": true})
+    };
+    let others = cluster
+        .create_jobs(
+            0,
+            (0..20)
+                .map(|i| every_second(format!("other-{i}"), "py", "echo"))
+                .collect(),
+        )
+        .await;
+    let from = cluster.firing_from(&others).await;
+    db.sleep_until(from + 1_000).await;
+    let silenced = cluster
+        .create_jobs(
+            0,
+            (0..2)
+                .map(|i| every_second(format!("silenced-{i}"), "quiet", "stall"))
+                .collect(),
+        )
+        .await;
+    let to = from + 15_000;
+    db.sleep_until(to).await;
+    settle(&db, &others, from, to, Duration::from_secs(30)).await;
+    let runs = runs(&db, &others, from, to).await;
+    let verdict = Verdict::of(&runs, &each_at(&others, &instants(from, to, 1_000)));
+    let mut late: Vec<i64> = runs.iter().filter_map(|r| r.lateness_ms()).collect();
+    late.sort_unstable();
+    let at = |q: f64| {
+        late.get(((late.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+            .unwrap_or(0)
+    };
+    // Offers the silent executor took and never answered: taken again (`409`) once their
+    // requests timed out, then running there.
+    let silent_offers = db
+        .scalar(
+            &format!(
+                "SELECT COUNT(*) FROM attempts a JOIN runs r ON r.run_id = a.run_id \
+                 WHERE r.job_id IN ({}) AND a.executor_id = 'silent'",
+                id_list(&silenced)
+            ),
+            &[],
+        )
+        .await;
+    figures!(
+        "{scenario}: the other jobs' runs reached their executor p50 {} ms, p99 {} ms, max {} \
+         ms late; the silent executor's jobs made {silent_offers} attempts; {}",
+        at(0.5),
+        at(0.99),
+        late.last().copied().unwrap_or(0),
+        verdict.figures()
+    );
+    verdict.assert_exactly_once(&scenario, true);
+    assert!(
+        silent_offers > 0,
+        "{scenario}: the silent executor was offered nothing"
+    );
+    let max = late.last().copied().unwrap_or(0);
+    assert!(
+        max <= OTHERS_BOUND_MS,
+        "{scenario}: a run of another job reached its executor {max} ms late"
     );
 }
