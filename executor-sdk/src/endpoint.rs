@@ -267,16 +267,19 @@ fn start(
             drop(permit);
             // The log is complete before the result: a run that has ended shows all of it.
             task_shared.close_log(attempt_id).await;
-            task_shared.lock_running().remove(&attempt_id);
             let joined = match &effect_key {
                 Some(key) => task_shared.lock_effects().finish(key, &result, now_ms()),
                 None => Vec::new(),
             };
+            // Each stays listed in flight by the heartbeats until its result is taken: a node
+            // that cannot store the report yet (its database link down) must not take an
+            // attempt that ended here for one this executor forgot, and end it `lost`.
             for other in joined {
-                task_shared.lock_running().remove(&other.id);
                 task_shared.report(&other, result.clone(), &report_to).await;
+                task_shared.lock_running().remove(&other.id);
             }
             task_shared.report(&attempt, result, &report_to).await;
+            task_shared.lock_running().remove(&attempt_id);
         }
         .instrument(span),
     );
