@@ -187,8 +187,8 @@ impl DispatchClient {
     /// its dispatch, or be stopped by the earlier one's kill. A busy executor passes the offer
     /// on to the next; with none left the attempt waits for the next pass. A run that
     /// replaces the earlier one (`COVER_EARLY`) goes at once: the executor stops the other.
-    /// An executor without `/idleBeat` (an HTTP error, or xxl-job-core's "uri-mapping not
-    /// found") is offered the run.
+    /// An executor whose `/idleBeat` says nothing of the job (an HTTP error, a route or a
+    /// callback it lacks: [`says_busy`]) is offered the run.
     pub async fn xxl_run(
         &self,
         address: &str,
@@ -213,7 +213,7 @@ impl DispatchClient {
         if trigger.executor_block_strategy != COVER_EARLY {
             let probe = serde_json::json!({ "jobId": trigger.job_id });
             match self.post_xxl(address, "/idleBeat", &probe).await {
-                Ok(answer) if answer.code == 200 || lacks_route(&answer) => {}
+                Ok(answer) if answer.code == 200 || !says_busy(&answer) => {}
                 Ok(answer) => {
                     return Delivery::TryAnother(
                         NotTaken::Busy,
@@ -280,13 +280,18 @@ impl DispatchClient {
     }
 }
 
-/// xxl-job-core's answer to a path it does not serve: `200` with code 500 and "invalid
-/// request, uri-mapping(/idleBeat) not found."
-fn lacks_route(answer: &XxlReturn) -> bool {
-    answer
-        .msg
-        .as_deref()
-        .is_some_and(|msg| msg.contains("uri-mapping") && msg.contains("not found"))
+/// Whether an `/idleBeat` answer other than `200` says the job is running or queued there
+/// (xxl-job-core: "job thread is running or has trigger queue."; pyxxl: "job 7 is running.").
+/// Anything else is no word on the job: xxl-job-core's "uri-mapping(/idleBeat) not found.",
+/// fastapi-xxljob's and flask-xxljob's "idleBeat callback is not configured" (their default).
+/// The probe is advisory: the nodes keep one attempt of a job per XXL-JOB executor themselves.
+fn says_busy(answer: &XxlReturn) -> bool {
+    answer.msg.as_deref().is_some_and(|msg| {
+        let msg = msg.to_ascii_lowercase();
+        ["running", "queue", "busy"]
+            .iter()
+            .any(|word| msg.contains(word))
+    })
 }
 
 fn describe(answer: &XxlReturn) -> String {
@@ -363,5 +368,35 @@ mod tests {
             trigger_of(&object, Overlap::Allow, 0).executor_params,
             r#"{"a":1}"#
         );
+    }
+
+    #[test]
+    fn only_an_idle_beat_that_says_the_job_runs_or_waits_holds_a_run_back() {
+        let answer = |code: i64, msg: &str| XxlReturn {
+            code,
+            msg: Some(msg.to_owned()),
+            content: None,
+            data: None,
+        };
+        for busy in [
+            "job thread is running or has trigger queue.",
+            "job 7 is running.",
+            "Busy",
+        ] {
+            assert!(says_busy(&answer(500, busy)), "{busy}");
+        }
+        for silent in [
+            "invalid request, uri-mapping(/idleBeat) not found.",
+            "XXL-JOB idleBeat callback is not configured",
+            "",
+        ] {
+            assert!(!says_busy(&answer(500, silent)), "{silent}");
+        }
+        assert!(!says_busy(&XxlReturn {
+            code: 500,
+            msg: None,
+            content: None,
+            data: None,
+        }));
     }
 }

@@ -451,3 +451,84 @@ async fn two_runs_of_one_job_on_one_executor(node: &Solo, marks: &Path, executor
         "the second run was offered at {second_sent}, while the first ran (it ended at {first_ended})"
     );
 }
+
+/// The Python that has fastapi-xxljob and uvicorn: `CARILLON_XXL_PYTHON` (`.ci/run` makes an
+/// environment of its own for them), else `python3`; fails at once, saying how to install
+/// them, when they are missing.
+fn fastapi_python() -> String {
+    let python = std::env::var("CARILLON_XXL_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let found = Command::new(&python)
+        .args(["-c", "import fastapi_xxljob, uvicorn"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        found,
+        "{python} lacks fastapi-xxljob (pip install fastapi-xxljob==0.1.0 fastapi==0.165.0 \
+         uvicorn==0.55.0; .ci/run installs them and sets CARILLON_XXL_PYTHON)"
+    );
+    python
+}
+
+/// fastapi-xxljob (from PyPI), as its README sets it up, has no idle-beat callback, and so
+/// answers every `/idleBeat` "callback is not configured" (code 500): that says nothing of
+/// the job, and its runs go (they once waited, pending, for good, taken for busy).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs fastapi-xxljob, fastapi and uvicorn (pip install fastapi-xxljob==0.1.0 fastapi==0.165.0 uvicorn==0.55.0; .ci/run installs them)"]
+async fn fastapi_xxljob_executors_run_carillon_jobs() {
+    const FAST_APP: &str = "fastapp";
+    let python = fastapi_python();
+    let node = Solo::start(|spec| {
+        spec.extra_env
+            .push(("CARILLON_XXL_ACCESS_TOKEN", XXL_TOKEN.to_owned()));
+    })
+    .await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/xxl/fastapi_xxljob_executor.py");
+    // Killed when dropped, a failing assertion included: it must not outlive the test.
+    let _executor = PyExecutor {
+        child: Command::new(&python)
+            .arg(&script)
+            .args([
+                node.url("/xxl-job-admin").as_str(),
+                &port.to_string(),
+                XXL_TOKEN,
+                FAST_APP,
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{python} {}: {e}", script.display())),
+        port,
+    };
+    wait_for(
+        Duration::from_secs(30),
+        "the fastapi-xxljob executor to register",
+        || async {
+            let (_, body) = node.call(Method::GET, "/api/v1/executors", None).await;
+            body["executors"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["app"] == FAST_APP && e["healthy"] == true)
+                .then_some(())
+        },
+    )
+    .await;
+    let job = json!({"name": "fast-echo", "app": FAST_APP, "handler": "echo",
+        "schedule": { "manual": true }, "args": "hello"});
+    let (status, body) = node.call(Method::POST, "/api/v1/jobs", Some(job)).await;
+    assert_eq!(status, 201, "{body}");
+    let job = body["id"].as_i64().unwrap();
+    // Two runs one after the other: the first's end leaves the executor free for the second.
+    for _ in 0..2 {
+        let run = ended(&node, trigger(&node, job).await, Duration::from_secs(20)).await;
+        assert_eq!(run["state"], "succeeded", "{run}");
+        let first = &attempts(&run)[0];
+        assert_eq!(first["output"], "echo:hello", "{run}");
+    }
+}
