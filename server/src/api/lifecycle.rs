@@ -5,7 +5,8 @@
 use axum::http::StatusCode;
 
 use super::audit::Audit;
-use super::jobs::{check_fires, definition_of};
+use super::job_views::definition_of;
+use super::jobs::check_fires;
 use super::{ApiError, ApiState};
 use crate::states::{JobKind, JobState, RunState};
 use crate::store::{JobRecord, RunRecord};

@@ -17,6 +17,7 @@ mod grants;
 mod health;
 mod history;
 mod http_test;
+mod job_views;
 mod jobs;
 mod jobs_bulk;
 mod lifecycle;

@@ -106,6 +106,41 @@ impl Limits {
     }
 }
 
+/// A delivery's attempts on their way to the collector: handed with what came of them, or,
+/// dropped unhanded (the delivery panicked), with nothing, which releases them.
+struct Handing {
+    answers: Answers,
+    attempt_ids: Option<Vec<i64>>,
+}
+
+impl Handing {
+    fn hand(mut self, products: Vec<Delivered>) {
+        if let Some(attempt_ids) = self.attempt_ids.take() {
+            // Closed only once the collector is gone, when the node stops: what is not stored
+            // then goes out again from the next owner.
+            let _ = self.answers.send(Answered {
+                attempt_ids,
+                products,
+            });
+        }
+    }
+}
+
+impl Drop for Handing {
+    fn drop(&mut self) {
+        if let Some(attempt_ids) = self.attempt_ids.take() {
+            warn!(
+                attempts = attempt_ids.len(),
+                "a delivery ended without an answer; its attempts go out again"
+            );
+            let _ = self.answers.send(Answered {
+                attempt_ids,
+                products: Vec::new(),
+            });
+        }
+    }
+}
+
 impl Dispatcher {
     /// Runs `delivery` (of the attempts `attempt_ids`, which it holds from the passes that
     /// follow) as a task of its own, its answers handed to `answers`. A delivery that panics
@@ -117,21 +152,14 @@ impl Dispatcher {
         delivery: impl Future<Output = Vec<Delivered>> + Send + 'static,
     ) {
         self.settling.hold(&attempt_ids);
-        let answers = answers.clone();
+        let handing = Handing {
+            answers: answers.clone(),
+            attempt_ids: Some(attempt_ids),
+        };
         tokio::spawn(async move {
-            let products = match tokio::spawn(delivery).await {
-                Ok(products) => products,
-                Err(err) => {
-                    warn!(error = %err, "dispatch task failed");
-                    Vec::new()
-                }
-            };
-            // Closed only once the collector is gone, when the node stops: what is not stored
-            // then goes out again from the next owner.
-            let _ = answers.send(Answered {
-                attempt_ids,
-                products,
-            });
+            let handing = handing;
+            let products = delivery.await;
+            handing.hand(products);
         });
     }
 
